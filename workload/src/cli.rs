@@ -1,0 +1,172 @@
+//! Command-line interface of `gpushare-workload`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::backend::{DEFAULT_SEED, ModelPlan};
+use crate::config::{Device, Precision, Preset};
+use crate::error::Result;
+use crate::load::LoadPattern;
+use crate::size::parse_bytes;
+
+/// Transformer inference workload for GPU-sharing experiments.
+///
+/// Without a subcommand it serves: it runs inferences in a loop and exports their
+/// latency as the Prometheus histogram `inference_time_seconds` on --listen
+/// (/metrics, and /healthz, which answers 200 once the model is warm).
+///
+/// Exit codes: 0 clean stop (SIGTERM/SIGINT), 2 bad arguments or input files,
+/// 3 no GPU or driver, 4 out of GPU memory, 1 anything else.
+#[derive(Debug, Parser)]
+#[command(name = "gpushare-workload", version, args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    /// Optional subcommand; without one the workload serves.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// Serving options.
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+/// Subcommands besides serving.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Measure latency and TFLOP/s per model and precision (and, on the GPU, per kernel).
+    Bench(BenchArgs),
+    /// Write a bf16 copy of a safetensors weights directory (half the size, for GPU machines).
+    ConvertWeights {
+        /// Directory with model.safetensors, config.json and tokenizer.json.
+        src: PathBuf,
+        /// Directory to write the copy to.
+        dst: PathBuf,
+    },
+}
+
+/// What to run and how, shared by serving and bench.
+#[derive(Debug, Clone, Args)]
+pub struct ModelArgs {
+    /// Model: yolos-small (the reference study's shape), minilm-l6 (real weights, needs --weights), tiny.
+    #[arg(long, default_value = "yolos-small", value_parser = clap::value_parser!(PresetArg))]
+    pub model: PresetArg,
+    /// cuda or cpu.
+    #[arg(long, default_value = "cuda", value_parser = clap::value_parser!(DeviceArg))]
+    pub device: DeviceArg,
+    /// fp32, tf32 or bf16 [default: bf16 on cuda, fp32 on cpu].
+    #[arg(long, value_parser = clap::value_parser!(PrecisionArg))]
+    pub precision: Option<PrecisionArg>,
+    /// Images or sentences per inference.
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
+    /// Directory with model.safetensors, config.json and tokenizer.json (minilm-l6).
+    #[arg(long)]
+    pub weights: Option<PathBuf>,
+    /// Seed of the seeded weights and inputs.
+    #[arg(long, default_value_t = DEFAULT_SEED)]
+    pub seed: u64,
+    /// Run every kernel eagerly instead of replaying one CUDA graph.
+    #[arg(long)]
+    pub no_graph: bool,
+}
+
+impl ModelArgs {
+    /// The engine plan, validated.
+    pub fn plan(&self, reserve_bytes: u64) -> Result<ModelPlan> {
+        let device = self.device.0;
+        let plan = ModelPlan {
+            preset: self.model.0,
+            device,
+            precision: self.precision.map(|p| p.0).unwrap_or(match device {
+                Device::Cuda => Precision::Bf16,
+                Device::Cpu => Precision::Fp32,
+            }),
+            batch: self.batch,
+            weights: self.weights.clone(),
+            seed: self.seed,
+            reserve_bytes,
+            use_graph: !self.no_graph,
+        };
+        plan.validate()?;
+        Ok(plan)
+    }
+}
+
+/// Serving options.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// The model.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// closed (next inference when the last returns) or poisson:RATE (open loop, RATE per second; latency includes queueing).
+    #[arg(long, default_value = "closed", value_parser = clap::value_parser!(LoadArg))]
+    pub load: LoadArg,
+    /// Address of the metrics endpoint.
+    #[arg(long, default_value = "127.0.0.1:9400")]
+    pub listen: String,
+    /// Extra GPU memory to allocate and touch at start, e.g. 8GiB (models memory-hungry workloads).
+    #[arg(long, default_value = "0", value_parser = parse_size_arg)]
+    pub reserve_memory: u64,
+    /// Inferences run and discarded before /healthz turns 200.
+    #[arg(long, default_value_t = 5)]
+    pub warmup: usize,
+    /// Open loop: most requests waiting; later arrivals are dropped and counted in inference_errors_total{kind="dropped"}.
+    #[arg(long, default_value_t = 10_000)]
+    pub max_queue: usize,
+}
+
+/// Bench options.
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// Models, comma-separated.
+    #[arg(long, default_value = "yolos-small", value_delimiter = ',', value_parser = clap::value_parser!(PresetArg))]
+    pub models: Vec<PresetArg>,
+    /// Precisions, comma-separated [default: fp32,tf32,bf16 on cuda, fp32 on cpu].
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(PrecisionArg))]
+    pub precisions: Vec<PrecisionArg>,
+    /// cuda or cpu.
+    #[arg(long, default_value = "cuda", value_parser = clap::value_parser!(DeviceArg))]
+    pub device: DeviceArg,
+    /// Images or sentences per inference.
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
+    /// Timed inferences per configuration (after warm-up).
+    #[arg(long, default_value_t = 200)]
+    pub iters: usize,
+    /// Untimed inferences first.
+    #[arg(long, default_value_t = 20)]
+    pub warmup: usize,
+    /// Directory with real weights (for minilm-l6).
+    #[arg(long)]
+    pub weights: Option<PathBuf>,
+    /// Also time every kernel separately (GPU only).
+    #[arg(long)]
+    pub split: bool,
+    /// Write the results as JSON lines to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Run every kernel eagerly instead of replaying one CUDA graph.
+    #[arg(long)]
+    pub no_graph: bool,
+}
+
+macro_rules! parsed_arg {
+    ($name:ident, $inner:ty) => {
+        /// Command-line wrapper that parses with the domain type's `FromStr`.
+        #[derive(Debug, Clone, Copy, PartialEq)]
+        pub struct $name(pub $inner);
+        impl std::str::FromStr for $name {
+            type Err = String;
+            fn from_str(s: &str) -> std::result::Result<Self, String> {
+                s.parse::<$inner>().map($name).map_err(|e| e.to_string())
+            }
+        }
+    };
+}
+parsed_arg!(PresetArg, Preset);
+parsed_arg!(PrecisionArg, Precision);
+parsed_arg!(DeviceArg, Device);
+parsed_arg!(LoadArg, LoadPattern);
+
+fn parse_size_arg(s: &str) -> std::result::Result<u64, String> {
+    parse_bytes(s).map_err(|e| e.to_string())
+}

@@ -1,0 +1,273 @@
+//! The device, its stream and its memory: the only place that turns CUDA driver errors
+//! into [`WorkloadError`]s, and the owner of every device allocation.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use cudarc::driver::result::DriverError;
+use cudarc::driver::sys::{CUdevice_attribute, CUdeviceptr, CUresult};
+use cudarc::driver::{CudaContext, CudaStream, result};
+
+use crate::error::{Result, WorkloadError};
+
+/// What the harness and the metrics need to know about the GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuInfo {
+    /// Marketing name, e.g. "NVIDIA H100 80GB HBM3".
+    pub name: String,
+    /// Streaming multiprocessors visible to this process (fewer inside a MIG instance).
+    pub sm_count: u32,
+    /// Device memory visible to this process, in bytes.
+    pub memory_total_bytes: u64,
+    /// Compute capability (major, minor).
+    pub compute_capability: (i32, i32),
+}
+
+/// An open GPU: primary context, one stream, allocation accounting.
+#[derive(Debug)]
+pub struct Gpu {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    info: GpuInfo,
+    allocated: Arc<AtomicUsize>,
+}
+
+/// Describes a driver error as "NAME: text".
+pub fn describe(err: DriverError) -> String {
+    let name = err
+        .error_name()
+        .map(|c| c.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let text = err
+        .error_string()
+        .map(|c| c.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if name.is_empty() {
+        format!("{:?}", err.0)
+    } else {
+        format!("{name}: {text}")
+    }
+}
+
+/// Wraps a driver error with what the workload was doing.
+pub fn cuda_error(what: impl Into<String>) -> impl FnOnce(DriverError) -> WorkloadError {
+    let what = what.into();
+    move |err| WorkloadError::Cuda {
+        what,
+        detail: describe(err),
+    }
+}
+
+impl Gpu {
+    /// Opens device `ordinal` (after `CUDA_VISIBLE_DEVICES`, which may name a MIG
+    /// instance). Fails with exit code 3 when there is no driver or no usable GPU.
+    pub fn open(ordinal: usize) -> Result<Self> {
+        // SAFETY: only tries to dlopen the driver library; cudarc would panic on the
+        // first driver call without it, so this check must come first.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(WorkloadError::NoDriver(
+                "libcuda.so could not be loaded (is the NVIDIA driver installed, and is this a GPU machine or container with the GPU exposed?)".into(),
+            ));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(|e| match e.0 {
+            CUresult::CUDA_ERROR_NO_DEVICE
+            | CUresult::CUDA_ERROR_INVALID_DEVICE
+            | CUresult::CUDA_ERROR_NOT_INITIALIZED
+            | CUresult::CUDA_ERROR_STUB_LIBRARY
+            | CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE
+            | CUresult::CUDA_ERROR_DEVICE_NOT_LICENSED
+            | CUresult::CUDA_ERROR_SYSTEM_DRIVER_MISMATCH
+            | CUresult::CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE => WorkloadError::NoGpu(format!(
+                "device {ordinal}: {} (CUDA_VISIBLE_DEVICES={})",
+                describe(e),
+                std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_else(|_| "unset".into())
+            )),
+            CUresult::CUDA_ERROR_OUT_OF_MEMORY => WorkloadError::OutOfMemory {
+                what: "the CUDA context".into(),
+                requested: 0,
+                free: 0,
+                total: 0,
+            },
+            _ => cuda_error(format!("opening GPU {ordinal}"))(e),
+        })?;
+        // One stream, no cross-stream hazards: cudarc's event tracking would only add
+        // an event record to every launch.
+        // SAFETY: every buffer of this process is used on `stream` alone.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream().map_err(cuda_error("creating a stream"))?;
+        let attr = |a| ctx.attribute(a).map_err(cuda_error("reading device attributes"));
+        let sm_count = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
+        let info = GpuInfo {
+            name: ctx.name().map_err(cuda_error("reading the device name"))?,
+            sm_count,
+            memory_total_bytes: ctx.total_mem().map_err(cuda_error("reading device memory"))? as u64,
+            compute_capability: ctx
+                .compute_capability()
+                .map_err(cuda_error("reading the compute capability"))?,
+        };
+        Ok(Self {
+            ctx,
+            stream,
+            info,
+            allocated: Arc::new(AtomicUsize::new(0)),
+        })
+    }
+
+    /// The device's description.
+    pub fn info(&self) -> &GpuInfo {
+        &self.info
+    }
+
+    /// The context.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// The stream every launch goes to.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// Bytes currently allocated through [`Gpu::alloc`].
+    pub fn allocated_bytes(&self) -> usize {
+        self.allocated.load(Ordering::Relaxed)
+    }
+
+    /// Free and total device memory as the driver reports them.
+    pub fn mem_info(&self) -> (usize, usize) {
+        self.ctx.mem_get_info().unwrap_or((0, 0))
+    }
+
+    /// Allocates `bytes` of device memory (uninitialised). An out-of-memory answer is
+    /// reported as such (exit code 4), naming `what`.
+    pub fn alloc(&self, bytes: usize, what: &str) -> Result<DeviceBuffer> {
+        self.ctx.bind_to_thread().map_err(cuda_error("binding the context"))?;
+        // SAFETY: the context is current on this thread; the pointer is owned by the
+        // returned buffer and freed exactly once in its Drop.
+        let ptr = unsafe { result::malloc_sync(bytes.max(1)) }.map_err(|e| {
+            if e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+                let (free, total) = self.mem_info();
+                WorkloadError::OutOfMemory {
+                    what: what.to_string(),
+                    requested: bytes,
+                    free,
+                    total,
+                }
+            } else {
+                cuda_error(format!("allocating {bytes} bytes for {what}"))(e)
+            }
+        })?;
+        self.allocated.fetch_add(bytes, Ordering::Relaxed);
+        Ok(DeviceBuffer {
+            ptr,
+            bytes,
+            ctx: self.ctx.clone(),
+            allocated: self.allocated.clone(),
+        })
+    }
+
+    /// Allocates and fills with zero bytes.
+    pub fn alloc_zeroed(&self, bytes: usize, what: &str) -> Result<DeviceBuffer> {
+        let buf = self.alloc(bytes, what)?;
+        // SAFETY: `buf` holds `bytes` bytes on this context.
+        unsafe { result::memset_d8_sync(buf.ptr, 0, bytes) }.map_err(cuda_error(format!("clearing {what}")))?;
+        Ok(buf)
+    }
+
+    /// Sets every byte of a buffer (tests poison outputs with 0xFF: NaN in f32 and bf16).
+    pub fn fill_bytes(&self, buf: &DeviceBuffer, byte: u8) -> Result<()> {
+        // SAFETY: the whole buffer, on this context.
+        unsafe { result::memset_d8_sync(buf.ptr, byte, buf.bytes) }.map_err(cuda_error("filling a buffer"))
+    }
+
+    /// Copies f32 values to a new device buffer.
+    pub fn upload_f32(&self, data: &[f32], what: &str) -> Result<DeviceBuffer> {
+        let buf = self.alloc(std::mem::size_of_val(data), what)?;
+        // SAFETY: `buf` is exactly `data`'s size; the copy is synchronous.
+        unsafe { result::memcpy_htod_sync(buf.ptr, data) }.map_err(cuda_error(format!("uploading {what}")))?;
+        Ok(buf)
+    }
+
+    /// Copies f32 values to a new device buffer as bf16 (round to nearest even).
+    pub fn upload_bf16(&self, data: &[f32], what: &str) -> Result<DeviceBuffer> {
+        let bits: Vec<u16> = data.iter().map(|v| half::bf16::from_f32(*v).to_bits()).collect();
+        let buf = self.alloc(bits.len() * 2, what)?;
+        // SAFETY: as in upload_f32.
+        unsafe { result::memcpy_htod_sync(buf.ptr, &bits) }.map_err(cuda_error(format!("uploading {what}")))?;
+        Ok(buf)
+    }
+
+    /// Copies i32 values to a new device buffer.
+    pub fn upload_i32(&self, data: &[i32], what: &str) -> Result<DeviceBuffer> {
+        let buf = self.alloc(std::mem::size_of_val(data), what)?;
+        // SAFETY: as in upload_f32.
+        unsafe { result::memcpy_htod_sync(buf.ptr, data) }.map_err(cuda_error(format!("uploading {what}")))?;
+        Ok(buf)
+    }
+
+    /// Overwrites the start of a buffer with f32 values.
+    pub fn write_f32(&self, buf: &DeviceBuffer, data: &[f32]) -> Result<()> {
+        assert!(
+            std::mem::size_of_val(data) <= buf.bytes,
+            "write past the end of a device buffer"
+        );
+        // SAFETY: bounds checked above; synchronous copy.
+        unsafe { result::memcpy_htod_sync(buf.ptr, data) }.map_err(cuda_error("writing a device buffer"))
+    }
+
+    /// Waits for the stream, then copies the first `n` f32 values back.
+    pub fn download_f32(&self, buf: &DeviceBuffer, n: usize) -> Result<Vec<f32>> {
+        assert!(n * 4 <= buf.bytes, "read past the end of a device buffer");
+        self.synchronize()?;
+        let mut out = vec![0.0f32; n];
+        // SAFETY: bounds checked above; the stream is idle.
+        unsafe { result::memcpy_dtoh_sync(&mut out, buf.ptr) }.map_err(cuda_error("downloading results"))?;
+        Ok(out)
+    }
+
+    /// Waits for the stream, then copies `n` bf16 values back as f32.
+    pub fn download_bf16(&self, buf: &DeviceBuffer, n: usize) -> Result<Vec<f32>> {
+        assert!(n * 2 <= buf.bytes, "read past the end of a device buffer");
+        self.synchronize()?;
+        let mut bits = vec![0u16; n];
+        // SAFETY: bounds checked above; the stream is idle.
+        unsafe { result::memcpy_dtoh_sync(&mut bits, buf.ptr) }.map_err(cuda_error("downloading results"))?;
+        Ok(bits.into_iter().map(|b| half::bf16::from_bits(b).to_f32()).collect())
+    }
+
+    /// Blocks until the stream is idle, reporting any asynchronous kernel fault.
+    pub fn synchronize(&self) -> Result<()> {
+        self.stream.synchronize().map_err(cuda_error("waiting for the GPU"))
+    }
+}
+
+/// Device memory owned by this process; freed on drop.
+#[derive(Debug)]
+pub struct DeviceBuffer {
+    ptr: CUdeviceptr,
+    bytes: usize,
+    ctx: Arc<CudaContext>,
+    allocated: Arc<AtomicUsize>,
+}
+
+impl DeviceBuffer {
+    /// The device address.
+    pub fn ptr(&self) -> CUdeviceptr {
+        self.ptr
+    }
+    /// Size in bytes.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        // Errors while freeing at exit cannot be acted on; the driver reclaims the
+        // memory with the context anyway.
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: `ptr` came from malloc_sync on this context and is freed only here.
+        let _ = unsafe { result::free_sync(self.ptr) };
+        self.allocated.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}

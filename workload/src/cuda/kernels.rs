@@ -1,0 +1,391 @@
+//! Our CUDA kernels: sources (one `.cu` per family), NVRTC compilation, a cache of
+//! loaded functions keyed by a typed [`Kernel`] id, and the launch primitive.
+//!
+//! Compilation needs NVRTC only, not a GPU, so CI compiles every family for sm_90 to
+//! catch kernel errors before anyone spends GPU time on them.
+
+use std::collections::HashMap;
+use std::ffi::{CStr, CString, c_void};
+use std::sync::Arc;
+
+use cudarc::driver::sys::CUdeviceptr;
+use cudarc::driver::{CudaFunction, CudaModule, result};
+use cudarc::nvrtc::Ptx;
+
+use super::gpu::{Gpu, cuda_error};
+use crate::error::{Result, WorkloadError};
+
+const PRELUDE: &str = include_str!("kernels/prelude.cuh");
+
+/// A kernel source file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// `elementwise.cu`: im2col, token assembly, embeddings, gathers, GELU, pooling.
+    Elementwise,
+    /// `norm.cu`: residual add + layer norm.
+    Norm,
+    /// `attention.cu`: fused attention.
+    Attention,
+}
+
+impl Family {
+    /// Every family.
+    pub const ALL: [Family; 3] = [Family::Elementwise, Family::Norm, Family::Attention];
+
+    /// The source file's name.
+    pub fn file(self) -> &'static str {
+        match self {
+            Family::Elementwise => "elementwise.cu",
+            Family::Norm => "norm.cu",
+            Family::Attention => "attention.cu",
+        }
+    }
+
+    /// The full source NVRTC compiles: the prelude, then the family's file.
+    pub fn source(self) -> String {
+        let body = match self {
+            Family::Elementwise => include_str!("kernels/elementwise.cu"),
+            Family::Norm => include_str!("kernels/norm.cu"),
+            Family::Attention => include_str!("kernels/attention.cu"),
+        };
+        format!("{PRELUDE}\n{body}")
+    }
+}
+
+/// Element type of activations in a kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dtype {
+    /// 32-bit float.
+    F32,
+    /// bfloat16.
+    Bf16,
+}
+
+impl Dtype {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            Dtype::F32 => 4,
+            Dtype::Bf16 => 2,
+        }
+    }
+    fn suffix(self) -> &'static str {
+        match self {
+            Dtype::F32 => "f32",
+            Dtype::Bf16 => "bf16",
+        }
+    }
+}
+
+/// How the attention kernel multiplies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AttentionMath {
+    /// bf16 tensor cores (mma.m16n8k16).
+    Bf16,
+    /// TF32 tensor cores on f32 data (mma.m16n8k8).
+    Tf32,
+    /// Plain f32 FMA.
+    F32,
+}
+
+/// One kernel entry point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kernel {
+    /// Images to patch rows.
+    Im2col(Dtype),
+    /// [CLS] + patches + detection tokens + positions.
+    AssembleVision(Dtype),
+    /// BERT word + position + type embeddings.
+    EmbedText,
+    /// Copy a run of rows per sample.
+    GatherRows(Dtype),
+    /// Logits and sigmoid boxes to f32.
+    VisionOutput(Dtype),
+    /// Exact GELU in place.
+    Gelu(Dtype),
+    /// Masked mean pooling + L2 normalisation.
+    MeanPoolNormalize,
+    /// Residual add + layer norm.
+    AddLayerNorm(Dtype),
+    /// Fused attention for a head size (32 or 64).
+    Attention(AttentionMath, usize),
+}
+
+impl Kernel {
+    /// The source file that defines it.
+    pub fn family(self) -> Family {
+        match self {
+            Kernel::AddLayerNorm(_) => Family::Norm,
+            Kernel::Attention(..) => Family::Attention,
+            _ => Family::Elementwise,
+        }
+    }
+
+    /// The `extern "C"` name, `{op}_{dtype}`.
+    pub fn entry(self) -> String {
+        match self {
+            Kernel::Im2col(d) => format!("im2col_{}", d.suffix()),
+            Kernel::AssembleVision(d) => format!("assemble_vision_{}", d.suffix()),
+            Kernel::EmbedText => "embed_text_f32".into(),
+            Kernel::GatherRows(d) => format!("gather_rows_{}", d.suffix()),
+            Kernel::VisionOutput(d) => format!("vision_output_{}", d.suffix()),
+            Kernel::Gelu(d) => format!("gelu_{}", d.suffix()),
+            Kernel::MeanPoolNormalize => "mean_pool_normalize_f32".into(),
+            Kernel::AddLayerNorm(d) => format!("add_layernorm_{}", d.suffix()),
+            Kernel::Attention(m, d) => {
+                let m = match m {
+                    AttentionMath::Bf16 => "bf16",
+                    AttentionMath::Tf32 => "tf32",
+                    AttentionMath::F32 => "f32",
+                };
+                format!("attention_{m}_d{d}")
+            }
+        }
+    }
+
+    /// Every entry point the sources define (for the compile test).
+    pub fn all() -> Vec<Kernel> {
+        let mut all = vec![Kernel::EmbedText, Kernel::MeanPoolNormalize];
+        for d in [Dtype::F32, Dtype::Bf16] {
+            all.extend([
+                Kernel::Im2col(d),
+                Kernel::AssembleVision(d),
+                Kernel::GatherRows(d),
+                Kernel::VisionOutput(d),
+                Kernel::Gelu(d),
+                Kernel::AddLayerNorm(d),
+            ]);
+        }
+        for m in [AttentionMath::Bf16, AttentionMath::Tf32, AttentionMath::F32] {
+            for d in [32, 64] {
+                all.push(Kernel::Attention(m, d));
+            }
+        }
+        all
+    }
+}
+
+/// Compiled code for one family.
+#[derive(Debug, Clone)]
+pub struct CompiledFamily {
+    /// The family.
+    pub family: Family,
+    /// A CUBIN for `sm_XX` targets.
+    pub image: Vec<u8>,
+    /// NVRTC's log (ptxas resource usage when `verbose`).
+    pub log: String,
+}
+
+/// NVRTC's version, or a clear error when libnvrtc is missing.
+pub fn nvrtc_version() -> Result<(i32, i32)> {
+    nvrtc_present()?;
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: plain out-parameters.
+    unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) }
+        .result()
+        .map_err(|e| WorkloadError::KernelCompile {
+            module: "nvrtc".into(),
+            log: format!("{e:?}"),
+        })?;
+    Ok((major, minor))
+}
+
+fn nvrtc_present() -> Result<()> {
+    // SAFETY: only tries to dlopen the library.
+    if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        Ok(())
+    } else {
+        Err(WorkloadError::MissingLibrary {
+            library: "libnvrtc.so.13".into(),
+            hint: "install the CUDA 13 toolkit's NVRTC (or the PyPI wheel nvidia-cuda-nvrtc) and add its lib directory to LD_LIBRARY_PATH".into(),
+        })
+    }
+}
+
+/// Compiles one family to a CUBIN for `arch` (e.g. `sm_90`). Needs NVRTC, not a GPU.
+pub fn compile_family(family: Family, arch: &str, verbose: bool) -> Result<CompiledFamily> {
+    use cudarc::nvrtc::sys;
+    nvrtc_present()?;
+    let fail = |log: String| WorkloadError::KernelCompile {
+        module: family.file().into(),
+        log,
+    };
+    let src = CString::new(family.source()).map_err(|_| fail("source contains a NUL byte".into()))?;
+    let name = CString::new(family.file()).map_err(|_| fail("bad name".into()))?;
+    let prog = cudarc::nvrtc::result::create_program(&src, Some(&name)).map_err(|e| fail(format!("{e:?}")))?;
+    let mut options = vec![
+        format!("--gpu-architecture={arch}"),
+        "--std=c++17".to_string(),
+        "--fmad=true".to_string(),
+    ];
+    if verbose {
+        options.push("--ptxas-options=-v".into());
+    }
+    // SAFETY: `prog` is a live program; the options outlive the call.
+    let compiled = unsafe { cudarc::nvrtc::result::compile_program(prog, &options) };
+    // SAFETY: as above.
+    let log = unsafe { cudarc::nvrtc::result::get_program_log(prog) }
+        .map(|raw| {
+            // SAFETY: NVRTC returns a NUL-terminated string.
+            unsafe { CStr::from_ptr(raw.as_ptr()) }.to_string_lossy().into_owned()
+        })
+        .unwrap_or_default();
+    let result = compiled.map_err(|e| fail(format!("{e:?}\n{log}"))).and_then(|()| {
+        let mut size = 0usize;
+        // SAFETY: `prog` compiled successfully; `image` has `size` bytes.
+        unsafe { sys::nvrtcGetCUBINSize(prog, &mut size) }
+            .result()
+            .map_err(|e| fail(format!("no CUBIN for {arch}: {e:?}")))?;
+        let mut image = vec![0u8; size];
+        // SAFETY: as above.
+        unsafe { sys::nvrtcGetCUBIN(prog, image.as_mut_ptr().cast()) }
+            .result()
+            .map_err(|e| fail(format!("{e:?}")))?;
+        Ok(image)
+    });
+    // SAFETY: destroyed once, after its last use.
+    let _ = unsafe { cudarc::nvrtc::result::destroy_program(prog) };
+    Ok(CompiledFamily {
+        family,
+        image: result?,
+        log,
+    })
+}
+
+/// Loaded kernel modules and their functions, on one GPU.
+#[derive(Debug)]
+pub struct KernelCache {
+    modules: HashMap<Family, Arc<CudaModule>>,
+    functions: HashMap<Kernel, CudaFunction>,
+}
+
+impl KernelCache {
+    /// Compiles every family for this GPU's architecture and loads it.
+    pub fn load(gpu: &Gpu) -> Result<Self> {
+        let (major, minor) = gpu.info().compute_capability;
+        let arch = format!("sm_{major}{minor}");
+        let mut modules = HashMap::new();
+        for family in Family::ALL {
+            let compiled = compile_family(family, &arch, false)?;
+            let module = gpu
+                .context()
+                .load_module(Ptx::from_binary(compiled.image))
+                .map_err(cuda_error(format!("loading kernels {}", family.file())))?;
+            modules.insert(family, module);
+        }
+        Ok(Self {
+            modules,
+            functions: HashMap::new(),
+        })
+    }
+
+    /// The function for `kernel`, loaded on first use.
+    pub fn get(&mut self, kernel: Kernel) -> Result<CudaFunction> {
+        if let Some(f) = self.functions.get(&kernel) {
+            return Ok(f.clone());
+        }
+        let module = &self.modules[&kernel.family()];
+        let f = module
+            .load_function(&kernel.entry())
+            .map_err(cuda_error(format!("finding kernel {}", kernel.entry())))?;
+        self.functions.insert(kernel, f.clone());
+        Ok(f)
+    }
+}
+
+/// Kernel parameters, each in an 8-byte slot (the driver reads as many bytes as the
+/// parameter's type has, from the slot's start: little-endian values fit).
+#[derive(Debug, Default, Clone)]
+pub struct Args {
+    slots: Vec<u64>,
+}
+
+impl Args {
+    /// No parameters yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// A device pointer.
+    pub fn ptr(mut self, p: CUdeviceptr) -> Self {
+        self.slots.push(p);
+        self
+    }
+    /// A null pointer.
+    pub fn null(self) -> Self {
+        self.ptr(0)
+    }
+    /// An `int`.
+    pub fn i32(mut self, v: i32) -> Self {
+        self.slots.push(v as u32 as u64);
+        self
+    }
+    /// A `long`.
+    pub fn i64(mut self, v: i64) -> Self {
+        self.slots.push(v as u64);
+        self
+    }
+    /// A `float`.
+    pub fn f32(mut self, v: f32) -> Self {
+        self.slots.push(v.to_bits() as u64);
+        self
+    }
+}
+
+/// Grid, block and dynamic shared memory of a launch.
+#[derive(Debug, Clone, Copy)]
+pub struct Launch {
+    /// Blocks.
+    pub grid: (u32, u32, u32),
+    /// Threads per block.
+    pub block: (u32, u32, u32),
+}
+
+impl Launch {
+    /// A grid-stride launch over `n` elements: 256 threads a block, at most 32 blocks
+    /// per multiprocessor.
+    pub fn elementwise(n: usize, sm_count: u32) -> Self {
+        let blocks = n.div_ceil(256).clamp(1, sm_count as usize * 32) as u32;
+        Self {
+            grid: (blocks, 1, 1),
+            block: (256, 1, 1),
+        }
+    }
+}
+
+/// Enqueues `f` on the GPU's stream.
+pub fn launch(gpu: &Gpu, f: &CudaFunction, cfg: Launch, args: &Args, name: &str) -> Result<()> {
+    let mut params: Vec<*mut c_void> = args.slots.iter().map(|s| s as *const u64 as *mut c_void).collect();
+    // SAFETY: `f` belongs to a module held by the KernelCache, alive for the call; each
+    // parameter points at a slot that lives until cuLaunchKernel returns (it copies
+    // them); the kernel's signature matches the Args built by its one caller in
+    // `ops.rs`, which also checks every buffer's size against the launch's extent.
+    unsafe {
+        result::launch_kernel(
+            f.cu_function(),
+            cfg.grid,
+            cfg.block,
+            0,
+            gpu.stream().cu_stream(),
+            &mut params,
+        )
+    }
+    .map_err(cuda_error(format!("launching {name}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_names_follow_op_dtype() {
+        assert_eq!(Kernel::AddLayerNorm(Dtype::Bf16).entry(), "add_layernorm_bf16");
+        assert_eq!(Kernel::Attention(AttentionMath::Tf32, 64).entry(), "attention_tf32_d64");
+        assert_eq!(Kernel::Im2col(Dtype::F32).family(), Family::Elementwise);
+    }
+
+    #[test]
+    fn args_pack_little_endian_slots() {
+        let a = Args::new().ptr(0x1000).i32(-1).f32(1.5).i64(7);
+        assert_eq!(a.slots, vec![0x1000, 0xffff_ffff, 1.5f32.to_bits() as u64, 7]);
+    }
+}

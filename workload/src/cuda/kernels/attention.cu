@@ -1,0 +1,410 @@
+// Fused multi-head self-attention (FlashAttention-2 style: online softmax, the T×T
+// score matrix never leaves registers). Input is the fused QKV matrix [batch·seq, 3H]
+// (per row: all query heads, all key heads, all value heads); output [batch·seq, H].
+// Keys at positions >= lens[b] are masked (BERT padding); lens may be null.
+// Grid: (ceil(seq / 64), heads, batch). Entry points: attention_{bf16,tf32,f32}_d{32,64}.
+// `scale_log2` = log2(e) / sqrt(head_dim): scores are kept in base-2 units for ex2.
+
+__device__ __forceinline__ u32 smem_u32(const void* p) {
+    u32 r;
+    asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
+    return r;
+}
+
+// 16-byte global→shared copy; zero-fills when !valid (the source is then not read).
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldsm_x4(u32& r0, u32& r1, u32& r2, u32& r3, const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldsm_x4_t(u32& r0, u32& r1, u32& r2, u32& r3, const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(smem_u32(p)));
+}
+
+__device__ __forceinline__ void mma_bf16(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ u32 to_tf32(float f) {
+    u32 r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
+    return r;
+}
+
+__device__ __forceinline__ void mma_tf32(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Element offset of 16-byte chunk `chunk` of tile row `row`, XOR-swizzled so that the
+// eight rows one ldmatrix reads at the same logical chunk land in eight bank groups.
+template <int D> __device__ __forceinline__ int swz(int row, int chunk) {
+    constexpr int CH = D / 8;             // chunks per row
+    constexpr int SH = (D == 64) ? 0 : 1; // D=32: two rows share a 128-byte line
+    return row * D + ((chunk ^ ((row >> SH) & (CH - 1))) * 8);
+}
+
+// Issues the cp.async copies of one key/value tile (rows >= limit are zero-filled).
+template <int D, int BK, int THREADS>
+__device__ __forceinline__ void load_kv_bf16(bf16_t* sk, bf16_t* sv, const bf16_t* base, int tile, int seq, int limit,
+                                             long stride, int hidden, int tid) {
+    constexpr int CH = D / 8;
+#pragma unroll
+    for (int i = tid; i < BK * CH; i += THREADS) {
+        int r = i / CH, c = i % CH, t = tile * BK + r;
+        const bf16_t* src = base + (long)min(t, seq - 1) * stride + c * 8;
+        cp_async16(&sk[swz<D>(r, c)], src + hidden, t < limit);
+        cp_async16(&sv[swz<D>(r, c)], src + 2 * hidden, t < limit);
+    }
+}
+
+template <int D, int BK, int THREADS>
+__device__ __forceinline__ void load_kv_tf32(float* sk, float* sv, const float* base, int tile, int seq, int limit,
+                                             long stride, int hidden, int tid) {
+    constexpr int CH = D / 4, LD = D + 4;
+#pragma unroll
+    for (int i = tid; i < BK * CH; i += THREADS) {
+        int r = i / CH, c = i % CH, t = tile * BK + r;
+        const float* src = base + (long)min(t, seq - 1) * stride + c * 4;
+        cp_async16(&sk[r * LD + c * 4], src + hidden, t < limit);
+        cp_async16(&sv[r * LD + c * 4], src + 2 * hidden, t < limit);
+    }
+}
+
+// Online-softmax update shared by the tensor-core kernels: one thread holds two rows
+// (g and g+8) of a warp's 16-row score tile, NT n-tiles of 8 keys, 2 values per row each.
+template <int NT>
+__device__ __forceinline__ void online_softmax(float (&s)[NT][4], float& m0, float& m1, float& l0, float& l1,
+                                               float& alpha0, float& alpha1, float scale_log2, int key0,
+                                               int limit, int lane) {
+    if (key0 + NT * 8 > limit) {
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (key0 + nt * 8 + (lane & 3) * 2 + (e & 1) >= limit) s[nt][e] = NEG_INF;
+    }
+    float mx0 = m0, mx1 = m1;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]) * scale_log2);
+        mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]) * scale_log2);
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    // The first tile always holds key 0, so mx is finite from then on; exp2(-inf) = 0.
+    alpha0 = fast_exp2(m0 - mx0);
+    alpha1 = fast_exp2(m1 - mx1);
+    m0 = mx0;
+    m1 = mx1;
+    float r0 = 0.0f, r1 = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        s[nt][0] = fast_exp2(s[nt][0] * scale_log2 - mx0);
+        s[nt][1] = fast_exp2(s[nt][1] * scale_log2 - mx0);
+        s[nt][2] = fast_exp2(s[nt][2] * scale_log2 - mx1);
+        s[nt][3] = fast_exp2(s[nt][3] * scale_log2 - mx1);
+        r0 += s[nt][0] + s[nt][1];
+        r1 += s[nt][2] + s[nt][3];
+    }
+    // Partial row sums per thread; the quad's four parts are added at the end.
+    l0 = l0 * alpha0 + r0;
+    l1 = l1 * alpha1 + r1;
+}
+
+// ---- bf16: mma.m16n8k16, ldmatrix, cp.async double buffering -------------------------
+template <int D>
+__device__ void attention_bf16(const bf16_t* __restrict__ qkv, bf16_t* __restrict__ out, const int* __restrict__ lens,
+                               int seq, int heads, float scale_log2) {
+    constexpr int BQ = 64, BK = 64, THREADS = 128, CH = D / 8;
+    __shared__ __align__(128) bf16_t sQ[BQ * D];
+    __shared__ __align__(128) bf16_t sK[2][BK * D];
+    __shared__ __align__(128) bf16_t sV[2][BK * D];
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int q0 = blockIdx.x * BQ, h = blockIdx.y, b = blockIdx.z;
+    const int hidden = heads * D;
+    const long stride = 3L * hidden;
+    const bf16_t* base = qkv + (long)b * seq * stride + h * D;
+    const int limit = lens != nullptr ? lens[b] : seq;
+    const int ntiles = (limit + BK - 1) / BK;
+
+    for (int i = tid; i < BQ * CH; i += THREADS) {
+        int r = i / CH, c = i % CH, t = q0 + r;
+        cp_async16(&sQ[swz<D>(r, c)], base + (long)min(t, seq - 1) * stride + c * 8, t < seq);
+    }
+    load_kv_bf16<D, BK, THREADS>(sK[0], sV[0], base, 0, seq, limit, stride, hidden, tid);
+    cp_async_commit();
+
+    float o[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.0f, l1 = 0.0f;
+    u32 qf[D / 16][4];
+
+    for (int j = 0; j < ntiles; j++) {
+        if (j + 1 < ntiles)
+            load_kv_bf16<D, BK, THREADS>(sK[(j + 1) & 1], sV[(j + 1) & 1], base, j + 1, seq, limit, stride, hidden, tid);
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+        if (j == 0) {
+#pragma unroll
+            for (int kc = 0; kc < D / 16; kc++) {
+                int r = warp * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
+                ldsm_x4(qf[kc][0], qf[kc][1], qf[kc][2], qf[kc][3], &sQ[swz<D>(r, kc * 2 + (lane >> 4))]);
+            }
+        }
+        const bf16_t* ks = sK[j & 1];
+        const bf16_t* vs = sV[j & 1];
+
+        float s[BK / 8][4];
+#pragma unroll
+        for (int i = 0; i < BK / 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+        for (int np = 0; np < BK / 16; np++) {
+#pragma unroll
+            for (int kc = 0; kc < D / 16; kc++) {
+                int r = np * 16 + (lane & 7) + ((lane >> 4) << 3);
+                u32 b0, b1, b2, b3;
+                ldsm_x4(b0, b1, b2, b3, &ks[swz<D>(r, kc * 2 + ((lane >> 3) & 1))]);
+                mma_bf16(s[2 * np], qf[kc][0], qf[kc][1], qf[kc][2], qf[kc][3], b0, b1);
+                mma_bf16(s[2 * np + 1], qf[kc][0], qf[kc][1], qf[kc][2], qf[kc][3], b2, b3);
+            }
+        }
+
+        float a0, a1;
+        online_softmax<BK / 8>(s, m0, m1, l0, l1, a0, a1, scale_log2, j * BK, limit, lane);
+#pragma unroll
+        for (int i = 0; i < D / 8; i++) {
+            o[i][0] *= a0;
+            o[i][1] *= a0;
+            o[i][2] *= a1;
+            o[i][3] *= a1;
+        }
+
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++) {
+            u32 p0 = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
+            u32 p1 = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
+            u32 p2 = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            u32 p3 = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+            for (int dp = 0; dp < D / 16; dp++) {
+                int r = kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
+                u32 b0, b1, b2, b3;
+                ldsm_x4_t(b0, b1, b2, b3, &vs[swz<D>(r, dp * 2 + (lane >> 4))]);
+                mma_bf16(o[2 * dp], p0, p1, p2, p3, b0, b1);
+                mma_bf16(o[2 * dp + 1], p0, p1, p2, p3, b2, b3);
+            }
+        }
+        __syncthreads();
+    }
+
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+    const int r0 = q0 + warp * 16 + (lane >> 2), r1 = r0 + 8;
+    bf16_t* ob = out + (long)b * seq * hidden + h * D + (lane & 3) * 2;
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) {
+        if (r0 < seq) *(u32*)&ob[(long)r0 * hidden + i * 8] = pack_bf16x2(o[i][0] * inv0, o[i][1] * inv0);
+        if (r1 < seq) *(u32*)&ob[(long)r1 * hidden + i * 8] = pack_bf16x2(o[i][2] * inv1, o[i][3] * inv1);
+    }
+}
+
+// ---- tf32: mma.m16n8k8 on f32 data, padded shared tiles ------------------------------
+// The P·V product permutes keys inside each 8-key step (k = t ↔ key 2t, k = t+4 ↔ key
+// 2t+1) so that the score accumulators serve as A fragments without shuffles; V rows are
+// read with the same permutation, which leaves the sum unchanged.
+template <int D>
+__device__ void attention_tf32(const float* __restrict__ qkv, float* __restrict__ out, const int* __restrict__ lens,
+                               int seq, int heads, float scale_log2) {
+    constexpr int BQ = 64, BK = 32, THREADS = 128, LD = D + 4, CH = D / 4;
+    __shared__ __align__(16) float sK[2][BK * LD];
+    __shared__ __align__(16) float sV[2][BK * LD];
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int q0 = blockIdx.x * BQ, h = blockIdx.y, b = blockIdx.z;
+    const int hidden = heads * D;
+    const long stride = 3L * hidden;
+    const float* base = qkv + (long)b * seq * stride + h * D;
+    const int limit = lens != nullptr ? lens[b] : seq;
+    const int ntiles = (limit + BK - 1) / BK;
+
+    load_kv_tf32<D, BK, THREADS>(sK[0], sV[0], base, 0, seq, limit, stride, hidden, tid);
+    cp_async_commit();
+
+    // Query fragments straight from global memory, once.
+    u32 qf[D / 8][4];
+    {
+        const int ra = q0 + warp * 16 + g, rb = ra + 8;
+        const float* qa = base + (long)min(ra, seq - 1) * stride;
+        const float* qb = base + (long)min(rb, seq - 1) * stride;
+#pragma unroll
+        for (int kc = 0; kc < D / 8; kc++) {
+            qf[kc][0] = to_tf32(ra < seq ? qa[kc * 8 + t4] : 0.0f);
+            qf[kc][1] = to_tf32(rb < seq ? qb[kc * 8 + t4] : 0.0f);
+            qf[kc][2] = to_tf32(ra < seq ? qa[kc * 8 + t4 + 4] : 0.0f);
+            qf[kc][3] = to_tf32(rb < seq ? qb[kc * 8 + t4 + 4] : 0.0f);
+        }
+    }
+
+    float o[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.0f, l1 = 0.0f;
+
+    for (int j = 0; j < ntiles; j++) {
+        if (j + 1 < ntiles)
+            load_kv_tf32<D, BK, THREADS>(sK[(j + 1) & 1], sV[(j + 1) & 1], base, j + 1, seq, limit, stride, hidden, tid);
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+        const float* ks = sK[j & 1];
+        const float* vs = sV[j & 1];
+
+        float s[BK / 8][4];
+#pragma unroll
+        for (int i = 0; i < BK / 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+        for (int kc = 0; kc < D / 8; kc++) {
+#pragma unroll
+            for (int nt = 0; nt < BK / 8; nt++) {
+                const float* kr = &ks[(nt * 8 + g) * LD + kc * 8 + t4];
+                mma_tf32(s[nt], qf[kc][0], qf[kc][1], qf[kc][2], qf[kc][3], to_tf32(kr[0]), to_tf32(kr[4]));
+            }
+        }
+
+        float a0, a1;
+        online_softmax<BK / 8>(s, m0, m1, l0, l1, a0, a1, scale_log2, j * BK, limit, lane);
+#pragma unroll
+        for (int i = 0; i < D / 8; i++) {
+            o[i][0] *= a0;
+            o[i][1] *= a0;
+            o[i][2] *= a1;
+            o[i][3] *= a1;
+        }
+
+#pragma unroll
+        for (int kk = 0; kk < BK / 8; kk++) {
+            u32 p0 = to_tf32(s[kk][0]), p1 = to_tf32(s[kk][2]), p2 = to_tf32(s[kk][1]), p3 = to_tf32(s[kk][3]);
+            const float* v0 = &vs[(kk * 8 + 2 * t4) * LD + g];
+#pragma unroll
+            for (int dt = 0; dt < D / 8; dt++) {
+                mma_tf32(o[dt], p0, p1, p2, p3, to_tf32(v0[dt * 8]), to_tf32(v0[LD + dt * 8]));
+            }
+        }
+        __syncthreads();
+    }
+
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+    const int r0 = q0 + warp * 16 + g, r1 = r0 + 8;
+    float* ob = out + (long)b * seq * hidden + h * D + t4 * 2;
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) {
+        float2 v0, v1;
+        v0.x = o[i][0] * inv0;
+        v0.y = o[i][1] * inv0;
+        v1.x = o[i][2] * inv1;
+        v1.y = o[i][3] * inv1;
+        if (r0 < seq) *(float2*)&ob[(long)r0 * hidden + i * 8] = v0;
+        if (r1 < seq) *(float2*)&ob[(long)r1 * hidden + i * 8] = v1;
+    }
+}
+
+// ---- f32: plain FMA, one thread per query row (the accuracy reference on the GPU) ----
+template <int D>
+__device__ void attention_f32(const float* __restrict__ qkv, float* __restrict__ out, const int* __restrict__ lens,
+                              int seq, int heads, float scale_log2) {
+    constexpr int BQ = 64, BK = 32;
+    __shared__ float sK[BK][D];
+    __shared__ float sV[BK][D];
+    const int q0 = blockIdx.x * BQ, h = blockIdx.y, b = blockIdx.z;
+    const int t = q0 + threadIdx.x;
+    const int hidden = heads * D;
+    const long stride = 3L * hidden;
+    const float* base = qkv + (long)b * seq * stride + h * D;
+    const int limit = lens != nullptr ? lens[b] : seq;
+
+    float q[D], o[D];
+#pragma unroll
+    for (int d = 0; d < D; d++) {
+        q[d] = t < seq ? base[(long)t * stride + d] * scale_log2 : 0.0f;
+        o[d] = 0.0f;
+    }
+    float m = NEG_INF, l = 0.0f;
+    for (int k0 = 0; k0 < limit; k0 += BK) {
+        __syncthreads();
+        for (int i = threadIdx.x; i < BK * D; i += BQ) {
+            int r = i / D, d = i % D, kt = k0 + r;
+            bool ok = kt < limit;
+            sK[r][d] = ok ? base[(long)kt * stride + hidden + d] : 0.0f;
+            sV[r][d] = ok ? base[(long)kt * stride + 2 * hidden + d] : 0.0f;
+        }
+        __syncthreads();
+        float s[BK];
+        float mx = m;
+#pragma unroll
+        for (int j = 0; j < BK; j++) {
+            float acc = 0.0f;
+#pragma unroll
+            for (int d = 0; d < D; d++) acc = fmaf(q[d], sK[j][d], acc);
+            s[j] = k0 + j < limit ? acc : NEG_INF;
+            mx = fmaxf(mx, s[j]);
+        }
+        const float alpha = fast_exp2(m - mx);
+        m = mx;
+        l *= alpha;
+#pragma unroll
+        for (int d = 0; d < D; d++) o[d] *= alpha;
+#pragma unroll
+        for (int j = 0; j < BK; j++) {
+            float p = fast_exp2(s[j] - mx);
+            l += p;
+#pragma unroll
+            for (int d = 0; d < D; d++) o[d] = fmaf(p, sV[j][d], o[d]);
+        }
+    }
+    if (t < seq) {
+        float inv = 1.0f / l;
+        float* ob = out + ((long)b * seq + t) * hidden + h * D;
+#pragma unroll
+        for (int d = 0; d < D; d++) ob[d] = o[d] * inv;
+    }
+}
+
+#define ATTENTION_ENTRY(KIND, T, D)                                                                         \
+    extern "C" __global__ void __launch_bounds__(128, 1) attention_##KIND##_d##D(const T* qkv, T* out, const int* lens, \
+                                                                              int seq, int heads, float scale_log2) { \
+        attention_##KIND<D>(qkv, out, lens, seq, heads, scale_log2);                                         \
+    }
+ATTENTION_ENTRY(bf16, bf16_t, 32)
+ATTENTION_ENTRY(bf16, bf16_t, 64)
+ATTENTION_ENTRY(tf32, float, 32)
+ATTENTION_ENTRY(tf32, float, 64)
+ATTENTION_ENTRY(f32, float, 32)
+ATTENTION_ENTRY(f32, float, 64)

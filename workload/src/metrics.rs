@@ -1,0 +1,258 @@
+//! The metrics contract (DESIGN.md), the only coupling between workload and harness:
+//! `inference_time_seconds` (histogram), `inference_errors_total{kind}`,
+//! `workload_info{...} 1`, `workload_gpu_memory_used_bytes`, `workload_ready`, all with
+//! constant labels `pod` and `strategy`.
+
+use std::collections::HashMap;
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+use crate::backend::DeviceInfo;
+use crate::config::{Precision, Preset};
+use crate::error::{Result, WorkloadError};
+
+/// Histogram buckets per decade. 10^(1/25) = 1.0965: neighbouring upper bounds differ
+/// by under 10%, so `histogram_quantile`'s linear interpolation inside a bucket is off
+/// by at most that bucket's width (usually far less).
+pub const BUCKETS_PER_DECADE: i32 = 25;
+/// Smallest bucket bound: 10 µs.
+pub const MIN_BUCKET_EXP: i32 = -5;
+/// Largest bucket bound: 100 s (then +Inf).
+pub const MAX_BUCKET_EXP: i32 = 2;
+
+/// Log-spaced upper bounds from 10 µs to 100 s, each rounded to 4 significant digits
+/// so the exposition stays readable.
+pub fn latency_buckets() -> Vec<f64> {
+    let n = (MAX_BUCKET_EXP - MIN_BUCKET_EXP) * BUCKETS_PER_DECADE;
+    (0..=n)
+        .map(|i| {
+            let v = 10f64.powf(MIN_BUCKET_EXP as f64 + i as f64 / BUCKETS_PER_DECADE as f64);
+            format!("{v:.3e}").parse::<f64>().unwrap_or(v)
+        })
+        .collect()
+}
+
+/// Who this process is, from the environment: `GPUSHARE_POD` (else `POD_NAME`, the
+/// Kubernetes downward API, else the host name) and `GPUSHARE_STRATEGY` (else `none`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// The `pod` label.
+    pub pod: String,
+    /// The `strategy` label.
+    pub strategy: String,
+}
+
+impl Identity {
+    /// Reads the identity from environment variables.
+    pub fn from_env() -> Self {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let pod = var("GPUSHARE_POD")
+            .or_else(|| var("POD_NAME"))
+            .or_else(|| var("HOSTNAME"))
+            .or_else(|| {
+                std::fs::read_to_string("/etc/hostname")
+                    .ok()
+                    .map(|s| s.trim().to_string())
+            })
+            .unwrap_or_else(|| "local".into());
+        let strategy = var("GPUSHARE_STRATEGY").unwrap_or_else(|| "none".into());
+        Self { pod, strategy }
+    }
+}
+
+/// The workload's registry and its metrics.
+#[derive(Debug, Clone)]
+pub struct WorkloadMetrics {
+    registry: Registry,
+    /// Seconds per inference (open loop: from arrival to completion).
+    pub inference_time: Histogram,
+    /// Failed or dropped inferences by kind.
+    pub errors: IntCounterVec,
+    /// Device memory this process allocated.
+    pub gpu_memory_used: IntGauge,
+    /// 1 once warmed up and serving.
+    pub ready: IntGauge,
+    /// Open loop: arrivals waiting for the engine.
+    pub queue_depth: IntGauge,
+    info: IntGaugeVec,
+}
+
+fn reg_err(e: prometheus::Error) -> WorkloadError {
+    WorkloadError::BadArgument(format!("metrics: {e}"))
+}
+
+impl WorkloadMetrics {
+    /// Registers every metric with the identity as constant labels.
+    pub fn new(id: &Identity) -> Result<Self> {
+        let mut labels = HashMap::new();
+        labels.insert("pod".to_string(), id.pod.clone());
+        labels.insert("strategy".to_string(), id.strategy.clone());
+        let registry = Registry::new_custom(None, Some(labels)).map_err(reg_err)?;
+        let inference_time = Histogram::with_opts(
+            HistogramOpts::new(
+                "inference_time_seconds",
+                "Seconds per inference (open loop: arrival to completion).",
+            )
+            .buckets(latency_buckets()),
+        )
+        .map_err(reg_err)?;
+        let errors = IntCounterVec::new(
+            Opts::new(
+                "inference_errors_total",
+                "Inferences that failed or were dropped, by kind.",
+            ),
+            &["kind"],
+        )
+        .map_err(reg_err)?;
+        let info = IntGaugeVec::new(
+            Opts::new(
+                "workload_info",
+                "The model, precision and device of this workload (value 1).",
+            ),
+            &[
+                "model",
+                "precision",
+                "device",
+                "device_name",
+                "sm_count",
+                "memory_total_bytes",
+            ],
+        )
+        .map_err(reg_err)?;
+        let gpu_memory_used = IntGauge::new(
+            "workload_gpu_memory_used_bytes",
+            "Device memory this process allocated (weights, activations, workspace, reserve).",
+        )
+        .map_err(reg_err)?;
+        let ready = IntGauge::new(
+            "workload_ready",
+            "1 once the model is warm and inferences are being measured.",
+        )
+        .map_err(reg_err)?;
+        let queue_depth = IntGauge::new(
+            "workload_queue_depth",
+            "Open loop: requests that arrived and wait for the engine.",
+        )
+        .map_err(reg_err)?;
+        for c in [
+            Box::new(inference_time.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(errors.clone()),
+            Box::new(info.clone()),
+            Box::new(gpu_memory_used.clone()),
+            Box::new(ready.clone()),
+            Box::new(queue_depth.clone()),
+        ] {
+            registry.register(c).map_err(reg_err)?;
+        }
+        // The error kinds exist from the start, at 0, so rate() works before the first error.
+        for kind in ["dropped", "failed"] {
+            errors.with_label_values(&[kind]);
+        }
+        Ok(Self {
+            registry,
+            inference_time,
+            errors,
+            gpu_memory_used,
+            ready,
+            queue_depth,
+            info,
+        })
+    }
+
+    /// Publishes the `workload_info` series.
+    pub fn set_info(&self, preset: Preset, precision: Precision, device: &DeviceInfo) {
+        let sm = device.sm_count.map(|v| v.to_string()).unwrap_or_default();
+        let mem = device.memory_total_bytes.map(|v| v.to_string()).unwrap_or_default();
+        self.info
+            .with_label_values(&[
+                preset.name(),
+                precision.name(),
+                device.device.name(),
+                &device.name,
+                &sm,
+                &mem,
+            ])
+            .set(1);
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        // Encoding our own registry into a Vec cannot fail.
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_log_spaced_within_ten_percent() {
+        let b = latency_buckets();
+        assert_eq!(b.first().copied(), Some(1e-5));
+        assert_eq!(b.last().copied(), Some(100.0));
+        assert_eq!(b.len(), 176);
+        for w in b.windows(2) {
+            let ratio = w[1] / w[0];
+            assert!(ratio > 1.0 && ratio <= 1.1, "{} → {} ratio {ratio}", w[0], w[1]);
+        }
+    }
+
+    #[test]
+    fn exposition_carries_the_contract() {
+        let id = Identity {
+            pod: "pod-3".into(),
+            strategy: "mps".into(),
+        };
+        let m = WorkloadMetrics::new(&id).expect("registry");
+        m.set_info(
+            Preset::Tiny,
+            Precision::Fp32,
+            &DeviceInfo {
+                device: crate::config::Device::Cpu,
+                name: "Test \"CPU\"".into(),
+                sm_count: None,
+                memory_total_bytes: None,
+            },
+        );
+        m.inference_time.observe(0.0123);
+        m.ready.set(1);
+        let text = m.render();
+        // Label order inside braces is not fixed; look for a line with all of them.
+        let has = |name: &str, labels: &[&str], value: &str| {
+            text.lines().any(|l| {
+                l.starts_with(&format!("{name}{{"))
+                    && labels.iter().all(|lab| l.contains(lab))
+                    && l.ends_with(&format!(" {value}"))
+            })
+        };
+        let id = [r#"pod="pod-3""#, r#"strategy="mps""#];
+        assert!(text.contains("# TYPE inference_time_seconds histogram"), "{text}");
+        assert!(has("inference_time_seconds_count", &id, "1"), "{text}");
+        assert!(
+            has("inference_time_seconds_bucket", &[id[0], id[1], r#"le="0.01318""#], "1"),
+            "{text}"
+        );
+        assert!(
+            has("inference_time_seconds_bucket", &[r#"le="0.01202""#], "0"),
+            "{text}"
+        );
+        assert!(
+            has("inference_errors_total", &[id[0], r#"kind="dropped""#], "0"),
+            "{text}"
+        );
+        assert!(
+            has(
+                "workload_info",
+                &[r#"device_name="Test \"CPU\"""#, r#"model="tiny""#],
+                "1"
+            ),
+            "{text}"
+        );
+        assert!(has("workload_ready", &id, "1"), "{text}");
+    }
+}

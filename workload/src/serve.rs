@@ -1,0 +1,136 @@
+//! Serving: bind the metrics endpoint, build the engine, warm up, then infer in a closed
+//! or open loop until SIGTERM/SIGINT. The engine runs on the calling thread; HTTP and
+//! signal handling run on a small tokio runtime beside it.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use crate::backend::Engine;
+use crate::cli::ServeArgs;
+use crate::error::{Result, WorkloadError};
+use crate::load::{ArrivalSchedule, LoadPattern};
+use crate::metrics::{Identity, WorkloadMetrics};
+use crate::server;
+
+/// Runs the workload until a stop signal; `Ok` means a clean stop (exit code 0).
+pub fn run(args: &ServeArgs) -> Result<()> {
+    let plan = args.model.plan(args.reserve_memory)?;
+    let listener = server::bind(&args.listen)?;
+    let identity = Identity::from_env();
+    let metrics = Arc::new(WorkloadMetrics::new(&identity)?);
+    let stop = Arc::new(AtomicBool::new(false));
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .thread_name("gpushare-http")
+        .build()
+        .map_err(|source| WorkloadError::Io {
+            what: "starting the runtime".into(),
+            source,
+        })?;
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let server = runtime.spawn(server::serve(listener, metrics.clone(), shutdown_rx));
+    {
+        let stop = stop.clone();
+        runtime.spawn(async move {
+            wait_for_signal().await;
+            stop.store(true, Ordering::SeqCst);
+        });
+    }
+
+    tracing::info!(model = %plan.preset, device = %plan.device, precision = %plan.precision, listen = %args.listen,
+        pod = %identity.pod, strategy = %identity.strategy, "loading");
+    let result = Engine::build(&plan).and_then(|mut engine| {
+        metrics.set_info(plan.preset, plan.precision, engine.info());
+        metrics.gpu_memory_used.set(engine.gpu_memory_used() as i64);
+        for _ in 0..args.warmup {
+            if stop.load(Ordering::SeqCst) {
+                return Ok(());
+            }
+            engine.infer()?;
+        }
+        metrics.ready.set(1);
+        tracing::info!(device_name = %engine.info().name, gflop = engine.flops() / 1e9, "ready");
+        match args.load.0 {
+            LoadPattern::Closed => closed_loop(&mut engine, &metrics, &stop),
+            LoadPattern::Poisson { rate } => open_loop(&mut engine, &metrics, &stop, rate, plan.seed, args.max_queue),
+        }
+    });
+    if let Err(e) = &result {
+        metrics.errors.with_label_values(&["failed"]).inc();
+        metrics.ready.set(0);
+        tracing::debug!(error = %e, "stopping after an error");
+    }
+    let _ = shutdown_tx.send(true);
+    let _ = runtime.block_on(server);
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    result
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        // Without signal handlers the process still dies on SIGTERM, just not cleanly.
+        _ => std::future::pending::<()>().await,
+    }
+}
+
+fn closed_loop(engine: &mut Engine, metrics: &WorkloadMetrics, stop: &AtomicBool) -> Result<()> {
+    while !stop.load(Ordering::Relaxed) {
+        let t0 = Instant::now();
+        engine.infer()?;
+        metrics.inference_time.observe(t0.elapsed().as_secs_f64());
+    }
+    Ok(())
+}
+
+/// Poisson arrivals; one engine serves them first come, first served. Latency runs from
+/// a request's scheduled arrival to its completion, so it includes queueing.
+fn open_loop(
+    engine: &mut Engine,
+    metrics: &WorkloadMetrics,
+    stop: &AtomicBool,
+    rate: f64,
+    seed: u64,
+    max_queue: usize,
+) -> Result<()> {
+    let start = Instant::now();
+    let mut schedule = ArrivalSchedule::new(rate, seed ^ 0xA11);
+    let mut queue: VecDeque<f64> = VecDeque::new();
+    let dropped = metrics.errors.with_label_values(&["dropped"]);
+    while !stop.load(Ordering::Relaxed) {
+        let now = start.elapsed().as_secs_f64();
+        while schedule.peek() <= now {
+            let t = schedule.pop();
+            if queue.len() >= max_queue {
+                dropped.inc();
+            } else {
+                queue.push_back(t);
+            }
+        }
+        metrics.queue_depth.set(queue.len() as i64);
+        match queue.pop_front() {
+            Some(arrival) => {
+                engine.infer()?;
+                metrics.inference_time.observe(start.elapsed().as_secs_f64() - arrival);
+            }
+            None => {
+                // Sleep until the next arrival, waking at least every 50 ms to see a stop.
+                let wait = (schedule.peek() - start.elapsed().as_secs_f64()).clamp(0.0, 0.05);
+                std::thread::sleep(Duration::from_secs_f64(wait));
+            }
+        }
+    }
+    Ok(())
+}

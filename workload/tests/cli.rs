@@ -1,0 +1,249 @@
+//! The real `gpushare-workload` binary, spawned on the CPU: it serves metrics, turns
+//! ready, counts inferences, stops cleanly on SIGTERM/SIGINT, and answers bad input
+//! with one line and the contract's exit code.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_gpushare-workload");
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A plain HTTP/1.0 GET; `None` while nothing listens.
+fn get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let status = text.split_whitespace().nth(1)?.parse().ok()?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Some((status, body))
+}
+
+fn metric(body: &str, name: &str) -> Option<f64> {
+    body.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with('{'))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+struct Workload {
+    child: Child,
+    port: u16,
+}
+
+impl Workload {
+    fn spawn(extra: &[&str]) -> Self {
+        let port = free_port();
+        let child = Command::new(BIN)
+            .args([
+                "--model",
+                "tiny",
+                "--device",
+                "cpu",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .args(extra)
+            .env("GPUSHARE_POD", "test-pod-0")
+            .env("GPUSHARE_STRATEGY", "time-slicing")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn the workload");
+        Self { child, port }
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some((200, _)) = get(self.port, "/healthz") {
+                return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("workload exited early: {status}");
+            }
+            assert!(Instant::now() < deadline, "/healthz never turned 200");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on our own child's pid.
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, sig) }, 0);
+    }
+
+    fn wait_exit(mut self, limit: Duration) -> (i32, String) {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                let mut err = String::new();
+                if let Some(mut e) = self.child.stderr.take() {
+                    let _ = e.read_to_string(&mut err);
+                }
+                return (status.code().unwrap_or(-1), err);
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("workload did not exit within {limit:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+#[test]
+fn serves_counts_and_stops_cleanly_on_sigterm() {
+    let mut w = Workload::spawn(&[]);
+    w.wait_ready();
+    let (status, first) = get(w.port, "/metrics").expect("metrics");
+    assert_eq!(status, 200);
+    assert!(
+        first.contains(r#"pod="test-pod-0""#) && first.contains(r#"strategy="time-slicing""#),
+        "{first}"
+    );
+    assert!(
+        first.contains(r#"model="tiny""#) && first.contains(r#"device="cpu""#),
+        "{first}"
+    );
+    assert_eq!(metric(&first, "workload_ready"), Some(1.0));
+    let c1 = metric(&first, "inference_time_seconds_count").expect("count");
+    std::thread::sleep(Duration::from_millis(300));
+    let (_, second) = get(w.port, "/metrics").expect("metrics");
+    let c2 = metric(&second, "inference_time_seconds_count").expect("count");
+    let sum = metric(&second, "inference_time_seconds_sum").expect("sum");
+    assert!(c2 > c1, "histogram count did not grow: {c1} → {c2}");
+    assert!(
+        sum > 0.0 && sum / c2 < 1.0,
+        "mean latency {} s is implausible for tiny",
+        sum / c2
+    );
+    w.signal(libc::SIGTERM);
+    let (code, _) = w.wait_exit(Duration::from_secs(5));
+    assert_eq!(code, 0, "SIGTERM must end the workload with exit code 0");
+}
+
+#[test]
+fn sigint_is_a_clean_stop_too_and_poisson_paces_requests() {
+    let mut w = Workload::spawn(&["--load", "poisson:40"]);
+    w.wait_ready();
+    let (_, a) = get(w.port, "/metrics").expect("metrics");
+    std::thread::sleep(Duration::from_millis(1500));
+    let (_, b) = get(w.port, "/metrics").expect("metrics");
+    let n = metric(&b, "inference_time_seconds_count").unwrap_or(0.0)
+        - metric(&a, "inference_time_seconds_count").unwrap_or(0.0);
+    // 40/s for 1.5 s: 60 expected; a closed loop would run thousands.
+    assert!((25.0..=110.0).contains(&n), "{n} inferences in 1.5 s at 40/s");
+    w.signal(libc::SIGINT);
+    assert_eq!(w.wait_exit(Duration::from_secs(5)).0, 0);
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().expect("run the workload")
+}
+
+fn one_line_error(out: &Output, code: i32, needle: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.contains(" INFO ")).collect();
+    assert_eq!(out.status.code(), Some(code), "stderr: {err}");
+    assert_eq!(lines.len(), 1, "expected one error line, got: {err}");
+    assert!(lines[0].contains(needle), "{needle:?} not in {err:?}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn bad_arguments_get_one_line_and_exit_2() {
+    one_line_error(
+        &run(&["--model", "yolos", "--device", "cpu"]),
+        2,
+        "unknown model `yolos`",
+    );
+    one_line_error(&run(&["--precision", "fp16"]), 2, "unknown precision `fp16`");
+    one_line_error(
+        &run(&["--model", "tiny", "--device", "cpu", "--load", "poisson:-1"]),
+        2,
+        "poisson:-1",
+    );
+    one_line_error(
+        &run(&["--model", "tiny", "--device", "cpu", "--precision", "bf16"]),
+        2,
+        "needs --device cuda",
+    );
+    one_line_error(&run(&["--model", "minilm-l6", "--device", "cpu"]), 2, "--weights");
+    one_line_error(
+        &run(&[
+            "--model",
+            "minilm-l6",
+            "--device",
+            "cpu",
+            "--weights",
+            "/nonexistent/dir",
+        ]),
+        2,
+        "/nonexistent/dir",
+    );
+    one_line_error(&run(&["--reserve-memory", "lots"]), 2, "`lots`");
+    one_line_error(
+        &run(&["--model", "tiny", "--device", "cpu", "--listen", "nowhere"]),
+        2,
+        "IP:PORT",
+    );
+}
+
+#[test]
+fn a_port_in_use_is_named() {
+    let held = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = held.local_addr().expect("addr").to_string();
+    one_line_error(
+        &run(&["--model", "tiny", "--device", "cpu", "--listen", &addr]),
+        2,
+        &format!("cannot listen on {addr}"),
+    );
+}
+
+#[test]
+fn cuda_without_a_gpu_exits_3_with_a_clear_message() {
+    // SAFETY: dlopen probe only.
+    let has_driver = !unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_LAZY) }.is_null();
+    if has_driver {
+        eprintln!("libcuda is present on this machine: the no-GPU path is checked in CI");
+        return;
+    }
+    let port = free_port().to_string();
+    let out = run(&[
+        "--model",
+        "tiny",
+        "--device",
+        "cuda",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+    ]);
+    one_line_error(&out, 3, "no NVIDIA driver");
+}
+
+#[test]
+fn help_teaches_the_contract() {
+    let out = run(&["--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "inference_time_seconds",
+        "poisson:RATE",
+        "Exit codes",
+        "--reserve-memory",
+        "bench",
+    ] {
+        assert!(text.contains(needle), "--help lacks {needle}");
+    }
+}
