@@ -10,7 +10,8 @@ import sys
 
 def load(path):
     with open(path, encoding="utf-8") as f:
-        return {r["precision"]: r for r in (json.loads(line) for line in f if line.strip())}
+        rows = (json.loads(line) for line in f if line.strip())
+        return {r["precision"]: r for r in rows if r["model"] == "yolos-small" and r["batch"] == 1}
 
 
 def main() -> None:

@@ -30,6 +30,8 @@ def build(precision: str):
         image_size=[800, 1066],
         num_detection_tokens=100,
         num_labels=91,
+        # As in hustvl/yolos-small and our model: position embeddings at the input only.
+        use_mid_position_embeddings=False,
     )
     torch.manual_seed(0)
     model = YolosForObjectDetection(config).cuda().eval()

@@ -241,8 +241,8 @@ impl GemmPlan {
         }
         let mut best = (f32::INFINITY, candidates[0]);
         if candidates.len() > 1 {
-            let start = gpu.context().new_event(None).map_err(cuda_error(what))?;
-            let end = gpu.context().new_event(None).map_err(cuda_error(what))?;
+            let start = gpu.timing_event()?;
+            let end = gpu.timing_event()?;
             for algo in &candidates {
                 self.algo = *algo;
                 self.enqueue(gpu, lt, weight, input, out)?;

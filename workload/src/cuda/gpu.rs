@@ -235,6 +235,13 @@ impl Gpu {
         Ok(bits.into_iter().map(|b| half::bf16::from_bits(b).to_f32()).collect())
     }
 
+    /// An event that records time (cudarc's default events have timing disabled).
+    pub fn timing_event(&self) -> Result<cudarc::driver::CudaEvent> {
+        self.ctx
+            .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(cuda_error("creating a timing event"))
+    }
+
     /// Blocks until the stream is idle, reporting any asynchronous kernel fault.
     pub fn synchronize(&self) -> Result<()> {
         self.stream.synchronize().map_err(cuda_error("waiting for the GPU"))

@@ -525,11 +525,10 @@ impl CudaModel {
     /// Times every step separately (eagerly, `runs` times each, events around each).
     pub fn time_steps(&mut self, runs: usize) -> Result<Vec<StepTiming>> {
         let what = "timing steps";
-        let ctx = self.rt.gpu().context().clone();
         let stream = self.rt.gpu().stream().clone();
         let mut out = Vec::with_capacity(self.steps.len());
-        let start = ctx.new_event(None).map_err(cuda_error(what))?;
-        let end = ctx.new_event(None).map_err(cuda_error(what))?;
+        let start = self.rt.gpu().timing_event()?;
+        let end = self.rt.gpu().timing_event()?;
         for i in 0..self.steps.len() {
             let step = &mut self.steps[i];
             self.rt.run(step)?;

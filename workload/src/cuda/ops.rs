@@ -357,7 +357,7 @@ impl CudaRuntime {
             .i32(i32_arg(seq, "sequence length")?)
             .i32(heads as i32)
             .f32(scale_log2);
-        let threads = if math == AttentionMath::F32 { 64 } else { 128 };
+        let threads = if math == AttentionMath::F32 { 256 } else { 128 };
         let cfg = Launch {
             grid: (seq.div_ceil(64) as u32, heads as u32, i32_arg(batch, "batch")? as u32),
             block: (threads, 1, 1),

@@ -336,75 +336,144 @@ __device__ void attention_tf32(const float* __restrict__ qkv, float* __restrict_
     }
 }
 
-// ---- f32: plain FMA, one thread per query row (the accuracy reference on the GPU) ----
+// ---- f32: FMA, register-tiled (the accuracy reference on the GPU) ---------------------
+// 256 threads: thread (rg, cg) = (tid / 16, tid % 16) owns query rows 4rg..4rg+3, keys
+// TK·cg.. of each score tile, and output dims TD·cg.. of its rows. Q and K sit
+// transposed in shared memory so each step of the S product is one float4 (4 queries,
+// broadcast to the row group) and one float2 (2 keys) load for 8 FMAs; P goes through
+// shared memory transposed, so the P·V step is one float4 (4 queries) and one
+// float4/float2 (dims) load for 16/8 FMAs. The 16 threads of a row group are 16
+// consecutive lanes: row max and sum are shuffles within them.
 template <int D>
 __device__ void attention_f32(const float* __restrict__ qkv, float* __restrict__ out, const int* __restrict__ lens,
                               int seq, int heads, float scale_log2) {
-    constexpr int BQ = 64, BK = 32;
-    __shared__ float sK[BK][D];
-    __shared__ float sV[BK][D];
+    constexpr int BQ = 64, BK = 32, THREADS = 256, TR = 4, TK = BK / 16, TD = D / 16;
+    constexpr int LQ = BQ + 4, LK = BK + 4;
+    __shared__ __align__(16) float sQt[D * LQ];
+    __shared__ __align__(16) float sKt[D * LK];
+    __shared__ __align__(16) float sV[BK * D];
+    __shared__ __align__(16) float sPt[BK * LQ];
+
+    const int tid = threadIdx.x, rg = tid >> 4, cg = tid & 15;
     const int q0 = blockIdx.x * BQ, h = blockIdx.y, b = blockIdx.z;
-    const int t = q0 + threadIdx.x;
     const int hidden = heads * D;
     const long stride = 3L * hidden;
     const float* base = qkv + (long)b * seq * stride + h * D;
     const int limit = lens != nullptr ? lens[b] : seq;
 
-    float q[D], o[D];
-#pragma unroll
-    for (int d = 0; d < D; d++) {
-        q[d] = t < seq ? base[(long)t * stride + d] * scale_log2 : 0.0f;
-        o[d] = 0.0f;
+    for (int i = tid; i < BQ * D; i += THREADS) {
+        int r = i / D, d = i % D, t = q0 + r;
+        sQt[d * LQ + r] = t < seq ? base[(long)t * stride + d] * scale_log2 : 0.0f;
     }
-    float m = NEG_INF, l = 0.0f;
+    float o[TR][TD], m[TR], l[TR];
+#pragma unroll
+    for (int i = 0; i < TR; i++) {
+        m[i] = NEG_INF;
+        l[i] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < TD; j++) o[i][j] = 0.0f;
+    }
+
     for (int k0 = 0; k0 < limit; k0 += BK) {
-        __syncthreads();
-        for (int i = threadIdx.x; i < BK * D; i += BQ) {
-            int r = i / D, d = i % D, kt = k0 + r;
-            bool ok = kt < limit;
-            sK[r][d] = ok ? base[(long)kt * stride + hidden + d] : 0.0f;
-            sV[r][d] = ok ? base[(long)kt * stride + 2 * hidden + d] : 0.0f;
+        __syncthreads(); // the last tile's readers are done
+        for (int i = tid; i < BK * D; i += THREADS) {
+            int r = i / D, d = i % D, t = k0 + r;
+            bool ok = t < limit;
+            sKt[d * LK + r] = ok ? base[(long)t * stride + hidden + d] : 0.0f;
+            sV[r * D + d] = ok ? base[(long)t * stride + 2 * hidden + d] : 0.0f;
         }
         __syncthreads();
-        float s[BK];
-        float mx = m;
+
+        float s[TR][TK];
 #pragma unroll
-        for (int j = 0; j < BK; j++) {
-            float acc = 0.0f;
+        for (int i = 0; i < TR; i++)
 #pragma unroll
-            for (int d = 0; d < D; d++) acc = fmaf(q[d], sK[j][d], acc);
-            s[j] = k0 + j < limit ? acc : NEG_INF;
-            mx = fmaxf(mx, s[j]);
+            for (int j = 0; j < TK; j++) s[i][j] = 0.0f;
+#pragma unroll 8
+        for (int d = 0; d < D; d++) {
+            float4 q = *(const float4*)&sQt[d * LQ + rg * TR];
+            float2 k = *(const float2*)&sKt[d * LK + cg * TK];
+            float qv[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+            for (int i = 0; i < TR; i++) {
+                s[i][0] = fmaf(qv[i], k.x, s[i][0]);
+                s[i][1] = fmaf(qv[i], k.y, s[i][1]);
+            }
         }
-        const float alpha = fast_exp2(m - mx);
-        m = mx;
-        l *= alpha;
+
 #pragma unroll
-        for (int d = 0; d < D; d++) o[d] *= alpha;
+        for (int j = 0; j < TK; j++)
+            if (k0 + cg * TK + j >= limit)
 #pragma unroll
-        for (int j = 0; j < BK; j++) {
-            float p = fast_exp2(s[j] - mx);
-            l += p;
+                for (int i = 0; i < TR; i++) s[i][j] = NEG_INF;
+
 #pragma unroll
-            for (int d = 0; d < D; d++) o[d] = fmaf(p, sV[j][d], o[d]);
+        for (int i = 0; i < TR; i++) {
+            float mx = fmaxf(s[i][0], s[i][1]);
+#pragma unroll
+            for (int off = 1; off < 16; off <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+            const float mnew = fmaxf(m[i], mx); // finite: the first tile holds key 0
+            const float alpha = fast_exp2(m[i] - mnew);
+            m[i] = mnew;
+            float sum = 0.0f;
+#pragma unroll
+            for (int j = 0; j < TK; j++) {
+                float p = fast_exp2(s[i][j] - mnew);
+                sum += p;
+                sPt[(cg * TK + j) * LQ + rg * TR + i] = p;
+            }
+            l[i] = l[i] * alpha + sum; // this thread's part; summed over the group at the end
+#pragma unroll
+            for (int j = 0; j < TD; j++) o[i][j] *= alpha;
+        }
+        __syncthreads();
+
+#pragma unroll 4
+        for (int k = 0; k < BK; k++) {
+            float4 p = *(const float4*)&sPt[k * LQ + rg * TR];
+            float pv[4] = {p.x, p.y, p.z, p.w};
+            float v[TD];
+            if (TD == 4) {
+                float4 v4 = *(const float4*)&sV[k * D + cg * 4];
+                v[0] = v4.x;
+                v[1] = v4.y;
+                v[2 % TD] = v4.z;
+                v[3 % TD] = v4.w;
+            } else {
+                float2 v2 = *(const float2*)&sV[k * D + cg * 2];
+                v[0] = v2.x;
+                v[1 % TD] = v2.y;
+            }
+#pragma unroll
+            for (int i = 0; i < TR; i++)
+#pragma unroll
+                for (int j = 0; j < TD; j++) o[i][j] = fmaf(pv[i], v[j], o[i][j]);
         }
     }
-    if (t < seq) {
-        float inv = 1.0f / l;
-        float* ob = out + ((long)b * seq + t) * hidden + h * D;
+
 #pragma unroll
-        for (int d = 0; d < D; d++) ob[d] = o[d] * inv;
+    for (int i = 0; i < TR; i++) {
+        float sum = l[i];
+#pragma unroll
+        for (int off = 1; off < 16; off <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+        const int t = q0 + rg * TR + i;
+        if (t < seq) {
+            const float inv = 1.0f / sum;
+            float* ob = out + ((long)b * seq + t) * hidden + h * D + cg * TD;
+#pragma unroll
+            for (int j = 0; j < TD; j++) ob[j] = o[i][j] * inv;
+        }
     }
 }
 
-#define ATTENTION_ENTRY(KIND, T, D)                                                                         \
-    extern "C" __global__ void __launch_bounds__(128, 1) attention_##KIND##_d##D(const T* qkv, T* out, const int* lens, \
+#define ATTENTION_ENTRY(KIND, T, D, THREADS)                                                                \
+    extern "C" __global__ void __launch_bounds__(THREADS, 1) attention_##KIND##_d##D(const T* qkv, T* out, const int* lens, \
                                                                               int seq, int heads, float scale_log2) { \
         attention_##KIND<D>(qkv, out, lens, seq, heads, scale_log2);                                         \
     }
-ATTENTION_ENTRY(bf16, bf16_t, 32)
-ATTENTION_ENTRY(bf16, bf16_t, 64)
-ATTENTION_ENTRY(tf32, float, 32)
-ATTENTION_ENTRY(tf32, float, 64)
-ATTENTION_ENTRY(f32, float, 32)
-ATTENTION_ENTRY(f32, float, 64)
+ATTENTION_ENTRY(bf16, bf16_t, 32, 128)
+ATTENTION_ENTRY(bf16, bf16_t, 64, 128)
+ATTENTION_ENTRY(tf32, float, 32, 128)
+ATTENTION_ENTRY(tf32, float, 64, 128)
+ATTENTION_ENTRY(f32, float, 32, 256)
+ATTENTION_ENTRY(f32, float, 64, 256)
