@@ -1,0 +1,164 @@
+//! The command line of `gpushare-bench`: raw arguments, turned into plans by `plan.rs`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::plan::{SweepOptions, StringOrList};
+
+/// Measure what GPU sharing costs an inference workload.
+///
+/// gpushare-bench runs the gpushare-workload inference server as 1, 3, 5 and 7 pods on
+/// one GPU under each sharing strategy (exclusive, time-slicing, MPS, MIG), reads their
+/// Prometheus latency histograms, and writes per-pod and per-cell results (mean, p50,
+/// p90, p99, throughput, fairness, GPU telemetry) to results/<run-id>/.
+///
+/// It never changes GPU settings (MIG mode, compute mode, clocks): a strategy the GPU is
+/// not set up for is reported unavailable, with the commands an administrator would run.
+#[derive(Debug, Parser)]
+#[command(name = "gpushare-bench", version)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the experiment: every strategy × pod count, saved after each cell.
+    Sweep(SweepArgs),
+    /// Check the GPU, driver, CUDA libraries, MPS, MIG, NVML, Prometheus and Kubernetes.
+    Doctor,
+    /// Measure the cost of measuring: throughput with /metrics scraped every second vs not.
+    Overhead(OverheadArgs),
+}
+
+/// `sweep` flags. Every flag can also be set in the --config file (same names, with
+/// underscores: max_cell = "30s"); flags win.
+#[derive(Debug, Clone, Args)]
+pub struct SweepArgs {
+    /// TOML file with sweep settings.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// local (processes on this machine) or kubernetes.
+    #[arg(long)]
+    pub backend: Option<String>,
+    /// Comma-separated: exclusive,time-slicing,mps,mig [default: all four].
+    #[arg(long)]
+    pub strategies: Option<String>,
+    /// Comma-separated pod counts [default: 1,3,5,7].
+    #[arg(long)]
+    pub pods: Option<String>,
+    /// yolos-small, minilm-l6 or tiny [default: yolos-small].
+    #[arg(long)]
+    pub model: Option<String>,
+    /// fp32, tf32 or bf16 [default: bf16 on a GPU, fp32 on the CPU].
+    #[arg(long)]
+    pub precision: Option<String>,
+    /// auto (the GPU, else the CPU smoke pipeline), cuda or cpu [default: auto].
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Samples per inference [default: 1].
+    #[arg(long)]
+    pub batch: Option<u32>,
+    /// Discarded time after all pods are ready [default: 10s].
+    #[arg(long)]
+    pub warmup: Option<String>,
+    /// Measurement window; a cell ends when 3 windows agree within 5% [default: 5s].
+    #[arg(long)]
+    pub window: Option<String>,
+    /// Most measurement time per cell [default: 30s].
+    #[arg(long)]
+    pub max_cell: Option<String>,
+    /// Longest wait for pods to become ready [default: 180s].
+    #[arg(long)]
+    pub ready_timeout: Option<String>,
+    /// Results directory [default: results].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Name of the run's directory [default: <UTC time>-<gpu>].
+    #[arg(long, conflicts_with = "resume")]
+    pub run_id: Option<String>,
+    /// Continue a broken run: its recorded plan, the cells not yet on disk.
+    #[arg(long)]
+    pub resume: Option<String>,
+    /// Metrics source: off (scrape pods), spawn (a private Prometheus), or a server URL [default: off].
+    #[arg(long)]
+    pub prometheus: Option<String>,
+    /// The gpushare-workload binary [default: beside gpushare-bench, then PATH].
+    #[arg(long)]
+    pub workload_bin: Option<PathBuf>,
+    /// Extra argument for every workload pod (repeatable), e.g. --workload-arg=--weights --workload-arg=DIR.
+    #[arg(long = "workload-arg", allow_hyphen_values = true)]
+    pub workload_args: Vec<String>,
+    /// Kubernetes: the GPU node to use.
+    #[arg(long)]
+    pub node: Option<String>,
+    /// Kubernetes: namespace for the workload [default: gpushare-bench].
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// No progress bars (CI, scripts); errors still go to stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+impl SweepArgs {
+    /// The flags as options (None where not given).
+    pub fn options(&self) -> SweepOptions {
+        SweepOptions {
+            backend: self.backend.clone(),
+            strategies: self.strategies.clone().map(StringOrList::Text),
+            pods: self.pods.clone().map(StringOrList::Text),
+            model: self.model.clone(),
+            precision: self.precision.clone(),
+            device: self.device.clone(),
+            batch: self.batch,
+            warmup: self.warmup.clone(),
+            window: self.window.clone(),
+            max_cell: self.max_cell.clone(),
+            ready_timeout: self.ready_timeout.clone(),
+            out: self.out.clone(),
+            prometheus: self.prometheus.clone(),
+            workload_bin: self.workload_bin.clone(),
+            workload_args: (!self.workload_args.is_empty()).then(|| self.workload_args.clone()),
+            node: self.node.clone(),
+            namespace: self.namespace.clone(),
+        }
+    }
+}
+
+/// `overhead` flags.
+#[derive(Debug, Clone, Args)]
+pub struct OverheadArgs {
+    /// Model preset.
+    #[arg(long, default_value = "yolos-small")]
+    pub model: String,
+    /// auto, cuda or cpu.
+    #[arg(long, default_value = "auto")]
+    pub device: String,
+    /// Precision [default: bf16 on a GPU, fp32 on the CPU].
+    #[arg(long)]
+    pub precision: Option<String>,
+    /// Length of each phase.
+    #[arg(long, default_value = "20s")]
+    pub phase: String,
+    /// Pairs of phases (without, with scraping).
+    #[arg(long, default_value_t = 3)]
+    pub repeats: u32,
+    /// Scrape interval in the scraping phases.
+    #[arg(long, default_value = "1s")]
+    pub interval: String,
+    /// Discarded time after the pod is ready.
+    #[arg(long, default_value = "10s")]
+    pub warmup: String,
+    /// Results directory; the result goes to <out>/<run-id>/overhead.json.
+    #[arg(long, default_value = "results")]
+    pub out: PathBuf,
+    /// Run id [default: overhead-<UTC time>-<gpu>].
+    #[arg(long)]
+    pub run_id: Option<String>,
+    /// The gpushare-workload binary.
+    #[arg(long)]
+    pub workload_bin: Option<PathBuf>,
+}

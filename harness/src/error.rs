@@ -1,0 +1,125 @@
+//! Typed errors of the harness. Every variant names what the user has to look at: the
+//! flag, the file, the pod, the strategy.
+
+use std::path::PathBuf;
+
+/// Everything that can stop or degrade a sweep.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// A command-line flag has a bad value.
+    #[error("bad {flag} `{value}`: {reason}")]
+    Flag {
+        /// The flag, e.g. `--pods`.
+        flag: String,
+        /// The value given.
+        value: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The config file is unreadable or invalid.
+    #[error("config file {}: {reason}", path.display())]
+    Config {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A Prometheus exposition could not be parsed.
+    #[error("metrics from {source_name}, line {line}: {reason}")]
+    MetricsText {
+        /// Where the text came from (pod or URL).
+        source_name: String,
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The metrics lack something the contract promises.
+    #[error("metrics from {source_name}: {reason}")]
+    MetricsContract {
+        /// Where the text came from.
+        source_name: String,
+        /// What is missing or inconsistent.
+        reason: String,
+    },
+    /// A pod's metrics endpoint did not answer.
+    #[error("scraping {pod} at {url}: {reason}")]
+    Scrape {
+        /// The pod.
+        pod: String,
+        /// The URL.
+        url: String,
+        /// What happened.
+        reason: String,
+    },
+    /// The workload binary could not be started.
+    #[error("starting workload pod {pod}: {reason}")]
+    Spawn {
+        /// The pod.
+        pod: String,
+        /// What happened.
+        reason: String,
+    },
+    /// The MPS control daemon could not be started or stopped.
+    #[error("MPS control daemon: {0}")]
+    Mps(String),
+    /// A results directory problem.
+    #[error("results {}: {reason}", path.display())]
+    Results {
+        /// The file or directory.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The Prometheus server path failed.
+    #[error("Prometheus {url}: {reason}")]
+    Prometheus {
+        /// The server.
+        url: String,
+        /// What happened.
+        reason: String,
+    },
+    /// The Kubernetes backend failed.
+    #[error("Kubernetes: {0}")]
+    Kubernetes(String),
+    /// The sweep was interrupted by SIGINT/SIGTERM.
+    #[error("interrupted; finished cells are saved")]
+    Interrupted,
+    /// Plain I/O.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The operating system's answer.
+        source: std::io::Error,
+    },
+}
+
+impl BenchError {
+    /// An I/O error with context.
+    pub fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> BenchError {
+        let what = what.into();
+        move |source| BenchError::Io { what, source }
+    }
+
+    /// A bad flag value.
+    pub fn flag(flag: &str, value: &str, reason: impl Into<String>) -> BenchError {
+        BenchError::Flag {
+            flag: flag.into(),
+            value: value.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Process exit code: 2 for bad input (flags, config), 130 for an interrupt, 1 else.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            BenchError::Flag { .. } | BenchError::Config { .. } => 2,
+            BenchError::Interrupted => 130,
+            _ => 1,
+        }
+    }
+}
+
+/// Result alias of the harness.
+pub type Result<T, E = BenchError> = std::result::Result<T, E>;

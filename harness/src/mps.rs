@@ -1,0 +1,178 @@
+//! A private MPS control daemon per cell: pipe and log directories inside the run
+//! directory, started with `nvidia-cuda-mps-control -d` and always stopped with `quit`
+//! (explicitly after the cell, and by the guard's Drop on every other exit path).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::error::{BenchError, Result};
+use crate::strategy::MpsDirs;
+
+/// Where MPS control binaries usually live besides PATH.
+const MPS_LOCATIONS: [&str; 4] = [
+    "/usr/local/nvidia/bin/nvidia-cuda-mps-control",
+    "/usr/bin/nvidia-cuda-mps-control",
+    "/usr/local/cuda/bin/nvidia-cuda-mps-control",
+    "/usr/lib/nvidia/bin/nvidia-cuda-mps-control",
+];
+
+/// Finds `nvidia-cuda-mps-control` on PATH or in the driver's usual places.
+pub fn find_control() -> Option<PathBuf> {
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join("nvidia-cuda-mps-control"))
+            .find(|p| p.is_file())
+    });
+    on_path.or_else(|| MPS_LOCATIONS.iter().map(PathBuf::from).find(|p| p.is_file()))
+}
+
+/// The pipe and log directories for a cell. Unix socket paths are limited to about
+/// 108 bytes, so a deep run directory falls back to a short one under /tmp.
+pub fn dirs_for(run_dir: &Path, cell: &str) -> MpsDirs {
+    let base = run_dir.join("mps").join(cell);
+    let pipe = base.join("pipe");
+    let pipe = if pipe.as_os_str().len() > 80 {
+        std::env::temp_dir().join(format!("gpushare-mps-{}-{cell}", std::process::id()))
+    } else {
+        pipe
+    };
+    MpsDirs {
+        pipe: pipe.to_string_lossy().into_owned(),
+        log: base.join("log").to_string_lossy().into_owned(),
+    }
+}
+
+/// A running MPS control daemon; `quit` is sent on drop if `stop` was not called.
+#[derive(Debug)]
+pub struct MpsDaemon {
+    control: PathBuf,
+    dirs: MpsDirs,
+    running: bool,
+}
+
+impl MpsDaemon {
+    /// Starts a daemon with private directories and waits for its control pipe.
+    pub fn start(control: &Path, dirs: &MpsDirs) -> Result<Self> {
+        for d in [&dirs.pipe, &dirs.log] {
+            std::fs::create_dir_all(d).map_err(|e| BenchError::Mps(format!("cannot create {d}: {e}")))?;
+        }
+        let out = Command::new(control)
+            .arg("-d")
+            .env("CUDA_MPS_PIPE_DIRECTORY", &dirs.pipe)
+            .env("CUDA_MPS_LOG_DIRECTORY", &dirs.log)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| BenchError::Mps(format!("cannot run {}: {e}", control.display())))?;
+        if !out.status.success() {
+            return Err(BenchError::Mps(format!(
+                "{} -d exited with {}: {}",
+                control.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        let daemon = Self {
+            control: control.to_path_buf(),
+            dirs: dirs.clone(),
+            running: true,
+        };
+        let pipe = Path::new(&dirs.pipe).join("control");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !pipe.exists() {
+            if Instant::now() > deadline {
+                // Dropping `daemon` sends quit, in case it came up late.
+                return Err(BenchError::Mps(format!("no control pipe at {} after 10 s", pipe.display())));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(daemon)
+    }
+
+    /// The directories clients must use.
+    pub fn dirs(&self) -> &MpsDirs {
+        &self.dirs
+    }
+
+    /// Sends `quit` and waits (at most 5 s) for the control pipe to go away.
+    pub fn stop(&mut self) -> Result<()> {
+        if !self.running {
+            return Ok(());
+        }
+        self.running = false;
+        let mut child = Command::new(&self.control)
+            .env("CUDA_MPS_PIPE_DIRECTORY", &self.dirs.pipe)
+            .env("CUDA_MPS_LOG_DIRECTORY", &self.dirs.log)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| BenchError::Mps(format!("cannot run {} to quit: {e}", self.control.display())))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            let _ = stdin.write_all(b"quit\n");
+        }
+        let _ = child.wait();
+        let pipe = Path::new(&self.dirs.pipe).join("control");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while pipe.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if pipe.exists() {
+            return Err(BenchError::Mps(format!(
+                "the daemon with pipe {} did not quit within 5 s",
+                self.dirs.pipe
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for MpsDaemon {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop() {
+            tracing::error!("{e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dirs_stay_short_enough_for_unix_sockets() {
+        let d = dirs_for(Path::new("/r/run1"), "mps-3p");
+        assert_eq!(d.pipe, "/r/run1/mps/mps-3p/pipe");
+        assert_eq!(d.log, "/r/run1/mps/mps-3p/log");
+        let deep = "/a".repeat(60);
+        let d = dirs_for(Path::new(&deep), "mps-7p");
+        assert!(d.pipe.len() < 80 && d.pipe.contains("gpushare-mps-"), "{}", d.pipe);
+    }
+
+    /// A stand-in control binary: `-d` creates the pipe, `quit` removes it.
+    #[test]
+    fn start_and_stop_a_daemon_and_drop_stops_it_too() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let fake = tmp.path().join("fake-mps-control");
+        std::fs::write(
+            &fake,
+            "#!/bin/sh\nif [ \"$1\" = -d ]; then mkdir -p \"$CUDA_MPS_PIPE_DIRECTORY\"; touch \"$CUDA_MPS_PIPE_DIRECTORY/control\"; exit 0; fi\n\
+             read cmd; [ \"$cmd\" = quit ] && rm -f \"$CUDA_MPS_PIPE_DIRECTORY/control\"\n",
+        )
+        .expect("write");
+        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+        let dirs = dirs_for(tmp.path(), "c1");
+        let mut d = MpsDaemon::start(&fake, &dirs).expect("start");
+        let control = Path::new(&dirs.pipe).join("control");
+        assert!(control.exists());
+        d.stop().expect("stop");
+        assert!(!control.exists());
+        let dirs2 = dirs_for(tmp.path(), "c2");
+        {
+            let _guard = MpsDaemon::start(&fake, &dirs2).expect("start");
+            assert!(Path::new(&dirs2.pipe).join("control").exists());
+        }
+        assert!(!Path::new(&dirs2.pipe).join("control").exists(), "drop must quit the daemon");
+    }
+}

@@ -1,0 +1,128 @@
+//! What the user sees while a sweep runs: a sweep bar with ETA and a line for the cell
+//! in progress (indicatif), or nothing but warnings with `--quiet`.
+
+use std::time::Duration;
+
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::domain::Strategy;
+
+/// Receives progress events.
+pub trait Progress {
+    /// A sweep of `cells` cells begins (`done` already on disk when resuming).
+    fn sweep_start(&self, cells: u64, done: u64);
+    /// A cell begins.
+    fn cell_start(&self, strategy: Strategy, pods: u32);
+    /// What the cell is doing.
+    fn phase(&self, text: &str);
+    /// A measurement window ended.
+    fn window(&self, n: usize, throughput: f64, p50: f64, stable: bool);
+    /// A cell ended with this one-line summary.
+    fn cell_done(&self, summary: &str);
+    /// Something the user should read.
+    fn message(&self, text: &str);
+    /// The sweep ended.
+    fn finish(&self);
+}
+
+/// No output except messages (to stderr); for CI and scripts.
+#[derive(Debug, Default)]
+pub struct Quiet;
+
+impl Progress for Quiet {
+    fn sweep_start(&self, _: u64, _: u64) {}
+    fn cell_start(&self, _: Strategy, _: u32) {}
+    fn phase(&self, _: &str) {}
+    fn window(&self, _: usize, _: f64, _: f64, _: bool) {}
+    fn cell_done(&self, _: &str) {}
+    fn message(&self, text: &str) {
+        eprintln!("{text}");
+    }
+    fn finish(&self) {}
+}
+
+/// Plain lines on stderr (a log file, CI without --quiet): one when a cell starts and
+/// one when it ends.
+#[derive(Debug, Default)]
+pub struct Lines;
+
+impl Progress for Lines {
+    fn sweep_start(&self, cells: u64, done: u64) {
+        eprintln!("sweep: {cells} cells, {done} already on disk");
+    }
+    fn cell_start(&self, strategy: Strategy, pods: u32) {
+        eprintln!("cell: {} × {pods} pod(s)", strategy.title());
+    }
+    fn phase(&self, _: &str) {}
+    fn window(&self, _: usize, _: f64, _: f64, _: bool) {}
+    fn cell_done(&self, summary: &str) {
+        eprintln!("done: {summary}");
+    }
+    fn message(&self, text: &str) {
+        eprintln!("{text}");
+    }
+    fn finish(&self) {}
+}
+
+/// Progress bars on the terminal (plain lines when stderr is not a terminal).
+#[derive(Debug)]
+pub struct Bars {
+    multi: MultiProgress,
+    sweep: ProgressBar,
+    cell: ProgressBar,
+}
+
+impl Default for Bars {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Bars {
+    /// Bars on stderr.
+    pub fn new() -> Self {
+        let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
+        let sweep = multi.add(ProgressBar::new(0));
+        sweep.set_style(
+            ProgressStyle::with_template("sweep {bar:30} {pos}/{len} cells  elapsed {elapsed}  eta {eta}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        let cell = multi.add(ProgressBar::new_spinner());
+        cell.set_style(ProgressStyle::with_template("{spinner} {prefix} {msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()));
+        cell.enable_steady_tick(Duration::from_millis(200));
+        Self { multi, sweep, cell }
+    }
+}
+
+impl Progress for Bars {
+    fn sweep_start(&self, cells: u64, done: u64) {
+        self.sweep.set_length(cells);
+        self.sweep.set_position(done);
+        self.sweep.reset_eta();
+    }
+    fn cell_start(&self, strategy: Strategy, pods: u32) {
+        self.cell.set_prefix(format!("{} × {pods} pod{}:", strategy.title(), if pods == 1 { "" } else { "s" }));
+        self.cell.set_message("");
+    }
+    fn phase(&self, text: &str) {
+        self.cell.set_message(text.to_string());
+    }
+    fn window(&self, n: usize, throughput: f64, p50: f64, stable: bool) {
+        self.cell.set_message(format!(
+            "window {n}: {throughput:.1} inf/s, p50 {:.2} ms{}",
+            p50 * 1e3,
+            if stable { ", stable" } else { "" }
+        ));
+    }
+    fn cell_done(&self, summary: &str) {
+        self.sweep.inc(1);
+        let _ = self.multi.println(summary);
+    }
+    fn message(&self, text: &str) {
+        let _ = self.multi.println(text);
+    }
+    fn finish(&self) {
+        self.cell.finish_and_clear();
+        self.sweep.finish();
+    }
+}

@@ -1,0 +1,218 @@
+//! Cumulative latency histograms as Prometheus exposes them, their differences between
+//! two scrapes, and quantiles computed exactly as Prometheus' `histogram_quantile`
+//! does (promql/quantile.go, `bucketQuantile`): linear interpolation inside the bucket
+//! that holds the rank, the lowest bucket starting at 0, and the +Inf bucket answered
+//! with the highest finite bound.
+
+use crate::promtext::Exposition;
+
+/// One cumulative histogram: `(upper bound, count of observations ≤ bound)` pairs in
+/// increasing bound order ending with +Inf, plus the sum and count of observations.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Histogram {
+    /// Cumulative buckets, sorted by bound, the last one +Inf.
+    pub buckets: Vec<(f64, f64)>,
+    /// Sum of all observations.
+    pub sum: f64,
+    /// Number of observations.
+    pub count: f64,
+}
+
+/// Why a histogram could not be read from an exposition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HistogramError {
+    /// No `_bucket` series with the requested labels.
+    Missing,
+    /// Buckets are there but malformed (no +Inf, bad `le`).
+    Malformed(String),
+}
+
+impl Histogram {
+    /// Reads histogram `name` from an exposition, summing every series whose labels
+    /// include all of `matchers` (one pod's scrape has exactly one).
+    pub fn from_exposition(exp: &Exposition, name: &str, matchers: &[(&str, &str)]) -> Result<Histogram, HistogramError> {
+        let bucket_name = format!("{name}_bucket");
+        let (sum_name, count_name) = (format!("{name}_sum"), format!("{name}_count"));
+        let matches = |s: &crate::promtext::Sample| matchers.iter().all(|(k, v)| s.label(k) == Some(*v));
+        let mut by_le: Vec<(f64, f64)> = Vec::new();
+        let (mut sum, mut count, mut seen) = (0.0, 0.0, false);
+        for s in exp.samples.iter().filter(|s| matches(s)) {
+            if s.name == bucket_name {
+                let le = s.label("le").ok_or_else(|| HistogramError::Malformed(format!("{bucket_name} without `le`")))?;
+                let bound = crate::promtext::parse_value(le)
+                    .filter(|b| !b.is_nan())
+                    .ok_or_else(|| HistogramError::Malformed(format!("`le=\"{le}\"` is not a number")))?;
+                match by_le.iter_mut().find(|(b, _)| *b == bound) {
+                    Some(slot) => slot.1 += s.value,
+                    None => by_le.push((bound, s.value)),
+                }
+                seen = true;
+            } else if s.name == sum_name {
+                sum += s.value;
+            } else if s.name == count_name {
+                count += s.value;
+            }
+        }
+        if !seen {
+            return Err(HistogramError::Missing);
+        }
+        by_le.sort_by(|a, b| a.0.total_cmp(&b.0));
+        if by_le.last().map(|b| b.0) != Some(f64::INFINITY) {
+            return Err(HistogramError::Malformed(format!("{bucket_name} has no le=\"+Inf\" bucket")));
+        }
+        Ok(Histogram {
+            buckets: by_le,
+            sum,
+            count,
+        })
+    }
+
+    /// Observations between an earlier snapshot and this one. `None` when the counters
+    /// went backwards (the process restarted) or the bucket layouts differ.
+    pub fn delta(&self, earlier: &Histogram) -> Option<Histogram> {
+        if self.count < earlier.count || self.buckets.len() != earlier.buckets.len() {
+            return None;
+        }
+        let mut buckets = Vec::with_capacity(self.buckets.len());
+        for (a, b) in self.buckets.iter().zip(&earlier.buckets) {
+            if a.0 != b.0 || a.1 < b.1 {
+                return None;
+            }
+            buckets.push((a.0, a.1 - b.1));
+        }
+        Some(Histogram {
+            buckets,
+            sum: self.sum - earlier.sum,
+            count: self.count - earlier.count,
+        })
+    }
+
+    /// Adds another histogram with the same bounds (several pods → one cell).
+    pub fn add(&mut self, other: &Histogram) -> bool {
+        if self.buckets.len() != other.buckets.len() || self.buckets.iter().zip(&other.buckets).any(|(a, b)| a.0 != b.0) {
+            return false;
+        }
+        for (a, b) in self.buckets.iter_mut().zip(&other.buckets) {
+            a.1 += b.1;
+        }
+        self.sum += other.sum;
+        self.count += other.count;
+        true
+    }
+
+    /// Exact mean: sum / count (NaN without observations).
+    pub fn mean(&self) -> f64 {
+        if self.count > 0.0 { self.sum / self.count } else { f64::NAN }
+    }
+
+    /// The q-quantile as Prometheus' `histogram_quantile(q, …)` computes it.
+    pub fn quantile(&self, q: f64) -> f64 {
+        if q.is_nan() {
+            return f64::NAN;
+        }
+        if q < 0.0 {
+            return f64::NEG_INFINITY;
+        }
+        if q > 1.0 {
+            return f64::INFINITY;
+        }
+        let b = &self.buckets;
+        if b.len() < 2 || b.last().map(|x| x.0) != Some(f64::INFINITY) {
+            return f64::NAN;
+        }
+        // Prometheus repairs non-monotonic cumulative counts by carrying the maximum.
+        let mut counts: Vec<f64> = b.iter().map(|x| x.1).collect();
+        for i in 1..counts.len() {
+            counts[i] = counts[i].max(counts[i - 1]);
+        }
+        let total = counts[counts.len() - 1];
+        if total == 0.0 {
+            return f64::NAN;
+        }
+        let mut rank = q * total;
+        // First bucket (excluding +Inf) whose cumulative count reaches the rank.
+        let idx = counts[..counts.len() - 1].iter().position(|&c| c >= rank).unwrap_or(counts.len() - 1);
+        if idx == counts.len() - 1 {
+            return b[b.len() - 2].0;
+        }
+        if idx == 0 && b[0].0 <= 0.0 {
+            return b[0].0;
+        }
+        let (start, end) = (if idx == 0 { 0.0 } else { b[idx - 1].0 }, b[idx].0);
+        let below = if idx == 0 { 0.0 } else { counts[idx - 1] };
+        let in_bucket = counts[idx] - below;
+        rank -= below;
+        start + (end - start) * (rank / in_bucket)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(buckets: &[(f64, f64)]) -> Histogram {
+        Histogram {
+            buckets: buckets.to_vec(),
+            sum: 0.0,
+            count: buckets.last().map_or(0.0, |b| b.1),
+        }
+    }
+
+    // Expected values worked by hand from promql/quantile.go's bucketQuantile, and
+    // checked against a real Prometheus server in the PromQL integration test.
+    #[test]
+    fn quantiles_follow_histogram_quantile() {
+        // 10 observations in (0, 1], 30 in (1, 2], 60 in (2, 4].
+        let x = h(&[(1.0, 10.0), (2.0, 40.0), (4.0, 100.0), (f64::INFINITY, 100.0)]);
+        assert_eq!(x.quantile(0.5), 2.0 + 2.0 * (10.0 / 60.0)); // rank 50: 10 into the 60 of (2,4]
+        assert_eq!(x.quantile(0.1), 1.0); // rank 10 lands exactly on the first bound
+        assert_eq!(x.quantile(0.05), 0.5); // lowest bucket starts at 0
+        assert_eq!(x.quantile(0.25), 1.5);
+        assert_eq!(x.quantile(1.0), 4.0);
+        assert_eq!(x.quantile(0.0), 0.0);
+        assert_eq!(x.quantile(-0.1), f64::NEG_INFINITY);
+        assert_eq!(x.quantile(1.1), f64::INFINITY);
+        // Observations beyond the last finite bound: answered with that bound.
+        let tail = h(&[(1.0, 0.0), (2.0, 10.0), (f64::INFINITY, 100.0)]);
+        assert_eq!(tail.quantile(0.99), 2.0);
+        // No observations, or no +Inf bucket: NaN.
+        assert!(h(&[(1.0, 0.0), (f64::INFINITY, 0.0)]).quantile(0.5).is_nan());
+        assert!(h(&[(1.0, 3.0), (2.0, 3.0)]).quantile(0.5).is_nan());
+        // Non-monotonic input is repaired by carrying the maximum.
+        // Counts become [10, 10, 20, 20]: rank 10 ends the first bucket, rank 15 is half
+        // way through (2, 3].
+        let bumpy = h(&[(1.0, 10.0), (2.0, 5.0), (3.0, 20.0), (f64::INFINITY, 20.0)]);
+        assert_eq!(bumpy.quantile(0.5), 1.0);
+        assert_eq!(bumpy.quantile(0.75), 2.5);
+    }
+
+    #[test]
+    fn delta_add_and_mean() {
+        let early = Histogram { buckets: vec![(0.1, 1.0), (f64::INFINITY, 2.0)], sum: 0.3, count: 2.0 };
+        let late = Histogram { buckets: vec![(0.1, 4.0), (f64::INFINITY, 6.0)], sum: 0.9, count: 6.0 };
+        let d = late.delta(&early).expect("monotonic");
+        assert_eq!(d.buckets, vec![(0.1, 3.0), (f64::INFINITY, 4.0)]);
+        assert!((d.mean() - 0.15).abs() < 1e-12);
+        assert!(early.delta(&late).is_none(), "a restart shows as counters going back");
+        let mut total = d.clone();
+        assert!(total.add(&d));
+        assert_eq!(total.count, 8.0);
+        assert_eq!(total.buckets[0].1, 6.0);
+    }
+
+    #[test]
+    fn reads_one_pod_out_of_an_exposition() {
+        let text = "# TYPE t histogram\n\
+            t_bucket{pod=\"a\",le=\"0.5\"} 1\nt_bucket{pod=\"a\",le=\"+Inf\"} 3\nt_sum{pod=\"a\"} 2.5\nt_count{pod=\"a\"} 3\n\
+            t_bucket{pod=\"b\",le=\"0.5\"} 7\nt_bucket{pod=\"b\",le=\"+Inf\"} 9\nt_sum{pod=\"b\"} 4\nt_count{pod=\"b\"} 9\n";
+        let exp = crate::promtext::parse(text).expect("valid");
+        let a = Histogram::from_exposition(&exp, "t", &[("pod", "a")]).expect("a");
+        assert_eq!(a.buckets, vec![(0.5, 1.0), (f64::INFINITY, 3.0)]);
+        assert_eq!((a.sum, a.count), (2.5, 3.0));
+        let both = Histogram::from_exposition(&exp, "t", &[]).expect("sum of both");
+        assert_eq!(both.count, 12.0);
+        assert_eq!(Histogram::from_exposition(&exp, "nope", &[]), Err(HistogramError::Missing));
+        let no_inf = crate::promtext::parse("t_bucket{le=\"1\"} 1\n").expect("valid");
+        assert!(matches!(Histogram::from_exposition(&no_inf, "t", &[]), Err(HistogramError::Malformed(_))));
+    }
+}

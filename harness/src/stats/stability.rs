@@ -1,0 +1,70 @@
+//! When to stop measuring a cell: the last `n` windows agree within a tolerance on
+//! throughput and median latency (max − min ≤ tol × mean, for each).
+
+/// What one measurement window of a cell saw, summed over its pods.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WindowStat {
+    /// Inferences per second in the window.
+    pub throughput: f64,
+    /// Median latency in the window, seconds.
+    pub p50: f64,
+}
+
+/// (max − min) / mean of the values; 0 for fewer than two, NaN when not finite.
+pub fn relative_spread(values: &[f64]) -> f64 {
+    if values.len() < 2 {
+        return 0.0;
+    }
+    let max = values.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let min = values.iter().cloned().fold(f64::INFINITY, f64::min);
+    let mean = values.iter().sum::<f64>() / values.len() as f64;
+    if !mean.is_finite() || mean == 0.0 {
+        return f64::NAN;
+    }
+    (max - min) / mean
+}
+
+/// Whether the last `n` windows agree within `tol` (0.05 = 5%) on both measures.
+pub fn stable(windows: &[WindowStat], n: usize, tol: f64) -> bool {
+    if n == 0 || windows.len() < n {
+        return false;
+    }
+    let last = &windows[windows.len() - n..];
+    let tput: Vec<f64> = last.iter().map(|w| w.throughput).collect();
+    let p50: Vec<f64> = last.iter().map(|w| w.p50).collect();
+    let ok = |v: &[f64]| {
+        let s = relative_spread(v);
+        s.is_finite() && s <= tol
+    };
+    ok(&tput) && ok(&p50)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w(t: f64, p: f64) -> WindowStat {
+        WindowStat { throughput: t, p50: p }
+    }
+
+    #[test]
+    fn needs_n_agreeing_windows() {
+        let steady = [w(100.0, 0.010), w(101.0, 0.0101), w(99.0, 0.0099)];
+        assert!(stable(&steady, 3, 0.05));
+        assert!(!stable(&steady[..2], 3, 0.05), "too few windows");
+        // Throughput agrees, latency does not (10% apart).
+        let jumpy = [w(100.0, 0.010), w(100.0, 0.011), w(100.0, 0.010)];
+        assert!(!stable(&jumpy, 3, 0.05));
+        // Only the last n count.
+        let settling = [w(50.0, 0.02), w(100.0, 0.010), w(101.0, 0.0101), w(99.0, 0.0099)];
+        assert!(stable(&settling, 3, 0.05));
+        // NaN latency (no inferences) is never stable.
+        assert!(!stable(&[w(0.0, f64::NAN), w(0.0, f64::NAN), w(0.0, f64::NAN)], 3, 0.05));
+    }
+
+    #[test]
+    fn spread_by_hand() {
+        assert!((relative_spread(&[90.0, 100.0, 110.0]) - 0.2).abs() < 1e-12);
+        assert_eq!(relative_spread(&[5.0]), 0.0);
+    }
+}

@@ -1,0 +1,213 @@
+//! The whole local pipeline on the CPU, with real processes: a sweep end to end, a pod
+//! killed mid-cell, SIGINT to the harness (no process left behind, finished cells
+//! kept), and --resume finishing the run with nothing lost or doubled.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gpushare_bench::domain::{CellStatus, Strategy};
+use gpushare_bench::record::CellRecord;
+use gpushare_bench::store::{read_cells, read_run};
+
+const BENCH: &str = env!("CARGO_BIN_EXE_gpushare-bench");
+
+fn workload_bin() -> PathBuf {
+    let p = Path::new(BENCH).with_file_name("gpushare-workload");
+    assert!(p.is_file(), "{} is missing: build the workspace first (`make test` does)", p.display());
+    p
+}
+
+fn sweep(out: &Path, extra: &[&str]) -> Command {
+    let mut c = Command::new(BENCH);
+    c.args(["sweep", "--device", "cpu", "--quiet", "--warmup", "1s", "--window", "1s"])
+        .arg("--out")
+        .arg(out)
+        .arg("--workload-bin")
+        .arg(workload_bin())
+        .args(extra);
+    if !extra.contains(&"--strategies") && !extra.contains(&"--resume") {
+        c.args(["--strategies", "time-slicing"]);
+    }
+    c
+}
+
+/// Children of `pid` (scanning /proc for processes whose parent it is).
+fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else { continue };
+        // Field 4 is the parent pid; the name in field 2 may hold spaces, so split after ')'.
+        let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)).and_then(|v| v.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie still has a /proc entry; read its state.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next().map(|st| st != "Z")))
+        .unwrap_or(false)
+}
+
+fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn wait_exit(child: &mut Child, limit: Duration) -> i32 {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            return s.code().unwrap_or(-1);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the harness did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn aggregate(cells: &[CellRecord], pods: u32) -> &CellRecord {
+    cells.iter().find(|c| c.pods == pods && c.is_aggregate()).expect("aggregate row")
+}
+
+#[test]
+fn cpu_sweep_end_to_end_writes_every_column() {
+    let out = tempfile::tempdir().expect("tempdir");
+    let st = sweep(out.path(), &["--pods", "1,3", "--max-cell", "4s", "--run-id", "e2e", "--strategies", "time-slicing,mig"])
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&st.stderr);
+    assert!(st.status.success(), "{err}");
+    assert!(err.contains("CPU RUN"), "the CPU label must be loud: {err}");
+    let dir = out.path().join("e2e");
+    let csv = std::fs::read_to_string(dir.join("cells.csv")).expect("cells.csv");
+    let header = csv.lines().next().unwrap_or_default();
+    for col in [
+        "run_id", "strategy", "pods", "pod", "status", "inferences", "throughput_per_s", "mean_s", "p50_s", "p90_s", "p99_s",
+        "errors", "fairness", "gpu_util_pct", "gpu_mem_bytes", "power_w", "energy_j_per_inference", "source", "device", "note",
+    ] {
+        assert!(header.split(',').any(|h| h == col), "cells.csv lacks {col}: {header}");
+    }
+    let cells = read_cells(&dir.join("cells.jsonl")).expect("jsonl");
+    // 1 + 3 pod rows + 2 aggregates for time-slicing, 2 unavailable aggregates for MIG.
+    assert_eq!(cells.len(), 8, "{cells:#?}");
+    for pods in [1, 3] {
+        let a = aggregate(&cells, pods);
+        assert_eq!(a.status, CellStatus::Ok, "{a:?}");
+        assert_eq!(a.device.name(), "cpu");
+        let (mean, p50, p99) = (a.mean_s.expect("mean"), a.p50_s.expect("p50"), a.p99_s.expect("p99"));
+        assert!(mean > 0.0 && mean < 0.5, "tiny on a CPU: {mean} s");
+        assert!(p50 <= p99);
+        let per_pod: Vec<&CellRecord> = cells.iter().filter(|c| c.pods == pods && !c.is_aggregate() && c.strategy == Strategy::TimeSlicing).collect();
+        assert_eq!(per_pod.len(), pods as usize);
+        let sum: u64 = per_pod.iter().map(|c| c.inferences.expect("inferences")).sum();
+        assert_eq!(a.inferences, Some(sum), "the aggregate is the sum of its pods");
+        let tput: f64 = per_pod.iter().map(|c| c.throughput_per_s.expect("tput")).sum();
+        assert!((a.throughput_per_s.expect("tput") - tput).abs() < 1e-6);
+        assert!(a.fairness.is_some_and(|f| f > 0.5 && f <= 1.0));
+        // No GPU: telemetry is empty, not zero.
+        assert_eq!((a.gpu_util_pct, a.power_w), (None, None));
+    }
+    assert_eq!(aggregate(&cells, 1).speedup_vs_1pod, Some(1.0));
+    assert!(aggregate(&cells, 3).speedup_vs_1pod.is_some());
+    let mig: Vec<&CellRecord> = cells.iter().filter(|c| c.strategy == Strategy::Mig).collect();
+    assert!(mig.iter().all(|c| c.status == CellStatus::Unavailable && c.note.contains("needs a GPU")));
+    let run = read_run(&dir.join("run.json")).expect("run.json");
+    assert_eq!(run.state, "complete");
+    assert!(run.label.as_deref().is_some_and(|l| l.contains("CPU")));
+    assert_eq!(run.plan.model, "tiny");
+}
+
+#[test]
+fn a_pod_killed_mid_cell_is_recorded_and_the_sweep_goes_on() {
+    let out = tempfile::tempdir().expect("tempdir");
+    let mut child = sweep(out.path(), &["--pods", "3,1", "--max-cell", "8s", "--run-id", "kill"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let harness = child.id();
+    wait_for("3 running pods", Duration::from_secs(60), || children(harness).len() == 3);
+    // Let the cell's warm-up pass, then kill one pod the hard way.
+    std::thread::sleep(Duration::from_secs(3));
+    let victim = children(harness)[0];
+    // SAFETY: kill(2) on a process of this test's own tree.
+    unsafe { libc::kill(victim as i32, libc::SIGKILL) };
+    assert_eq!(wait_exit(&mut child, Duration::from_secs(90)), 0, "the sweep finishes");
+    let cells = read_cells(&out.path().join("kill/cells.jsonl")).expect("jsonl");
+    let three: Vec<&CellRecord> = cells.iter().filter(|c| c.pods == 3 && !c.is_aggregate()).collect();
+    let failed: Vec<&&CellRecord> = three.iter().filter(|c| c.status == CellStatus::Failed).collect();
+    assert_eq!(failed.len(), 1, "{three:#?}");
+    assert!(failed[0].note.contains("signal 9") || failed[0].note.contains("SIGKILL"), "{:?}", failed[0].note);
+    assert_eq!(three.iter().filter(|c| c.status == CellStatus::Ok).count(), 2);
+    assert_eq!(aggregate(&cells, 3).status, CellStatus::Failed);
+    assert_eq!(aggregate(&cells, 1).status, CellStatus::Ok, "the next cell still ran");
+}
+
+#[test]
+fn sigint_stops_everything_keeps_finished_cells_and_resume_completes() {
+    let out = tempfile::tempdir().expect("tempdir");
+    let mut child = sweep(out.path(), &["--pods", "1,3", "--max-cell", "3s", "--run-id", "int"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let harness = child.id();
+    let cells_file = out.path().join("int/cells.jsonl");
+    wait_for("the 1-pod cell on disk and 3 pods up", Duration::from_secs(90), || {
+        read_cells(&cells_file).map(|c| c.len() == 2).unwrap_or(false) && children(harness).len() == 3
+    });
+    let pods = children(harness);
+    let t = Instant::now();
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(harness as i32, libc::SIGINT) };
+    assert_eq!(wait_exit(&mut child, Duration::from_secs(10)), 130);
+    assert!(t.elapsed() < Duration::from_secs(5), "stopping took {:?}", t.elapsed());
+    for p in pods {
+        assert!(!alive(p), "pod process {p} outlived the harness");
+    }
+    let before = read_cells(&cells_file).expect("jsonl");
+    assert_eq!(before.len(), 2, "exactly the finished 1-pod cell is kept");
+    assert_eq!(read_run(&out.path().join("int/run.json")).expect("run").state, "interrupted");
+
+    let st = sweep(out.path(), &["--resume", "int"]).output().expect("resume");
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    let after = read_cells(&cells_file).expect("jsonl");
+    assert_eq!(after.len(), 2 + 4, "the 3-pod cell is added once");
+    assert_eq!(&after[..2], &before[..], "finished rows are untouched");
+    assert_eq!(after.iter().filter(|c| c.is_aggregate()).count(), 2);
+    assert_eq!(read_run(&out.path().join("int/run.json")).expect("run").state, "complete");
+    // Resuming a complete run is a no-op.
+    assert!(sweep(out.path(), &["--resume", "int"]).output().expect("again").status.success());
+    assert_eq!(read_cells(&cells_file).expect("jsonl").len(), 6);
+}
+
+#[test]
+fn bad_flags_get_one_line_and_exit_2() {
+    for (args, needle) in [
+        (vec!["sweep", "--pods", "1,x"], "bad --pods `x`"),
+        (vec!["sweep", "--strategies", "fast"], "bad --strategies `fast`"),
+        (vec!["sweep", "--config", "/nonexistent.toml"], "/nonexistent.toml"),
+        (vec!["sweep", "--window", "5 parsecs"], "bad --window"),
+        (vec!["sweep", "--run-id", "../up"], "bad --run-id"),
+        (vec!["sweep", "--frobnicate"], "--frobnicate"),
+    ] {
+        let out = Command::new(BENCH).args(&args).output().expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
