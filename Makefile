@@ -43,7 +43,7 @@ lint: ## rustfmt and clippy, warnings are errors
 gpu-bundle: deps ## (here) release binaries, GPU test binary and bf16 MiniLM weights into $(BUNDLE)/ for a GPU machine
 	$(CARGO) build --release --locked
 	mkdir -p $(BUNDLE)
-	cp target/release/gpushare-workload $(BUNDLE)/
+	cp target/release/gpushare-workload target/release/gpushare-bench $(BUNDLE)/
 	test_bin=$$($(CARGO) test --release --locked -p gpushare-workload --test gpu --no-run --message-format=json 2>/dev/null \
 	  | $(PYTHON) -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable") and m["target"]["name"]=="gpu"][-1])'); \
 	cp "$$test_bin" $(BUNDLE)/workload-gpu-tests

@@ -95,7 +95,9 @@ impl MpsDaemon {
         &self.dirs
     }
 
-    /// Sends `quit` and waits (at most 5 s) for the control pipe to go away.
+    /// Sends `quit`, waits (at most 5 s) until no process of this daemon is left (the
+    /// control daemon and its servers, found by their CUDA_MPS_PIPE_DIRECTORY), kills
+    /// any that remain, and removes the pipe directory's sockets.
     pub fn stop(&mut self) -> Result<()> {
         if !self.running {
             return Ok(());
@@ -113,19 +115,59 @@ impl MpsDaemon {
             let _ = stdin.write_all(b"quit\n");
         }
         let _ = child.wait();
-        let pipe = Path::new(&self.dirs.pipe).join("control");
         let deadline = Instant::now() + Duration::from_secs(5);
-        while pipe.exists() && Instant::now() < deadline {
+        let mut left = daemon_pids(&self.dirs.pipe);
+        while !left.is_empty() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
+            left = daemon_pids(&self.dirs.pipe);
         }
-        if pipe.exists() {
-            return Err(BenchError::Mps(format!(
-                "the daemon with pipe {} did not quit within 5 s",
-                self.dirs.pipe
-            )));
+        let mut result = Ok(());
+        if !left.is_empty() {
+            for pid in &left {
+                // SAFETY: kill(2) on processes started for this cell's daemon.
+                unsafe { libc::kill(*pid as i32, libc::SIGKILL) };
+            }
+            std::thread::sleep(Duration::from_millis(200));
+            let still = daemon_pids(&self.dirs.pipe);
+            if still.is_empty() {
+                tracing::warn!("MPS daemon with pipe {} did not quit within 5 s; killed {left:?}", self.dirs.pipe);
+            } else {
+                result = Err(BenchError::Mps(format!(
+                    "daemon processes {still:?} (pipe {}) survive SIGKILL",
+                    self.dirs.pipe
+                )));
+            }
         }
-        Ok(())
+        // The daemon leaves its sockets behind; they are no use to anyone.
+        let _ = std::fs::remove_dir_all(&self.dirs.pipe);
+        result
     }
+}
+
+/// Processes whose environment names this pipe directory: our control daemon and the
+/// MPS servers it started (clients are stopped before the daemon).
+pub fn daemon_pids(pipe: &str) -> Vec<u32> {
+    let needle = format!("CUDA_MPS_PIPE_DIRECTORY={pipe}");
+    let me = std::process::id();
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        if pid == me {
+            continue;
+        }
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
+        if env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) && !is_zombie(pid) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(')').map(|(_, r)| r.trim_start().starts_with('Z')))
+        .unwrap_or(true)
 }
 
 impl Drop for MpsDaemon {
@@ -150,29 +192,49 @@ mod tests {
         assert!(d.pipe.len() < 80 && d.pipe.contains("gpushare-mps-"), "{}", d.pipe);
     }
 
-    /// A stand-in control binary: `-d` creates the pipe, `quit` removes it.
-    #[test]
-    fn start_and_stop_a_daemon_and_drop_stops_it_too() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let fake = tmp.path().join("fake-mps-control");
+    /// A stand-in control binary: `-d` creates the pipe and leaves a background
+    /// "daemon" that lives until `quit` removes the pipe (like the real one, it keeps
+    /// CUDA_MPS_PIPE_DIRECTORY in its environment). A pipe directory named *stubborn* makes `quit` do nothing.
+    fn fake_control(dir: &Path) -> PathBuf {
+        let fake = dir.join("fake-mps-control");
         std::fs::write(
             &fake,
-            "#!/bin/sh\nif [ \"$1\" = -d ]; then mkdir -p \"$CUDA_MPS_PIPE_DIRECTORY\"; touch \"$CUDA_MPS_PIPE_DIRECTORY/control\"; exit 0; fi\n\
-             read cmd; [ \"$cmd\" = quit ] && rm -f \"$CUDA_MPS_PIPE_DIRECTORY/control\"\n",
+            "#!/bin/sh\nif [ \"$1\" = -d ]; then mkdir -p \"$CUDA_MPS_PIPE_DIRECTORY\"; touch \"$CUDA_MPS_PIPE_DIRECTORY/control\"; \
+             (while [ -e \"$CUDA_MPS_PIPE_DIRECTORY/control\" ]; do sleep 0.05; done) </dev/null >/dev/null 2>&1 & exit 0; fi\n\
+             read cmd; case \"$CUDA_MPS_PIPE_DIRECTORY\" in *stubborn*) exit 0;; esac; if [ \"$cmd\" = quit ]; then rm -f \"$CUDA_MPS_PIPE_DIRECTORY/control\"; fi\n",
         )
         .expect("write");
         std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+        fake
+    }
+
+    #[test]
+    fn start_and_stop_a_daemon_and_drop_stops_it_too() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let fake = fake_control(tmp.path());
         let dirs = dirs_for(tmp.path(), "c1");
         let mut d = MpsDaemon::start(&fake, &dirs).expect("start");
-        let control = Path::new(&dirs.pipe).join("control");
-        assert!(control.exists());
+        assert!(!daemon_pids(&dirs.pipe).is_empty(), "the daemon carries our pipe directory");
         d.stop().expect("stop");
-        assert!(!control.exists());
+        assert!(daemon_pids(&dirs.pipe).is_empty());
+        assert!(!Path::new(&dirs.pipe).exists(), "sockets are cleaned up");
         let dirs2 = dirs_for(tmp.path(), "c2");
         {
             let _guard = MpsDaemon::start(&fake, &dirs2).expect("start");
-            assert!(Path::new(&dirs2.pipe).join("control").exists());
+            assert!(!daemon_pids(&dirs2.pipe).is_empty());
         }
-        assert!(!Path::new(&dirs2.pipe).join("control").exists(), "drop must quit the daemon");
+        assert!(daemon_pids(&dirs2.pipe).is_empty(), "drop must stop the daemon");
+    }
+
+    #[test]
+    fn a_daemon_that_ignores_quit_is_killed() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let fake = fake_control(tmp.path());
+        let dirs = dirs_for(tmp.path(), "stubborn");
+        let mut d = MpsDaemon::start(&fake, &dirs).expect("start");
+        let t = Instant::now();
+        d.stop().expect("killed, so stopped");
+        assert!(t.elapsed() >= Duration::from_secs(5), "it waited for quit first");
+        assert!(daemon_pids(&dirs.pipe).is_empty());
     }
 }
