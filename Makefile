@@ -28,11 +28,33 @@ weights: deps ## install the MiniLM-L6 weights (.deps/minilm)
 build: ## release build of both binaries
 	$(CARGO) build --release --locked
 
+RUN_ID ?=
+SWEEP_FLAGS ?=
+RUN ?=
+# Binaries: target/release, or a prebuilt bundle on machines without Rust.
+BENCH_BIN = $(if $(wildcard $(BUNDLE)/gpushare-bench),$(BUNDLE)/gpushare-bench,target/release/gpushare-bench)
+
+.PHONY: bench-all
+bench-all: ## release build, the default sweep (all strategies × 1,3,5,7 pods), and its report
+	@if [ ! -x $(BUNDLE)/gpushare-bench ]; then $(MAKE) --no-print-directory build; fi
+	@out=$$($(BENCH_BIN) sweep $(if $(RUN_ID),--run-id $(RUN_ID)) $(SWEEP_FLAGS)); echo "$$out"; \
+	dir=$$(printf '%s\n' "$$out" | sed -n 's/^results: //p' | tail -n 1); \
+	$(BENCH_BIN) report "$$dir"
+
+.PHONY: report
+report: ## render a run: make report RUN=results/<run-id>
+	@if [ -z "$(RUN)" ]; then echo "usage: make report RUN=results/<run-id>" >&2; exit 2; fi
+	@if [ ! -x $(BUNDLE)/gpushare-bench ] && [ ! -x target/release/gpushare-bench ]; then $(MAKE) --no-print-directory build; fi
+	$(BENCH_BIN) report "$(RUN)"
+
+TEST_ENV = LD_LIBRARY_PATH=$(NVRTC_LIB)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH} GPUSHARE_MINILM_DIR=$(MINILM_DIR) \
+	PATH=$(DEPS)/bin:$$PATH
+
 .PHONY: test
 test: deps ## unit and integration tests (no GPU, no cluster): what CI runs
-	LD_LIBRARY_PATH=$(NVRTC_LIB)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH} \
-	GPUSHARE_MINILM_DIR=$(MINILM_DIR) \
-	$(CARGO) test --workspace --locked
+	$(CARGO) build --workspace --locked
+	$(TEST_ENV) $(CARGO) test --workspace --locked
+	$(TEST_ENV) actionlint .github/workflows/*.yml
 
 .PHONY: lint
 lint: ## rustfmt and clippy, warnings are errors

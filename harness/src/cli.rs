@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::plan::{SweepOptions, StringOrList};
+use crate::plan::{StringOrList, SweepOptions};
 
 /// Measure what GPU sharing costs an inference workload.
 ///
@@ -27,7 +27,13 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the experiment: every strategy × pod count, saved after each cell.
-    Sweep(SweepArgs),
+    Sweep(Box<SweepArgs>),
+    /// Render results/<run-id> as reports/<run-id>/index.html (+ one SVG per chart and summary.md).
+    Report(ReportArgs),
+    /// Print a run as CSV, JSON or Markdown on stdout.
+    Export(ExportArgs),
+    /// Compare two runs cell by cell; exit code 1 when a cell regressed.
+    Compare(CompareArgs),
     /// Check the GPU, driver, CUDA libraries, MPS, MIG, NVML, Prometheus and Kubernetes.
     Doctor,
     /// Measure the cost of measuring: throughput with /metrics scraped every second vs not.
@@ -161,4 +167,47 @@ pub struct OverheadArgs {
     /// The gpushare-workload binary.
     #[arg(long)]
     pub workload_bin: Option<PathBuf>,
+}
+
+/// `report` flags.
+#[derive(Debug, Clone, Args)]
+pub struct ReportArgs {
+    /// The run directory, e.g. results/20261122-h100-yolos-bf16.
+    pub run_dir: PathBuf,
+    /// Where reports go; the report lands in <out>/<run-id>/.
+    #[arg(long, default_value = "reports")]
+    pub out: PathBuf,
+}
+
+/// Export formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportFormat {
+    /// One row per pod per cell plus aggregate rows (spreadsheet-ready).
+    Csv,
+    /// {"run": run.json, "cells": [...]}.
+    Json,
+    /// The report's tables.
+    Markdown,
+}
+
+/// `export` flags.
+#[derive(Debug, Clone, Args)]
+pub struct ExportArgs {
+    /// The run directory.
+    pub run_dir: PathBuf,
+    /// csv, json or markdown.
+    #[arg(long, value_enum)]
+    pub format: ExportFormat,
+}
+
+/// `compare` flags.
+#[derive(Debug, Clone, Args)]
+pub struct CompareArgs {
+    /// The reference run directory.
+    pub baseline: PathBuf,
+    /// The run to judge.
+    pub candidate: PathBuf,
+    /// A change counts when it is worse by more than this and than the windows' noise.
+    #[arg(long, default_value = "5%")]
+    pub threshold: String,
 }

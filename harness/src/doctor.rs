@@ -38,7 +38,9 @@ impl std::fmt::Display for Check {
 }
 
 fn dl_present(name: &str) -> bool {
-    let Ok(c) = std::ffi::CString::new(name) else { return false };
+    let Ok(c) = std::ffi::CString::new(name) else {
+        return false;
+    };
     // SAFETY: dlopen/dlclose by name only.
     unsafe {
         let h = libc::dlopen(c.as_ptr(), libc::RTLD_LAZY);
@@ -142,9 +144,16 @@ pub fn checks(f: &Facts) -> Vec<Check> {
     out.push(if f.libcuda {
         c("CUDA driver library", Ok, "libcuda.so.1 loads".into())
     } else {
-        c("CUDA driver library", Fail, "libcuda.so.1 not found — fix: install the NVIDIA driver".into())
+        c(
+            "CUDA driver library",
+            Fail,
+            "libcuda.so.1 not found — fix: install the NVIDIA driver".into(),
+        )
     });
-    for (name, ok, lib) in [("cuBLASLt", f.cublaslt, "libcublasLt.so.13"), ("NVRTC", f.nvrtc, "libnvrtc.so.13")] {
+    for (name, ok, lib) in [
+        ("cuBLASLt", f.cublaslt, "libcublasLt.so.13"),
+        ("NVRTC", f.nvrtc, "libnvrtc.so.13"),
+    ] {
         out.push(if ok {
             c(name, Ok, format!("{lib} loads"))
         } else {
@@ -156,7 +165,7 @@ pub fn checks(f: &Facts) -> Vec<Check> {
         });
     }
     out.push(match &f.mps_control {
-        Some(p) => c("MPS", Ok, format!("{p}")),
+        Some(p) => c("MPS", Ok, p.clone()),
         None => c(
             "MPS",
             Warn,
@@ -165,18 +174,33 @@ pub fn checks(f: &Facts) -> Vec<Check> {
     });
     for g in &f.inventory.gpus {
         let (verdict, detail) = match crate::strategy::mig_unavailable_reason(g) {
-            None => (Ok, format!("GPU {}: MIG enabled, {} MIG device(s)", g.index, g.mig_devices.len())),
+            None => (
+                Ok,
+                format!("GPU {}: MIG enabled, {} MIG device(s)", g.index, g.mig_devices.len()),
+            ),
             Some(reason) => (Warn, format!("the mig strategy will be unavailable: {reason}")),
         };
         out.push(c("MIG", verdict, detail));
         if let Some(m) = &g.compute_mode {
-            out.push(c("compute mode", Ok, format!("GPU {}: {m} (read only; gpushare-bench never changes it)", g.index)));
+            out.push(c(
+                "compute mode",
+                Ok,
+                format!("GPU {}: {m} (read only; gpushare-bench never changes it)", g.index),
+            ));
         }
     }
     out.push(if f.inventory.nvml {
-        c("NVML telemetry", Ok, "utilisation, memory, power and energy are recorded per cell".into())
+        c(
+            "NVML telemetry",
+            Ok,
+            "utilisation, memory, power and energy are recorded per cell".into(),
+        )
     } else {
-        c("NVML telemetry", Warn, "NVML not available — GPU telemetry columns will be empty".into())
+        c(
+            "NVML telemetry",
+            Warn,
+            "NVML not available — GPU telemetry columns will be empty".into(),
+        )
     });
     out.push(match &f.workload {
         Result::Ok(w) => c("workload binary", Ok, w.clone()),
@@ -195,7 +219,8 @@ pub fn checks(f: &Facts) -> Vec<Check> {
         None => c(
             "Kubernetes context",
             Warn,
-            "no kubeconfig (KUBECONFIG, ~/.kube/config) and not in a cluster — only needed for --backend kubernetes".into(),
+            "no kubeconfig (KUBECONFIG, ~/.kube/config) and not in a cluster — only needed for --backend kubernetes"
+                .into(),
         ),
     });
     out
@@ -218,9 +243,21 @@ mod tests {
             kubernetes: None,
         };
         let lines: Vec<String> = checks(&f).iter().map(|c| c.to_string()).collect();
-        assert!(lines[0].starts_with("FAIL  GPU and driver") && lines[0].contains("fix:"), "{}", lines[0]);
-        assert!(lines.iter().any(|l| l.starts_with("FAIL  cuBLASLt") && l.contains("LD_LIBRARY_PATH")));
+        assert!(
+            lines[0].starts_with("FAIL  GPU and driver") && lines[0].contains("fix:"),
+            "{}",
+            lines[0]
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("FAIL  cuBLASLt") && l.contains("LD_LIBRARY_PATH"))
+        );
         assert!(lines.iter().any(|l| l.starts_with("warn  MPS")));
-        assert!(lines.iter().any(|l| l.starts_with("warn  Prometheus") && l.contains("apt-get install prometheus")));
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("warn  Prometheus") && l.contains("apt-get install prometheus"))
+        );
     }
 }

@@ -137,7 +137,14 @@ mod tests {
             assert_eq!(s.name().parse::<Strategy>().ok(), Some(s));
             assert_eq!(serde_json::to_string(&s).ok(), Some(format!("\"{}\"", s.name())));
         }
-        let e = "timeslicing".parse::<Strategy>().err().map(|e| e.to_string()).unwrap_or_default();
-        assert_eq!(e, "bad --strategies `timeslicing`: expected exclusive, time-slicing, mps or mig");
+        let e = "timeslicing"
+            .parse::<Strategy>()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert_eq!(
+            e,
+            "bad --strategies `timeslicing`: expected exclusive, time-slicing, mps or mig"
+        );
     }
 }

@@ -43,9 +43,15 @@ impl GpuInfo {
             name: self.name.clone(),
             uuid: self.uuid.clone(),
             memory_total_bytes: self.memory_total_bytes,
-            mig_mode: self.mig_enabled.map(|m| if m { "Enabled" } else { "Disabled" }.to_string()),
+            mig_mode: self
+                .mig_enabled
+                .map(|m| if m { "Enabled" } else { "Disabled" }.to_string()),
             compute_mode: self.compute_mode.clone(),
-            mig_devices: self.mig_devices.iter().map(|m| format!("MIG {} (UUID: {})", m.profile, m.uuid)).collect(),
+            mig_devices: self
+                .mig_devices
+                .iter()
+                .map(|m| format!("MIG {} (UUID: {})", m.profile, m.uuid))
+                .collect(),
         }
     }
 
@@ -91,7 +97,9 @@ pub fn parse_nvidia_smi_list(text: &str) -> Vec<GpuInfo> {
             .unwrap_or("")
             .to_string();
         if let Some(rest) = t.strip_prefix("GPU ") {
-            let Some((idx, after)) = rest.split_once(':') else { continue };
+            let Some((idx, after)) = rest.split_once(':') else {
+                continue;
+            };
             let Ok(index) = idx.trim().parse() else { continue };
             let name = after.split(" (UUID:").next().unwrap_or("").trim().to_string();
             gpus.push(GpuInfo {
@@ -125,7 +133,10 @@ pub fn probe() -> GpuInventory {
     let mut inv = GpuInventory {
         nvml: true,
         driver_version: nvml.sys_driver_version().ok(),
-        cuda_driver_version: nvml.sys_cuda_driver_version().ok().map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10)),
+        cuda_driver_version: nvml
+            .sys_cuda_driver_version()
+            .ok()
+            .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10)),
         gpus: Vec::new(),
     };
     let listed = std::process::Command::new("nvidia-smi")
@@ -145,7 +156,11 @@ pub fn probe() -> GpuInventory {
             memory_total_bytes: d.memory_info().ok().map(|m| m.total),
             mig_enabled,
             compute_mode: d.compute_mode().ok().map(|m| format!("{m:?}")),
-            mig_devices: listed.iter().find(|g| g.uuid == uuid).map(|g| g.mig_devices.clone()).unwrap_or_default(),
+            mig_devices: listed
+                .iter()
+                .find(|g| g.uuid == uuid)
+                .map(|g| g.mig_devices.clone())
+                .unwrap_or_default(),
             uuid,
         });
     }
@@ -231,7 +246,10 @@ pub fn summarise(samples: &[GpuSample]) -> TelemetrySummary {
         return TelemetrySummary::default();
     }
     let n = samples.len() as f64;
-    let energy_j = match (samples.first().and_then(|s| s.energy_mj), samples.last().and_then(|s| s.energy_mj)) {
+    let energy_j = match (
+        samples.first().and_then(|s| s.energy_mj),
+        samples.last().and_then(|s| s.energy_mj),
+    ) {
         (Some(a), Some(b)) if b >= a && samples.len() > 1 => Some((b - a) as f64 / 1000.0),
         _ => None,
     };
@@ -324,7 +342,12 @@ GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee)\n"
 
     #[test]
     fn summarises_samples() {
-        let s = |u, m, p, e| GpuSample { util_pct: u, mem_used_bytes: m, power_w: p, energy_mj: e };
+        let s = |u, m, p, e| GpuSample {
+            util_pct: u,
+            mem_used_bytes: m,
+            power_w: p,
+            energy_mj: e,
+        };
         let sum = summarise(&[s(50.0, 10, 100.0, Some(1_000)), s(100.0, 30, 300.0, Some(5_000))]);
         assert_eq!(sum.util_pct, Some(75.0));
         assert_eq!(sum.mem_bytes, Some(30));

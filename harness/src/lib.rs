@@ -20,6 +20,7 @@ pub mod plan;
 pub mod progress;
 pub mod promtext;
 pub mod record;
+pub mod report;
 pub mod scrape;
 pub mod stats;
 pub mod store;

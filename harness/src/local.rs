@@ -33,7 +33,11 @@ pub fn find_workload(explicit: Option<&Path>) -> Result<PathBuf> {
         return if p.is_file() {
             Ok(p.to_path_buf())
         } else {
-            Err(BenchError::flag("--workload-bin", &p.display().to_string(), "no such file"))
+            Err(BenchError::flag(
+                "--workload-bin",
+                &p.display().to_string(),
+                "no such file",
+            ))
         };
     }
     let beside = std::env::current_exe().ok().and_then(|exe| {
@@ -89,7 +93,10 @@ impl PodProcess {
             && let Ok(Some(status)) = child.try_wait()
         {
             self.child = None;
-            let detail = match (last_error_line(&self.log), std::os::unix::process::ExitStatusExt::signal(&status)) {
+            let detail = match (
+                last_error_line(&self.log),
+                std::os::unix::process::ExitStatusExt::signal(&status),
+            ) {
                 (Some(line), _) => line,
                 (None, Some(sig)) => format!("killed by signal {sig}"),
                 (None, None) => format!("exited with {status}"),
@@ -125,7 +132,13 @@ pub struct LocalBackend {
 
 impl LocalBackend {
     /// A backend that writes pod logs under `run_dir/logs`.
-    pub fn new(workload: WorkloadCommand, device: DeviceKind, inventory: GpuInventory, run_dir: &Path, mps_control: Option<PathBuf>) -> Self {
+    pub fn new(
+        workload: WorkloadCommand,
+        device: DeviceKind,
+        inventory: GpuInventory,
+        run_dir: &Path,
+        mps_control: Option<PathBuf>,
+    ) -> Self {
         Self {
             workload,
             device,
@@ -182,17 +195,24 @@ impl Backend for LocalBackend {
 
     async fn prepare(&mut self, strategy: Strategy) -> Result<Prepared> {
         let dirs = self.mps_dirs(strategy, 1);
-        Ok(match plan_cell(strategy, 1, self.device, &self.inventory, dirs.as_ref()) {
-            CellPlan::Pods(_) => Prepared::Ready,
-            CellPlan::Unavailable(reason) => Prepared::Unavailable(reason),
-        })
+        Ok(
+            match plan_cell(strategy, 1, self.device, &self.inventory, dirs.as_ref()) {
+                CellPlan::Pods(_) => Prepared::Ready,
+                CellPlan::Unavailable(reason) => Prepared::Unavailable(reason),
+            },
+        )
     }
 
     async fn launch(&mut self, strategy: Strategy, pods: u32) -> Result<Vec<Pod>> {
         let dirs = self.mps_dirs(strategy, pods);
         let plan = match plan_cell(strategy, pods, self.device, &self.inventory, dirs.as_ref()) {
             CellPlan::Pods(p) => p,
-            CellPlan::Unavailable(reason) => return Err(BenchError::Spawn { pod: "all".into(), reason }),
+            CellPlan::Unavailable(reason) => {
+                return Err(BenchError::Spawn {
+                    pod: "all".into(),
+                    reason,
+                });
+            }
         };
         if strategy == Strategy::Mps
             && let (Some(control), Some(dirs)) = (&self.mps_control, &dirs)

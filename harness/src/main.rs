@@ -2,19 +2,19 @@
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::Parser;
 use gpushare_bench::backend::Backend;
-use gpushare_bench::cli::{Cli, Command, OverheadArgs, SweepArgs};
+use gpushare_bench::cli::{Cli, Command, ExportFormat, OverheadArgs, SweepArgs};
 use gpushare_bench::error::{BenchError, Result};
 use gpushare_bench::plan::{SweepOptions, SweepPlan, default_run_id, validate_run_id};
-use gpushare_bench::{doctor, gpu, local, overhead, sweep};
+use gpushare_bench::{doctor, gpu, local, overhead, report, sweep};
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("GPUSHARE_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            tracing_subscriber::EnvFilter::try_from_env("GPUSHARE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
@@ -24,17 +24,30 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             use clap::error::ErrorKind;
-            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) {
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
                 let _ = e.print();
                 return ExitCode::SUCCESS;
             }
             let text = e.to_string();
-            let first = text.lines().next().unwrap_or("bad arguments").trim_start_matches("error: ");
+            let first = text
+                .lines()
+                .next()
+                .unwrap_or("bad arguments")
+                .trim_start_matches("error: ");
             eprintln!("gpushare-bench: {first} (see --help)");
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("gpushare-bench: cannot start the runtime: {e}");
@@ -53,15 +66,64 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> Result<u8> {
     match cli.command {
-        Command::Sweep(args) => run_sweep(args).await,
+        Command::Sweep(args) => run_sweep(*args).await,
         Command::Doctor => {
             let checks = doctor::checks(&doctor::gather());
             for c in &checks {
                 println!("{c}");
             }
-            Ok(if checks.iter().any(|c| c.verdict == doctor::Verdict::Fail) { 1 } else { 0 })
+            Ok(if checks.iter().any(|c| c.verdict == doctor::Verdict::Fail) {
+                1
+            } else {
+                0
+            })
         }
         Command::Overhead(args) => run_overhead(args).await,
+        Command::Report(args) => {
+            let t = std::time::Instant::now();
+            let index = report::write(&args.run_dir, &args.out)?;
+            eprintln!("rendered in {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
+            println!("report: {}", index.display());
+            Ok(0)
+        }
+        Command::Export(args) => {
+            let data = report::RunData::load(&args.run_dir)?;
+            let text = match args.format {
+                ExportFormat::Csv => {
+                    String::from_utf8(gpushare_bench::store::cells_csv(&data.cells)?).unwrap_or_default()
+                }
+                ExportFormat::Json => {
+                    let v = serde_json::json!({ "run": data.run, "cells": data.cells });
+                    serde_json::to_string_pretty(&v).unwrap_or_default() + "\n"
+                }
+                ExportFormat::Markdown => report::tables::markdown(&data, &report::tables::all(&data)),
+            };
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            // A closed pipe (`| head`) is not an error worth a message.
+            let _ = out.write_all(text.as_bytes());
+            Ok(0)
+        }
+        Command::Compare(args) => {
+            let threshold = report::compare::parse_threshold(&args.threshold)?;
+            let base = report::RunData::load(&args.baseline)?;
+            let cand = report::RunData::load(&args.candidate)?;
+            let rows = report::compare::compare(&base, &cand, threshold);
+            if rows.is_empty() {
+                return Err(BenchError::Results {
+                    path: args.candidate.clone(),
+                    reason: format!("shares no cell with {}", args.baseline.display()),
+                });
+            }
+            print!("{}", report::compare::render(&rows));
+            let regressed = rows.iter().filter(|r| !r.regressions.is_empty()).count();
+            if regressed > 0 {
+                eprintln!("gpushare-bench: {regressed} of {} cells regressed", rows.len());
+                Ok(1)
+            } else {
+                Ok(0)
+            }
+        }
     }
 }
 
@@ -81,9 +143,17 @@ async fn run_sweep(args: SweepArgs) -> Result<u8> {
 
 async fn run_overhead(args: OverheadArgs) -> Result<u8> {
     let dur = |flag: &str, v: &str| humantime::parse_duration(v).map_err(|e| BenchError::flag(flag, v, e.to_string()));
-    let (phase, interval, warmup) = (dur("--phase", &args.phase)?, dur("--interval", &args.interval)?, dur("--warmup", &args.warmup)?);
+    let (phase, interval, warmup) = (
+        dur("--phase", &args.phase)?,
+        dur("--interval", &args.interval)?,
+        dur("--warmup", &args.warmup)?,
+    );
     if args.repeats == 0 || phase < interval * 2 {
-        return Err(BenchError::flag("--phase", &args.phase, "each phase needs at least two scrape intervals, and --repeats ≥ 1"));
+        return Err(BenchError::flag(
+            "--phase",
+            &args.phase,
+            "each phase needs at least two scrape intervals, and --repeats ≥ 1",
+        ));
     }
     let inventory = gpu::probe();
     let choice = match args.device.as_str() {
@@ -98,16 +168,35 @@ async fn run_overhead(args: OverheadArgs) -> Result<u8> {
         (_, Some(p)) => p,
         (_, None) => "bf16".into(),
     };
-    let gpu_name = inventory.gpus.first().map(|g| g.name.clone()).filter(|_| device == gpushare_bench::domain::DeviceKind::Cuda);
-    let short = gpu_name.as_ref().and(inventory.gpus.first()).map_or("cpu".into(), |g| g.short_name());
-    let id = args.run_id.clone().unwrap_or_else(|| format!("overhead-{}", default_run_id(&gpushare_bench::record::now_rfc3339(), &short)));
+    let gpu_name = inventory
+        .gpus
+        .first()
+        .map(|g| g.name.clone())
+        .filter(|_| device == gpushare_bench::domain::DeviceKind::Cuda);
+    let short = gpu_name
+        .as_ref()
+        .and(inventory.gpus.first())
+        .map_or("cpu".into(), |g| g.short_name());
+    let id = args.run_id.clone().unwrap_or_else(|| {
+        format!(
+            "overhead-{}",
+            default_run_id(&gpushare_bench::record::now_rfc3339(), &short)
+        )
+    });
     validate_run_id(&id)?;
     let dir = args.out.join(&id);
     std::fs::create_dir_all(dir.join("logs")).map_err(BenchError::io(format!("creating {}", dir.display())))?;
     let workload = local::find_workload(args.workload_bin.as_deref())?;
     let command = local::WorkloadCommand {
         binary: workload,
-        args: vec!["--model".into(), args.model.clone(), "--device".into(), device.name().into(), "--precision".into(), precision.clone()],
+        args: vec![
+            "--model".into(),
+            args.model.clone(),
+            "--device".into(),
+            device.name().into(),
+            "--precision".into(),
+            precision.clone(),
+        ],
     };
     let mut backend = local::LocalBackend::new(command, device, inventory, &dir, None);
     let cancel = tokio_util::sync::CancellationToken::new();
@@ -119,7 +208,16 @@ async fn run_overhead(args: OverheadArgs) -> Result<u8> {
         phase.as_secs(),
         interval.as_secs_f64()
     );
-    let result = overhead::measure(&mut backend, (&args.model, device, &precision, gpu_name), warmup, phase, args.repeats, interval, &cancel).await;
+    let result = overhead::measure(
+        &mut backend,
+        (&args.model, device, &precision, gpu_name),
+        warmup,
+        phase,
+        args.repeats,
+        interval,
+        &cancel,
+    )
+    .await;
     backend.restore().await?;
     let result = result?;
     for p in &result.phases {
@@ -133,11 +231,17 @@ async fn run_overhead(args: OverheadArgs) -> Result<u8> {
     }
     println!(
         "without scraping {:.2} inf/s (spread {:.2}%), with {:.2} inf/s (spread {:.2}%): difference {:+.2}%",
-        result.throughput_without, result.spread_without_pct, result.throughput_with, result.spread_with_pct, result.difference_pct
+        result.throughput_without,
+        result.spread_without_pct,
+        result.throughput_with,
+        result.spread_with_pct,
+        result.difference_pct
     );
-    let json = serde_json::to_vec_pretty(&result).map_err(|e| BenchError::Results { path: dir.join("overhead.json"), reason: e.to_string() })?;
+    let json = serde_json::to_vec_pretty(&result).map_err(|e| BenchError::Results {
+        path: dir.join("overhead.json"),
+        reason: e.to_string(),
+    })?;
     gpushare_bench::store::write_atomic(&dir.join("overhead.json"), &json)?;
     println!("results: {}", dir.join("overhead.json").display());
-    let _ = Duration::ZERO;
     Ok(0)
 }

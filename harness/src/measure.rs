@@ -53,7 +53,13 @@ pub struct CellLabels {
 }
 
 /// A row with the cell's labels and nothing measured.
-pub fn empty_row(l: &CellLabels, pod: &str, status: CellStatus, source: crate::domain::Source, note: String) -> CellRecord {
+pub fn empty_row(
+    l: &CellLabels,
+    pod: &str,
+    status: CellStatus,
+    source: crate::domain::Source,
+    note: String,
+) -> CellRecord {
     CellRecord {
         run_id: l.run_id.clone(),
         strategy: l.strategy,
@@ -90,7 +96,13 @@ pub fn empty_row(l: &CellLabels, pod: &str, status: CellStatus, source: crate::d
 
 /// A cell whose strategy cannot run: one aggregate row with the reason.
 pub fn unavailable_rows(l: &CellLabels, source: crate::domain::Source, reason: &str) -> Vec<CellRecord> {
-    vec![empty_row(l, ALL_PODS, CellStatus::Unavailable, source, reason.to_string())]
+    vec![empty_row(
+        l,
+        ALL_PODS,
+        CellStatus::Unavailable,
+        source,
+        reason.to_string(),
+    )]
 }
 
 /// Per-pod bookkeeping during a cell.
@@ -110,7 +122,9 @@ fn finite(v: f64) -> Option<f64> {
 fn pod_status(state: &PodState, problem: &Option<String>) -> (CellStatus, Option<i32>, String) {
     match state {
         PodState::Pending(reason) => (CellStatus::Pending, None, reason.clone()),
-        PodState::Exited { code: Some(4), detail } => (CellStatus::Oom, Some(4), format!("out of GPU memory: {detail}")),
+        PodState::Exited { code: Some(4), detail } => {
+            (CellStatus::Oom, Some(4), format!("out of GPU memory: {detail}"))
+        }
         PodState::Exited { code, detail } => (CellStatus::Failed, *code, detail.clone()),
         PodState::Starting => (CellStatus::Failed, None, "never became ready".into()),
         PodState::Running => match problem {
@@ -173,7 +187,12 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
     let targets: Vec<Target> = pods
         .iter()
         .filter(|p| p.state == PodState::Running)
-        .filter_map(|p| p.metrics_url.as_ref().map(|u| Target { pod: p.name.clone(), url: u.clone() }))
+        .filter_map(|p| {
+            p.metrics_url.as_ref().map(|u| Target {
+                pod: p.name.clone(),
+                url: u.clone(),
+            })
+        })
         .collect();
     let started_at = now_rfc3339();
 
@@ -186,7 +205,11 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
         let alive = |tracked: &HashMap<String, Tracked>| -> Vec<Target> {
             targets
                 .iter()
-                .filter(|t| tracked.get(&t.pod).is_some_and(|x| x.state == PodState::Running && x.problem.is_none()))
+                .filter(|t| {
+                    tracked
+                        .get(&t.pod)
+                        .is_some_and(|x| x.state == PodState::Running && x.problem.is_none())
+                })
                 .cloned()
                 .collect()
         };
@@ -241,7 +264,10 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
                 }
             }
             let p50 = window_hist.as_ref().map_or(f64::NAN, |h| h.quantile(0.5));
-            windows.push(WindowStat { throughput: window_tput, p50 });
+            windows.push(WindowStat {
+                throughput: window_tput,
+                p50,
+            });
             let is_stable = stable(&windows, settings.stable_windows, settings.tolerance);
             progress.window(windows.len(), window_tput, p50, is_stable);
             measured = t0.elapsed();
@@ -271,7 +297,10 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
         row.exit_code = exit_code;
         row.started_at = started_at.clone();
         let delta = match (&t.first, &t.last) {
-            (Some(a), Some(b)) => b.latency.delta(&a.latency).map(|d| (d, b.at - a.at, b.errors - a.errors)),
+            (Some(a), Some(b)) => b
+                .latency
+                .delta(&a.latency)
+                .map(|d| (d, b.at - a.at, b.errors - a.errors)),
             _ => None,
         };
         match delta {
@@ -307,7 +336,10 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
     if pending > 0 {
         notes.push(format!("{ran} of {} pods ran; {pending} pending", labels.pods));
     }
-    for r in rows.iter().filter(|r| matches!(r.status, CellStatus::Failed | CellStatus::Oom)) {
+    for r in rows
+        .iter()
+        .filter(|r| matches!(r.status, CellStatus::Failed | CellStatus::Oom))
+    {
         notes.push(format!("{} {}: {}", r.pod, r.status, r.note));
     }
     if !windows.is_empty() && !stable(&windows, settings.stable_windows, settings.tolerance) {
@@ -369,11 +401,26 @@ mod tests {
 
     #[test]
     fn pod_status_maps_exit_code_4_to_oom() {
-        let (s, code, note) = pod_status(&PodState::Exited { code: Some(4), detail: "x".into() }, &None);
+        let (s, code, note) = pod_status(
+            &PodState::Exited {
+                code: Some(4),
+                detail: "x".into(),
+            },
+            &None,
+        );
         assert_eq!((s, code), (CellStatus::Oom, Some(4)));
         assert!(note.contains("out of GPU memory"));
-        let (s, code, _) = pod_status(&PodState::Exited { code: Some(1), detail: "x".into() }, &None);
+        let (s, code, _) = pod_status(
+            &PodState::Exited {
+                code: Some(1),
+                detail: "x".into(),
+            },
+            &None,
+        );
         assert_eq!((s, code), (CellStatus::Failed, Some(1)));
-        assert_eq!(pod_status(&PodState::Running, &Some("scrape".into())).0, CellStatus::Failed);
+        assert_eq!(
+            pod_status(&PodState::Running, &Some("scrape".into())).0,
+            CellStatus::Failed
+        );
     }
 }

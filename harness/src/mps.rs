@@ -83,7 +83,10 @@ impl MpsDaemon {
         while !pipe.exists() {
             if Instant::now() > deadline {
                 // Dropping `daemon` sends quit, in case it came up late.
-                return Err(BenchError::Mps(format!("no control pipe at {} after 10 s", pipe.display())));
+                return Err(BenchError::Mps(format!(
+                    "no control pipe at {} after 10 s",
+                    pipe.display()
+                )));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -130,7 +133,10 @@ impl MpsDaemon {
             std::thread::sleep(Duration::from_millis(200));
             let still = daemon_pids(&self.dirs.pipe);
             if still.is_empty() {
-                tracing::warn!("MPS daemon with pipe {} did not quit within 5 s; killed {left:?}", self.dirs.pipe);
+                tracing::warn!(
+                    "MPS daemon with pipe {} did not quit within 5 s; killed {left:?}",
+                    self.dirs.pipe
+                );
             } else {
                 result = Err(BenchError::Mps(format!(
                     "daemon processes {still:?} (pipe {}) survive SIGKILL",
@@ -151,11 +157,15 @@ pub fn daemon_pids(pipe: &str) -> Vec<u32> {
     let me = std::process::id();
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
         if pid == me {
             continue;
         }
-        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
         if env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) && !is_zombie(pid) {
             out.push(pid);
         }
@@ -214,7 +224,10 @@ mod tests {
         let fake = fake_control(tmp.path());
         let dirs = dirs_for(tmp.path(), "c1");
         let mut d = MpsDaemon::start(&fake, &dirs).expect("start");
-        assert!(!daemon_pids(&dirs.pipe).is_empty(), "the daemon carries our pipe directory");
+        assert!(
+            !daemon_pids(&dirs.pipe).is_empty(),
+            "the daemon carries our pipe directory"
+        );
         d.stop().expect("stop");
         assert!(daemon_pids(&dirs.pipe).is_empty());
         assert!(!Path::new(&dirs.pipe).exists(), "sockets are cleaned up");

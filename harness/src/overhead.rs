@@ -60,11 +60,23 @@ pub struct OverheadResult {
 
 /// Summarises phases (pure).
 pub fn summarise(phases: &[OverheadPhase]) -> (f64, f64, f64, f64, f64) {
-    let pick = |s: bool| phases.iter().filter(|p| p.scraping == s).map(|p| p.throughput_per_s).collect::<Vec<_>>();
+    let pick = |s: bool| {
+        phases
+            .iter()
+            .filter(|p| p.scraping == s)
+            .map(|p| p.throughput_per_s)
+            .collect::<Vec<_>>()
+    };
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
     let (without, with) = (pick(false), pick(true));
     let (a, b) = (mean(&without), mean(&with));
-    (a, b, (b - a) / a * 100.0, relative_spread(&without) * 100.0, relative_spread(&with) * 100.0)
+    (
+        a,
+        b,
+        (b - a) / a * 100.0,
+        relative_spread(&without) * 100.0,
+        relative_spread(&with) * 100.0,
+    )
 }
 
 /// Runs the measurement with a launched single pod.
@@ -79,10 +91,13 @@ pub async fn measure<B: Backend>(
 ) -> Result<OverheadResult> {
     let started_at = crate::record::now_rfc3339();
     let pods = backend.wait_ready(Duration::from_secs(180), cancel).await?;
-    let pod = pods.first().filter(|p| p.state == PodState::Running).ok_or_else(|| BenchError::Spawn {
-        pod: "pod-0".into(),
-        reason: format!("did not become ready: {:?}", pods.first().map(|p| &p.state)),
-    })?;
+    let pod = pods
+        .first()
+        .filter(|p| p.state == PodState::Running)
+        .ok_or_else(|| BenchError::Spawn {
+            pod: "pod-0".into(),
+            reason: format!("did not become ready: {:?}", pods.first().map(|p| &p.state)),
+        })?;
     let target = Target {
         pod: pod.name.clone(),
         url: pod.metrics_url.clone().unwrap_or_default(),
@@ -149,7 +164,13 @@ mod tests {
 
     #[test]
     fn summary_by_hand() {
-        let p = |scraping, t| OverheadPhase { scraping, seconds: 1.0, inferences: t as u64, throughput_per_s: t, scrapes: 0 };
+        let p = |scraping, t| OverheadPhase {
+            scraping,
+            seconds: 1.0,
+            inferences: t as u64,
+            throughput_per_s: t,
+            scrapes: 0,
+        };
         let (a, b, d, sa, sb) = summarise(&[p(false, 100.0), p(true, 99.0), p(false, 102.0), p(true, 99.0)]);
         assert_eq!((a, b), (101.0, 99.0));
         assert!((d + 1.980198).abs() < 1e-5);

@@ -106,7 +106,11 @@ pub enum StringOrList {
 impl StringOrList {
     fn items(&self) -> Vec<String> {
         match self {
-            StringOrList::Text(t) => t.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+            StringOrList::Text(t) => t
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
             StringOrList::List(v) => v
                 .iter()
                 .map(|x| match x {
@@ -199,7 +203,8 @@ pub const DEFAULT_WINDOW: &str = "5s";
 pub const DEFAULT_MAX_CELL: &str = "30s";
 
 fn parse_duration(flag: &str, text: &str) -> Result<Duration> {
-    humantime::parse_duration(text).map_err(|e| BenchError::flag(flag, text, format!("{e} (examples: 10s, 1m30s, 500ms)")))
+    humantime::parse_duration(text)
+        .map_err(|e| BenchError::flag(flag, text, format!("{e} (examples: 10s, 1m30s, 500ms)")))
 }
 
 const MODELS: [&str; 3] = ["yolos-small", "minilm-l6", "tiny"];
@@ -214,7 +219,11 @@ impl SweepPlan {
             other => return Err(BenchError::flag("--backend", other, "expected local or kubernetes")),
         };
         let mut strategies = Vec::new();
-        for s in o.strategies.map(|s| s.items()).unwrap_or_else(|| Strategy::ALL.iter().map(|s| s.name().to_string()).collect()) {
+        for s in o
+            .strategies
+            .map(|s| s.items())
+            .unwrap_or_else(|| Strategy::ALL.iter().map(|s| s.name().to_string()).collect())
+        {
             let st: Strategy = s.parse()?;
             if !strategies.contains(&st) {
                 strategies.push(st);
@@ -224,8 +233,14 @@ impl SweepPlan {
             return Err(BenchError::flag("--strategies", "", "name at least one strategy"));
         }
         let mut pods = Vec::new();
-        for p in o.pods.map(|p| p.items()).unwrap_or_else(|| DEFAULT_PODS.iter().map(u32::to_string).collect()) {
-            let n: u32 = p.parse().map_err(|_| BenchError::flag("--pods", &p, "not a whole number"))?;
+        for p in o
+            .pods
+            .map(|p| p.items())
+            .unwrap_or_else(|| DEFAULT_PODS.iter().map(u32::to_string).collect())
+        {
+            let n: u32 = p
+                .parse()
+                .map_err(|_| BenchError::flag("--pods", &p, "not a whole number"))?;
             if !(1..=64).contains(&n) {
                 return Err(BenchError::flag("--pods", &p, "pod counts go from 1 to 64"));
             }
@@ -239,7 +254,11 @@ impl SweepPlan {
         if let Some(m) = &o.model
             && !MODELS.contains(&m.as_str())
         {
-            return Err(BenchError::flag("--model", m, "expected yolos-small, minilm-l6 or tiny"));
+            return Err(BenchError::flag(
+                "--model",
+                m,
+                "expected yolos-small, minilm-l6 or tiny",
+            ));
         }
         let model = o.model;
         if let Some(p) = &o.precision
@@ -268,7 +287,11 @@ impl SweepPlan {
         let window_text = o.window.unwrap_or_else(|| DEFAULT_WINDOW.into());
         let window = parse_duration("--window", &window_text)?;
         if window < Duration::from_millis(500) {
-            return Err(BenchError::flag("--window", &window_text, "windows shorter than 500ms measure scrape jitter"));
+            return Err(BenchError::flag(
+                "--window",
+                &window_text,
+                "windows shorter than 500ms measure scrape jitter",
+            ));
         }
         let cap_text = o.max_cell.unwrap_or_else(|| DEFAULT_MAX_CELL.into());
         let max_cell = parse_duration("--max-cell", &cap_text)?;
@@ -284,8 +307,16 @@ impl SweepPlan {
         let prometheus = match o.prometheus.as_deref().unwrap_or("off") {
             "off" => PrometheusSetting::Off,
             "spawn" => PrometheusSetting::Spawn,
-            u if u.starts_with("http://") || u.starts_with("https://") => PrometheusSetting::Url(u.trim_end_matches('/').to_string()),
-            other => return Err(BenchError::flag("--prometheus", other, "expected off, spawn or an http(s):// URL")),
+            u if u.starts_with("http://") || u.starts_with("https://") => {
+                PrometheusSetting::Url(u.trim_end_matches('/').to_string())
+            }
+            other => {
+                return Err(BenchError::flag(
+                    "--prometheus",
+                    other,
+                    "expected off, spawn or an http(s):// URL",
+                ));
+            }
         };
         if backend == BackendKind::Kubernetes && prometheus == PrometheusSetting::Spawn {
             return Err(BenchError::flag(
@@ -295,7 +326,11 @@ impl SweepPlan {
             ));
         }
         if backend == BackendKind::Kubernetes && o.node.is_none() {
-            return Err(BenchError::flag("--node", "", "the Kubernetes backend needs the GPU node's name"));
+            return Err(BenchError::flag(
+                "--node",
+                "",
+                "the Kubernetes backend needs the GPU node's name",
+            ));
         }
         Ok(SweepPlan {
             backend,
@@ -328,11 +363,17 @@ pub fn validate_run_id(id: &str) -> Result<()> {
     let ok = !id.is_empty()
         && id.len() <= 100
         && !id.starts_with('.')
-        && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
     if ok {
         Ok(())
     } else {
-        Err(BenchError::flag("--run-id", id, "use letters, digits, '.', '_' and '-' (it names a directory)"))
+        Err(BenchError::flag(
+            "--run-id",
+            id,
+            "use letters, digits, '.', '_' and '-' (it names a directory)",
+        ))
     }
 }
 
@@ -363,19 +404,65 @@ mod tests {
 
     #[test]
     fn flags_override_the_file_and_bad_values_are_named() {
-        let file: SweepOptions = toml::from_str("pods = [1, 2]\nstrategies = \"mps,mig\"\nwarmup = \"3s\"\n").expect("toml");
-        let flags = SweepOptions { pods: Some(StringOrList::Text("4".into())), ..opts() };
+        let file: SweepOptions =
+            toml::from_str("pods = [1, 2]\nstrategies = \"mps,mig\"\nwarmup = \"3s\"\n").expect("toml");
+        let flags = SweepOptions {
+            pods: Some(StringOrList::Text("4".into())),
+            ..opts()
+        };
         let p = SweepPlan::from_options(file.overridden_by(flags)).expect("valid");
         assert_eq!(p.pods, vec![4]);
         assert_eq!(p.strategies, vec![Strategy::Mps, Strategy::Mig]);
         assert_eq!(p.measure.warmup, Duration::from_secs(3));
-        let bad = |o: SweepOptions| SweepPlan::from_options(o).err().map(|e| e.to_string()).unwrap_or_default();
-        assert_eq!(bad(SweepOptions { pods: Some(StringOrList::Text("1,0".into())), ..opts() }), "bad --pods `0`: pod counts go from 1 to 64");
-        assert!(bad(SweepOptions { warmup: Some("ten".into()), ..opts() }).starts_with("bad --warmup `ten`"));
-        assert!(bad(SweepOptions { max_cell: Some("10s".into()), ..opts() }).contains("shorter than 3 windows"));
-        assert!(bad(SweepOptions { prometheus: Some("maybe".into()), ..opts() }).contains("off, spawn or an http"));
-        assert!(bad(SweepOptions { device: Some("cpu".into()), precision: Some("bf16".into()), ..opts() }).contains("fp32 only"));
-        assert!(bad(SweepOptions { backend: Some("kubernetes".into()), ..opts() }).contains("--node"));
+        let bad = |o: SweepOptions| {
+            SweepPlan::from_options(o)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        assert_eq!(
+            bad(SweepOptions {
+                pods: Some(StringOrList::Text("1,0".into())),
+                ..opts()
+            }),
+            "bad --pods `0`: pod counts go from 1 to 64"
+        );
+        assert!(
+            bad(SweepOptions {
+                warmup: Some("ten".into()),
+                ..opts()
+            })
+            .starts_with("bad --warmup `ten`")
+        );
+        assert!(
+            bad(SweepOptions {
+                max_cell: Some("10s".into()),
+                ..opts()
+            })
+            .contains("shorter than 3 windows")
+        );
+        assert!(
+            bad(SweepOptions {
+                prometheus: Some("maybe".into()),
+                ..opts()
+            })
+            .contains("off, spawn or an http")
+        );
+        assert!(
+            bad(SweepOptions {
+                device: Some("cpu".into()),
+                precision: Some("bf16".into()),
+                ..opts()
+            })
+            .contains("fp32 only")
+        );
+        assert!(
+            bad(SweepOptions {
+                backend: Some("kubernetes".into()),
+                ..opts()
+            })
+            .contains("--node")
+        );
     }
 
     #[test]
@@ -383,10 +470,19 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let f = dir.path().join("sweep.toml");
         std::fs::write(&f, "podz = [1]\n").expect("write");
-        let e = SweepOptions::from_file(&f).err().map(|e| e.to_string()).unwrap_or_default();
+        let e = SweepOptions::from_file(&f)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert!(e.contains("sweep.toml") && e.contains("podz"), "{e}");
-        let missing = SweepOptions::from_file(&dir.path().join("nope.toml")).err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(missing.contains("nope.toml") && missing.contains("cannot read"), "{missing}");
+        let missing = SweepOptions::from_file(&dir.path().join("nope.toml"))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            missing.contains("nope.toml") && missing.contains("cannot read"),
+            "{missing}"
+        );
     }
 
     #[test]

@@ -88,7 +88,10 @@ impl Bars {
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         let cell = multi.add(ProgressBar::new_spinner());
-        cell.set_style(ProgressStyle::with_template("{spinner} {prefix} {msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()));
+        cell.set_style(
+            ProgressStyle::with_template("{spinner} {prefix} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
         cell.enable_steady_tick(Duration::from_millis(200));
         Self { multi, sweep, cell }
     }
@@ -101,7 +104,11 @@ impl Progress for Bars {
         self.sweep.reset_eta();
     }
     fn cell_start(&self, strategy: Strategy, pods: u32) {
-        self.cell.set_prefix(format!("{} × {pods} pod{}:", strategy.title(), if pods == 1 { "" } else { "s" }));
+        self.cell.set_prefix(format!(
+            "{} × {pods} pod{}:",
+            strategy.title(),
+            if pods == 1 { "" } else { "s" }
+        ));
         self.cell.set_message("");
     }
     fn phase(&self, text: &str) {

@@ -260,7 +260,8 @@ pub fn parse(text: &str) -> Result<Exposition, ParseError> {
                 }
                 Some("HELP") => {
                     let name = parts.next().ok_or_else(|| err("HELP without a metric name".into()))?;
-                    exp.help.insert(name.to_string(), unescape_help(parts.next().unwrap_or("")));
+                    exp.help
+                        .insert(name.to_string(), unescape_help(parts.next().unwrap_or("")));
                 }
                 _ => {} // any other comment, `# EOF`, `# UNIT`
             }

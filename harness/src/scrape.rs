@@ -46,7 +46,12 @@ pub fn snapshot_from_text(pod: &str, text: &str, at: Instant) -> Result<PodSnaps
             HistogramError::Malformed(r) => r,
         },
     })?;
-    let errors = exp.samples.iter().filter(|s| s.name == ERRORS_METRIC).map(|s| s.value).sum();
+    let errors = exp
+        .samples
+        .iter()
+        .filter(|s| s.name == ERRORS_METRIC)
+        .map(|s| s.value)
+        .sum();
     Ok(PodSnapshot { at, latency, errors })
 }
 
@@ -96,7 +101,12 @@ impl ScrapeSource {
         let fut = async {
             let resp = self.client.get(uri).await.map_err(|e| format!("{e}"))?;
             let status = resp.status();
-            let body = resp.into_body().collect().await.map_err(|e| format!("reading the body: {e}"))?.to_bytes();
+            let body = resp
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| format!("reading the body: {e}"))?
+                .to_bytes();
             if !status.is_success() {
                 return Err(format!("HTTP {status}"));
             }
@@ -125,7 +135,9 @@ impl MetricsSource for ScrapeSource {
     }
 
     async fn snapshot(&self, targets: &[Target]) -> Vec<(String, Result<PodSnapshot>)> {
-        let futs = targets.iter().map(|t| async move { (t.pod.clone(), self.scrape(t).await) });
+        let futs = targets
+            .iter()
+            .map(|t| async move { (t.pod.clone(), self.scrape(t).await) });
         futures_util::future::join_all(futs).await
     }
 }
@@ -151,9 +163,18 @@ mod tests {
         let s = snapshot_from_text("p", text, Instant::now()).expect("valid");
         assert_eq!(s.latency.count, 4.0);
         assert_eq!(s.errors, 3.0);
-        let err = snapshot_from_text("pod-1", "up 1\n", Instant::now()).err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(err.contains("pod-1") && err.contains("no inference_time_seconds histogram"), "{err}");
-        let err = snapshot_from_text("pod-2", "up{ 1\n", Instant::now()).err().map(|e| e.to_string()).unwrap_or_default();
+        let err = snapshot_from_text("pod-1", "up 1\n", Instant::now())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.contains("pod-1") && err.contains("no inference_time_seconds histogram"),
+            "{err}"
+        );
+        let err = snapshot_from_text("pod-2", "up{ 1\n", Instant::now())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert!(err.starts_with("metrics from pod-2, line 1:"), "{err}");
     }
 }

@@ -118,7 +118,8 @@ impl RunStore {
         let dir = out.join(run_id);
         let run = read_run(&dir.join("run.json"))?;
         let cells = read_cells(&dir.join("cells.jsonl"))?;
-        std::fs::create_dir_all(dir.join("logs")).map_err(BenchError::io(format!("creating {}/logs", dir.display())))?;
+        std::fs::create_dir_all(dir.join("logs"))
+            .map_err(BenchError::io(format!("creating {}/logs", dir.display())))?;
         Ok(Self { dir, run, cells })
     }
 
@@ -139,12 +140,16 @@ impl RunStore {
 
     /// Whether a cell is already on disk.
     pub fn has_cell(&self, strategy: Strategy, pods: u32) -> bool {
-        self.cells.iter().any(|c| c.strategy == strategy && c.pods == pods && c.is_aggregate())
+        self.cells
+            .iter()
+            .any(|c| c.strategy == strategy && c.pods == pods && c.is_aggregate())
     }
 
     /// The aggregate row of a cell.
     pub fn aggregate(&self, strategy: Strategy, pods: u32) -> Option<&CellRecord> {
-        self.cells.iter().find(|c| c.strategy == strategy && c.pods == pods && c.is_aggregate())
+        self.cells
+            .iter()
+            .find(|c| c.strategy == strategy && c.pods == pods && c.is_aggregate())
     }
 
     /// Updates run.json (state, unavailable strategies, finish time).

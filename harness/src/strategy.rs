@@ -122,9 +122,8 @@ pub fn plan_cell(
         Strategy::Exclusive => CellPlan::Pods(
             (0..pods)
                 .map(|i| PodPlan {
-                    pending: (i > 0).then(|| {
-                        "exclusive: one pod per GPU; without sharing the others stay Pending".to_string()
-                    }),
+                    pending: (i > 0)
+                        .then(|| "exclusive: one pod per GPU; without sharing the others stay Pending".to_string()),
                     ..plain(i)
                 })
                 .collect(),
@@ -190,7 +189,10 @@ mod tests {
                 mig_enabled: mig,
                 compute_mode: Some("Default".into()),
                 mig_devices: (0..devices)
-                    .map(|i| MigDevice { profile: "1g.10gb".into(), uuid: format!("MIG-{i}") })
+                    .map(|i| MigDevice {
+                        profile: "1g.10gb".into(),
+                        uuid: format!("MIG-{i}"),
+                    })
                     .collect(),
             }],
             driver_version: Some("580.159.04".into()),
@@ -200,7 +202,10 @@ mod tests {
     }
 
     fn dirs() -> MpsDirs {
-        MpsDirs { pipe: "/r/mps/pipe".into(), log: "/r/mps/log".into() }
+        MpsDirs {
+            pipe: "/r/mps/pipe".into(),
+            log: "/r/mps/log".into(),
+        }
     }
 
     fn env<'a>(p: &'a PodPlan, k: &str) -> Option<&'a str> {
@@ -209,7 +214,8 @@ mod tests {
 
     #[test]
     fn mps_splits_threads_and_memory_like_the_device_plugin() {
-        let CellPlan::Pods(pods) = plan_cell(Strategy::Mps, 7, DeviceKind::Cuda, &h100(Some(false), 0), Some(&dirs())) else {
+        let CellPlan::Pods(pods) = plan_cell(Strategy::Mps, 7, DeviceKind::Cuda, &h100(Some(false), 0), Some(&dirs()))
+        else {
             panic!("MPS runs on a GPU without MIG")
         };
         assert_eq!(pods.len(), 7);
@@ -222,19 +228,23 @@ mod tests {
             panic!()
         };
         assert_eq!(env(&one[0], "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), Some("100"));
-        assert!(matches!(plan_cell(Strategy::Mps, 3, DeviceKind::Cuda, &h100(None, 0), None), CellPlan::Unavailable(r) if r.contains("nvidia-cuda-mps-control")));
+        assert!(
+            matches!(plan_cell(Strategy::Mps, 3, DeviceKind::Cuda, &h100(None, 0), None), CellPlan::Unavailable(r) if r.contains("nvidia-cuda-mps-control"))
+        );
     }
 
     #[test]
     fn mig_off_is_unavailable_with_the_admin_commands() {
-        let CellPlan::Unavailable(reason) = plan_cell(Strategy::Mig, 3, DeviceKind::Cuda, &h100(Some(false), 0), None) else {
+        let CellPlan::Unavailable(reason) = plan_cell(Strategy::Mig, 3, DeviceKind::Cuda, &h100(Some(false), 0), None)
+        else {
             panic!("MIG is off")
         };
         assert!(reason.contains("MIG mode is Disabled on GPU 0"), "{reason}");
         assert!(reason.contains("sudo nvidia-smi -i 0 -mig 1"), "{reason}");
         assert!(reason.contains("-cgi 1g.10gb,"), "{reason}");
         assert!(reason.contains("never changes GPU settings"), "{reason}");
-        let CellPlan::Unavailable(none) = plan_cell(Strategy::Mig, 1, DeviceKind::Cuda, &h100(Some(true), 0), None) else {
+        let CellPlan::Unavailable(none) = plan_cell(Strategy::Mig, 1, DeviceKind::Cuda, &h100(Some(true), 0), None)
+        else {
             panic!()
         };
         assert!(none.contains("no MIG devices exist"), "{none}");
@@ -251,7 +261,12 @@ mod tests {
         };
         assert_eq!(env(&pods[2], "CUDA_VISIBLE_DEVICES"), Some("MIG-2"));
         assert!(pods[2].pending.is_none());
-        assert!(pods[3].pending.as_deref().is_some_and(|r| r.contains("only 3 MIG devices")));
+        assert!(
+            pods[3]
+                .pending
+                .as_deref()
+                .is_some_and(|r| r.contains("only 3 MIG devices"))
+        );
         assert!(pods[4].env.is_empty());
     }
 
@@ -260,8 +275,13 @@ mod tests {
         let listed = parse_nvidia_smi_list(
             "GPU 0: NVIDIA H200 (UUID: GPU-9)\n  MIG 1g.18gb     Device  0: (UUID: MIG-aa)\n  MIG 1g.18gb     Device  1: (UUID: MIG-bb)\n",
         );
-        let inv = GpuInventory { gpus: listed, ..GpuInventory::default() };
-        let CellPlan::Pods(pods) = plan_cell(Strategy::Mig, 2, DeviceKind::Cuda, &inv, None) else { panic!() };
+        let inv = GpuInventory {
+            gpus: listed,
+            ..GpuInventory::default()
+        };
+        let CellPlan::Pods(pods) = plan_cell(Strategy::Mig, 2, DeviceKind::Cuda, &inv, None) else {
+            panic!()
+        };
         assert_eq!(env(&pods[1], "CUDA_VISIBLE_DEVICES"), Some("MIG-bb"));
     }
 
@@ -272,7 +292,18 @@ mod tests {
         };
         assert_eq!(pods.iter().filter(|p| p.pending.is_none()).count(), 1);
         assert_eq!(pods[2].name, "pod-2");
-        assert!(matches!(plan_cell(Strategy::TimeSlicing, 3, DeviceKind::Cpu, &GpuInventory::default(), None), CellPlan::Pods(p) if p.len() == 3));
-        assert!(matches!(plan_cell(Strategy::Mps, 3, DeviceKind::Cpu, &GpuInventory::default(), Some(&dirs())), CellPlan::Unavailable(_)));
+        assert!(
+            matches!(plan_cell(Strategy::TimeSlicing, 3, DeviceKind::Cpu, &GpuInventory::default(), None), CellPlan::Pods(p) if p.len() == 3)
+        );
+        assert!(matches!(
+            plan_cell(
+                Strategy::Mps,
+                3,
+                DeviceKind::Cpu,
+                &GpuInventory::default(),
+                Some(&dirs())
+            ),
+            CellPlan::Unavailable(_)
+        ));
     }
 }

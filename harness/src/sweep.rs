@@ -21,8 +21,7 @@ use crate::scrape::{MetricsSource, ScrapeSource};
 use crate::store::RunStore;
 
 /// The label every CPU smoke run carries, in run.json, on the terminal and in reports.
-pub const CPU_SMOKE_LABEL: &str =
-    "CPU SMOKE RUN: no usable GPU, so the tiny model ran on the CPU; these numbers test the pipeline and say nothing about GPU sharing";
+pub const CPU_SMOKE_LABEL: &str = "CPU SMOKE RUN: no usable GPU, so the tiny model ran on the CPU; these numbers test the pipeline and say nothing about GPU sharing";
 
 /// The label of a run the user asked to run on the CPU.
 pub const CPU_RUN_LABEL: &str = "CPU RUN (--device cpu): the workload ran on the CPU; not a GPU measurement";
@@ -65,7 +64,11 @@ pub fn plan_record(plan: &SweepPlan, device: DeviceKind, source: Source) -> Plan
             BackendKind::Local => "local".into(),
             BackendKind::Kubernetes => "kubernetes".into(),
         },
-        strategies: if smoke { vec![Strategy::TimeSlicing] } else { plan.strategies.clone() },
+        strategies: if smoke {
+            vec![Strategy::TimeSlicing]
+        } else {
+            plan.strategies.clone()
+        },
         pods: plan.pods.clone(),
         model: match (&plan.model, device) {
             (Some(m), _) if !smoke => m.clone(),
@@ -133,7 +136,12 @@ fn command_line(cmd: &str, args: &[&str]) -> Option<String> {
 pub fn environment(inventory: &GpuInventory, workload: &Path, mps: Option<&Path>) -> Environment {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|t| t.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split_once(':')).map(|(_, v)| v.trim().to_string()))
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
         .unwrap_or_else(|| std::env::consts::ARCH.into());
     Environment {
         hostname: command_line("hostname", &[]).unwrap_or_default(),
@@ -263,7 +271,16 @@ pub async fn run(plan: SweepPlan, run_id: Option<String>, resume: Option<String>
     let mut backend = LocalBackend::new(command, recorded.device, inventory, store.dir(), mps_control);
     let source = ScrapeSource::default();
 
-    let result = sweep_cells(&mut backend, &source, telemetry, &settings, &mut store, &*progress, &cancel).await;
+    let result = sweep_cells(
+        &mut backend,
+        &source,
+        telemetry,
+        &settings,
+        &mut store,
+        &*progress,
+        &cancel,
+    )
+    .await;
     let restored = backend.restore().await;
     let interrupted = matches!(result, Err(BenchError::Interrupted));
     store.update_run(|r| {
@@ -286,7 +303,13 @@ pub async fn run(plan: SweepPlan, run_id: Option<String>, resume: Option<String>
 
 /// A cell that could not be measured at all: one failed aggregate row with the reason.
 pub fn failed_rows(l: &CellLabels, source: Source, reason: &str) -> Vec<crate::record::CellRecord> {
-    vec![empty_row(l, crate::record::ALL_PODS, CellStatus::Failed, source, reason.to_string())]
+    vec![empty_row(
+        l,
+        crate::record::ALL_PODS,
+        CellStatus::Failed,
+        source,
+        reason.to_string(),
+    )]
 }
 
 /// One line per finished cell for the terminal.
@@ -294,7 +317,12 @@ pub fn cell_summary(rows: &[crate::record::CellRecord]) -> String {
     let Some(agg) = rows.iter().find(|r| r.is_aggregate()) else {
         return String::new();
     };
-    let head = format!("{:<13} {} pod{}", agg.strategy.title(), agg.pods, if agg.pods == 1 { " " } else { "s" });
+    let head = format!(
+        "{:<13} {} pod{}",
+        agg.strategy.title(),
+        agg.pods,
+        if agg.pods == 1 { " " } else { "s" }
+    );
     match (agg.status, agg.mean_s, agg.throughput_per_s) {
         (CellStatus::Ok, Some(mean), Some(tput)) => format!(
             "{head}  mean {:>8.2} ms  p99 {:>8.2} ms  {:>8.1} inf/s  fairness {}",
@@ -366,8 +394,17 @@ async fn sweep_cells<B: Backend, S: MetricsSource>(
                     let measured = match launched {
                         Ok(_) => {
                             let baseline = store.aggregate(strategy, 1).cloned();
-                            measure_cell(backend, source, telemetry.clone(), settings, &labels(pods), baseline.as_ref(), progress, cancel)
-                                .await
+                            measure_cell(
+                                backend,
+                                source,
+                                telemetry.clone(),
+                                settings,
+                                &labels(pods),
+                                baseline.as_ref(),
+                                progress,
+                                cancel,
+                            )
+                            .await
                         }
                         Err(e) => Err(e),
                     };

@@ -14,18 +14,24 @@ const BENCH: &str = env!("CARGO_BIN_EXE_gpushare-bench");
 
 fn workload_bin() -> PathBuf {
     let p = Path::new(BENCH).with_file_name("gpushare-workload");
-    assert!(p.is_file(), "{} is missing: build the workspace first (`make test` does)", p.display());
+    assert!(
+        p.is_file(),
+        "{} is missing: build the workspace first (`make test` does)",
+        p.display()
+    );
     p
 }
 
 fn sweep(out: &Path, extra: &[&str]) -> Command {
     let mut c = Command::new(BENCH);
-    c.args(["sweep", "--device", "cpu", "--quiet", "--warmup", "1s", "--window", "1s"])
-        .arg("--out")
-        .arg(out)
-        .arg("--workload-bin")
-        .arg(workload_bin())
-        .args(extra);
+    c.args([
+        "sweep", "--device", "cpu", "--quiet", "--warmup", "1s", "--window", "1s",
+    ])
+    .arg("--out")
+    .arg(out)
+    .arg("--workload-bin")
+    .arg(workload_bin())
+    .args(extra);
     if !extra.contains(&"--strategies") && !extra.contains(&"--resume") {
         c.args(["--strategies", "time-slicing"]);
     }
@@ -36,10 +42,17 @@ fn sweep(out: &Path, extra: &[&str]) -> Command {
 fn children(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else { continue };
+        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+            continue;
+        };
         // Field 4 is the parent pid; the name in field 2 may hold spaces, so split after ')'.
-        let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)).and_then(|v| v.parse::<u32>().ok());
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u32>().ok());
         if ppid == Some(pid) {
             out.push(p);
         }
@@ -51,7 +64,10 @@ fn alive(pid: u32) -> bool {
     // A zombie still has a /proc entry; read its state.
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
-        .and_then(|s| s.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next().map(|st| st != "Z")))
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .and_then(|(_, r)| r.split_whitespace().next().map(|st| st != "Z"))
+        })
         .unwrap_or(false)
 }
 
@@ -78,16 +94,31 @@ fn wait_exit(child: &mut Child, limit: Duration) -> i32 {
 }
 
 fn aggregate(cells: &[CellRecord], pods: u32) -> &CellRecord {
-    cells.iter().find(|c| c.pods == pods && c.is_aggregate()).expect("aggregate row")
+    cells
+        .iter()
+        .find(|c| c.pods == pods && c.is_aggregate())
+        .expect("aggregate row")
 }
 
 #[test]
 fn cpu_sweep_end_to_end_writes_every_column() {
     let out = tempfile::tempdir().expect("tempdir");
-    let st = sweep(out.path(), &["--pods", "1,3", "--max-cell", "4s", "--run-id", "e2e", "--strategies", "time-slicing,mig"])
-        .stderr(Stdio::piped())
-        .output()
-        .expect("run");
+    let st = sweep(
+        out.path(),
+        &[
+            "--pods",
+            "1,3",
+            "--max-cell",
+            "4s",
+            "--run-id",
+            "e2e",
+            "--strategies",
+            "time-slicing,mig",
+        ],
+    )
+    .stderr(Stdio::piped())
+    .output()
+    .expect("run");
     let err = String::from_utf8_lossy(&st.stderr);
     assert!(st.status.success(), "{err}");
     assert!(err.contains("CPU RUN"), "the CPU label must be loud: {err}");
@@ -95,8 +126,26 @@ fn cpu_sweep_end_to_end_writes_every_column() {
     let csv = std::fs::read_to_string(dir.join("cells.csv")).expect("cells.csv");
     let header = csv.lines().next().unwrap_or_default();
     for col in [
-        "run_id", "strategy", "pods", "pod", "status", "inferences", "throughput_per_s", "mean_s", "p50_s", "p90_s", "p99_s",
-        "errors", "fairness", "gpu_util_pct", "gpu_mem_bytes", "power_w", "energy_j_per_inference", "source", "device", "note",
+        "run_id",
+        "strategy",
+        "pods",
+        "pod",
+        "status",
+        "inferences",
+        "throughput_per_s",
+        "mean_s",
+        "p50_s",
+        "p90_s",
+        "p99_s",
+        "errors",
+        "fairness",
+        "gpu_util_pct",
+        "gpu_mem_bytes",
+        "power_w",
+        "energy_j_per_inference",
+        "source",
+        "device",
+        "note",
     ] {
         assert!(header.split(',').any(|h| h == col), "cells.csv lacks {col}: {header}");
     }
@@ -110,7 +159,10 @@ fn cpu_sweep_end_to_end_writes_every_column() {
         let (mean, p50, p99) = (a.mean_s.expect("mean"), a.p50_s.expect("p50"), a.p99_s.expect("p99"));
         assert!(mean > 0.0 && mean < 0.5, "tiny on a CPU: {mean} s");
         assert!(p50 <= p99);
-        let per_pod: Vec<&CellRecord> = cells.iter().filter(|c| c.pods == pods && !c.is_aggregate() && c.strategy == Strategy::TimeSlicing).collect();
+        let per_pod: Vec<&CellRecord> = cells
+            .iter()
+            .filter(|c| c.pods == pods && !c.is_aggregate() && c.strategy == Strategy::TimeSlicing)
+            .collect();
         assert_eq!(per_pod.len(), pods as usize);
         let sum: u64 = per_pod.iter().map(|c| c.inferences.expect("inferences")).sum();
         assert_eq!(a.inferences, Some(sum), "the aggregate is the sum of its pods");
@@ -123,7 +175,10 @@ fn cpu_sweep_end_to_end_writes_every_column() {
     assert_eq!(aggregate(&cells, 1).speedup_vs_1pod, Some(1.0));
     assert!(aggregate(&cells, 3).speedup_vs_1pod.is_some());
     let mig: Vec<&CellRecord> = cells.iter().filter(|c| c.strategy == Strategy::Mig).collect();
-    assert!(mig.iter().all(|c| c.status == CellStatus::Unavailable && c.note.contains("needs a GPU")));
+    assert!(
+        mig.iter()
+            .all(|c| c.status == CellStatus::Unavailable && c.note.contains("needs a GPU"))
+    );
     let run = read_run(&dir.join("run.json")).expect("run.json");
     assert_eq!(run.state, "complete");
     assert!(run.label.as_deref().is_some_and(|l| l.contains("CPU")));
@@ -139,7 +194,9 @@ fn a_pod_killed_mid_cell_is_recorded_and_the_sweep_goes_on() {
         .spawn()
         .expect("spawn");
     let harness = child.id();
-    wait_for("3 running pods", Duration::from_secs(60), || children(harness).len() == 3);
+    wait_for("3 running pods", Duration::from_secs(60), || {
+        children(harness).len() == 3
+    });
     // Let the cell's warm-up pass, then kill one pod the hard way.
     std::thread::sleep(Duration::from_secs(3));
     let victim = children(harness)[0];
@@ -150,7 +207,11 @@ fn a_pod_killed_mid_cell_is_recorded_and_the_sweep_goes_on() {
     let three: Vec<&CellRecord> = cells.iter().filter(|c| c.pods == 3 && !c.is_aggregate()).collect();
     let failed: Vec<&&CellRecord> = three.iter().filter(|c| c.status == CellStatus::Failed).collect();
     assert_eq!(failed.len(), 1, "{three:#?}");
-    assert!(failed[0].note.contains("signal 9") || failed[0].note.contains("SIGKILL"), "{:?}", failed[0].note);
+    assert!(
+        failed[0].note.contains("signal 9") || failed[0].note.contains("SIGKILL"),
+        "{:?}",
+        failed[0].note
+    );
     assert_eq!(three.iter().filter(|c| c.status == CellStatus::Ok).count(), 2);
     assert_eq!(aggregate(&cells, 3).status, CellStatus::Failed);
     assert_eq!(aggregate(&cells, 1).status, CellStatus::Ok, "the next cell still ran");
@@ -180,7 +241,10 @@ fn sigint_stops_everything_keeps_finished_cells_and_resume_completes() {
     }
     let before = read_cells(&cells_file).expect("jsonl");
     assert_eq!(before.len(), 2, "exactly the finished 1-pod cell is kept");
-    assert_eq!(read_run(&out.path().join("int/run.json")).expect("run").state, "interrupted");
+    assert_eq!(
+        read_run(&out.path().join("int/run.json")).expect("run").state,
+        "interrupted"
+    );
 
     let st = sweep(out.path(), &["--resume", "int"]).output().expect("resume");
     assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
@@ -188,9 +252,18 @@ fn sigint_stops_everything_keeps_finished_cells_and_resume_completes() {
     assert_eq!(after.len(), 2 + 4, "the 3-pod cell is added once");
     assert_eq!(&after[..2], &before[..], "finished rows are untouched");
     assert_eq!(after.iter().filter(|c| c.is_aggregate()).count(), 2);
-    assert_eq!(read_run(&out.path().join("int/run.json")).expect("run").state, "complete");
+    assert_eq!(
+        read_run(&out.path().join("int/run.json")).expect("run").state,
+        "complete"
+    );
     // Resuming a complete run is a no-op.
-    assert!(sweep(out.path(), &["--resume", "int"]).output().expect("again").status.success());
+    assert!(
+        sweep(out.path(), &["--resume", "int"])
+            .output()
+            .expect("again")
+            .status
+            .success()
+    );
     assert_eq!(read_cells(&cells_file).expect("jsonl").len(), 6);
 }
 

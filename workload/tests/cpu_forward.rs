@@ -2,6 +2,9 @@
 //! naive version written here in f64: a direct convolution instead of im2col, separate
 //! Q/K/V products per head, explicit softmax, no fused residual/norm step.
 
+// Index loops on purpose: the naive version should read like the formulas.
+#![allow(clippy::needless_range_loop)]
+
 use gpushare_workload::config::{Embedding, Preset};
 use gpushare_workload::cpu::CpuModel;
 use gpushare_workload::input::InputBatch;

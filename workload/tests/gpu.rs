@@ -508,8 +508,7 @@ fn reserve_memory_is_counted_and_oom_is_reported() {
     drop(m);
     let rt = CudaRuntime::new(0).expect("GPU");
     let total = rt.gpu().info().memory_total_bytes;
-    let err = CudaModel::new(rt, &weights, Precision::Bf16, &input, total * 2, true)
-        .err()
-        .expect("twice the memory fails");
+    let err =
+        CudaModel::new(rt, &weights, Precision::Bf16, &input, total * 2, true).expect_err("twice the memory fails");
     assert_eq!(err.exit_code(), 4, "{err}");
 }

@@ -30,7 +30,11 @@ pub enum HistogramError {
 impl Histogram {
     /// Reads histogram `name` from an exposition, summing every series whose labels
     /// include all of `matchers` (one pod's scrape has exactly one).
-    pub fn from_exposition(exp: &Exposition, name: &str, matchers: &[(&str, &str)]) -> Result<Histogram, HistogramError> {
+    pub fn from_exposition(
+        exp: &Exposition,
+        name: &str,
+        matchers: &[(&str, &str)],
+    ) -> Result<Histogram, HistogramError> {
         let bucket_name = format!("{name}_bucket");
         let (sum_name, count_name) = (format!("{name}_sum"), format!("{name}_count"));
         let matches = |s: &crate::promtext::Sample| matchers.iter().all(|(k, v)| s.label(k) == Some(*v));
@@ -38,7 +42,9 @@ impl Histogram {
         let (mut sum, mut count, mut seen) = (0.0, 0.0, false);
         for s in exp.samples.iter().filter(|s| matches(s)) {
             if s.name == bucket_name {
-                let le = s.label("le").ok_or_else(|| HistogramError::Malformed(format!("{bucket_name} without `le`")))?;
+                let le = s
+                    .label("le")
+                    .ok_or_else(|| HistogramError::Malformed(format!("{bucket_name} without `le`")))?;
                 let bound = crate::promtext::parse_value(le)
                     .filter(|b| !b.is_nan())
                     .ok_or_else(|| HistogramError::Malformed(format!("`le=\"{le}\"` is not a number")))?;
@@ -58,7 +64,9 @@ impl Histogram {
         }
         by_le.sort_by(|a, b| a.0.total_cmp(&b.0));
         if by_le.last().map(|b| b.0) != Some(f64::INFINITY) {
-            return Err(HistogramError::Malformed(format!("{bucket_name} has no le=\"+Inf\" bucket")));
+            return Err(HistogramError::Malformed(format!(
+                "{bucket_name} has no le=\"+Inf\" bucket"
+            )));
         }
         Ok(Histogram {
             buckets: by_le,
@@ -89,7 +97,8 @@ impl Histogram {
 
     /// Adds another histogram with the same bounds (several pods → one cell).
     pub fn add(&mut self, other: &Histogram) -> bool {
-        if self.buckets.len() != other.buckets.len() || self.buckets.iter().zip(&other.buckets).any(|(a, b)| a.0 != b.0) {
+        if self.buckets.len() != other.buckets.len() || self.buckets.iter().zip(&other.buckets).any(|(a, b)| a.0 != b.0)
+        {
             return false;
         }
         for (a, b) in self.buckets.iter_mut().zip(&other.buckets) {
@@ -102,7 +111,11 @@ impl Histogram {
 
     /// Exact mean: sum / count (NaN without observations).
     pub fn mean(&self) -> f64 {
-        if self.count > 0.0 { self.sum / self.count } else { f64::NAN }
+        if self.count > 0.0 {
+            self.sum / self.count
+        } else {
+            f64::NAN
+        }
     }
 
     /// The q-quantile as Prometheus' `histogram_quantile(q, …)` computes it.
@@ -131,7 +144,10 @@ impl Histogram {
         }
         let mut rank = q * total;
         // First bucket (excluding +Inf) whose cumulative count reaches the rank.
-        let idx = counts[..counts.len() - 1].iter().position(|&c| c >= rank).unwrap_or(counts.len() - 1);
+        let idx = counts[..counts.len() - 1]
+            .iter()
+            .position(|&c| c >= rank)
+            .unwrap_or(counts.len() - 1);
         if idx == counts.len() - 1 {
             return b[b.len() - 2].0;
         }
@@ -188,8 +204,16 @@ mod tests {
 
     #[test]
     fn delta_add_and_mean() {
-        let early = Histogram { buckets: vec![(0.1, 1.0), (f64::INFINITY, 2.0)], sum: 0.3, count: 2.0 };
-        let late = Histogram { buckets: vec![(0.1, 4.0), (f64::INFINITY, 6.0)], sum: 0.9, count: 6.0 };
+        let early = Histogram {
+            buckets: vec![(0.1, 1.0), (f64::INFINITY, 2.0)],
+            sum: 0.3,
+            count: 2.0,
+        };
+        let late = Histogram {
+            buckets: vec![(0.1, 4.0), (f64::INFINITY, 6.0)],
+            sum: 0.9,
+            count: 6.0,
+        };
         let d = late.delta(&early).expect("monotonic");
         assert_eq!(d.buckets, vec![(0.1, 3.0), (f64::INFINITY, 4.0)]);
         assert!((d.mean() - 0.15).abs() < 1e-12);
@@ -211,8 +235,14 @@ mod tests {
         assert_eq!((a.sum, a.count), (2.5, 3.0));
         let both = Histogram::from_exposition(&exp, "t", &[]).expect("sum of both");
         assert_eq!(both.count, 12.0);
-        assert_eq!(Histogram::from_exposition(&exp, "nope", &[]), Err(HistogramError::Missing));
+        assert_eq!(
+            Histogram::from_exposition(&exp, "nope", &[]),
+            Err(HistogramError::Missing)
+        );
         let no_inf = crate::promtext::parse("t_bucket{le=\"1\"} 1\n").expect("valid");
-        assert!(matches!(Histogram::from_exposition(&no_inf, "t", &[]), Err(HistogramError::Malformed(_))));
+        assert!(matches!(
+            Histogram::from_exposition(&no_inf, "t", &[]),
+            Err(HistogramError::Malformed(_))
+        ));
     }
 }

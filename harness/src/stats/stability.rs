@@ -59,7 +59,11 @@ mod tests {
         let settling = [w(50.0, 0.02), w(100.0, 0.010), w(101.0, 0.0101), w(99.0, 0.0099)];
         assert!(stable(&settling, 3, 0.05));
         // NaN latency (no inferences) is never stable.
-        assert!(!stable(&[w(0.0, f64::NAN), w(0.0, f64::NAN), w(0.0, f64::NAN)], 3, 0.05));
+        assert!(!stable(
+            &[w(0.0, f64::NAN), w(0.0, f64::NAN), w(0.0, f64::NAN)],
+            3,
+            0.05
+        ));
     }
 
     #[test]

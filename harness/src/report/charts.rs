@@ -1,0 +1,273 @@
+//! Charts with plotters' SVG backend (no fonts or bitmaps needed): latency vs pods per
+//! strategy (mean line, p50–p99 band), aggregate throughput, per-pod throughput
+//! (fairness), GPU utilisation and energy per inference. Each strategy has its own
+//! colour, marker and dash pattern, so the charts survive greyscale printing.
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::domain::{CellStatus, Strategy};
+use crate::error::{BenchError, Result};
+use crate::record::CellRecord;
+
+use super::RunData;
+
+const W: u32 = 720;
+const H: u32 = 420;
+
+/// Colour, marker and dash of a strategy (Okabe–Ito colours of distinct lightness).
+fn look(s: Strategy) -> (RGBColor, usize, Option<(u32, u32)>) {
+    match s {
+        Strategy::Exclusive => (RGBColor(0, 0, 0), 0, None),
+        Strategy::TimeSlicing => (RGBColor(0, 114, 178), 1, Some((10, 5))),
+        Strategy::Mps => (RGBColor(213, 94, 0), 2, Some((3, 4))),
+        Strategy::Mig => (RGBColor(0, 158, 115), 3, Some((14, 4))),
+    }
+}
+
+fn err(e: impl std::fmt::Display) -> BenchError {
+    BenchError::Results {
+        path: "report".into(),
+        reason: format!("drawing a chart: {e}"),
+    }
+}
+
+/// Draws markers of shape `mk` (circle, triangle, square, cross) and returns the series
+/// annotation for the legend.
+macro_rules! draw_markers {
+    ($c:expr, $pts:expr, $mk:expr, $col:expr) => {{
+        let (pts, col) = ($pts, $col);
+        match $mk {
+            0 => $c.draw_series(pts.iter().map(move |&p| Circle::new(p, 4, col.filled()))),
+            1 => $c.draw_series(pts.iter().map(move |&p| TriangleMarker::new(p, 5, col.filled()))),
+            2 => $c.draw_series(
+                pts.iter()
+                    .map(move |&p| EmptyElement::at(p) + Rectangle::new([(-4, -4), (4, 4)], col.filled())),
+            ),
+            _ => $c.draw_series(pts.iter().map(move |&p| Cross::new(p, 5, col.stroke_width(2)))),
+        }
+        .map_err(err)?
+    }};
+}
+
+/// The legend entry of a strategy: its marker, with a line segment for line charts.
+macro_rules! legend_entry {
+    ($mk:expr, $col:expr, $line:expr) => {{
+        let (mk, col, line) = ($mk, $col, $line);
+        move |(x, y): (i32, i32)| {
+            let m = match mk {
+                0 => Circle::new((10, 0), 4, col.filled()).into_dyn(),
+                1 => TriangleMarker::new((10, 0), 5, col.filled()).into_dyn(),
+                2 => Rectangle::new([(6, -4), (14, 4)], col.filled()).into_dyn(),
+                _ => Cross::new((10, 0), 5, col.stroke_width(2)).into_dyn(),
+            };
+            let width = if line { 20 } else { 0 };
+            EmptyElement::at((x, y)) + PathElement::new(vec![(0, 0), (width, 0)], col.stroke_width(2)) + m
+        }
+    }};
+}
+
+/// (pods, p50, p99) points of a latency band.
+type Band = Vec<(f64, f64, f64)>;
+
+/// One line chart over pod counts: `series(strategy) -> [(pods, value)]`, optional band.
+struct LineChart<'a> {
+    file: &'a str,
+    title: String,
+    y_label: &'a str,
+    series: Vec<(Strategy, Vec<(f64, f64)>)>,
+    bands: Vec<(Strategy, Band)>,
+    scatter: Vec<(Strategy, Vec<(f64, f64)>)>,
+}
+
+fn draw(data: &RunData, chart: LineChart<'_>) -> Result<Option<(String, String)>> {
+    let points: Vec<f64> = chart
+        .series
+        .iter()
+        .flat_map(|(_, v)| v.iter().map(|p| p.1))
+        .chain(chart.bands.iter().flat_map(|(_, v)| v.iter().map(|p| p.2)))
+        .chain(chart.scatter.iter().flat_map(|(_, v)| v.iter().map(|p| p.1)))
+        .filter(|v| v.is_finite())
+        .collect();
+    if points.is_empty() {
+        return Ok(None);
+    }
+    let y_max = points.iter().cloned().fold(0.0, f64::max) * 1.15;
+    let y_max = if y_max > 0.0 { y_max } else { 1.0 };
+    let max_pods = data.run.plan.pods.iter().copied().max().unwrap_or(1) as f64;
+    let pods = data.run.plan.pods.clone();
+    let mut svg = String::new();
+    {
+        let root: DrawingArea<SVGBackend<'_>, Shift> = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let title = match data.short_label() {
+            Some(l) => format!("{} ({l})", chart.title),
+            None => chart.title.clone(),
+        };
+        let mut c = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 17))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(64)
+            .build_cartesian_2d(0.0..max_pods + 1.0, 0.0..y_max)
+            .map_err(err)?;
+        c.configure_mesh()
+            .x_desc("pods sharing one GPU")
+            .y_desc(chart.y_label)
+            .x_labels((max_pods as usize + 2).min(40))
+            .x_label_formatter(&|x| {
+                let r = x.round();
+                if (x - r).abs() < 1e-6 && pods.contains(&(r as u32)) {
+                    format!("{r}")
+                } else {
+                    String::new()
+                }
+            })
+            .light_line_style(RGBColor(235, 235, 235))
+            .draw()
+            .map_err(err)?;
+        for (s, band) in &chart.bands {
+            let (col, _, _) = look(*s);
+            let mut poly: Vec<(f64, f64)> = band.iter().map(|p| (p.0, p.1)).collect();
+            poly.extend(band.iter().rev().map(|p| (p.0, p.2)));
+            if poly.len() >= 3 {
+                c.draw_series(std::iter::once(Polygon::new(poly, col.mix(0.15).filled())))
+                    .map_err(err)?;
+            }
+        }
+        for (s, pts) in &chart.series {
+            let (col, mk, dash) = look(*s);
+            let style = col.stroke_width(2);
+            match dash {
+                None => c.draw_series(LineSeries::new(pts.clone(), style)).map_err(err)?,
+                Some((len, gap)) => c
+                    .draw_series(DashedLineSeries::new(pts.clone(), len, gap, style))
+                    .map_err(err)?,
+            };
+            draw_markers!(c, pts, mk, col)
+                .label(s.title())
+                .legend(legend_entry!(mk, col, true));
+        }
+        for (s, pts) in &chart.scatter {
+            let (col, mk, _) = look(*s);
+            draw_markers!(c, pts, mk, col)
+                .label(s.title())
+                .legend(legend_entry!(mk, col, false));
+        }
+        c.configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(RGBColor(180, 180, 180))
+            .label_font(("sans-serif", 13))
+            .draw()
+            .map_err(err)?;
+        root.present().map_err(err)?;
+    }
+    Ok(Some((chart.file.to_string(), svg)))
+}
+
+fn ok_aggregates(data: &RunData, s: Strategy) -> Vec<&CellRecord> {
+    let mut v: Vec<&CellRecord> = data
+        .cells
+        .iter()
+        .filter(|c| c.strategy == s && c.is_aggregate() && c.status == CellStatus::Ok)
+        .collect();
+    v.sort_by_key(|c| c.pods);
+    v
+}
+
+fn series(data: &RunData, f: fn(&CellRecord) -> Option<f64>) -> Vec<(Strategy, Vec<(f64, f64)>)> {
+    data.strategies()
+        .into_iter()
+        .map(|s| {
+            (
+                s,
+                ok_aggregates(data, s)
+                    .into_iter()
+                    .filter_map(|c| f(c).map(|v| (c.pods as f64, v)))
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .filter(|(_, v)| !v.is_empty())
+        .collect()
+}
+
+/// Every chart that has data, as (file name, SVG).
+pub fn all(data: &RunData) -> Result<Vec<(String, String)>> {
+    let strategies = data.strategies();
+    let n = strategies.len().max(1) as f64;
+    let mut out = Vec::new();
+    let bands = strategies
+        .iter()
+        .map(|&s| {
+            let pts: Band = ok_aggregates(data, s)
+                .into_iter()
+                .filter_map(|c| Some((c.pods as f64, c.p50_s? * 1e3, c.p99_s? * 1e3)))
+                .collect();
+            (s, pts)
+        })
+        .filter(|(_, v)| !v.is_empty())
+        .collect();
+    let charts = [
+        LineChart {
+            file: "latency.svg",
+            title: "Inference latency vs pods: mean (line), p50–p99 (band)".into(),
+            y_label: "latency per inference (ms)",
+            series: series(data, |c| c.mean_s.map(|v| v * 1e3)),
+            bands,
+            scatter: Vec::new(),
+        },
+        LineChart {
+            file: "throughput.svg",
+            title: "Aggregate throughput vs pods".into(),
+            y_label: "inferences per second (all pods)",
+            series: series(data, |c| c.throughput_per_s),
+            bands: Vec::new(),
+            scatter: Vec::new(),
+        },
+        LineChart {
+            file: "per-pod-throughput.svg",
+            title: "Per-pod throughput (spread = unfairness)".into(),
+            y_label: "inferences per second (one pod)",
+            series: Vec::new(),
+            bands: Vec::new(),
+            scatter: strategies
+                .iter()
+                .enumerate()
+                .map(|(i, &s)| {
+                    let off = (i as f64 - (n - 1.0) / 2.0) * 0.12;
+                    let pts = data
+                        .cells
+                        .iter()
+                        .filter(|c| c.strategy == s && !c.is_aggregate() && c.status == CellStatus::Ok)
+                        .filter_map(|c| c.throughput_per_s.map(|t| (c.pods as f64 + off, t)))
+                        .collect::<Vec<_>>();
+                    (s, pts)
+                })
+                .filter(|(_, v)| !v.is_empty())
+                .collect(),
+        },
+        LineChart {
+            file: "gpu-utilisation.svg",
+            title: "GPU utilisation vs pods".into(),
+            y_label: "GPU utilisation (%)",
+            series: series(data, |c| c.gpu_util_pct),
+            bands: Vec::new(),
+            scatter: Vec::new(),
+        },
+        LineChart {
+            file: "energy.svg",
+            title: "GPU energy per inference vs pods".into(),
+            y_label: "energy per inference (J)",
+            series: series(data, |c| c.energy_j_per_inference),
+            bands: Vec::new(),
+            scatter: Vec::new(),
+        },
+    ];
+    for chart in charts {
+        if let Some(c) = draw(data, chart)? {
+            out.push(c);
+        }
+    }
+    Ok(out)
+}

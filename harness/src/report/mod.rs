@@ -1,0 +1,131 @@
+//! Reports of a run: the reference study's tables (strategies × pods) and more, charts
+//! (plotters, SVG), the environment, as one self-contained HTML page, a Markdown summary
+//! and the exports. Everything here is a pure function of the run's records.
+
+pub mod charts;
+pub mod compare;
+pub mod html;
+pub mod tables;
+
+use std::path::{Path, PathBuf};
+
+use crate::domain::{CellStatus, DeviceKind, Strategy};
+use crate::error::{BenchError, Result};
+use crate::record::{CellRecord, RunRecord};
+use crate::store::{read_cells, read_run};
+
+/// A run as the reports see it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunData {
+    /// run.json.
+    pub run: RunRecord,
+    /// cells.jsonl.
+    pub cells: Vec<CellRecord>,
+}
+
+impl RunData {
+    /// Loads `RUN_DIR/run.json` and `RUN_DIR/cells.jsonl`.
+    pub fn load(dir: &Path) -> Result<Self> {
+        if !dir.join("run.json").is_file() {
+            return Err(BenchError::Results {
+                path: dir.to_path_buf(),
+                reason: "not a run directory (no run.json); give results/<run-id>".into(),
+            });
+        }
+        Ok(Self {
+            run: read_run(&dir.join("run.json"))?,
+            cells: read_cells(&dir.join("cells.jsonl"))?,
+        })
+    }
+
+    /// The aggregate row of a cell.
+    pub fn aggregate(&self, strategy: Strategy, pods: u32) -> Option<&CellRecord> {
+        self.cells
+            .iter()
+            .find(|c| c.strategy == strategy && c.pods == pods && c.is_aggregate())
+    }
+
+    /// The per-pod rows of a cell.
+    pub fn pod_rows(&self, strategy: Strategy, pods: u32) -> impl Iterator<Item = &CellRecord> {
+        self.cells
+            .iter()
+            .filter(move |c| c.strategy == strategy && c.pods == pods && !c.is_aggregate())
+    }
+
+    /// Strategies in plan order.
+    pub fn strategies(&self) -> Vec<Strategy> {
+        self.run.plan.strategies.clone()
+    }
+
+    /// Pod counts, largest first (the reference study's column order).
+    pub fn pods_desc(&self) -> Vec<u32> {
+        let mut p = self.run.plan.pods.clone();
+        p.sort_unstable_by(|a, b| b.cmp(a));
+        p
+    }
+
+    /// The label a CPU run or an emulation carries on every table and chart.
+    pub fn label(&self) -> Option<String> {
+        self.run
+            .label
+            .clone()
+            .or_else(|| (self.run.plan.device == DeviceKind::Cpu).then(|| "CPU run: not a GPU measurement".to_string()))
+    }
+
+    /// A short tag for titles: "CPU run" or None.
+    pub fn short_label(&self) -> Option<&'static str> {
+        self.label().map(|_| "CPU run — not a GPU measurement")
+    }
+
+    /// The GPU's name, or the CPU's for CPU runs.
+    pub fn device_name(&self) -> String {
+        match (self.run.plan.device, self.run.environment.gpus.first()) {
+            (DeviceKind::Cuda, Some(g)) => g.name.clone(),
+            _ => format!("CPU: {}", self.run.environment.cpu),
+        }
+    }
+
+    /// Whether any cell is not ok (for the notes section).
+    pub fn has_problems(&self) -> bool {
+        self.cells
+            .iter()
+            .any(|c| c.is_aggregate() && c.status != CellStatus::Ok)
+    }
+}
+
+/// Files of a rendered report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    /// index.html.
+    pub html: String,
+    /// summary.md.
+    pub markdown: String,
+    /// (file name, SVG) of each chart.
+    pub charts: Vec<(String, String)>,
+}
+
+/// Renders everything (pure).
+pub fn render(data: &RunData) -> Result<Report> {
+    let charts = charts::all(data)?;
+    let tables = tables::all(data);
+    Ok(Report {
+        html: html::page(data, &tables, &charts),
+        markdown: tables::markdown(data, &tables),
+        charts,
+    })
+}
+
+/// Renders a run directory into `out/<run-id>/` and returns the index.html path.
+pub fn write(run_dir: &Path, out: &Path) -> Result<PathBuf> {
+    let data = RunData::load(run_dir)?;
+    let report = render(&data)?;
+    let dir = out.join(&data.run.run_id);
+    std::fs::create_dir_all(&dir).map_err(BenchError::io(format!("creating {}", dir.display())))?;
+    for (name, svg) in &report.charts {
+        crate::store::write_atomic(&dir.join(name), svg.as_bytes())?;
+    }
+    crate::store::write_atomic(&dir.join("summary.md"), report.markdown.as_bytes())?;
+    let index = dir.join("index.html");
+    crate::store::write_atomic(&index, report.html.as_bytes())?;
+    Ok(index)
+}

@@ -1,0 +1,238 @@
+//! The tables of a report: one metric each, rows strategies, columns pod counts from
+//! the most to one (the reference study's layout), cells that did not measure shown by
+//! their status with the reason in a numbered note.
+
+use std::fmt::Write;
+
+use crate::domain::CellStatus;
+use crate::record::CellRecord;
+
+use super::RunData;
+
+/// One metric of the aggregate row.
+#[derive(Clone, Copy)]
+pub struct Metric {
+    /// Table title.
+    pub title: &'static str,
+    /// Unit for the caption.
+    pub unit: &'static str,
+    /// What it reads.
+    pub value: fn(&CellRecord) -> Option<f64>,
+    /// Decimals.
+    pub decimals: usize,
+}
+
+impl std::fmt::Debug for Metric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.title)
+    }
+}
+
+/// The report's tables, in order: mean latency first, as in the reference study.
+pub const METRICS: [Metric; 8] = [
+    Metric {
+        title: "Mean inference latency",
+        unit: "ms",
+        value: |c| c.mean_s.map(|v| v * 1e3),
+        decimals: 2,
+    },
+    Metric {
+        title: "Median (p50) latency",
+        unit: "ms",
+        value: |c| c.p50_s.map(|v| v * 1e3),
+        decimals: 2,
+    },
+    Metric {
+        title: "p99 latency",
+        unit: "ms",
+        value: |c| c.p99_s.map(|v| v * 1e3),
+        decimals: 2,
+    },
+    Metric {
+        title: "Aggregate throughput",
+        unit: "inferences/s",
+        value: |c| c.throughput_per_s,
+        decimals: 1,
+    },
+    Metric {
+        title: "Speed-up vs 1 pod",
+        unit: "× aggregate throughput",
+        value: |c| c.speedup_vs_1pod,
+        decimals: 2,
+    },
+    Metric {
+        title: "Fairness (Jain's index over pods)",
+        unit: "1 = equal shares",
+        value: |c| c.fairness,
+        decimals: 3,
+    },
+    Metric {
+        title: "Energy per inference",
+        unit: "J",
+        value: |c| c.energy_j_per_inference,
+        decimals: 3,
+    },
+    Metric {
+        title: "GPU utilisation",
+        unit: "%",
+        value: |c| c.gpu_util_pct,
+        decimals: 0,
+    },
+];
+
+/// A table cell.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cell {
+    /// A number, formatted.
+    Value(String),
+    /// Not measured: the status and the number of its note.
+    Status(CellStatus, usize),
+    /// Measured, but this metric has no value (e.g. no telemetry).
+    Empty,
+    /// The cell is not in the run (an unfinished run).
+    Missing,
+}
+
+/// One table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Table {
+    /// Title.
+    pub title: String,
+    /// Unit.
+    pub unit: String,
+    /// Column headings ("7 pods" …).
+    pub columns: Vec<String>,
+    /// (strategy title, cells).
+    pub rows: Vec<(String, Vec<Cell>)>,
+}
+
+/// All tables and the notes they refer to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tables {
+    /// The tables.
+    pub tables: Vec<Table>,
+    /// Notes: (number, "Strategy — status: reason").
+    pub notes: Vec<(usize, String)>,
+    /// How to read the tables (e.g. what the exclusive rows mean).
+    pub reading: Vec<String>,
+}
+
+/// What the exclusive baseline's rows mean.
+pub const EXCLUSIVE_READING: &str = "Exclusive is the baseline without sharing: one pod gets the GPU and the other N−1 stay pending, so latency stays that of one pod, aggregate throughput does not grow, and fairness over the requested pods is 1/N.";
+
+/// Builds every table (pure).
+pub fn all(data: &RunData) -> Tables {
+    let pods = data.pods_desc();
+    let mut notes: Vec<(usize, String)> = Vec::new();
+    let mut note_for = |text: String| -> usize {
+        if let Some((n, _)) = notes.iter().find(|(_, t)| *t == text) {
+            return *n;
+        }
+        let n = notes.len() + 1;
+        notes.push((n, text));
+        n
+    };
+    // Notes are numbered by first appearance; the reason alone (without the cell) is
+    // what repeats, e.g. one MIG reason for four cells.
+    let mut cell_notes = std::collections::HashMap::new();
+    for s in data.strategies() {
+        for &p in &pods {
+            if let Some(a) = data.aggregate(s, p)
+                && a.status != CellStatus::Ok
+            {
+                let n = note_for(format!("{} — {}: {}", s.title(), a.status, a.note));
+                cell_notes.insert((s, p), n);
+            }
+        }
+    }
+    let tables = METRICS
+        .iter()
+        .map(|m| Table {
+            title: m.title.to_string(),
+            unit: m.unit.to_string(),
+            columns: pods
+                .iter()
+                .map(|p| format!("{p} pod{}", if *p == 1 { "" } else { "s" }))
+                .collect(),
+            rows: data
+                .strategies()
+                .into_iter()
+                .map(|s| {
+                    let cells = pods
+                        .iter()
+                        .map(|&p| match data.aggregate(s, p) {
+                            None => Cell::Missing,
+                            Some(a) if a.status != CellStatus::Ok => Cell::Status(a.status, cell_notes[&(s, p)]),
+                            Some(a) => match (m.value)(a) {
+                                Some(v) if v.is_finite() => Cell::Value(format!("{v:.prec$}", prec = m.decimals)),
+                                _ => Cell::Empty,
+                            },
+                        })
+                        .collect();
+                    (s.title().to_string(), cells)
+                })
+                .collect(),
+        })
+        .collect();
+    let reading = if data.strategies().contains(&crate::domain::Strategy::Exclusive) && pods.iter().any(|p| *p > 1) {
+        vec![EXCLUSIVE_READING.to_string()]
+    } else {
+        Vec::new()
+    };
+    Tables { tables, notes, reading }
+}
+
+/// The Markdown summary: heading, label, the tables, the notes.
+pub fn markdown(data: &RunData, t: &Tables) -> String {
+    let mut out = String::new();
+    let p = &data.run.plan;
+    let _ = writeln!(out, "# gpushare-bench run {}\n", data.run.run_id);
+    if let Some(label) = data.label() {
+        let _ = writeln!(out, "> **{label}**\n");
+    }
+    let _ = writeln!(
+        out,
+        "{} · model {} · {} · batch {} · {} backend · source {} · {} → {}\n",
+        data.device_name(),
+        p.model,
+        p.precision,
+        p.batch,
+        p.backend,
+        match p.source {
+            crate::domain::Source::Scrape => "scrape",
+            crate::domain::Source::Prometheus => "prometheus",
+        },
+        data.run.started_at,
+        data.run.finished_at.as_deref().unwrap_or("unfinished")
+    );
+    let tag = data.short_label().map(|l| format!(" — {l}")).unwrap_or_default();
+    for table in &t.tables {
+        let _ = writeln!(out, "## {} ({}){tag}\n", table.title, table.unit);
+        let _ = writeln!(out, "| | {} |", table.columns.join(" | "));
+        let _ = writeln!(out, "|---|{}|", vec!["---:"; table.columns.len()].join("|"));
+        for (name, cells) in &table.rows {
+            let cells: Vec<String> = cells
+                .iter()
+                .map(|c| match c {
+                    Cell::Value(v) => v.clone(),
+                    Cell::Status(s, n) => format!("{s} [{n}]"),
+                    Cell::Empty => "–".into(),
+                    Cell::Missing => "not run".into(),
+                })
+                .collect();
+            let _ = writeln!(out, "| {name} | {} |", cells.join(" | "));
+        }
+        out.push('\n');
+    }
+    for r in &t.reading {
+        let _ = writeln!(out, "{r}\n");
+    }
+    if !t.notes.is_empty() {
+        let _ = writeln!(out, "## Notes\n");
+        for (n, text) in &t.notes {
+            let _ = writeln!(out, "{n}. {}", text.replace('\n', " "));
+        }
+        out.push('\n');
+    }
+    out
+}

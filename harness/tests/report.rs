@@ -1,0 +1,270 @@
+//! Reports and exports of fixture runs (a real H100 run and a CPU run): golden CSV and
+//! Markdown, the HTML checked structurally and in headless Chromium, compare on a
+//! planted regression, and the render time.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use gpushare_bench::report::{self, RunData};
+
+const BENCH: &str = env!("CARGO_BIN_EXE_gpushare-bench");
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+fn golden(name: &str, actual: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, actual).expect("write golden");
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|_| panic!("{} missing: run with UPDATE_GOLDEN=1", path.display()));
+    if expected != actual {
+        let line = expected
+            .lines()
+            .zip(actual.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(0)
+            + 1;
+        panic!("{name} differs from its golden file at line {line} (UPDATE_GOLDEN=1 to accept)");
+    }
+}
+
+fn export(run: &Path, format: &str) -> String {
+    let out = Command::new(BENCH)
+        .args(["export", "--format", format])
+        .arg(run)
+        .output()
+        .expect("export");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+#[test]
+fn csv_and_markdown_match_their_golden_files() {
+    let run = fixture("h100-run");
+    let csv = export(&run, "csv");
+    golden("h100-run.cells.csv", &csv);
+    golden("h100-run.summary.md", &export(&run, "markdown"));
+    // Spreadsheet-ready: a header row, '.' decimals, no thousands separators, and the
+    // same rows as cells.jsonl.
+    let mut reader = csv::Reader::from_reader(csv.as_bytes());
+    let header: Vec<String> = reader.headers().expect("header").iter().map(str::to_string).collect();
+    assert_eq!(&header[..5], &["run_id", "strategy", "pods", "pod", "status"]);
+    let rows: Vec<csv::StringRecord> = reader.records().collect::<Result<_, _>>().expect("rows");
+    assert_eq!(rows.len(), 64);
+    let tput = header.iter().position(|h| h == "throughput_per_s").expect("column");
+    for r in &rows {
+        let v = &r[tput];
+        assert!(v.is_empty() || v.parse::<f64>().is_ok(), "not a plain number: {v}");
+    }
+    let json: serde_json::Value = serde_json::from_str(&export(&run, "json")).expect("json");
+    assert_eq!(json["cells"].as_array().map(Vec::len), Some(64));
+    assert_eq!(json["run"]["run_id"], "20261122-h100-yolos-bf16");
+}
+
+fn count(hay: &str, needle: &str) -> usize {
+    hay.matches(needle).count()
+}
+
+#[test]
+fn html_is_self_contained_with_tables_charts_and_labels() {
+    let data = RunData::load(&fixture("h100-run")).expect("fixture");
+    let r = report::render(&data).expect("render");
+    let h = &r.html;
+    assert_eq!(count(h, "<table>"), report::tables::METRICS.len());
+    assert_eq!(count(h, "<svg"), 5, "latency, throughput, per-pod, utilisation, energy");
+    assert_eq!(r.charts.len(), 5);
+    for needle in [
+        "pods sharing one GPU",
+        "latency per inference (ms)",
+        "inferences per second",
+        "energy per inference (J)",
+    ] {
+        assert!(h.contains(needle), "axis label {needle:?} missing");
+    }
+    for s in ["Exclusive", "Time-slicing", "MPS"] {
+        assert!(
+            r.charts[0].1.contains(s),
+            "legend entry {s} missing from the latency chart"
+        );
+    }
+    assert!(
+        h.contains("Mean inference latency")
+            && h.contains("<th>7 pods</th><th>5 pods</th><th>3 pods</th><th>1 pod</th>")
+    );
+    // MIG cells show their status, with the reason on hover and in the notes.
+    assert!(h.contains("<td class=\"status\" title=\"MIG — unavailable: MIG mode is Disabled on GPU 0"));
+    assert!(h.contains("NVIDIA H100 80GB HBM3") && h.contains("580.159.04"));
+    // Nothing is fetched: no scripts, stylesheets, images or fonts by URL.
+    for bad in ["<script", "<link", "<img", "@import", "url(", "src=", "href=\"http"] {
+        assert!(!h.contains(bad), "the report must be self-contained, found {bad}");
+    }
+    assert!(!h.contains("CPU run"), "a GPU run carries no CPU label");
+}
+
+#[test]
+fn a_cpu_run_is_labelled_on_every_table_and_chart() {
+    let data = RunData::load(&fixture("cpu-run")).expect("fixture");
+    let r = report::render(&data).expect("render");
+    assert!(r.html.contains("class=\"banner\""));
+    assert_eq!(
+        count(&r.html, "<caption>"),
+        count(&r.html, "CPU run — not a GPU measurement</caption>")
+    );
+    for (name, svg) in &r.charts {
+        assert!(svg.contains("CPU run"), "{name} lacks the CPU label");
+    }
+    assert!(r.markdown.contains("> **CPU RUN"));
+    assert!(
+        r.markdown
+            .lines()
+            .filter(|l| l.starts_with("## ") && !l.starts_with("## Notes"))
+            .all(|l| l.contains("CPU run"))
+    );
+}
+
+#[test]
+fn rendering_a_16_cell_run_takes_under_a_second() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let t = Instant::now();
+    let index = report::write(&fixture("h100-run"), dir.path()).expect("write");
+    let took = t.elapsed();
+    println!("rendered the 16-cell report in {:.1} ms", took.as_secs_f64() * 1e3);
+    assert!(took.as_secs_f64() < 1.0, "{took:?}");
+    let files: Vec<String> = std::fs::read_dir(index.parent().expect("dir"))
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    for f in [
+        "index.html",
+        "summary.md",
+        "latency.svg",
+        "throughput.svg",
+        "per-pod-throughput.svg",
+    ] {
+        assert!(files.iter().any(|x| x == f), "{f} missing: {files:?}");
+    }
+}
+
+fn planted(dir: &Path, factor: f64) -> PathBuf {
+    let out = dir.join("candidate");
+    std::fs::create_dir_all(&out).expect("dir");
+    std::fs::copy(fixture("h100-run/run.json"), out.join("run.json")).expect("copy");
+    let text = std::fs::read_to_string(fixture("h100-run/cells.jsonl")).expect("cells");
+    let mut lines = Vec::new();
+    for l in text.lines() {
+        let mut v: serde_json::Value = serde_json::from_str(l).expect("row");
+        if v["strategy"] == "mps" && v["pods"] == 5 {
+            for k in ["mean_s", "p50_s", "p90_s", "p99_s"] {
+                if let Some(x) = v[k].as_f64() {
+                    v[k] = (x * factor).into();
+                }
+            }
+            if let Some(x) = v["throughput_per_s"].as_f64() {
+                v["throughput_per_s"] = (x / factor).into();
+            }
+        }
+        lines.push(v.to_string());
+    }
+    std::fs::write(out.join("cells.jsonl"), lines.join("\n") + "\n").expect("write");
+    out
+}
+
+#[test]
+fn compare_flags_a_planted_regression_and_passes_an_identical_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = fixture("h100-run");
+    let same = Command::new(BENCH)
+        .arg("compare")
+        .arg(&base)
+        .arg(&base)
+        .output()
+        .expect("compare");
+    assert_eq!(same.status.code(), Some(0), "{}", String::from_utf8_lossy(&same.stdout));
+    let worse = planted(dir.path(), 1.2);
+    let out = Command::new(BENCH)
+        .arg("compare")
+        .arg(&base)
+        .arg(&worse)
+        .args(["--threshold", "5%"])
+        .output()
+        .expect("compare");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let flagged: Vec<&str> = text.lines().filter(|l| l.contains("REGRESSION")).collect();
+    assert_eq!(flagged.len(), 1, "{text}");
+    assert!(
+        flagged[0].starts_with("MPS") && flagged[0].contains("+20.0%"),
+        "{}",
+        flagged[0]
+    );
+    // A 3% change is inside the 5% threshold.
+    let slight = planted(&dir.path().join("b"), 1.03);
+    let out = Command::new(BENCH)
+        .arg("compare")
+        .arg(&base)
+        .arg(&slight)
+        .output()
+        .expect("compare");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+}
+
+/// Headless Chromium loads the report from disk: no console message (a failed fetch or
+/// script error would log one), and the screenshot is not blank.
+#[test]
+fn chromium_renders_the_report_without_console_errors() {
+    let chromium = ["chromium", "/usr/bin/chromium", "chromium-browser"]
+        .into_iter()
+        .find(|c| {
+            Command::new(c)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .expect("chromium is needed for this test: `make deps` installs Debian's chromium");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let index = report::write(&fixture("h100-run"), dir.path()).expect("write");
+    let shot = dir.path().join("shot.png");
+    let profile = dir.path().join("profile");
+    let out = Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--window-size=1200,2400",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg(format!("file://{}", index.display()))
+        .output()
+        .expect("run chromium");
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "chromium failed: {log}");
+    let console: Vec<&str> = log.lines().filter(|l| l.contains("CONSOLE")).collect();
+    assert!(console.is_empty(), "console messages: {console:?}");
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&shot).expect("screenshot")));
+    let mut reader = decoder.read_info().expect("png");
+    let mut buf = vec![0; reader.output_buffer_size().expect("size")];
+    let info = reader.next_frame(&mut buf).expect("frame");
+    let px = info.color_type.samples();
+    let pixels = &buf[..info.buffer_size()];
+    let dark = pixels.chunks(px).filter(|p| p.iter().take(3).any(|c| *c < 200)).count();
+    let share = dark as f64 / (pixels.len() / px) as f64;
+    println!(
+        "screenshot {}×{}: {:.1}% non-white pixels",
+        info.width,
+        info.height,
+        share * 100.0
+    );
+    assert!(share > 0.01, "the screenshot is blank ({share})");
+}
