@@ -98,6 +98,9 @@ pub struct SweepArgs {
     /// Extra argument for every workload pod (repeatable), e.g. --workload-arg=--weights --workload-arg=DIR.
     #[arg(long = "workload-arg", allow_hyphen_values = true)]
     pub workload_args: Vec<String>,
+    /// Local pods listen on BASE, BASE+1, … (for an existing Prometheus that scrapes fixed ports) [default: free ports].
+    #[arg(long)]
+    pub base_port: Option<u16>,
     /// Kubernetes: the GPU node to use.
     #[arg(long)]
     pub node: Option<String>,
@@ -130,6 +133,7 @@ impl SweepArgs {
             workload_args: (!self.workload_args.is_empty()).then(|| self.workload_args.clone()),
             node: self.node.clone(),
             namespace: self.namespace.clone(),
+            base_port: self.base_port,
         }
     }
 }

@@ -18,6 +18,8 @@ pub mod mps;
 pub mod overhead;
 pub mod plan;
 pub mod progress;
+pub mod prometheus;
+pub mod promql;
 pub mod promtext;
 pub mod record;
 pub mod report;

@@ -128,9 +128,16 @@ pub struct LocalBackend {
     mps_control: Option<PathBuf>,
     pods: Vec<PodProcess>,
     mps: Option<MpsDaemon>,
+    base_port: Option<u16>,
 }
 
 impl LocalBackend {
+    /// Pods listen on `base + index` instead of free ports.
+    pub fn with_base_port(mut self, base: Option<u16>) -> Self {
+        self.base_port = base;
+        self
+    }
+
     /// A backend that writes pod logs under `run_dir/logs`.
     pub fn new(
         workload: WorkloadCommand,
@@ -147,6 +154,7 @@ impl LocalBackend {
             mps_control,
             pods: Vec::new(),
             mps: None,
+            base_port: None,
         }
     }
 
@@ -232,7 +240,20 @@ impl Backend for LocalBackend {
                 });
                 continue;
             }
-            let port = free_port()?;
+            let port = match self.base_port {
+                Some(base) => {
+                    let port = base + p.index as u16;
+                    std::net::TcpListener::bind(("127.0.0.1", port)).map_err(|e| {
+                        BenchError::flag(
+                            "--base-port",
+                            &base.to_string(),
+                            format!("port {port} for {}: {e}", p.name),
+                        )
+                    })?;
+                    port
+                }
+                None => free_port()?,
+            };
             let file = std::fs::File::create(&log).map_err(BenchError::io(format!("creating {}", log.display())))?;
             let err_file = file.try_clone().map_err(BenchError::io("duplicating a log handle"))?;
             let child = Command::new(&self.workload.binary)

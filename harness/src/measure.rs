@@ -195,6 +195,10 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
         })
         .collect();
     let started_at = now_rfc3339();
+    if !targets.is_empty() {
+        progress.phase("waiting for the metrics source");
+        source.prepare(&targets).await?;
+    }
 
     let mut windows: Vec<WindowStat> = Vec::new();
     let mut measured = Duration::ZERO;
@@ -213,7 +217,7 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
                 .cloned()
                 .collect()
         };
-        for (pod, snap) in source.snapshot(&alive(&tracked)).await {
+        for (pod, snap) in source.snapshot(&alive(&tracked)).await? {
             if let Some(t) = tracked.get_mut(&pod) {
                 match snap {
                     Ok(s) => {
@@ -239,7 +243,7 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
             let now_alive = alive(&tracked);
             let mut window_hist: Option<Histogram> = None;
             let mut window_tput = 0.0;
-            for (pod, snap) in source.snapshot(&now_alive).await {
+            for (pod, snap) in source.snapshot(&now_alive).await? {
                 let Some(t) = tracked.get_mut(&pod) else { continue };
                 match snap {
                     Ok(s) => {

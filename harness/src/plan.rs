@@ -91,6 +91,8 @@ pub struct SweepOptions {
     pub node: Option<String>,
     /// Kubernetes namespace.
     pub namespace: Option<String>,
+    /// Local pods listen on base_port + index instead of free ports.
+    pub base_port: Option<u16>,
 }
 
 /// A list written either as a TOML array or a comma-separated string.
@@ -155,6 +157,7 @@ impl SweepOptions {
             workload_args: over.workload_args.or(self.workload_args),
             node: over.node.or(self.node),
             namespace: over.namespace.or(self.namespace),
+            base_port: over.base_port.or(self.base_port),
         }
     }
 }
@@ -190,6 +193,8 @@ pub struct SweepPlan {
     pub node: Option<String>,
     /// Kubernetes namespace.
     pub namespace: String,
+    /// Fixed ports for local pods (base + index).
+    pub base_port: Option<u16>,
 }
 
 /// Defaults: the reference study's pods and strategies; settings that keep the whole
@@ -354,6 +359,16 @@ impl SweepPlan {
             workload_args: o.workload_args.unwrap_or_default(),
             node: o.node,
             namespace: o.namespace.unwrap_or_else(|| "gpushare-bench".into()),
+            base_port: match o.base_port {
+                Some(p) if p < 1024 || p > 65535 - 64 => {
+                    return Err(BenchError::flag(
+                        "--base-port",
+                        &p.to_string(),
+                        "use a port from 1024 to 65471",
+                    ));
+                }
+                p => p,
+            },
         })
     }
 }

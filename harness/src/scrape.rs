@@ -69,14 +69,19 @@ pub struct Target {
 pub trait MetricsSource {
     /// Recorded in every row.
     fn kind(&self) -> Source;
-    /// One snapshot per target, taken as close together as possible.
-    async fn snapshot(&self, targets: &[Target]) -> Vec<(String, Result<PodSnapshot>)>;
+    /// Readies the source for a cell's targets (a Prometheus server: scraping them).
+    async fn prepare(&self, _targets: &[Target]) -> Result<()> {
+        Ok(())
+    }
+    /// One snapshot per target, taken as close together as possible. The outer error
+    /// means the source itself failed (fatal); inner ones concern single pods.
+    async fn snapshot(&self, targets: &[Target]) -> Result<Vec<(String, Result<PodSnapshot>)>>;
 }
 
 /// Direct scrape over HTTP.
 #[derive(Debug, Clone)]
 pub struct ScrapeSource {
-    client: Client<HttpConnector, Empty<Bytes>>,
+    client: HttpClient,
     timeout: Duration,
 }
 
@@ -90,31 +95,16 @@ impl ScrapeSource {
     /// A scraper with a per-request timeout.
     pub fn new(timeout: Duration) -> Self {
         Self {
-            client: Client::builder(TokioExecutor::new()).build_http(),
+            client: http_client(),
             timeout,
         }
     }
 
     /// GETs a URL, returning the body of a 200 answer.
     pub async fn get(&self, url: &str) -> std::result::Result<String, String> {
-        let uri: hyper::Uri = url.parse().map_err(|e| format!("bad URL: {e}"))?;
-        let fut = async {
-            let resp = self.client.get(uri).await.map_err(|e| format!("{e}"))?;
-            let status = resp.status();
-            let body = resp
-                .into_body()
-                .collect()
-                .await
-                .map_err(|e| format!("reading the body: {e}"))?
-                .to_bytes();
-            if !status.is_success() {
-                return Err(format!("HTTP {status}"));
-            }
-            String::from_utf8(body.to_vec()).map_err(|_| "the body is not UTF-8".to_string())
-        };
-        match tokio::time::timeout(self.timeout, fut).await {
-            Ok(r) => r,
-            Err(_) => Err(format!("no answer within {} s", self.timeout.as_secs_f64())),
+        match http_get(&self.client, url, self.timeout).await? {
+            (200..=299, body) => Ok(body),
+            (status, _) => Err(format!("HTTP {status}")),
         }
     }
 
@@ -134,11 +124,46 @@ impl MetricsSource for ScrapeSource {
         Source::Scrape
     }
 
-    async fn snapshot(&self, targets: &[Target]) -> Vec<(String, Result<PodSnapshot>)> {
+    async fn snapshot(&self, targets: &[Target]) -> Result<Vec<(String, Result<PodSnapshot>)>> {
         let futs = targets
             .iter()
             .map(|t| async move { (t.pod.clone(), self.scrape(t).await) });
-        futures_util::future::join_all(futs).await
+        Ok(futures_util::future::join_all(futs).await)
+    }
+}
+
+/// A plain HTTP client with connection reuse.
+pub type HttpClient = Client<HttpConnector, Empty<Bytes>>;
+
+/// A new HTTP client.
+pub fn http_client() -> HttpClient {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// GETs a URL within `timeout`: (status, body), or why there was no answer.
+pub async fn http_get(client: &HttpClient, url: &str, timeout: Duration) -> std::result::Result<(u16, String), String> {
+    let uri: hyper::Uri = url.parse().map_err(|e| format!("bad URL: {e}"))?;
+    let fut = async {
+        let resp = client.get(uri).await.map_err(|e| {
+            // hyper-util's error hides the cause (connection refused, DNS) one level down.
+            let cause = std::error::Error::source(&e)
+                .map(|c| format!(": {c}"))
+                .unwrap_or_default();
+            format!("{e}{cause}")
+        })?;
+        let status = resp.status().as_u16();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| format!("reading the body: {e}"))?
+            .to_bytes();
+        let text = String::from_utf8(body.to_vec()).map_err(|_| "the body is not UTF-8".to_string())?;
+        Ok((status, text))
+    };
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("no answer within {} s", timeout.as_secs_f64())),
     }
 }
 

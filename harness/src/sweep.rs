@@ -16,6 +16,7 @@ use crate::local::{LocalBackend, WorkloadCommand, find_workload};
 use crate::measure::{CellLabels, MeasureSettings, empty_row, measure_cell, unavailable_rows};
 use crate::plan::{BackendKind, DeviceChoice, PrometheusSetting, SweepPlan, default_run_id, validate_run_id};
 use crate::progress::{Bars, Lines, Progress, Quiet};
+use crate::prometheus::PrometheusSource;
 use crate::record::{Environment, PlanRecord, RunRecord, Unavailable, now_rfc3339};
 use crate::scrape::{MetricsSource, ScrapeSource};
 use crate::store::RunStore;
@@ -268,19 +269,59 @@ pub async fn run(plan: SweepPlan, run_id: Option<String>, resume: Option<String>
         binary: workload,
         args: workload_args(&recorded),
     };
-    let mut backend = LocalBackend::new(command, recorded.device, inventory, store.dir(), mps_control);
-    let source = ScrapeSource::default();
-
-    let result = sweep_cells(
-        &mut backend,
-        &source,
-        telemetry,
-        &settings,
-        &mut store,
-        &*progress,
-        &cancel,
-    )
-    .await;
+    let mut backend =
+        LocalBackend::new(command, recorded.device, inventory, store.dir(), mps_control).with_base_port(plan.base_port);
+    let prometheus = match recorded.prometheus.as_str() {
+        "off" => PrometheusSetting::Off,
+        "spawn" => PrometheusSetting::Spawn,
+        url => PrometheusSetting::Url(url.to_string()),
+    };
+    let result = match prometheus {
+        PrometheusSetting::Off => {
+            let source = ScrapeSource::default();
+            sweep_cells(
+                &mut backend,
+                &source,
+                telemetry,
+                &settings,
+                &mut store,
+                &*progress,
+                &cancel,
+            )
+            .await
+        }
+        PrometheusSetting::Spawn => match PrometheusSource::spawn(store.dir()).await {
+            Ok(mut source) => {
+                progress.message(&format!("Prometheus: private server at {}", source.client().base()));
+                let r = sweep_cells(
+                    &mut backend,
+                    &source,
+                    telemetry,
+                    &settings,
+                    &mut store,
+                    &*progress,
+                    &cancel,
+                )
+                .await;
+                source.stop().await;
+                r
+            }
+            Err(e) => Err(e),
+        },
+        PrometheusSetting::Url(url) => {
+            let source = PrometheusSource::connect(&url);
+            sweep_cells(
+                &mut backend,
+                &source,
+                telemetry,
+                &settings,
+                &mut store,
+                &*progress,
+                &cancel,
+            )
+            .await
+        }
+    };
     let restored = backend.restore().await;
     let interrupted = matches!(result, Err(BenchError::Interrupted));
     store.update_run(|r| {
@@ -413,6 +454,8 @@ async fn sweep_cells<B: Backend, S: MetricsSource>(
                     let rows = match measured {
                         Ok(rows) => rows,
                         Err(BenchError::Interrupted) => return Err(BenchError::Interrupted),
+                        // Without its metrics source nothing more can be measured.
+                        Err(e @ BenchError::Prometheus { .. }) => return Err(e),
                         // A cell that could not start is an outcome, not the end of the sweep.
                         Err(e) => failed_rows(&labels(pods), source.kind(), &e.to_string()),
                     };

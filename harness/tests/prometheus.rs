@@ -1,0 +1,400 @@
+//! The PromQL path against a real Prometheus server (Debian's `prometheus`, which
+//! `make test` installs): CPU workload pods scraped by a private server, the same cell
+//! read through both sources, Prometheus' histogram_quantile against ours, the
+//! reference study's query unchanged, an existing server by URL, and a server killed
+//! mid-cell.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use gpushare_bench::backend::{Backend, PodState};
+use gpushare_bench::domain::{CellStatus, DeviceKind, Source, Strategy};
+use gpushare_bench::gpu::GpuInventory;
+use gpushare_bench::local::{LocalBackend, WorkloadCommand};
+use gpushare_bench::prometheus::{PrometheusServer, PrometheusSource, instance_of};
+use gpushare_bench::promql::{self, REFERENCE_STUDY_MEAN, Selector};
+use gpushare_bench::scrape::{MetricsSource, ScrapeSource, Target};
+use gpushare_bench::stats::Histogram;
+use gpushare_bench::store::{read_cells, read_run};
+use tokio_util::sync::CancellationToken;
+
+const BENCH: &str = env!("CARGO_BIN_EXE_gpushare-bench");
+
+fn workload() -> WorkloadCommand {
+    let binary = Path::new(BENCH).with_file_name("gpushare-workload");
+    assert!(binary.is_file(), "build the workspace first (`make test` does)");
+    WorkloadCommand {
+        binary,
+        args: ["--model", "tiny", "--device", "cpu", "--precision", "fp32"]
+            .map(String::from)
+            .to_vec(),
+    }
+}
+
+fn epoch() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+async fn launch(dir: &Path, pods: u32) -> (LocalBackend, Vec<Target>) {
+    std::fs::create_dir_all(dir.join("logs")).expect("logs");
+    let mut b = LocalBackend::new(workload(), DeviceKind::Cpu, GpuInventory::default(), dir, None);
+    b.launch(Strategy::TimeSlicing, pods).await.expect("launch");
+    let ready = b
+        .wait_ready(Duration::from_secs(60), &CancellationToken::new())
+        .await
+        .expect("ready");
+    assert!(ready.iter().all(|p| p.state == PodState::Running), "{ready:?}");
+    let targets = ready
+        .iter()
+        .map(|p| Target {
+            pod: p.name.clone(),
+            url: p.metrics_url.clone().expect("url"),
+        })
+        .collect();
+    (b, targets)
+}
+
+/// Snapshots one pod from both sources at the same instant: the direct scrape is made
+/// at the moment of one of Prometheus' scrapes (they happen every second, at a phase
+/// read from the sample timestamps), and Prometheus is asked for that sample.
+async fn aligned(prom: &PrometheusSource, scrape: &ScrapeSource, t: &Target) -> (Histogram, Histogram) {
+    let sel = Selector {
+        equal: vec![("instance".into(), instance_of(&t.url))],
+        one_of: None,
+    };
+    let ts = prom
+        .client()
+        .value(&promql::sample_time("inference_time_seconds_count", &sel))
+        .await
+        .expect("timestamp");
+    let now = epoch();
+    let next = ts + (now - ts).ceil() + 1.0;
+    tokio::time::sleep(Duration::from_secs_f64(next - epoch())).await;
+    let direct = scrape.scrape(t).await.expect("scrape").latency;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let at = next + 0.5;
+    let q = |m: &str| promql::raw(m, &sel);
+    let buckets = prom
+        .client()
+        .query(&q("inference_time_seconds_bucket"), Some(at))
+        .await
+        .expect("buckets");
+    let sum = prom
+        .client()
+        .query(&q("inference_time_seconds_sum"), Some(at))
+        .await
+        .expect("sum");
+    let count = prom
+        .client()
+        .query(&q("inference_time_seconds_count"), Some(at))
+        .await
+        .expect("count");
+    let mut b: Vec<(f64, f64)> = buckets
+        .iter()
+        .map(|s| {
+            (
+                gpushare_bench::promtext::parse_value(&s.metric["le"]).expect("le"),
+                s.value,
+            )
+        })
+        .collect();
+    b.sort_by(|x, y| x.0.total_cmp(&y.0));
+    let via = Histogram {
+        buckets: b,
+        sum: sum[0].value,
+        count: count[0].value,
+    };
+    (direct, via)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_cell_from_both_sources_agrees() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut backend, targets) = launch(dir.path(), 2).await;
+    let prom = PrometheusSource::spawn(dir.path()).await.expect("spawn prometheus");
+    prom.prepare(&targets).await.expect("targets up");
+    let scrape = ScrapeSource::default();
+    let mut first = Vec::new();
+    for t in &targets {
+        first.push(aligned(&prom, &scrape, t).await);
+    }
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let (mut total_direct, mut total_prom): (Option<Histogram>, Option<Histogram>) = (None, None);
+    for (t, (d0, p0)) in targets.iter().zip(&first) {
+        let (d1, p1) = aligned(&prom, &scrape, t).await;
+        let (dd, pd) = (d1.delta(d0).expect("monotonic"), p1.delta(p0).expect("monotonic"));
+        assert!(dd.count > 100.0, "{} inferences", dd.count);
+        let rel = (dd.mean() / pd.mean() - 1.0).abs();
+        println!(
+            "{}: mean {:.4} ms direct, {:.4} ms via Prometheus ({:.3}% apart)",
+            t.pod,
+            dd.mean() * 1e3,
+            pd.mean() * 1e3,
+            rel * 100.0
+        );
+        assert!(rel < 0.01, "{}: means differ by {:.2}%", t.pod, rel * 100.0);
+        for h in [(&mut total_direct, dd), (&mut total_prom, pd)] {
+            match h.0 {
+                Some(x) => assert!(x.add(&h.1)),
+                None => *h.0 = Some(h.1),
+            }
+        }
+    }
+    let (d, p) = (total_direct.expect("direct"), total_prom.expect("prometheus"));
+    assert!((d.mean() / p.mean() - 1.0).abs() < 0.01);
+    for q in [0.5, 0.9, 0.99] {
+        let (a, b) = (d.quantile(q), p.quantile(q));
+        // Within the histogram's resolution: neighbouring bounds are < 10% apart.
+        assert!((a / b - 1.0).abs() <= 0.10, "p{}: {a} vs {b}", q * 100.0);
+    }
+    let mut prom = prom;
+    prom.stop().await;
+    backend.restore().await.expect("stop pods");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn histogram_quantile_of_the_server_equals_ours_and_the_reference_query_works() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut backend, targets) = launch(dir.path(), 1).await;
+    let prom = PrometheusSource::spawn(dir.path()).await.expect("spawn prometheus");
+    prom.prepare(&targets).await.expect("targets up");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let sel = Selector {
+        equal: vec![("instance".into(), instance_of(&targets[0].url))],
+        one_of: None,
+    };
+    let at = epoch() - 1.0;
+    let raw = prom
+        .client()
+        .query(&promql::raw("inference_time_seconds_bucket", &sel), Some(at))
+        .await
+        .expect("buckets");
+    let mut b: Vec<(f64, f64)> = raw
+        .iter()
+        .map(|s| {
+            (
+                gpushare_bench::promtext::parse_value(&s.metric["le"]).expect("le"),
+                s.value,
+            )
+        })
+        .collect();
+    b.sort_by(|x, y| x.0.total_cmp(&y.0));
+    let ours = Histogram {
+        buckets: b,
+        sum: 0.0,
+        count: 0.0,
+    };
+    for q in [0.5, 0.9, 0.99] {
+        let expr = format!(
+            "histogram_quantile({q}, sum by (le) ({}))",
+            promql::raw("inference_time_seconds_bucket", &sel)
+        );
+        let theirs = prom.client().query(&expr, Some(at)).await.expect("quantile")[0].value;
+        let mine = ours.quantile(q);
+        assert!(
+            (mine - theirs).abs() <= 1e-12 * theirs.abs().max(1.0),
+            "q={q}: ours {mine} vs Prometheus {theirs}"
+        );
+    }
+    // The reference study's query, unchanged, against our workload's metrics.
+    let mean = prom
+        .client()
+        .value(REFERENCE_STUDY_MEAN)
+        .await
+        .expect("reference query");
+    let direct = ScrapeSource::default()
+        .scrape(&targets[0])
+        .await
+        .expect("scrape")
+        .latency;
+    println!(
+        "reference query: {:.4} ms; cumulative mean {:.4} ms",
+        mean * 1e3,
+        direct.mean() * 1e3
+    );
+    assert!(
+        mean.is_finite() && (mean / direct.mean() - 1.0).abs() < 0.25,
+        "{mean} vs {}",
+        direct.mean()
+    );
+    // Bad PromQL is a clear error naming the server.
+    let err = prom
+        .client()
+        .query("sum(", None)
+        .await
+        .expect_err("bad query")
+        .to_string();
+    assert!(
+        err.starts_with("Prometheus http://127.0.0.1:") && err.contains("bad_data"),
+        "{err}"
+    );
+    let mut prom = prom;
+    prom.stop().await;
+    backend.restore().await.expect("stop pods");
+}
+
+fn sweep(out: &Path, extra: &[&str]) -> Command {
+    let mut c = Command::new(BENCH);
+    c.args([
+        "sweep",
+        "--device",
+        "cpu",
+        "--strategies",
+        "time-slicing",
+        "--quiet",
+        "--warmup",
+        "1s",
+        "--window",
+        "1s",
+    ])
+    .arg("--out")
+    .arg(out)
+    .args(extra);
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_existing_server_by_url_measures_pods_on_fixed_ports() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port()
+        .max(20000);
+    let server = PrometheusServer::start(&dir.path().join("server"))
+        .await
+        .expect("prometheus");
+    server
+        .set_targets(&[0, 1].map(|i| Target {
+            pod: format!("pod-{i}"),
+            url: format!("http://127.0.0.1:{}/metrics", base + i),
+        }))
+        .expect("targets");
+    let out = dir.path().join("results");
+    let st = sweep(
+        &out,
+        &[
+            "--pods",
+            "2",
+            "--max-cell",
+            "4s",
+            "--run-id",
+            "url",
+            "--prometheus",
+            &server.url,
+            "--base-port",
+            &base.to_string(),
+        ],
+    )
+    .output()
+    .expect("run");
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    let cells = read_cells(&out.join("url/cells.jsonl")).expect("cells");
+    let agg = cells.iter().find(|c| c.is_aggregate()).expect("aggregate");
+    assert_eq!((agg.status, agg.source), (CellStatus::Ok, Source::Prometheus));
+    assert!(agg.inferences.is_some_and(|n| n > 100));
+    assert!(cells.iter().all(|c| c.source == Source::Prometheus));
+    let mut server = server;
+    server.stop().await;
+}
+
+fn children(pid: u32) -> Vec<(u32, String)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+            continue;
+        };
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let mut f = rest.split_whitespace();
+        let state = f.next().unwrap_or("");
+        let ppid = f.next().and_then(|v| v.parse::<u32>().ok());
+        if ppid == Some(pid) && state != "Z" {
+            out.push((p, head.split_once('(').map(|x| x.1.to_string()).unwrap_or_default()));
+        }
+    }
+    out
+}
+
+#[test]
+fn a_server_killed_mid_cell_is_a_clear_error_and_the_pods_stop() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = sweep(
+        dir.path(),
+        &[
+            "--pods",
+            "2",
+            "--max-cell",
+            "30s",
+            "--run-id",
+            "kill",
+            "--prometheus",
+            "spawn",
+        ],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("spawn");
+    let harness = child.id();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let prom = loop {
+        let kids = children(harness);
+        let workloads = kids.iter().filter(|(_, n)| n.starts_with("gpushare-worklo")).count();
+        if let Some((p, _)) = kids.iter().find(|(_, n)| n == "prometheus")
+            && workloads == 2
+        {
+            break *p;
+        }
+        assert!(Instant::now() < deadline, "pods and server never came up: {kids:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    std::thread::sleep(Duration::from_secs(5));
+    let pods: Vec<u32> = children(harness)
+        .into_iter()
+        .filter(|(_, n)| n.starts_with("gpushare-worklo"))
+        .map(|(p, _)| p)
+        .collect();
+    // SAFETY: kill(2) on a process of this test's tree.
+    unsafe { libc::kill(prom as i32, libc::SIGKILL) };
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(40),
+            "the harness hangs after the server died"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err).expect("read");
+    assert_eq!(status.code(), Some(1), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("gpushare-bench:"))
+        .unwrap_or_default();
+    assert!(
+        line.contains("Prometheus http://127.0.0.1:") && line.contains("cannot reach the server"),
+        "{err}"
+    );
+    for p in pods {
+        assert!(
+            !Path::new(&format!("/proc/{p}")).exists()
+                || std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| s.contains(") Z")),
+            "pod {p} left running"
+        );
+    }
+    assert_eq!(
+        read_run(&dir.path().join("kill/run.json")).expect("run").state,
+        "failed"
+    );
+}
