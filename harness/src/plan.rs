@@ -360,7 +360,7 @@ impl SweepPlan {
             node: o.node,
             namespace: o.namespace.unwrap_or_else(|| "gpushare-bench".into()),
             base_port: match o.base_port {
-                Some(p) if p < 1024 || p > 65535 - 64 => {
+                Some(p) if !(1024..=65535 - 64).contains(&p) => {
                     return Err(BenchError::flag(
                         "--base-port",
                         &p.to_string(),
