@@ -55,6 +55,16 @@ test: deps ## unit and integration tests (no GPU, no cluster): what CI runs
 	$(CARGO) build --workspace --locked
 	$(TEST_ENV) $(CARGO) test --workspace --locked
 	$(TEST_ENV) actionlint .github/workflows/*.yml
+	$(MAKE) --no-print-directory validate-manifests
+
+.PHONY: validate-manifests
+validate-manifests: deps ## manifests/ against the Kubernetes 1.33 schemas (kubernetes-validate)
+	PYTHONPATH=$(DEPS)/kv $(DEPS)/kv/bin/kubernetes-validate --kubernetes-version 1.33.0 --strict --quiet \
+	  $$(find manifests -name '*.yaml' ! -name kustomization.yaml | sort)
+
+.PHONY: manifests
+manifests: ## regenerate manifests/ from the harness's objects
+	$(CARGO) run --locked -q -p gpushare-bench -- manifests
 
 .PHONY: lint
 lint: ## rustfmt and clippy, warnings are errors

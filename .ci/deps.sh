@@ -44,3 +44,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+# kubernetes-validate: the manifests against the Kubernetes 1.33 schemas (with its
+# Python dependencies, into its own directory).
+if [ ! -x "$DEPS/kv/bin/kubernetes-validate" ]; then
+  echo "deps: installing kubernetes-validate (PyPI) into $DEPS/kv"
+  python3 -m pip install --quiet --disable-pip-version-check --target "$DEPS/kv" kubernetes-validate==1.37.0
+fi

@@ -36,6 +36,8 @@ pub enum Command {
     Compare(CompareArgs),
     /// Check the GPU, driver, CUDA libraries, MPS, MIG, NVML, Prometheus and Kubernetes.
     Doctor,
+    /// Write manifests/ from the objects the Kubernetes backend applies.
+    Manifests(ManifestsArgs),
     /// Measure the cost of measuring: throughput with /metrics scraped every second vs not.
     Overhead(OverheadArgs),
 }
@@ -101,6 +103,21 @@ pub struct SweepArgs {
     /// Local pods listen on BASE, BASE+1, … (for an existing Prometheus that scrapes fixed ports) [default: free ports].
     #[arg(long)]
     pub base_port: Option<u16>,
+    /// Kubernetes: the workload image [default: gpushare-workload:0.1.0, built from workload/Dockerfile].
+    #[arg(long)]
+    pub image: Option<String>,
+    /// Kubernetes: the MIG layout label value [default: seven of the smallest instance, e.g. all-1g.10gb].
+    #[arg(long)]
+    pub mig_layout: Option<String>,
+    /// Kubernetes: namespace of the Prometheus pod to port-forward to when --prometheus is off [default: monitoring].
+    #[arg(long)]
+    pub prometheus_namespace: Option<String>,
+    /// Kubernetes: label selector of that pod [default: app.kubernetes.io/name=prometheus].
+    #[arg(long)]
+    pub prometheus_selector: Option<String>,
+    /// Print every object and patch the sweep would apply, and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
     /// Kubernetes: the GPU node to use.
     #[arg(long)]
     pub node: Option<String>,
@@ -134,6 +151,10 @@ impl SweepArgs {
             node: self.node.clone(),
             namespace: self.namespace.clone(),
             base_port: self.base_port,
+            image: self.image.clone(),
+            mig_layout: self.mig_layout.clone(),
+            prometheus_namespace: self.prometheus_namespace.clone(),
+            prometheus_selector: self.prometheus_selector.clone(),
         }
     }
 }
@@ -214,4 +235,18 @@ pub struct CompareArgs {
     /// A change counts when it is worse by more than this and than the windows' noise.
     #[arg(long, default_value = "5%")]
     pub threshold: String,
+}
+
+/// `manifests` flags.
+#[derive(Debug, Clone, Args)]
+pub struct ManifestsArgs {
+    /// Directory to write.
+    #[arg(long, default_value = "manifests")]
+    pub out: PathBuf,
+    /// Workload image the Deployment and Job use.
+    #[arg(long, default_value = crate::k8s::manifests::DEFAULT_IMAGE)]
+    pub image: String,
+    /// Compare with the files instead of writing them (exit 1 when they differ).
+    #[arg(long)]
+    pub check: bool,
 }

@@ -58,12 +58,17 @@ impl GpuInfo {
     /// Short name for run ids: "h100", "a100", …
     pub fn short_name(&self) -> String {
         let lower = self.name.to_lowercase();
-        lower
-            .split_whitespace()
-            .find(|w| w.chars().any(|c| c.is_ascii_digit()))
-            .and_then(|w| w.split('-').next())
-            .map(|w| w.chars().filter(|c| c.is_ascii_alphanumeric()).collect::<String>())
-            .filter(|w| !w.is_empty())
+        let tokens: Vec<&str> = lower
+            .split(|c: char| c.is_whitespace() || c == '-' || c == '_')
+            .filter(|t| !t.is_empty())
+            .collect();
+        let has_digit = |t: &&&str| t.chars().any(|c| c.is_ascii_digit());
+        tokens
+            .iter()
+            .filter(has_digit)
+            .find(|t| t.starts_with(|c: char| c.is_ascii_alphabetic()))
+            .or_else(|| tokens.iter().find(has_digit))
+            .map(|t| t.chars().filter(|c| c.is_ascii_alphanumeric()).collect::<String>())
             .unwrap_or_else(|| "gpu".into())
     }
 }
@@ -298,14 +303,15 @@ impl Sampler {
         }
     }
 
-    /// Stops (taking one last reading) and summarises.
-    pub async fn finish(mut self, telemetry: &dyn Telemetry) -> TelemetrySummary {
+    /// Stops (taking one last reading, on a blocking thread like the others: a
+    /// telemetry source may block on network I/O) and summarises.
+    pub async fn finish(mut self, telemetry: Arc<dyn Telemetry>) -> TelemetrySummary {
         self.stop.cancel();
         if let Some(t) = self.task.take() {
             let _ = t.await;
         }
         let mut v = self.samples.lock().map(|v| v.clone()).unwrap_or_default();
-        if let Some(s) = telemetry.sample() {
+        if let Ok(Some(s)) = tokio::task::spawn_blocking(move || telemetry.sample()).await {
             v.push(s);
         }
         summarise(&v)

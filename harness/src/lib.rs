@@ -12,6 +12,7 @@ pub mod doctor;
 pub mod domain;
 pub mod error;
 pub mod gpu;
+pub mod k8s;
 pub mod local;
 pub mod measure;
 pub mod mps;

@@ -79,6 +79,15 @@ async fn run(cli: Cli) -> Result<u8> {
             })
         }
         Command::Overhead(args) => run_overhead(args).await,
+        Command::Manifests(args) => {
+            let n = gpushare_bench::k8s::manifests::write(&args.out, &args.image, args.check)?;
+            println!(
+                "{} {n} files in {}",
+                if args.check { "checked" } else { "wrote" },
+                args.out.display()
+            );
+            Ok(0)
+        }
         Command::Report(args) => {
             let t = std::time::Instant::now();
             let index = report::write(&args.run_dir, &args.out)?;
@@ -133,6 +142,16 @@ async fn run_sweep(args: SweepArgs) -> Result<u8> {
         None => SweepOptions::default(),
     };
     let plan = SweepPlan::from_options(file.overridden_by(args.options()))?;
+    if args.dry_run {
+        print!(
+            "{}",
+            match plan.backend {
+                gpushare_bench::plan::BackendKind::Kubernetes => gpushare_bench::k8s::sweep::dry_run(&plan),
+                gpushare_bench::plan::BackendKind::Local => sweep::dry_run_local(&plan),
+            }
+        );
+        return Ok(0);
+    }
     let outcome = sweep::run(plan, args.run_id.clone(), args.resume.clone(), args.quiet).await?;
     if let Some(label) = &outcome.label {
         eprintln!("*** {label} ***");

@@ -125,6 +125,10 @@ fn pod_status(state: &PodState, problem: &Option<String>) -> (CellStatus, Option
         PodState::Exited { code: Some(4), detail } => {
             (CellStatus::Oom, Some(4), format!("out of GPU memory: {detail}"))
         }
+        // Kubernetes killed the container for exceeding its memory limit.
+        PodState::Exited { code, detail } if detail.starts_with("OOMKilled") => {
+            (CellStatus::Oom, *code, detail.clone())
+        }
         PodState::Exited { code, detail } => (CellStatus::Failed, *code, detail.clone()),
         PodState::Starting => (CellStatus::Failed, None, "never became ready".into()),
         PodState::Running => match problem {
@@ -282,7 +286,7 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
                 break;
             }
         }
-        summary = sampler.finish(telemetry.as_ref()).await;
+        summary = sampler.finish(telemetry.clone()).await;
     }
 
     // Rows: one per requested pod, then the aggregate.

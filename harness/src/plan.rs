@@ -93,6 +93,14 @@ pub struct SweepOptions {
     pub namespace: Option<String>,
     /// Local pods listen on base_port + index instead of free ports.
     pub base_port: Option<u16>,
+    /// Kubernetes: the workload image.
+    pub image: Option<String>,
+    /// Kubernetes: the MIG layout (value of nvidia.com/mig.config).
+    pub mig_layout: Option<String>,
+    /// Kubernetes: namespace of the Prometheus pod to port-forward to.
+    pub prometheus_namespace: Option<String>,
+    /// Kubernetes: label selector of that pod.
+    pub prometheus_selector: Option<String>,
 }
 
 /// A list written either as a TOML array or a comma-separated string.
@@ -158,6 +166,10 @@ impl SweepOptions {
             node: over.node.or(self.node),
             namespace: over.namespace.or(self.namespace),
             base_port: over.base_port.or(self.base_port),
+            image: over.image.or(self.image),
+            mig_layout: over.mig_layout.or(self.mig_layout),
+            prometheus_namespace: over.prometheus_namespace.or(self.prometheus_namespace),
+            prometheus_selector: over.prometheus_selector.or(self.prometheus_selector),
         }
     }
 }
@@ -195,6 +207,12 @@ pub struct SweepPlan {
     pub namespace: String,
     /// Fixed ports for local pods (base + index).
     pub base_port: Option<u16>,
+    /// Kubernetes: workload image.
+    pub image: String,
+    /// Kubernetes: MIG layout (None: from the GPU product).
+    pub mig_layout: Option<String>,
+    /// Kubernetes: where the Prometheus pod to port-forward to lives.
+    pub prometheus_pod: (String, String),
 }
 
 /// Defaults: the reference study's pods and strategies; settings that keep the whole
@@ -369,6 +387,13 @@ impl SweepPlan {
                 }
                 p => p,
             },
+            image: o.image.unwrap_or_else(|| crate::k8s::manifests::DEFAULT_IMAGE.into()),
+            mig_layout: o.mig_layout,
+            prometheus_pod: (
+                o.prometheus_namespace.unwrap_or_else(|| "monitoring".into()),
+                o.prometheus_selector
+                    .unwrap_or_else(|| "app.kubernetes.io/name=prometheus".into()),
+            ),
         })
     }
 }

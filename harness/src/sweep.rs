@@ -134,7 +134,7 @@ fn command_line(cmd: &str, args: &[&str]) -> Option<String> {
 }
 
 /// Records the machine: host, OS, CPU, GPUs and driver, MPS binary, versions.
-pub fn environment(inventory: &GpuInventory, workload: &Path, mps: Option<&Path>) -> Environment {
+pub fn environment(inventory: &GpuInventory, workload: &str, mps: Option<&Path>) -> Environment {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|t| {
@@ -154,11 +154,10 @@ pub fn environment(inventory: &GpuInventory, workload: &Path, mps: Option<&Path>
         cuda_driver_version: inventory.cuda_driver_version.clone(),
         nvml: inventory.nvml,
         mps_control: mps.map(|p| p.display().to_string()),
-        workload: format!(
-            "{} ({})",
-            workload.display(),
-            command_line(&workload.display().to_string(), &["--version"]).unwrap_or_else(|| "version unknown".into())
-        ),
+        workload: match command_line(workload, &["--version"]) {
+            Some(v) => format!("{workload} ({v})"),
+            None => workload.to_string(),
+        },
         harness: format!("gpushare-bench {}", env!("CARGO_PKG_VERSION")),
         git_revision: command_line("git", &["describe", "--always", "--dirty", "--tags"]),
     }
@@ -190,71 +189,164 @@ pub struct SweepOutcome {
     pub label: Option<String>,
 }
 
-/// Runs (or resumes) a sweep and returns its directory.
-pub async fn run(plan: SweepPlan, run_id: Option<String>, resume: Option<String>, quiet: bool) -> Result<SweepOutcome> {
-    let progress: Box<dyn Progress> = if quiet {
+fn progress_for(quiet: bool) -> Box<dyn Progress> {
+    if quiet {
         Box::new(Quiet)
     } else if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         Box::new(Bars::new())
     } else {
         Box::new(Lines)
-    };
-    let inventory = crate::gpu::probe();
-    let cancel = CancellationToken::new();
-    cancel_on_signals(cancel.clone());
+    }
+}
 
-    let workload = find_workload(plan.workload_bin.as_deref())?;
-    let mps_control = crate::mps::find_control();
-    let source_kind = match plan.prometheus {
-        PrometheusSetting::Off => Source::Scrape,
+/// Opens the run directory: a new run, or the one to resume (its recorded plan wins).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn open_store(
+    plan: &SweepPlan,
+    run_id: Option<String>,
+    resume: Option<&str>,
+    device: DeviceKind,
+    short: &str,
+    environment: impl FnOnce() -> Environment,
+    progress: &dyn Progress,
+) -> Result<RunStore> {
+    if let Some(id) = resume {
+        validate_run_id(id)?;
+        let s = RunStore::open(&plan.out, id)?;
+        progress.message(&format!(
+            "resuming {} ({} cells on disk); its recorded plan is used",
+            s.dir().display(),
+            s.cells().iter().filter(|c| c.is_aggregate()).count()
+        ));
+        return Ok(s);
+    }
+    let id = match run_id {
+        Some(id) => {
+            validate_run_id(&id)?;
+            id
+        }
+        None => default_run_id(&now_rfc3339(), short),
+    };
+    let source = match plan.prometheus {
+        PrometheusSetting::Off if plan.backend == BackendKind::Local => Source::Scrape,
         _ => Source::Prometheus,
     };
+    let label = match (device, plan.device) {
+        (DeviceKind::Cpu, DeviceChoice::Auto) => Some(CPU_SMOKE_LABEL.to_string()),
+        (DeviceKind::Cpu, _) => Some(CPU_RUN_LABEL.to_string()),
+        (DeviceKind::Cuda, _) => None,
+    };
+    RunStore::create(
+        &plan.out,
+        RunRecord {
+            run_id: id,
+            state: "running".into(),
+            started_at: now_rfc3339(),
+            finished_at: None,
+            label,
+            plan: plan_record(plan, device, source),
+            environment: environment(),
+            unavailable: Vec::new(),
+        },
+    )
+}
 
-    let mut store = match &resume {
-        Some(id) => {
-            validate_run_id(id)?;
-            let s = RunStore::open(&plan.out, id)?;
-            progress.message(&format!(
-                "resuming {} ({} cells on disk); its recorded plan is used",
-                s.dir().display(),
-                s.cells().iter().filter(|c| c.is_aggregate()).count()
-            ));
-            s
+/// The recorded Prometheus setting.
+pub(crate) fn prometheus_setting(recorded: &PlanRecord) -> PrometheusSetting {
+    match recorded.prometheus.as_str() {
+        "off" => PrometheusSetting::Off,
+        "spawn" => PrometheusSetting::Spawn,
+        url => PrometheusSetting::Url(url.to_string()),
+    }
+}
+
+/// Runs the cells with the recorded metrics source, then restores the backend and
+/// records how the run ended, whatever happened.
+pub(crate) async fn run_cells<B: Backend>(
+    backend: &mut B,
+    store: &mut RunStore,
+    prometheus: PrometheusSetting,
+    telemetry: Arc<dyn Telemetry>,
+    settings: &MeasureSettings,
+    progress: &dyn Progress,
+    cancel: &CancellationToken,
+) -> Result<usize> {
+    let result = match prometheus {
+        PrometheusSetting::Off => {
+            sweep_cells(
+                backend,
+                &ScrapeSource::default(),
+                telemetry,
+                settings,
+                store,
+                progress,
+                cancel,
+            )
+            .await
         }
-        None => {
-            let device = resolve_device(plan.device, &inventory, libcuda_present())?;
-            let short = match device {
-                DeviceKind::Cuda => inventory.gpus.first().map_or("gpu".into(), |g| g.short_name()),
-                DeviceKind::Cpu => "cpu".into(),
-            };
-            let id = match run_id {
-                Some(id) => {
-                    validate_run_id(&id)?;
-                    id
-                }
-                None => default_run_id(&now_rfc3339(), &short),
-            };
-            let record = plan_record(&plan, device, source_kind);
-            let label = match (device, plan.device) {
-                (DeviceKind::Cpu, DeviceChoice::Auto) => Some(CPU_SMOKE_LABEL.to_string()),
-                (DeviceKind::Cpu, _) => Some(CPU_RUN_LABEL.to_string()),
-                (DeviceKind::Cuda, _) => None,
-            };
-            RunStore::create(
-                &plan.out,
-                RunRecord {
-                    run_id: id,
-                    state: "running".into(),
-                    started_at: now_rfc3339(),
-                    finished_at: None,
-                    label,
-                    plan: record,
-                    environment: environment(&inventory, &workload, mps_control.as_deref()),
-                    unavailable: Vec::new(),
-                },
-            )?
+        PrometheusSetting::Spawn => match PrometheusSource::spawn(store.dir()).await {
+            Ok(mut source) => {
+                progress.message(&format!("Prometheus: private server at {}", source.client().base()));
+                let r = sweep_cells(backend, &source, telemetry, settings, store, progress, cancel).await;
+                source.stop().await;
+                r
+            }
+            Err(e) => Err(e),
+        },
+        PrometheusSetting::Url(url) => {
+            let source = PrometheusSource::connect(&url);
+            sweep_cells(backend, &source, telemetry, settings, store, progress, cancel).await
         }
     };
+    let restored = backend.restore().await;
+    let interrupted = matches!(result, Err(BenchError::Interrupted));
+    store.update_run(|r| {
+        r.state = match (&result, interrupted) {
+            (Ok(_), _) => "complete".into(),
+            (Err(_), true) => "interrupted".into(),
+            (Err(_), false) => "failed".into(),
+        };
+        r.finished_at = Some(now_rfc3339());
+    })?;
+    progress.finish();
+    let cells = result?;
+    restored?;
+    Ok(cells)
+}
+
+/// Runs (or resumes) a sweep and returns its directory.
+pub async fn run(plan: SweepPlan, run_id: Option<String>, resume: Option<String>, quiet: bool) -> Result<SweepOutcome> {
+    let progress = progress_for(quiet);
+    let cancel = CancellationToken::new();
+    cancel_on_signals(cancel.clone());
+    match plan.backend {
+        BackendKind::Local => run_local(plan, run_id, resume, &*progress, &cancel).await,
+        BackendKind::Kubernetes => crate::k8s::sweep::run(plan, run_id, resume, &*progress, &cancel).await,
+    }
+}
+
+async fn run_local(
+    plan: SweepPlan,
+    run_id: Option<String>,
+    resume: Option<String>,
+    progress: &dyn Progress,
+    cancel: &CancellationToken,
+) -> Result<SweepOutcome> {
+    let inventory = crate::gpu::probe();
+    let workload = find_workload(plan.workload_bin.as_deref())?;
+    let mps_control = crate::mps::find_control();
+    // When resuming, the recorded plan decides; the device only names a new run.
+    let device = if resume.is_some() {
+        DeviceKind::Cpu
+    } else {
+        resolve_device(plan.device, &inventory, libcuda_present())?
+    };
+    let short = match device {
+        DeviceKind::Cuda => inventory.gpus.first().map_or("gpu".into(), |g| g.short_name()),
+        DeviceKind::Cpu => "cpu".into(),
+    };
+    let env = || environment(&inventory, &workload.display().to_string(), mps_control.as_deref());
+    let mut store = open_store(&plan, run_id, resume.as_deref(), device, &short, env, progress)?;
     let recorded = store.run().plan.clone();
     let label = store.run().label.clone();
     if let Some(l) = &label {
@@ -271,75 +363,59 @@ pub async fn run(plan: SweepPlan, run_id: Option<String>, resume: Option<String>
     };
     let mut backend =
         LocalBackend::new(command, recorded.device, inventory, store.dir(), mps_control).with_base_port(plan.base_port);
-    let prometheus = match recorded.prometheus.as_str() {
-        "off" => PrometheusSetting::Off,
-        "spawn" => PrometheusSetting::Spawn,
-        url => PrometheusSetting::Url(url.to_string()),
-    };
-    let result = match prometheus {
-        PrometheusSetting::Off => {
-            let source = ScrapeSource::default();
-            sweep_cells(
-                &mut backend,
-                &source,
-                telemetry,
-                &settings,
-                &mut store,
-                &*progress,
-                &cancel,
-            )
-            .await
-        }
-        PrometheusSetting::Spawn => match PrometheusSource::spawn(store.dir()).await {
-            Ok(mut source) => {
-                progress.message(&format!("Prometheus: private server at {}", source.client().base()));
-                let r = sweep_cells(
-                    &mut backend,
-                    &source,
-                    telemetry,
-                    &settings,
-                    &mut store,
-                    &*progress,
-                    &cancel,
-                )
-                .await;
-                source.stop().await;
-                r
-            }
-            Err(e) => Err(e),
-        },
-        PrometheusSetting::Url(url) => {
-            let source = PrometheusSource::connect(&url);
-            sweep_cells(
-                &mut backend,
-                &source,
-                telemetry,
-                &settings,
-                &mut store,
-                &*progress,
-                &cancel,
-            )
-            .await
-        }
-    };
-    let restored = backend.restore().await;
-    let interrupted = matches!(result, Err(BenchError::Interrupted));
-    store.update_run(|r| {
-        r.state = match (&result, interrupted) {
-            (Ok(_), _) => "complete".into(),
-            (Err(_), true) => "interrupted".into(),
-            (Err(_), false) => "failed".into(),
-        };
-        r.finished_at = Some(now_rfc3339());
-    })?;
-    progress.finish();
-    let cells_run = result?;
-    restored?;
+    let prometheus = prometheus_setting(&recorded);
+    let cells_run = run_cells(
+        &mut backend,
+        &mut store,
+        prometheus,
+        telemetry,
+        &settings,
+        progress,
+        cancel,
+    )
+    .await?;
     Ok(SweepOutcome {
         dir: store.dir().to_path_buf(),
         cells_run,
         label,
     })
+}
+
+/// What a local sweep would start, cell by cell (pure apart from reading the GPUs).
+pub fn dry_run_local(plan: &SweepPlan) -> String {
+    use std::fmt::Write;
+    let inventory = crate::gpu::probe();
+    let device = resolve_device(plan.device, &inventory, libcuda_present()).unwrap_or(DeviceKind::Cpu);
+    let record = plan_record(plan, device, Source::Scrape);
+    let mps = crate::mps::find_control().map(|_| crate::strategy::MpsDirs {
+        pipe: "<run>/mps/<cell>/pipe".into(),
+        log: "<run>/mps/<cell>/log".into(),
+    });
+    let mut out = format!("gpushare-workload {}\n", workload_args(&record).join(" "));
+    for &s in &record.strategies {
+        for &n in &record.pods {
+            let _ = writeln!(out, "{} × {n}:", s.title());
+            match crate::strategy::plan_cell(s, n, device, &inventory, mps.as_ref()) {
+                crate::strategy::CellPlan::Unavailable(r) => {
+                    let _ = writeln!(out, "  unavailable: {r}");
+                }
+                crate::strategy::CellPlan::Pods(pods) => {
+                    for p in pods {
+                        match p.pending {
+                            Some(r) => {
+                                let _ = writeln!(out, "  {}: pending ({r})", p.name);
+                            }
+                            None => {
+                                let env: Vec<String> = p.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                                let _ = writeln!(out, "  {}: {}", p.name, env.join(" "));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
 }
 
 /// A cell that could not be measured at all: one failed aggregate row with the reason.
