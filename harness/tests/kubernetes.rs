@@ -117,6 +117,26 @@ async fn within<T>(f: impl std::future::Future<Output = T>) -> T {
         .expect("the scenario timed out: a request was missing or extra")
 }
 
+fn ns_answer() -> Value {
+    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpushare-bench"}})
+}
+
+fn cm_answer() -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "device-plugin-config"}})
+}
+
+fn dep_answer() -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "gpushare-workload"}})
+}
+
+/// Every prepare starts by reading the node and applying the namespace.
+fn opening(node_answer: Value) -> Vec<Step> {
+    vec![
+        step("GET", NODE, "", 200, node_answer),
+        step("PATCH", NS, "fieldManager=gpushare-bench", 200, ns_answer()),
+    ]
+}
+
 const NODE: &str = "/api/v1/nodes/gpu-1";
 const NS: &str = "/api/v1/namespaces/gpushare-bench";
 const CM: &str = "/api/v1/namespaces/gpu-operator/configmaps/device-plugin-config";
@@ -144,14 +164,7 @@ fn pod_list(items: Vec<Value>) -> Value {
 
 fn switch_steps(strategy: &'static str, entry: &'static str, replicas: u32) -> Vec<Step> {
     vec![
-        step(
-            "PATCH",
-            CM,
-            "fieldManager=gpushare-bench",
-            200,
-            json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"device-plugin-config"}}),
-        )
-        .body(move |v| {
+        step("PATCH", CM, "fieldManager=gpushare-bench", 200, cm_answer()).body(move |v| {
             let cfg = v["data"][entry].as_str().expect("our entry");
             assert!(cfg.starts_with("version: v1"), "{v}");
             if strategy != "none" {
@@ -186,32 +199,10 @@ fn switch_steps(strategy: &'static str, entry: &'static str, replicas: u32) -> V
 #[tokio::test]
 async fn time_slicing_switch_scale_readiness_stop_and_restore() {
     let (mut b, handle) = backend(settings());
-    let mut steps = vec![
-        step(
-            "GET",
-            NODE,
-            "",
-            200,
-            node(&[("nvidia.com/device-plugin.config", "site-default")], 1),
-        ),
-        step(
-            "PATCH",
-            NS,
-            "fieldManager=gpushare-bench",
-            200,
-            json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":"gpushare-bench"}}),
-        ),
-    ];
+    let mut steps = opening(node(&[("nvidia.com/device-plugin.config", "site-default")], 1));
     steps.extend(switch_steps("time-slicing", "gpushare-time-slicing-3", 3));
     steps.extend([
-        step(
-            "PATCH",
-            DEP,
-            "fieldManager=gpushare-bench",
-            200,
-            json!({"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"gpushare-workload"}}),
-        )
-        .body(|v| {
+        step("PATCH", DEP, "fieldManager=gpushare-bench", 200, dep_answer()).body(|v| {
             assert_eq!(v["spec"]["replicas"], 3);
             assert_eq!(
                 v["spec"]["template"]["spec"]["nodeSelector"]["kubernetes.io/hostname"],
@@ -253,13 +244,7 @@ async fn time_slicing_switch_scale_readiness_stop_and_restore() {
                 pod("w-c", false, true),
             ]),
         ),
-        step(
-            "DELETE",
-            DEP,
-            "",
-            200,
-            json!({"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"gpushare-workload"}}),
-        ),
+        step("DELETE", DEP, "", 200, dep_answer()),
         step(
             "GET",
             PODS,
@@ -278,14 +263,8 @@ async fn time_slicing_switch_scale_readiness_stop_and_restore() {
         step("GET", PODS, "", 200, pod_list(vec![])),
         step("PATCH", NODE, "", 200, node(&[], 1))
             .body(label_body("nvidia.com/device-plugin.config", json!("site-default"))),
-        step(
-            "PATCH",
-            CM,
-            "",
-            200,
-            json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"device-plugin-config"}}),
-        )
-        .body(|v| assert_eq!(v, &json!({"data": {"gpushare-time-slicing-3": null}}))),
+        step("PATCH", CM, "", 200, cm_answer())
+            .body(|v| assert_eq!(v, &json!({"data": {"gpushare-time-slicing-3": null}}))),
     ]);
     let server = tokio::spawn(verify(handle, steps));
     within(async {
@@ -311,26 +290,10 @@ async fn time_slicing_switch_scale_readiness_stop_and_restore() {
 #[tokio::test]
 async fn mps_is_configured_per_cell_with_its_replicas() {
     let (mut b, handle) = backend(settings());
-    let mut steps = vec![
-        step("GET", NODE, "", 200, node(&[], 1)),
-        step(
-            "PATCH",
-            NS,
-            "",
-            200,
-            json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":"gpushare-bench"}}),
-        ),
-    ];
+    let mut steps = opening(node(&[], 1));
     steps.extend(switch_steps("mps", "gpushare-mps-5", 5));
     steps.extend([
-        step(
-            "PATCH",
-            DEP,
-            "",
-            200,
-            json!({"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"gpushare-workload"}}),
-        )
-        .body(|v| assert_eq!(v["spec"]["replicas"], 5)),
+        step("PATCH", DEP, "", 200, dep_answer()).body(|v| assert_eq!(v["spec"]["replicas"], 5)),
         step("GET", PODS, "", 200, pod_list(vec![])),
     ]);
     let server = tokio::spawn(verify(handle, steps));
@@ -343,28 +306,13 @@ async fn mps_is_configured_per_cell_with_its_replicas() {
 }
 
 fn mig_prefix() -> Vec<Step> {
-    let mut steps = vec![
-        step(
-            "GET",
-            NODE,
-            "",
-            200,
-            node(
-                &[
-                    ("nvidia.com/mig.capable", "true"),
-                    ("nvidia.com/mig.config", "all-disabled"),
-                ],
-                1,
-            ),
-        ),
-        step(
-            "PATCH",
-            NS,
-            "",
-            200,
-            json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":"gpushare-bench"}}),
-        ),
-    ];
+    let mut steps = opening(node(
+        &[
+            ("nvidia.com/mig.capable", "true"),
+            ("nvidia.com/mig.config", "all-disabled"),
+        ],
+        1,
+    ));
     steps.extend(switch_steps("none", "gpushare-exclusive", 1));
     steps.push(
         step("PATCH", NODE, "", 200, node(&[], 1)).body(label_body("nvidia.com/mig.config", json!("all-1g.10gb"))),
@@ -475,15 +423,8 @@ async fn node_not_found_is_one_clear_error() {
 #[tokio::test]
 async fn rbac_forbidden_names_the_permission_and_restore_still_runs() {
     let (mut b, handle) = backend(settings());
-    let steps = vec![
-        step("GET", NODE, "", 200, node(&[], 1)),
-        step(
-            "PATCH",
-            NS,
-            "",
-            200,
-            json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":"gpushare-bench"}}),
-        ),
+    let mut steps = opening(node(&[], 1));
+    steps.extend([
         step(
             "PATCH",
             CM,
@@ -499,7 +440,7 @@ async fn rbac_forbidden_names_the_permission_and_restore_still_runs() {
         // (nothing was changed yet).
         step("DELETE", DEP, "", 404, status(404, "NotFound", "not found")),
         step("GET", PODS, "", 200, pod_list(vec![])),
-    ];
+    ]);
     let server = tokio::spawn(verify(handle, steps));
     within(async {
         let err = b.prepare(Strategy::Exclusive).await.expect_err("forbidden").to_string();
@@ -516,16 +457,7 @@ async fn rbac_forbidden_names_the_permission_and_restore_still_runs() {
 #[tokio::test]
 async fn restore_after_a_failed_cell_puts_back_labels_and_entries() {
     let (mut b, handle) = backend(settings());
-    let mut steps = vec![
-        step("GET", NODE, "", 200, node(&[], 1)),
-        step(
-            "PATCH",
-            NS,
-            "",
-            200,
-            json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":"gpushare-bench"}}),
-        ),
-    ];
+    let mut steps = opening(node(&[], 1));
     steps.extend(switch_steps("none", "gpushare-exclusive", 1));
     steps.extend([
         step("PATCH", DEP, "", 500, status(500, "InternalError", "etcd timeout")),
@@ -533,14 +465,7 @@ async fn restore_after_a_failed_cell_puts_back_labels_and_entries() {
         step("GET", PODS, "", 200, pod_list(vec![])),
         // The label did not exist before: it is removed.
         step("PATCH", NODE, "", 200, node(&[], 1)).body(label_body("nvidia.com/device-plugin.config", Value::Null)),
-        step(
-            "PATCH",
-            CM,
-            "",
-            200,
-            json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"device-plugin-config"}}),
-        )
-        .body(|v| assert_eq!(v, &json!({"data": {"gpushare-exclusive": null}}))),
+        step("PATCH", CM, "", 200, cm_answer()).body(|v| assert_eq!(v, &json!({"data": {"gpushare-exclusive": null}}))),
     ]);
     let server = tokio::spawn(verify(handle, steps));
     within(async {

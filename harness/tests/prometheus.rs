@@ -19,6 +19,9 @@ use gpushare_bench::stats::Histogram;
 use gpushare_bench::store::{read_cells, read_run};
 use tokio_util::sync::CancellationToken;
 
+mod common;
+use common::{alive, children};
+
 const BENCH: &str = env!("CARGO_BIN_EXE_gpushare-bench");
 
 fn workload() -> WorkloadCommand {
@@ -57,6 +60,33 @@ async fn launch(dir: &Path, pods: u32) -> (LocalBackend, Vec<Target>) {
     (b, targets)
 }
 
+/// The raw cumulative histogram of the selected series as Prometheus had it at `at`.
+async fn histogram_at(prom: &PrometheusSource, sel: &Selector, at: f64) -> Histogram {
+    let query = |metric: &'static str| async move {
+        prom.client()
+            .query(&promql::raw(metric, sel), Some(at))
+            .await
+            .expect(metric)
+    };
+    let mut buckets: Vec<(f64, f64)> = query("inference_time_seconds_bucket")
+        .await
+        .iter()
+        .map(|s| {
+            (
+                gpushare_bench::promtext::parse_value(&s.metric["le"]).expect("le"),
+                s.value,
+            )
+        })
+        .collect();
+    buckets.sort_by(|x, y| x.0.total_cmp(&y.0));
+    let total = |v: Vec<gpushare_bench::prometheus::VectorSample>| v.iter().map(|s| s.value).sum();
+    Histogram {
+        buckets,
+        sum: total(query("inference_time_seconds_sum").await),
+        count: total(query("inference_time_seconds_count").await),
+    }
+}
+
 /// Snapshots one pod from both sources at the same instant: the direct scrape is made
 /// at the moment of one of Prometheus' scrapes (they happen every second, at a phase
 /// read from the sample timestamps), and Prometheus is asked for that sample.
@@ -75,38 +105,7 @@ async fn aligned(prom: &PrometheusSource, scrape: &ScrapeSource, t: &Target) -> 
     tokio::time::sleep(Duration::from_secs_f64(next - epoch())).await;
     let direct = scrape.scrape(t).await.expect("scrape").latency;
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let at = next + 0.5;
-    let q = |m: &str| promql::raw(m, &sel);
-    let buckets = prom
-        .client()
-        .query(&q("inference_time_seconds_bucket"), Some(at))
-        .await
-        .expect("buckets");
-    let sum = prom
-        .client()
-        .query(&q("inference_time_seconds_sum"), Some(at))
-        .await
-        .expect("sum");
-    let count = prom
-        .client()
-        .query(&q("inference_time_seconds_count"), Some(at))
-        .await
-        .expect("count");
-    let mut b: Vec<(f64, f64)> = buckets
-        .iter()
-        .map(|s| {
-            (
-                gpushare_bench::promtext::parse_value(&s.metric["le"]).expect("le"),
-                s.value,
-            )
-        })
-        .collect();
-    b.sort_by(|x, y| x.0.total_cmp(&y.0));
-    let via = Histogram {
-        buckets: b,
-        sum: sum[0].value,
-        count: count[0].value,
-    };
+    let via = histogram_at(prom, &sel, next + 0.5).await;
     (direct, via)
 }
 
@@ -167,26 +166,7 @@ async fn histogram_quantile_of_the_server_equals_ours_and_the_reference_query_wo
         one_of: None,
     };
     let at = epoch() - 1.0;
-    let raw = prom
-        .client()
-        .query(&promql::raw("inference_time_seconds_bucket", &sel), Some(at))
-        .await
-        .expect("buckets");
-    let mut b: Vec<(f64, f64)> = raw
-        .iter()
-        .map(|s| {
-            (
-                gpushare_bench::promtext::parse_value(&s.metric["le"]).expect("le"),
-                s.value,
-            )
-        })
-        .collect();
-    b.sort_by(|x, y| x.0.total_cmp(&y.0));
-    let ours = Histogram {
-        buckets: b,
-        sum: 0.0,
-        count: 0.0,
-    };
+    let ours = histogram_at(&prom, &sel, at).await;
     for q in [0.5, 0.9, 0.99] {
         let expr = format!(
             "histogram_quantile({q}, sum by (le) ({}))",
@@ -301,28 +281,6 @@ async fn an_existing_server_by_url_measures_pods_on_fixed_ports() {
     server.stop().await;
 }
 
-fn children(pid: u32) -> Vec<(u32, String)> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
-            continue;
-        };
-        let Some((head, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let mut f = rest.split_whitespace();
-        let state = f.next().unwrap_or("");
-        let ppid = f.next().and_then(|v| v.parse::<u32>().ok());
-        if ppid == Some(pid) && state != "Z" {
-            out.push((p, head.split_once('(').map(|x| x.1.to_string()).unwrap_or_default()));
-        }
-    }
-    out
-}
-
 #[test]
 fn a_server_killed_mid_cell_is_a_clear_error_and_the_pods_stop() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -347,11 +305,11 @@ fn a_server_killed_mid_cell_is_a_clear_error_and_the_pods_stop() {
     let deadline = Instant::now() + Duration::from_secs(60);
     let prom = loop {
         let kids = children(harness);
-        let workloads = kids.iter().filter(|(_, n)| n.starts_with("gpushare-worklo")).count();
-        if let Some((p, _)) = kids.iter().find(|(_, n)| n == "prometheus")
+        let workloads = kids.iter().filter(|c| c.name.starts_with("gpushare-worklo")).count();
+        if let Some(p) = kids.iter().find(|c| c.name == "prometheus")
             && workloads == 2
         {
-            break *p;
+            break p.pid;
         }
         assert!(Instant::now() < deadline, "pods and server never came up: {kids:?}");
         std::thread::sleep(Duration::from_millis(100));
@@ -359,8 +317,8 @@ fn a_server_killed_mid_cell_is_a_clear_error_and_the_pods_stop() {
     std::thread::sleep(Duration::from_secs(5));
     let pods: Vec<u32> = children(harness)
         .into_iter()
-        .filter(|(_, n)| n.starts_with("gpushare-worklo"))
-        .map(|(p, _)| p)
+        .filter(|c| c.name.starts_with("gpushare-worklo"))
+        .map(|c| c.pid)
         .collect();
     // SAFETY: kill(2) on a process of this test's tree.
     unsafe { libc::kill(prom as i32, libc::SIGKILL) };
@@ -387,11 +345,7 @@ fn a_server_killed_mid_cell_is_a_clear_error_and_the_pods_stop() {
         "{err}"
     );
     for p in pods {
-        assert!(
-            !Path::new(&format!("/proc/{p}")).exists()
-                || std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| s.contains(") Z")),
-            "pod {p} left running"
-        );
+        assert!(!alive(p), "pod {p} left running");
     }
     assert_eq!(
         read_run(&dir.path().join("kill/run.json")).expect("run").state,

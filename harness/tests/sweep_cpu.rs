@@ -10,6 +10,13 @@ use gpushare_bench::domain::{CellStatus, Strategy};
 use gpushare_bench::record::CellRecord;
 use gpushare_bench::store::{read_cells, read_run};
 
+mod common;
+use common::alive;
+
+fn children(pid: u32) -> Vec<u32> {
+    common::children(pid).into_iter().map(|c| c.pid).collect()
+}
+
 const BENCH: &str = env!("CARGO_BIN_EXE_gpushare-bench");
 
 fn workload_bin() -> PathBuf {
@@ -36,39 +43,6 @@ fn sweep(out: &Path, extra: &[&str]) -> Command {
         c.args(["--strategies", "time-slicing"]);
     }
     c
-}
-
-/// Children of `pid` (scanning /proc for processes whose parent it is).
-fn children(pid: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
-            continue;
-        };
-        // Field 4 is the parent pid; the name in field 2 may hold spaces, so split after ')'.
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<u32>().ok());
-        if ppid == Some(pid) {
-            out.push(p);
-        }
-    }
-    out
-}
-
-fn alive(pid: u32) -> bool {
-    // A zombie still has a /proc entry; read its state.
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit_once(')')
-                .and_then(|(_, r)| r.split_whitespace().next().map(|st| st != "Z"))
-        })
-        .unwrap_or(false)
 }
 
 fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
