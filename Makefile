@@ -79,7 +79,10 @@ gpu-bundle: deps ## (here) release binaries, GPU test binary and bf16 MiniLM wei
 	test_bin=$$($(CARGO) test --release --locked -p gpushare-workload --test gpu --no-run --message-format=json 2>/dev/null \
 	  | $(PYTHON) -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable") and m["target"]["name"]=="gpu"][-1])'); \
 	cp "$$test_bin" $(BUNDLE)/workload-gpu-tests
-	strip $(BUNDLE)/workload-gpu-tests
+	bench_bin=$$($(CARGO) bench --locked -p gpushare-workload --bench kernels --no-run --message-format=json 2>/dev/null \
+	  | $(PYTHON) -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable") and m["target"]["name"]=="kernels"][-1])'); \
+	cp "$$bench_bin" $(BUNDLE)/workload-kernel-bench
+	strip $(BUNDLE)/workload-gpu-tests $(BUNDLE)/workload-kernel-bench
 	target/release/gpushare-workload convert-weights $(MINILM_DIR) $(BUNDLE)/minilm-bf16
 	du -sh $(BUNDLE)
 
@@ -97,6 +100,11 @@ test-gpu: ## (GPU machine) every kernel and forward pass against the CPU referen
 bench-workload: ## (GPU machine) ms per inference, inferences/s, TFLOP/s and the per-kernel split
 	@if [ ! -x $(WORKLOAD_BIN) ]; then $(CARGO) build --release --locked; fi
 	$(GPU_ENV) $(WORKLOAD_BIN) bench --models yolos-small,tiny --precisions fp32,tf32,bf16 --iters 200 --split
+
+.PHONY: bench-kernels
+bench-kernels: ## criterion benches of the kernels: CPU anywhere, GPU (FLOP/s, bytes/s) where there is one
+	@if [ -x $(BUNDLE)/workload-kernel-bench ]; then $(GPU_ENV) $(BUNDLE)/workload-kernel-bench --bench; \
+	else $(GPU_ENV) $(CARGO) bench --locked -p gpushare-workload --bench kernels; fi
 
 .PHONY: bench-peer
 bench-peer: ## (GPU machine) our yolos-small against PyTorch eager, same GPU, same command
