@@ -81,10 +81,16 @@ fn bench_gpu(c: &mut Criterion) {
     };
     let mut g = c.benchmark_group("gpu");
     g.sample_size(30);
-    for (math, dt, name) in [(AttentionMath::Bf16, Dtype::Bf16, "bf16"), (AttentionMath::Tf32, Dtype::F32, "tf32"), (AttentionMath::F32, Dtype::F32, "f32")] {
+    for (math, dt, name) in [
+        (AttentionMath::Bf16, Dtype::Bf16, "bf16"),
+        (AttentionMath::Tf32, Dtype::F32, "tf32"),
+        (AttentionMath::F32, Dtype::F32, "f32"),
+    ] {
         let qkv = up(&rt, seq * 3 * h, dt, 1);
         let out = up(&rt, seq * h, dt, 2);
-        let mut step = rt.attention("bench", math, &qkv, &out, None, 1, seq, heads, d).expect("step");
+        let mut step = rt
+            .attention("bench", math, &qkv, &out, None, 1, seq, heads, d)
+            .expect("step");
         g.throughput(Throughput::Elements(step.flops as u64));
         g.bench_function(format!("attention {name} 3401 tokens 6x64 (elem = FLOP)"), |b| {
             b.iter(|| {
@@ -94,9 +100,20 @@ fn bench_gpu(c: &mut Criterion) {
         });
     }
     for (precision, dt) in [(Precision::Bf16, Dtype::Bf16), (Precision::Tf32, Dtype::F32)] {
-        let shape = GemmShape { rows: seq, out: 4 * h, inp: h };
-        let (w, bias, x, y) = (up(&rt, shape.out * shape.inp, dt, 3), up(&rt, shape.out, dt, 4), up(&rt, seq * h, dt, 5), up(&rt, seq * shape.out, dt, 6));
-        let mut step = rt.linear("bench", precision, &w, &bias, &x, &y, shape, Epilogue::BiasGelu).expect("step");
+        let shape = GemmShape {
+            rows: seq,
+            out: 4 * h,
+            inp: h,
+        };
+        let (w, bias, x, y) = (
+            up(&rt, shape.out * shape.inp, dt, 3),
+            up(&rt, shape.out, dt, 4),
+            up(&rt, seq * h, dt, 5),
+            up(&rt, seq * shape.out, dt, 6),
+        );
+        let mut step = rt
+            .linear("bench", precision, &w, &bias, &x, &y, shape, Epilogue::BiasGelu)
+            .expect("step");
         rt.run(&mut step).expect("tune");
         g.throughput(Throughput::Elements(shape.flops() as u64));
         g.bench_function(format!("fc1 {precision} 3401x1536x384 bias+gelu (elem = FLOP)"), |b| {
@@ -107,9 +124,27 @@ fn bench_gpu(c: &mut Criterion) {
         });
     }
     for dt in [Dtype::Bf16, Dtype::F32] {
-        let (resid, delta, out) = (up(&rt, seq * h, Dtype::F32, 7), up(&rt, seq * h, dt, 8), up(&rt, seq * h, dt, 9));
+        let (resid, delta, out) = (
+            up(&rt, seq * h, Dtype::F32, 7),
+            up(&rt, seq * h, dt, 8),
+            up(&rt, seq * h, dt, 9),
+        );
         let (gamma, beta) = (up(&rt, h, Dtype::F32, 10), up(&rt, h, Dtype::F32, 11));
-        let mut step = rt.add_layer_norm("bench", dt, &resid, Some(&delta), &gamma, &beta, &out, seq, h, 1e-12, false).expect("step");
+        let mut step = rt
+            .add_layer_norm(
+                "bench",
+                dt,
+                &resid,
+                Some(&delta),
+                &gamma,
+                &beta,
+                &out,
+                seq,
+                h,
+                1e-12,
+                false,
+            )
+            .expect("step");
         // Reads the residual and the delta, writes the residual and the output.
         g.throughput(Throughput::Bytes((seq * h * (4 + dt.size() + 4 + dt.size())) as u64));
         g.bench_function(format!("add_layernorm {dt:?} 3401x384"), |b| {
