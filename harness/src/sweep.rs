@@ -261,7 +261,7 @@ pub(crate) fn prometheus_setting(recorded: &PlanRecord) -> PrometheusSetting {
 }
 
 /// Runs the cells with the recorded metrics source, then restores the backend and
-/// records how the run ended, whatever happened.
+/// records how the run ended, whatever happened; returns the run's outcome.
 pub(crate) async fn run_cells<B: Backend>(
     backend: &mut B,
     store: &mut RunStore,
@@ -270,7 +270,7 @@ pub(crate) async fn run_cells<B: Backend>(
     settings: &MeasureSettings,
     progress: &dyn Progress,
     cancel: &CancellationToken,
-) -> Result<usize> {
+) -> Result<SweepOutcome> {
     let result = match prometheus {
         PrometheusSetting::Off => {
             sweep_cells(
@@ -309,9 +309,13 @@ pub(crate) async fn run_cells<B: Backend>(
         r.finished_at = Some(now_rfc3339());
     })?;
     progress.finish();
-    let cells = result?;
+    let cells_run = result?;
     restored?;
-    Ok(cells)
+    Ok(SweepOutcome {
+        dir: store.dir().to_path_buf(),
+        cells_run,
+        label: store.run().label.clone(),
+    })
 }
 
 /// Runs (or resumes) a sweep and returns its directory.
@@ -348,8 +352,7 @@ async fn run_local(
     let env = || environment(&inventory, &workload.display().to_string(), mps_control.as_deref());
     let mut store = open_store(&plan, run_id, resume.as_deref(), device, &short, env, progress)?;
     let recorded = store.run().plan.clone();
-    let label = store.run().label.clone();
-    if let Some(l) = &label {
+    if let Some(l) = &store.run().label {
         progress.message(&format!("\n*** {l} ***\n"));
     }
     let settings = settings_from_record(&recorded, plan.measure.ready_timeout);
@@ -364,7 +367,7 @@ async fn run_local(
     let mut backend =
         LocalBackend::new(command, recorded.device, inventory, store.dir(), mps_control).with_base_port(plan.base_port);
     let prometheus = prometheus_setting(&recorded);
-    let cells_run = run_cells(
+    run_cells(
         &mut backend,
         &mut store,
         prometheus,
@@ -373,12 +376,7 @@ async fn run_local(
         progress,
         cancel,
     )
-    .await?;
-    Ok(SweepOutcome {
-        dir: store.dir().to_path_buf(),
-        cells_run,
-        label,
-    })
+    .await
 }
 
 /// What a local sweep would start, cell by cell (pure apart from reading the GPUs).

@@ -233,7 +233,7 @@ pub async fn run(
         node: node.clone(),
         handle: tokio::runtime::Handle::current(),
     });
-    let cells_run = run_cells(
+    run_cells(
         &mut backend,
         &mut store,
         PrometheusSetting::Url(url),
@@ -242,12 +242,7 @@ pub async fn run(
         progress,
         cancel,
     )
-    .await?;
-    Ok(SweepOutcome {
-        dir: store.dir().to_path_buf(),
-        cells_run,
-        label: store.run().label.clone(),
-    })
+    .await
 }
 
 #[cfg(test)]
