@@ -217,12 +217,18 @@ impl Gpu {
 
     /// Waits for the stream, then copies the first `n` f32 values back.
     pub fn download_f32(&self, buf: &DeviceBuffer, n: usize) -> Result<Vec<f32>> {
-        assert!(n * 4 <= buf.bytes, "read past the end of a device buffer");
-        self.synchronize()?;
         let mut out = vec![0.0f32; n];
-        // SAFETY: bounds checked above; the stream is idle.
-        unsafe { result::memcpy_dtoh_sync(&mut out, buf.ptr) }.map_err(cuda_error("downloading results"))?;
+        self.download_f32_into(buf, &mut out)?;
         Ok(out)
+    }
+
+    /// Waits for the stream, then fills `out` from the start of `buf` (no allocation:
+    /// this is on the inference loop's path).
+    pub fn download_f32_into(&self, buf: &DeviceBuffer, out: &mut [f32]) -> Result<()> {
+        assert!(std::mem::size_of_val(out) <= buf.bytes, "read past the end of a device buffer");
+        self.synchronize()?;
+        // SAFETY: bounds checked above; the stream is idle.
+        unsafe { result::memcpy_dtoh_sync(out, buf.ptr) }.map_err(cuda_error("downloading results"))
     }
 
     /// Waits for the stream, then copies `n` bf16 values back as f32.

@@ -497,8 +497,7 @@ impl CudaModel {
             Some(g) => g.launch().map_err(cuda_error("launching the forward graph"))?,
             None => self.run_eager()?,
         }
-        let n = self.output_host.len();
-        self.output_host = self.rt.gpu().download_f32(&self.output, n)?;
+        self.rt.gpu().download_f32_into(&self.output, &mut self.output_host)?;
         Ok(&self.output_host)
     }
 
