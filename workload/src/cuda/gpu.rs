@@ -225,7 +225,10 @@ impl Gpu {
     /// Waits for the stream, then fills `out` from the start of `buf` (no allocation:
     /// this is on the inference loop's path).
     pub fn download_f32_into(&self, buf: &DeviceBuffer, out: &mut [f32]) -> Result<()> {
-        assert!(std::mem::size_of_val(out) <= buf.bytes, "read past the end of a device buffer");
+        assert!(
+            std::mem::size_of_val(out) <= buf.bytes,
+            "read past the end of a device buffer"
+        );
         self.synchronize()?;
         // SAFETY: bounds checked above; the stream is idle.
         unsafe { result::memcpy_dtoh_sync(out, buf.ptr) }.map_err(cuda_error("downloading results"))
