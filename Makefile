@@ -51,7 +51,7 @@ TEST_ENV = LD_LIBRARY_PATH=$(NVRTC_LIB)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH} G
 	PATH=$(DEPS)/bin:$$PATH
 
 .PHONY: test
-test: deps ## unit and integration tests (no GPU, no cluster): what CI runs
+test: deps lint ## lint, unit and integration tests (no GPU, no cluster): what CI runs
 	$(CARGO) build --workspace --locked
 	$(TEST_ENV) $(CARGO) test --workspace --locked
 	$(TEST_ENV) actionlint .github/workflows/*.yml
