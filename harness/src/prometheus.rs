@@ -527,11 +527,6 @@ impl PrometheusServer {
             }
         }
     }
-
-    /// The server's process id.
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().and_then(|c| c.id())
-    }
 }
 
 #[cfg(test)]

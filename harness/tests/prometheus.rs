@@ -200,6 +200,23 @@ async fn histogram_quantile_of_the_server_equals_ours_and_the_reference_query_wo
         "{mean} vs {}",
         direct.mean()
     );
+    // A range query: the pod's throughput over the last seconds, one point a second.
+    let now = epoch();
+    let series = prom
+        .client()
+        .query_range(
+            &promql::throughput(&sel, "2s", promql::Grouping::Cell),
+            now - 3.0,
+            now,
+            1.0,
+        )
+        .await
+        .expect("range query");
+    assert_eq!(series.len(), 1);
+    assert!(
+        series[0].points.len() >= 3 && series[0].points.iter().all(|(_, v)| *v > 0.0),
+        "{series:?}"
+    );
     // Bad PromQL is a clear error naming the server.
     let err = prom
         .client()

@@ -9,7 +9,7 @@ pub mod tables;
 
 use std::path::{Path, PathBuf};
 
-use crate::domain::{CellStatus, DeviceKind, Strategy};
+use crate::domain::{DeviceKind, Strategy};
 use crate::error::{BenchError, Result};
 use crate::record::{CellRecord, RunRecord};
 use crate::store::{read_cells, read_run};
@@ -83,13 +83,6 @@ impl RunData {
             (DeviceKind::Cuda, Some(g)) => g.name.clone(),
             _ => format!("CPU: {}", self.run.environment.cpu),
         }
-    }
-
-    /// Whether any cell is not ok (for the notes section).
-    pub fn has_problems(&self) -> bool {
-        self.cells
-            .iter()
-            .any(|c| c.is_aggregate() && c.status != CellStatus::Ok)
     }
 }
 

@@ -205,16 +205,6 @@ impl Gpu {
         Ok(buf)
     }
 
-    /// Overwrites the start of a buffer with f32 values.
-    pub fn write_f32(&self, buf: &DeviceBuffer, data: &[f32]) -> Result<()> {
-        assert!(
-            std::mem::size_of_val(data) <= buf.bytes,
-            "write past the end of a device buffer"
-        );
-        // SAFETY: bounds checked above; synchronous copy.
-        unsafe { result::memcpy_htod_sync(buf.ptr, data) }.map_err(cuda_error("writing a device buffer"))
-    }
-
     /// Waits for the stream, then copies the first `n` f32 values back.
     pub fn download_f32(&self, buf: &DeviceBuffer, n: usize) -> Result<Vec<f32>> {
         let mut out = vec![0.0f32; n];

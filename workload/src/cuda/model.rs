@@ -516,11 +516,6 @@ impl CudaModel {
         self.flops
     }
 
-    /// Whether inferences replay a CUDA graph.
-    pub fn uses_graph(&self) -> bool {
-        self.graph.is_some()
-    }
-
     /// Times every step separately (eagerly, `runs` times each, events around each).
     pub fn time_steps(&mut self, runs: usize) -> Result<Vec<StepTiming>> {
         let what = "timing steps";
