@@ -162,6 +162,11 @@ impl KubernetesBackend {
         Ok(Self::new(client, s))
     }
 
+    /// Sets the arguments of the workload pods.
+    pub fn set_workload_args(&mut self, args: Vec<String>) {
+        self.s.workload.args = args;
+    }
+
     /// The client (shared with the port-forward).
     pub fn client(&self) -> Client {
         self.client.clone()

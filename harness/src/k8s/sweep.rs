@@ -209,8 +209,8 @@ pub async fn run(
         progress,
     )?;
     let recorded = store.run().plan.clone();
-    let mut backend = KubernetesBackend::new(backend.client(), settings(&plan, &node, workload_args(&recorded)));
-    backend.node_labels().await?;
+    // The pods' arguments come from the recorded plan (it wins when resuming).
+    backend.set_workload_args(workload_args(&recorded));
     let settings = settings_from_record(&recorded, plan.measure.ready_timeout);
     // The cluster's Prometheus: by URL, or through a port-forward to its pod.
     let mut _forward = None;
