@@ -61,8 +61,14 @@ pub enum BenchError {
         reason: String,
     },
     /// The MPS control daemon could not be started or stopped.
-    #[error("MPS control daemon: {0}")]
-    Mps(String),
+    #[error("MPS control daemon: {what}{}", source.as_ref().map(|e| format!(": {e}")).unwrap_or_default())]
+    Mps {
+        /// What was being done, and what went wrong.
+        what: String,
+        /// The operating system's answer, when there was one.
+        #[source]
+        source: Option<std::io::Error>,
+    },
     /// A results directory problem.
     #[error("results {}: {reason}", path.display())]
     Results {
@@ -80,11 +86,22 @@ pub enum BenchError {
         reason: String,
     },
     /// The Kubernetes backend failed.
-    #[error("Kubernetes: {0}")]
-    Kubernetes(String),
-    /// The sweep was interrupted by SIGINT/SIGTERM.
-    #[error("interrupted; finished cells are saved")]
-    Interrupted,
+    #[error("Kubernetes: {what}{}", detail.as_ref().map(|d| format!(": {d}")).unwrap_or_default())]
+    Kubernetes {
+        /// What was being done (names the node, object or pod).
+        what: String,
+        /// The API server's answer in words (with the RBAC hint on 403).
+        detail: Option<String>,
+        /// The client's error, when there was one.
+        #[source]
+        source: Option<Box<kube::Error>>,
+    },
+    /// The sweep was interrupted by a signal (SIGINT, SIGTERM, SIGHUP).
+    #[error("interrupted{}; finished cells are saved", signal_name(*signal).map(|n| format!(" by {n}")).unwrap_or_default())]
+    Interrupted {
+        /// The signal number (0 when the stop was asked for without one).
+        signal: i32,
+    },
     /// Plain I/O.
     #[error("{what}: {source}")]
     Io {
@@ -111,13 +128,47 @@ impl BenchError {
         }
     }
 
-    /// Process exit code: 2 for bad input (flags, config), 130 for an interrupt, 1 else.
+    /// A Kubernetes failure without a client error (a timeout, a missing label).
+    pub fn kube(what: impl Into<String>) -> BenchError {
+        BenchError::Kubernetes {
+            what: what.into(),
+            detail: None,
+            source: None,
+        }
+    }
+
+    /// An MPS failure without an operating-system error.
+    pub fn mps(what: impl Into<String>) -> BenchError {
+        BenchError::Mps {
+            what: what.into(),
+            source: None,
+        }
+    }
+
+    /// Whether this is an interrupt (a signal asked the run to stop).
+    pub fn is_interrupt(&self) -> bool {
+        matches!(self, BenchError::Interrupted { .. })
+    }
+
+    /// Process exit code: 2 for bad input (flags, config), 128 + the signal for an
+    /// interrupt (130 SIGINT, 143 SIGTERM, 129 SIGHUP), 1 else.
     pub fn exit_code(&self) -> i32 {
         match self {
             BenchError::Flag { .. } | BenchError::Config { .. } => 2,
-            BenchError::Interrupted => 130,
+            BenchError::Interrupted { signal } if *signal > 0 => 128 + signal,
+            BenchError::Interrupted { .. } => 130,
             _ => 1,
         }
+    }
+}
+
+/// The name of a stop signal, for messages.
+fn signal_name(signal: i32) -> Option<&'static str> {
+    match signal {
+        libc::SIGINT => Some("SIGINT"),
+        libc::SIGTERM => Some("SIGTERM"),
+        libc::SIGHUP => Some("SIGHUP"),
+        _ => None,
     }
 }
 

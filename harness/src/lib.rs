@@ -2,32 +2,27 @@
 //! time-slicing, MPS, MIG), scales an inference workload to 1, 3, 5 and 7 pods, reads
 //! their Prometheus latency histograms and reports what sharing costs.
 //!
-//! Pure core, thin shell: planning (`plan`, `strategy`), parsing (`promtext`) and
-//! statistics (`stats`) are pure and unit-tested; processes (`local`, `mps`), HTTP
-//! (`scrape`) and NVML (`gpu`) sit in small adapter modules driven by `sweep`.
+//! One folder per concern. Pure (no I/O): [`config`] (options → validated plan),
+//! [`stats`], [`results::record`], [`report`], [`metrics::exposition`],
+//! [`metrics::prometheus::query`], [`backend::k8s::objects`], [`backend::local::strategy`]
+//! and [`sweep::cell`]. I/O happens in the [`sweep`] runner and the backend sessions
+//! ([`backend::local`], [`backend::k8s`]) and the adapters they call ([`metrics`],
+//! [`telemetry`], [`results::store`]). Dependencies point downwards:
+//! `tools` → `sweep` → `backend` → `metrics`/`telemetry`/`results` → `config`/`stats` →
+//! `domain`/`error`/`shutdown`/`process`; nothing points back up.
 
 pub mod backend;
-pub mod cli;
-pub mod doctor;
+pub mod config;
 pub mod domain;
 pub mod error;
-pub mod gpu;
-pub mod k8s;
-pub mod local;
-pub mod measure;
-pub mod mps;
-pub mod overhead;
-pub mod plan;
-pub mod progress;
-pub mod prometheus;
-pub mod promql;
-pub mod promtext;
-pub mod record;
+pub mod metrics;
+pub mod process;
 pub mod report;
-pub mod scrape;
+pub mod results;
+pub mod shutdown;
 pub mod stats;
-pub mod store;
-pub mod strategy;
 pub mod sweep;
+pub mod telemetry;
+pub mod tools;
 
 pub use error::{BenchError, Result};

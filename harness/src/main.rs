@@ -1,14 +1,22 @@
-//! `gpushare-bench`: parse, run, print one error line, exit with its code.
+//! `gpushare-bench`: parse, run, print one error line, exit with its code. Signals are
+//! handled here: the first SIGINT/SIGTERM/SIGHUP asks for a graceful stop (pods stopped,
+//! node restored, finished cells kept), a second one forces it (no grace periods, but
+//! children are still stopped).
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 use clap::Parser;
-use gpushare_bench::backend::Backend;
-use gpushare_bench::cli::{Cli, Command, ExportFormat, OverheadArgs, SweepArgs};
+use gpushare_bench::backend::k8s::manifests;
+use gpushare_bench::config::cli::{Cli, Command, SweepArgs};
+use gpushare_bench::config::options::SweepOptions;
+use gpushare_bench::config::plan::SweepPlan;
+use gpushare_bench::config::values::ListItemError;
 use gpushare_bench::error::{BenchError, Result};
-use gpushare_bench::plan::{SweepOptions, SweepPlan, default_run_id, validate_run_id};
-use gpushare_bench::{doctor, gpu, local, overhead, report, sweep};
+use gpushare_bench::report::{self, RunData, compare, export};
+use gpushare_bench::shutdown::Shutdown;
+use gpushare_bench::sweep;
+use gpushare_bench::tools::{doctor, overhead};
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -22,26 +30,7 @@ fn main() -> ExitCode {
         .init();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
-        Err(e) => {
-            use clap::error::ErrorKind;
-            if matches!(
-                e.kind(),
-                ErrorKind::DisplayHelp
-                    | ErrorKind::DisplayVersion
-                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
-            ) {
-                let _ = e.print();
-                return ExitCode::SUCCESS;
-            }
-            let text = e.to_string();
-            let first = text
-                .lines()
-                .next()
-                .unwrap_or("bad arguments")
-                .trim_start_matches("error: ");
-            eprintln!("gpushare-bench: {first} (see --help)");
-            return ExitCode::from(2);
-        }
+        Err(e) => return clap_error(e),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -54,33 +43,124 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let result = runtime.block_on(run(cli));
+    let result = runtime.block_on(async {
+        let shutdown = Shutdown::new();
+        handle_signals(shutdown.clone());
+        run(cli, &shutdown).await
+    });
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("gpushare-bench: {e}");
-            ExitCode::from(e.exit_code() as u8)
+            ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(1))
         }
     }
 }
 
-async fn run(cli: Cli) -> Result<u8> {
+/// One line for a bad command line, in the same words as a bad config value:
+/// "bad --pods `0`: pod counts go from 1 to 64".
+fn clap_error(e: clap::Error) -> ExitCode {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        let _ = e.print();
+        return ExitCode::SUCCESS;
+    }
+    let text = |k| match e.get(k) {
+        Some(ContextValue::String(s)) => Some(s.clone()),
+        _ => None,
+    };
+    let line = match (e.kind(), text(ContextKind::InvalidArg), text(ContextKind::InvalidValue)) {
+        (ErrorKind::ValueValidation, Some(arg), Some(value)) => {
+            let flag = arg.split_whitespace().next().unwrap_or(&arg).to_string();
+            let source = std::error::Error::source(&e);
+            match source.and_then(|s| s.downcast_ref::<ListItemError>()) {
+                Some(item) => format!("bad {flag} `{}`: {}", item.item, item.reason),
+                None => format!(
+                    "bad {flag} `{value}`: {}",
+                    source.map_or("invalid value".into(), |s| s.to_string())
+                ),
+            }
+        }
+        _ => {
+            let full = e.to_string();
+            full.lines()
+                .next()
+                .unwrap_or("bad arguments")
+                .trim_start_matches("error: ")
+                .to_string()
+        }
+    };
+    eprintln!("gpushare-bench: {line} (see --help)");
+    ExitCode::from(2)
+}
+
+/// The first SIGINT, SIGTERM or SIGHUP asks for a graceful stop; the next one forces it.
+fn handle_signals(shutdown: Shutdown) {
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+        ) else {
+            tracing::error!("cannot install signal handlers; Ctrl-C will not stop the run cleanly");
+            return;
+        };
+        loop {
+            let sig = tokio::select! {
+                _ = int.recv() => libc::SIGINT,
+                _ = term.recv() => libc::SIGTERM,
+                _ = hup.recv() => libc::SIGHUP,
+            };
+            if shutdown.is_requested() {
+                eprintln!("gpushare-bench: second signal: stopping now (children are killed, not waited for)");
+                shutdown.force();
+                return;
+            }
+            eprintln!(
+                "gpushare-bench: stopping: pods and servers are being stopped; finished cells are kept (signal again to force)"
+            );
+            shutdown.request(sig);
+        }
+    });
+}
+
+/// Writes to stdout; a closed pipe (`| head`) is fine, any other failure is an error.
+fn print_out(bytes: &[u8]) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(BenchError::io("writing to stdout")(e)),
+    }
+}
+
+async fn run(cli: Cli, shutdown: &Shutdown) -> Result<u8> {
     match cli.command {
-        Command::Sweep(args) => run_sweep(*args).await,
+        Command::Sweep(args) => run_sweep(*args, shutdown).await,
         Command::Doctor => {
             let checks = doctor::checks(&doctor::gather());
-            for c in &checks {
-                println!("{c}");
-            }
-            Ok(if checks.iter().any(|c| c.verdict == doctor::Verdict::Fail) {
-                1
-            } else {
-                0
-            })
+            let text: String = checks.iter().map(|c| format!("{c}\n")).collect();
+            print_out(text.as_bytes())?;
+            Ok(u8::from(checks.iter().any(|c| c.verdict == doctor::Verdict::Fail)))
         }
-        Command::Overhead(args) => run_overhead(args).await,
+        Command::Overhead(args) => {
+            eprintln!(
+                "overhead: {} phases of {} each, alternating no scraping / scraping every {}",
+                args.repeats * 2,
+                args.phase,
+                args.interval
+            );
+            let (result, path) = overhead::run(&args, shutdown).await?;
+            print_out(overhead::render(&result).as_bytes())?;
+            print_out(format!("results: {}\n", path.display()).as_bytes())?;
+            Ok(0)
+        }
         Command::Manifests(args) => {
-            let n = gpushare_bench::k8s::manifests::write(&args.out, &args.image, args.check)?;
+            let n = manifests::write(&args.out, &args.image, args.check)?;
             println!(
                 "{} {n} files in {}",
                 if args.check { "checked" } else { "wrote" },
@@ -96,35 +176,22 @@ async fn run(cli: Cli) -> Result<u8> {
             Ok(0)
         }
         Command::Export(args) => {
-            let data = report::RunData::load(&args.run_dir)?;
-            let text = match args.format {
-                ExportFormat::Csv => {
-                    String::from_utf8(gpushare_bench::store::cells_csv(&data.cells)?).unwrap_or_default()
-                }
-                ExportFormat::Json => {
-                    let v = serde_json::json!({ "run": data.run, "cells": data.cells });
-                    serde_json::to_string_pretty(&v).unwrap_or_default() + "\n"
-                }
-                ExportFormat::Markdown => report::tables::markdown(&data, &report::tables::all(&data)),
-            };
-            use std::io::Write;
-            let mut out = std::io::stdout().lock();
-            // A closed pipe (`| head`) is not an error worth a message.
-            let _ = out.write_all(text.as_bytes());
+            let data = RunData::load(&args.run_dir)?;
+            print_out(&export::for_format(args.format).export(&data)?)?;
             Ok(0)
         }
         Command::Compare(args) => {
-            let threshold = report::compare::parse_threshold(&args.threshold)?;
-            let base = report::RunData::load(&args.baseline)?;
-            let cand = report::RunData::load(&args.candidate)?;
-            let rows = report::compare::compare(&base, &cand, threshold);
+            let threshold = compare::parse_threshold(&args.threshold)?;
+            let base = RunData::load(&args.baseline)?;
+            let cand = RunData::load(&args.candidate)?;
+            let rows = compare::compare(&base, &cand, threshold);
             if rows.is_empty() {
                 return Err(BenchError::Results {
                     path: args.candidate.clone(),
                     reason: format!("shares no cell with {}", args.baseline.display()),
                 });
             }
-            print!("{}", report::compare::render(&rows));
+            print_out(compare::render(&rows).as_bytes())?;
             let regressed = rows.iter().filter(|r| !r.regressions.is_empty()).count();
             if regressed > 0 {
                 eprintln!("gpushare-bench: {regressed} of {} cells regressed", rows.len());
@@ -136,131 +203,21 @@ async fn run(cli: Cli) -> Result<u8> {
     }
 }
 
-async fn run_sweep(args: SweepArgs) -> Result<u8> {
+async fn run_sweep(args: SweepArgs, shutdown: &Shutdown) -> Result<u8> {
     let file = match &args.config {
         Some(path) => SweepOptions::from_file(path)?,
         None => SweepOptions::default(),
     };
-    let plan = SweepPlan::from_options(file.overridden_by(args.options()))?;
+    let plan = SweepPlan::from_options(file.overridden_by(args.options))?;
     if args.dry_run {
-        print!(
-            "{}",
-            match plan.backend {
-                gpushare_bench::plan::BackendKind::Kubernetes => gpushare_bench::k8s::sweep::dry_run(&plan),
-                gpushare_bench::plan::BackendKind::Local => sweep::dry_run_local(&plan),
-            }
-        );
+        print_out(sweep::dry_run(&plan).as_bytes())?;
         return Ok(0);
     }
-    let outcome = sweep::run(plan, args.run_id.clone(), args.resume.clone(), args.quiet).await?;
+    let progress = sweep::progress_for(args.quiet);
+    let outcome = sweep::run(plan, args.resume.clone(), &*progress, shutdown).await?;
     if let Some(label) = &outcome.label {
         eprintln!("*** {label} ***");
     }
     println!("results: {}", outcome.dir.display());
-    Ok(0)
-}
-
-async fn run_overhead(args: OverheadArgs) -> Result<u8> {
-    let dur = |flag: &str, v: &str| humantime::parse_duration(v).map_err(|e| BenchError::flag(flag, v, e.to_string()));
-    let (phase, interval, warmup) = (
-        dur("--phase", &args.phase)?,
-        dur("--interval", &args.interval)?,
-        dur("--warmup", &args.warmup)?,
-    );
-    if args.repeats == 0 || phase < interval * 2 {
-        return Err(BenchError::flag(
-            "--phase",
-            &args.phase,
-            "each phase needs at least two scrape intervals, and --repeats ≥ 1",
-        ));
-    }
-    let inventory = gpu::probe();
-    let choice = match args.device.as_str() {
-        "auto" => gpushare_bench::plan::DeviceChoice::Auto,
-        "cuda" => gpushare_bench::plan::DeviceChoice::Cuda,
-        "cpu" => gpushare_bench::plan::DeviceChoice::Cpu,
-        other => return Err(BenchError::flag("--device", other, "expected auto, cuda or cpu")),
-    };
-    let device = sweep::resolve_device(choice, &inventory, sweep::libcuda_present())?;
-    let precision = match (device, args.precision.clone()) {
-        (gpushare_bench::domain::DeviceKind::Cpu, _) => "fp32".to_string(),
-        (_, Some(p)) => p,
-        (_, None) => "bf16".into(),
-    };
-    let gpu_name = inventory
-        .gpus
-        .first()
-        .map(|g| g.name.clone())
-        .filter(|_| device == gpushare_bench::domain::DeviceKind::Cuda);
-    let short = gpu_name
-        .as_ref()
-        .and(inventory.gpus.first())
-        .map_or("cpu".into(), |g| g.short_name());
-    let id = args.run_id.clone().unwrap_or_else(|| {
-        format!(
-            "overhead-{}",
-            default_run_id(&gpushare_bench::record::now_rfc3339(), &short)
-        )
-    });
-    validate_run_id(&id)?;
-    let dir = args.out.join(&id);
-    std::fs::create_dir_all(dir.join("logs")).map_err(BenchError::io(format!("creating {}", dir.display())))?;
-    let workload = local::find_workload(args.workload_bin.as_deref())?;
-    let command = local::WorkloadCommand {
-        binary: workload,
-        args: vec![
-            "--model".into(),
-            args.model.clone(),
-            "--device".into(),
-            device.name().into(),
-            "--precision".into(),
-            precision.clone(),
-        ],
-    };
-    let mut backend = local::LocalBackend::new(command, device, inventory, &dir, None);
-    let cancel = tokio_util::sync::CancellationToken::new();
-    sweep::cancel_on_signals(cancel.clone());
-    backend.launch(overhead::STRATEGY, 1).await?;
-    eprintln!(
-        "overhead: {} phases of {} s each, alternating no scraping / scraping every {} s",
-        args.repeats * 2,
-        phase.as_secs(),
-        interval.as_secs_f64()
-    );
-    let result = overhead::measure(
-        &mut backend,
-        (&args.model, device, &precision, gpu_name),
-        warmup,
-        phase,
-        args.repeats,
-        interval,
-        &cancel,
-    )
-    .await;
-    backend.restore().await?;
-    let result = result?;
-    for p in &result.phases {
-        println!(
-            "{:<14} {:>7.1} s {:>9} inferences {:>9.2} inf/s",
-            if p.scraping { "scraping 1/s" } else { "no scraping" },
-            p.seconds,
-            p.inferences,
-            p.throughput_per_s
-        );
-    }
-    println!(
-        "without scraping {:.2} inf/s (spread {:.2}%), with {:.2} inf/s (spread {:.2}%): difference {:+.2}%",
-        result.throughput_without,
-        result.spread_without_pct,
-        result.throughput_with,
-        result.spread_with_pct,
-        result.difference_pct
-    );
-    let json = serde_json::to_vec_pretty(&result).map_err(|e| BenchError::Results {
-        path: dir.join("overhead.json"),
-        reason: e.to_string(),
-    })?;
-    gpushare_bench::store::write_atomic(&dir.join("overhead.json"), &json)?;
-    println!("results: {}", dir.join("overhead.json").display());
     Ok(0)
 }

@@ -4,14 +4,14 @@
 
 use std::time::Duration;
 
+use gpushare_bench::backend::k8s::backend::{KubeSettings, KubernetesBackend};
+use gpushare_bench::backend::k8s::objects::{PluginConfigMap, WorkloadSpec};
 use gpushare_bench::backend::{Backend, PodState, Prepared};
 use gpushare_bench::domain::Strategy;
-use gpushare_bench::k8s::backend::{KubeSettings, KubernetesBackend};
-use gpushare_bench::k8s::objects::{PluginConfigMap, WorkloadSpec};
+use gpushare_bench::shutdown::Shutdown;
 use http::{Request, Response, StatusCode};
 use kube::client::Body;
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
 
@@ -269,19 +269,23 @@ async fn time_slicing_switch_scale_readiness_stop_and_restore() {
     let server = tokio::spawn(verify(handle, steps));
     within(async {
         assert_eq!(
-            b.prepare(Strategy::TimeSlicing).await.expect("prepare"),
+            b.prepare(Strategy::TimeSlicing, &Shutdown::new())
+                .await
+                .expect("prepare"),
             Prepared::Ready
         );
-        b.launch(Strategy::TimeSlicing, 3).await.expect("launch");
+        b.launch(Strategy::TimeSlicing, 3, &Shutdown::new())
+            .await
+            .expect("launch");
         let pods = b
-            .wait_ready(Duration::from_secs(5), &CancellationToken::new())
+            .wait_ready(Duration::from_secs(5), &Shutdown::new())
             .await
             .expect("ready");
         assert_eq!(pods.iter().filter(|p| p.state == PodState::Running).count(), 2);
         assert!(matches!(&pods[2].state, PodState::Pending(r) if r.contains("Insufficient nvidia.com/gpu")));
         assert_eq!(pods[0].metrics_url.as_deref(), Some("http://10.0.0.3:9400/metrics"));
-        b.stop_pods().await.expect("stop");
-        b.restore().await.expect("restore");
+        b.stop_pods(&Shutdown::new()).await.expect("stop");
+        b.restore(&Shutdown::new()).await.expect("restore");
         server.await.expect("verifier");
     })
     .await;
@@ -298,8 +302,11 @@ async fn mps_is_configured_per_cell_with_its_replicas() {
     ]);
     let server = tokio::spawn(verify(handle, steps));
     within(async {
-        assert_eq!(b.prepare(Strategy::Mps).await.expect("prepare"), Prepared::Ready);
-        b.launch(Strategy::Mps, 5).await.expect("launch");
+        assert_eq!(
+            b.prepare(Strategy::Mps, &Shutdown::new()).await.expect("prepare"),
+            Prepared::Ready
+        );
+        b.launch(Strategy::Mps, 5, &Shutdown::new()).await.expect("launch");
         server.await.expect("verifier");
     })
     .await;
@@ -341,7 +348,10 @@ async fn mig_waits_for_the_mig_manager_to_succeed() {
     ]);
     let server = tokio::spawn(verify(handle, steps));
     within(async {
-        assert_eq!(b.prepare(Strategy::Mig).await.expect("prepare"), Prepared::Ready);
+        assert_eq!(
+            b.prepare(Strategy::Mig, &Shutdown::new()).await.expect("prepare"),
+            Prepared::Ready
+        );
         server.await.expect("verifier");
     })
     .await;
@@ -354,7 +364,11 @@ async fn mig_failure_is_reported_clearly() {
     steps.push(step("GET", NODE, "", 200, mig_node("failed")));
     let server = tokio::spawn(verify(handle, steps));
     within(async {
-        let err = b.prepare(Strategy::Mig).await.expect_err("failed state").to_string();
+        let err = b
+            .prepare(Strategy::Mig, &Shutdown::new())
+            .await
+            .expect_err("failed state")
+            .to_string();
         assert!(
             err.contains("MIG reconfiguration of node gpu-1 to all-1g.10gb failed"),
             "{err}"
@@ -384,7 +398,11 @@ async fn mig_that_never_settles_times_out_with_the_labels_it_saw() {
         }
     });
     within(async {
-        let err = b.prepare(Strategy::Mig).await.expect_err("timeout").to_string();
+        let err = b
+            .prepare(Strategy::Mig, &Shutdown::new())
+            .await
+            .expect_err("timeout")
+            .to_string();
         assert!(
             err.contains("did not apply MIG layout all-1g.10gb within 0 s")
                 && err.contains("nvidia.com/mig.config.state=pending"),
@@ -410,7 +428,11 @@ async fn node_not_found_is_one_clear_error() {
         )],
     ));
     within(async {
-        let err = b.prepare(Strategy::Exclusive).await.expect_err("no node").to_string();
+        let err = b
+            .prepare(Strategy::Exclusive, &Shutdown::new())
+            .await
+            .expect_err("no node")
+            .to_string();
         assert_eq!(
             err,
             "Kubernetes: reading node gpu-1: not found: nodes \"gpu-1\" not found"
@@ -443,12 +465,16 @@ async fn rbac_forbidden_names_the_permission_and_restore_still_runs() {
     ]);
     let server = tokio::spawn(verify(handle, steps));
     within(async {
-        let err = b.prepare(Strategy::Exclusive).await.expect_err("forbidden").to_string();
+        let err = b
+            .prepare(Strategy::Exclusive, &Shutdown::new())
+            .await
+            .expect_err("forbidden")
+            .to_string();
         assert!(
             err.contains("forbidden") && err.contains("RBAC") && err.contains("gpu-operator"),
             "{err}"
         );
-        b.restore().await.expect("restore");
+        b.restore(&Shutdown::new()).await.expect("restore");
         server.await.expect("verifier");
     })
     .await;
@@ -469,14 +495,17 @@ async fn restore_after_a_failed_cell_puts_back_labels_and_entries() {
     ]);
     let server = tokio::spawn(verify(handle, steps));
     within(async {
-        assert_eq!(b.prepare(Strategy::Exclusive).await.expect("prepare"), Prepared::Ready);
+        assert_eq!(
+            b.prepare(Strategy::Exclusive, &Shutdown::new()).await.expect("prepare"),
+            Prepared::Ready
+        );
         let err = b
-            .launch(Strategy::Exclusive, 1)
+            .launch(Strategy::Exclusive, 1, &Shutdown::new())
             .await
             .expect_err("apply fails")
             .to_string();
         assert!(err.contains("etcd timeout"), "{err}");
-        b.restore().await.expect("restore");
+        b.restore(&Shutdown::new()).await.expect("restore");
         server.await.expect("verifier");
     })
     .await;
@@ -484,7 +513,7 @@ async fn restore_after_a_failed_cell_puts_back_labels_and_entries() {
 
 #[test]
 fn pod_states_from_real_pod_objects() {
-    use gpushare_bench::k8s::backend::pod_state;
+    use gpushare_bench::backend::k8s::backend::pod_state;
     let crash: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
         "metadata": { "name": "w-1" },
         "status": {

@@ -6,17 +6,21 @@ use std::path::Path;
 #[test]
 fn committed_manifests_match_the_generated_ones() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests");
-    let n = gpushare_bench::k8s::manifests::write(&dir, gpushare_bench::k8s::manifests::DEFAULT_IMAGE, true)
-        .unwrap_or_else(|e| panic!("{e}"));
+    let n = gpushare_bench::backend::k8s::manifests::write(
+        &dir,
+        gpushare_bench::backend::k8s::manifests::DEFAULT_IMAGE,
+        true,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     assert!(n >= 18);
 }
 
 #[test]
 fn a_drifted_file_is_named() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    gpushare_bench::k8s::manifests::write(tmp.path(), "img:1", false).expect("write");
+    gpushare_bench::backend::k8s::manifests::write(tmp.path(), "img:1", false).expect("write");
     std::fs::write(tmp.path().join("base/service.yaml"), "edited by hand\n").expect("edit");
-    let err = gpushare_bench::k8s::manifests::write(tmp.path(), "img:1", true)
+    let err = gpushare_bench::backend::k8s::manifests::write(tmp.path(), "img:1", true)
         .expect_err("drift")
         .to_string();
     assert!(

@@ -8,16 +8,17 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use gpushare_bench::backend::local::{LocalBackend, WorkloadCommand};
 use gpushare_bench::backend::{Backend, PodState};
 use gpushare_bench::domain::{CellStatus, DeviceKind, Source, Strategy};
-use gpushare_bench::gpu::GpuInventory;
-use gpushare_bench::local::{LocalBackend, WorkloadCommand};
-use gpushare_bench::prometheus::{PrometheusServer, PrometheusSource, instance_of};
-use gpushare_bench::promql::{self, REFERENCE_STUDY_MEAN, Selector};
-use gpushare_bench::scrape::{MetricsSource, ScrapeSource, Target};
+use gpushare_bench::metrics::prometheus::query::{self as promql, REFERENCE_STUDY_MEAN, Selector};
+use gpushare_bench::metrics::prometheus::{PrometheusServer, PrometheusSource, instance_of};
+use gpushare_bench::metrics::scrape::ScrapeSource;
+use gpushare_bench::metrics::{MetricsSource, Target};
+use gpushare_bench::results::store::{read_cells, read_run};
+use gpushare_bench::shutdown::Shutdown;
 use gpushare_bench::stats::Histogram;
-use gpushare_bench::store::{read_cells, read_run};
-use tokio_util::sync::CancellationToken;
+use gpushare_bench::telemetry::GpuInventory;
 
 mod common;
 use common::{alive, children};
@@ -44,9 +45,11 @@ fn epoch() -> f64 {
 async fn launch(dir: &Path, pods: u32) -> (LocalBackend, Vec<Target>) {
     std::fs::create_dir_all(dir.join("logs")).expect("logs");
     let mut b = LocalBackend::new(workload(), DeviceKind::Cpu, GpuInventory::default(), dir, None);
-    b.launch(Strategy::TimeSlicing, pods).await.expect("launch");
+    b.launch(Strategy::TimeSlicing, pods, &Shutdown::new())
+        .await
+        .expect("launch");
     let ready = b
-        .wait_ready(Duration::from_secs(60), &CancellationToken::new())
+        .wait_ready(Duration::from_secs(60), &Shutdown::new())
         .await
         .expect("ready");
     assert!(ready.iter().all(|p| p.state == PodState::Running), "{ready:?}");
@@ -73,13 +76,13 @@ async fn histogram_at(prom: &PrometheusSource, sel: &Selector, at: f64) -> Histo
         .iter()
         .map(|s| {
             (
-                gpushare_bench::promtext::parse_value(&s.metric["le"]).expect("le"),
+                gpushare_bench::metrics::exposition::parse_value(&s.metric["le"]).expect("le"),
                 s.value,
             )
         })
         .collect();
     buckets.sort_by(|x, y| x.0.total_cmp(&y.0));
-    let total = |v: Vec<gpushare_bench::prometheus::VectorSample>| v.iter().map(|s| s.value).sum();
+    let total = |v: Vec<gpushare_bench::metrics::prometheus::VectorSample>| v.iter().map(|s| s.value).sum();
     Histogram {
         buckets,
         sum: total(query("inference_time_seconds_sum").await),
@@ -113,8 +116,10 @@ async fn aligned(prom: &PrometheusSource, scrape: &ScrapeSource, t: &Target) -> 
 async fn the_same_cell_from_both_sources_agrees() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (mut backend, targets) = launch(dir.path(), 2).await;
-    let prom = PrometheusSource::spawn(dir.path()).await.expect("spawn prometheus");
-    prom.prepare(&targets).await.expect("targets up");
+    let prom = PrometheusSource::spawn(dir.path(), &Shutdown::new())
+        .await
+        .expect("spawn prometheus");
+    prom.prepare(&targets, &Shutdown::new()).await.expect("targets up");
     let scrape = ScrapeSource::default();
     let mut first = Vec::new();
     for t in &targets {
@@ -150,16 +155,18 @@ async fn the_same_cell_from_both_sources_agrees() {
         assert!((a / b - 1.0).abs() <= 0.10, "p{}: {a} vs {b}", q * 100.0);
     }
     let mut prom = prom;
-    prom.stop().await;
-    backend.restore().await.expect("stop pods");
+    prom.stop(&Shutdown::new()).await;
+    backend.restore(&Shutdown::new()).await.expect("stop pods");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn histogram_quantile_of_the_server_equals_ours_and_the_reference_query_works() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (mut backend, targets) = launch(dir.path(), 1).await;
-    let prom = PrometheusSource::spawn(dir.path()).await.expect("spawn prometheus");
-    prom.prepare(&targets).await.expect("targets up");
+    let prom = PrometheusSource::spawn(dir.path(), &Shutdown::new())
+        .await
+        .expect("spawn prometheus");
+    prom.prepare(&targets, &Shutdown::new()).await.expect("targets up");
     tokio::time::sleep(Duration::from_secs(4)).await;
     let sel = Selector {
         equal: vec![("instance".into(), instance_of(&targets[0].url))],
@@ -229,8 +236,8 @@ async fn histogram_quantile_of_the_server_equals_ours_and_the_reference_query_wo
         "{err}"
     );
     let mut prom = prom;
-    prom.stop().await;
-    backend.restore().await.expect("stop pods");
+    prom.stop(&Shutdown::new()).await;
+    backend.restore(&Shutdown::new()).await.expect("stop pods");
 }
 
 fn sweep(out: &Path, extra: &[&str]) -> Command {
@@ -261,7 +268,7 @@ async fn an_existing_server_by_url_measures_pods_on_fixed_ports() {
         .expect("port")
         .port()
         .max(20000);
-    let server = PrometheusServer::start(&dir.path().join("server"))
+    let server = PrometheusServer::start(&dir.path().join("server"), &Shutdown::new())
         .await
         .expect("prometheus");
     server
@@ -295,7 +302,7 @@ async fn an_existing_server_by_url_measures_pods_on_fixed_ports() {
     assert!(agg.inferences.is_some_and(|n| n > 100));
     assert!(cells.iter().all(|c| c.source == Source::Prometheus));
     let mut server = server;
-    server.stop().await;
+    server.stop(&Shutdown::new()).await;
 }
 
 #[test]

@@ -7,8 +7,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use gpushare_bench::domain::{CellStatus, Strategy};
-use gpushare_bench::record::CellRecord;
-use gpushare_bench::store::{read_cells, read_run};
+use gpushare_bench::results::record::CellRecord;
+use gpushare_bench::results::store::{read_cells, read_run};
 
 mod common;
 use common::alive;

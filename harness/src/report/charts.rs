@@ -8,7 +8,7 @@ use plotters::prelude::*;
 
 use crate::domain::{CellStatus, Strategy};
 use crate::error::{BenchError, Result};
-use crate::record::CellRecord;
+use crate::results::record::CellRecord;
 
 use super::RunData;
 

@@ -4,7 +4,7 @@
 
 use crate::domain::{CellStatus, Strategy};
 use crate::error::{BenchError, Result};
-use crate::record::CellRecord;
+use crate::results::record::CellRecord;
 
 use super::RunData;
 

@@ -4,6 +4,7 @@
 
 pub mod charts;
 pub mod compare;
+pub mod export;
 pub mod html;
 pub mod tables;
 
@@ -11,8 +12,8 @@ use std::path::{Path, PathBuf};
 
 use crate::domain::{DeviceKind, Strategy};
 use crate::error::{BenchError, Result};
-use crate::record::{CellRecord, RunRecord};
-use crate::store::{read_cells, read_run};
+use crate::results::record::{CellRecord, RunRecord};
+use crate::results::store::{read_cells, read_run};
 
 /// A run as the reports see it.
 #[derive(Debug, Clone, PartialEq)]
@@ -111,14 +112,22 @@ pub fn render(data: &RunData) -> Result<Report> {
 /// Renders a run directory into `out/<run-id>/` and returns the index.html path.
 pub fn write(run_dir: &Path, out: &Path) -> Result<PathBuf> {
     let data = RunData::load(run_dir)?;
+    // The id comes from a file someone else may have made: it must stay a plain name.
+    crate::config::plan::validate_run_id(&data.run.run_id).map_err(|_| BenchError::Results {
+        path: run_dir.join("run.json"),
+        reason: format!(
+            "run_id {:?} is not a plain directory name (letters, digits, '.', '_', '-')",
+            data.run.run_id
+        ),
+    })?;
     let report = render(&data)?;
     let dir = out.join(&data.run.run_id);
     std::fs::create_dir_all(&dir).map_err(BenchError::io(format!("creating {}", dir.display())))?;
     for (name, svg) in &report.charts {
-        crate::store::write_atomic(&dir.join(name), svg.as_bytes())?;
+        crate::results::store::write_atomic(&dir.join(name), svg.as_bytes())?;
     }
-    crate::store::write_atomic(&dir.join("summary.md"), report.markdown.as_bytes())?;
+    crate::results::store::write_atomic(&dir.join("summary.md"), report.markdown.as_bytes())?;
     let index = dir.join("index.html");
-    crate::store::write_atomic(&index, report.html.as_bytes())?;
+    crate::results::store::write_atomic(&index, report.html.as_bytes())?;
     Ok(index)
 }

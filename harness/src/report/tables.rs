@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 use crate::domain::CellStatus;
-use crate::record::CellRecord;
+use crate::results::record::CellRecord;
 
 use super::RunData;
 

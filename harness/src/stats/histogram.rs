@@ -4,8 +4,6 @@
 //! that holds the rank, the lowest bucket starting at 0, and the +Inf bucket answered
 //! with the highest finite bound.
 
-use crate::promtext::Exposition;
-
 /// One cumulative histogram: `(upper bound, count of observations ≤ bound)` pairs in
 /// increasing bound order ending with +Inf, plus the sum and count of observations.
 #[derive(Debug, Clone, PartialEq)]
@@ -18,63 +16,7 @@ pub struct Histogram {
     pub count: f64,
 }
 
-/// Why a histogram could not be read from an exposition.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HistogramError {
-    /// No `_bucket` series with the requested labels.
-    Missing,
-    /// Buckets are there but malformed (no +Inf, bad `le`).
-    Malformed(String),
-}
-
 impl Histogram {
-    /// Reads histogram `name` from an exposition, summing every series whose labels
-    /// include all of `matchers` (one pod's scrape has exactly one).
-    pub fn from_exposition(
-        exp: &Exposition,
-        name: &str,
-        matchers: &[(&str, &str)],
-    ) -> Result<Histogram, HistogramError> {
-        let bucket_name = format!("{name}_bucket");
-        let (sum_name, count_name) = (format!("{name}_sum"), format!("{name}_count"));
-        let matches = |s: &crate::promtext::Sample| matchers.iter().all(|(k, v)| s.label(k) == Some(*v));
-        let mut by_le: Vec<(f64, f64)> = Vec::new();
-        let (mut sum, mut count, mut seen) = (0.0, 0.0, false);
-        for s in exp.samples.iter().filter(|s| matches(s)) {
-            if s.name == bucket_name {
-                let le = s
-                    .label("le")
-                    .ok_or_else(|| HistogramError::Malformed(format!("{bucket_name} without `le`")))?;
-                let bound = crate::promtext::parse_value(le)
-                    .filter(|b| !b.is_nan())
-                    .ok_or_else(|| HistogramError::Malformed(format!("`le=\"{le}\"` is not a number")))?;
-                match by_le.iter_mut().find(|(b, _)| *b == bound) {
-                    Some(slot) => slot.1 += s.value,
-                    None => by_le.push((bound, s.value)),
-                }
-                seen = true;
-            } else if s.name == sum_name {
-                sum += s.value;
-            } else if s.name == count_name {
-                count += s.value;
-            }
-        }
-        if !seen {
-            return Err(HistogramError::Missing);
-        }
-        by_le.sort_by(|a, b| a.0.total_cmp(&b.0));
-        if by_le.last().map(|b| b.0) != Some(f64::INFINITY) {
-            return Err(HistogramError::Malformed(format!(
-                "{bucket_name} has no le=\"+Inf\" bucket"
-            )));
-        }
-        Ok(Histogram {
-            buckets: by_le,
-            sum,
-            count,
-        })
-    }
-
     /// Observations between an earlier snapshot and this one. `None` when the counters
     /// went backwards (the process restarted) or the bucket layouts differ.
     pub fn delta(&self, earlier: &Histogram) -> Option<Histogram> {
@@ -222,27 +164,5 @@ mod tests {
         assert!(total.add(&d));
         assert_eq!(total.count, 8.0);
         assert_eq!(total.buckets[0].1, 6.0);
-    }
-
-    #[test]
-    fn reads_one_pod_out_of_an_exposition() {
-        let text = "# TYPE t histogram\n\
-            t_bucket{pod=\"a\",le=\"0.5\"} 1\nt_bucket{pod=\"a\",le=\"+Inf\"} 3\nt_sum{pod=\"a\"} 2.5\nt_count{pod=\"a\"} 3\n\
-            t_bucket{pod=\"b\",le=\"0.5\"} 7\nt_bucket{pod=\"b\",le=\"+Inf\"} 9\nt_sum{pod=\"b\"} 4\nt_count{pod=\"b\"} 9\n";
-        let exp = crate::promtext::parse(text).expect("valid");
-        let a = Histogram::from_exposition(&exp, "t", &[("pod", "a")]).expect("a");
-        assert_eq!(a.buckets, vec![(0.5, 1.0), (f64::INFINITY, 3.0)]);
-        assert_eq!((a.sum, a.count), (2.5, 3.0));
-        let both = Histogram::from_exposition(&exp, "t", &[]).expect("sum of both");
-        assert_eq!(both.count, 12.0);
-        assert_eq!(
-            Histogram::from_exposition(&exp, "nope", &[]),
-            Err(HistogramError::Missing)
-        );
-        let no_inf = crate::promtext::parse("t_bucket{le=\"1\"} 1\n").expect("valid");
-        assert!(matches!(
-            Histogram::from_exposition(&no_inf, "t", &[]),
-            Err(HistogramError::Malformed(_))
-        ));
     }
 }

@@ -1,0 +1,457 @@
+//! Every Kubernetes object and patch the harness applies, built by pure functions. The
+//! files under `manifests/` are generated from the same functions
+//! (`gpushare-bench manifests`), and a test fails when the two drift apart.
+
+use serde_json::{Value, json};
+
+use crate::domain::Strategy;
+use crate::metrics::prometheus::query::{self as promql, Grouping, Selector};
+
+/// Field manager of every server-side apply.
+pub const FIELD_MANAGER: &str = "gpushare-bench";
+/// Node label that selects a named entry of the device-plugin ConfigMap.
+pub const LABEL_PLUGIN_CONFIG: &str = "nvidia.com/device-plugin.config";
+/// Node label GPU feature discovery sets to the active sharing strategy.
+pub const LABEL_SHARING: &str = "nvidia.com/gpu.sharing-strategy";
+/// Node label GPU feature discovery sets to the replicas per GPU.
+pub const LABEL_REPLICAS: &str = "nvidia.com/gpu.replicas";
+/// Node label the GPU operator's MIG manager reads.
+pub const LABEL_MIG_CONFIG: &str = "nvidia.com/mig.config";
+/// Node label the MIG manager sets to pending, success or failed.
+pub const LABEL_MIG_STATE: &str = "nvidia.com/mig.config.state";
+/// Node label: single or mixed MIG strategy of the device plugin.
+pub const LABEL_MIG_STRATEGY: &str = "nvidia.com/mig.strategy";
+/// Node label: whether the GPU supports MIG.
+pub const LABEL_MIG_CAPABLE: &str = "nvidia.com/mig.capable";
+/// Node label: the GPU product name.
+pub const LABEL_PRODUCT: &str = "nvidia.com/gpu.product";
+/// Node label: GPUs on the node.
+pub const LABEL_GPU_COUNT: &str = "nvidia.com/gpu.count";
+/// Label of the workload's pods.
+pub const APP_LABEL: &str = "app.kubernetes.io/name";
+/// Its value.
+pub const APP: &str = "gpushare-workload";
+/// Label naming the cell a pod belongs to.
+pub const CELL_LABEL: &str = "gpushare.dev/cell";
+/// The workload's metrics port.
+pub const METRICS_PORT: u16 = 9400;
+
+/// Where the device plugin's configuration lives (the GPU operator's defaults).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginConfigMap {
+    /// Namespace of the GPU operator.
+    pub namespace: String,
+    /// ConfigMap named in ClusterPolicy `devicePlugin.config.name`.
+    pub name: String,
+}
+
+impl Default for PluginConfigMap {
+    fn default() -> Self {
+        Self {
+            namespace: "gpu-operator".into(),
+            name: "device-plugin-config".into(),
+        }
+    }
+}
+
+/// The device-plugin config entry for a strategy and replica count.
+pub fn config_entry_name(strategy: Strategy, replicas: u32) -> String {
+    match strategy {
+        Strategy::Exclusive => "gpushare-exclusive".into(),
+        s => format!("gpushare-{}-{replicas}", s.name()),
+    }
+}
+
+/// The device plugin's configuration file (YAML) for an entry.
+pub fn device_plugin_config(strategy: Strategy, replicas: u32) -> String {
+    let key = match strategy {
+        Strategy::TimeSlicing => "timeSlicing",
+        Strategy::Mps => "mps",
+        Strategy::Exclusive | Strategy::Mig => return "version: v1\n".into(),
+    };
+    let extra = if strategy == Strategy::TimeSlicing {
+        "    failRequestsGreaterThanOne: true\n"
+    } else {
+        ""
+    };
+    format!(
+        "version: v1\nsharing:\n  {key}:\n    renameByDefault: false\n{extra}    resources:\n      - name: nvidia.com/gpu\n        replicas: {replicas}\n"
+    )
+}
+
+/// The node labels GPU feature discovery shows once an entry is active.
+pub fn expected_sharing_labels(strategy: Strategy, replicas: u32) -> Vec<(&'static str, String)> {
+    let sharing = match strategy {
+        Strategy::TimeSlicing => "time-slicing",
+        Strategy::Mps => "mps",
+        _ => "none",
+    };
+    let replicas = if strategy == Strategy::Exclusive { 1 } else { replicas };
+    vec![(LABEL_SHARING, sharing.into()), (LABEL_REPLICAS, replicas.to_string())]
+}
+
+/// The MIG layout for a GPU product: seven of the smallest instance.
+pub fn default_mig_layout(product: &str) -> Option<&'static str> {
+    let p = product.to_uppercase();
+    if p.contains("H200") {
+        Some("all-1g.18gb")
+    } else if p.contains("H100") && p.contains("94") {
+        Some("all-1g.12gb")
+    } else if p.contains("H100") || (p.contains("A100") && p.contains("80")) {
+        Some("all-1g.10gb")
+    } else if p.contains("A100") {
+        Some("all-1g.5gb")
+    } else if p.contains("A30") {
+        Some("all-1g.6gb")
+    } else {
+        None
+    }
+}
+
+/// The extended resource a workload pod requests: MIG "mixed" exposes each profile as
+/// its own resource, every other case is `nvidia.com/gpu`.
+pub fn pod_resource(strategy: Strategy, mig_strategy: Option<&str>, mig_layout: Option<&str>) -> String {
+    match (strategy, mig_strategy, mig_layout.and_then(|l| l.strip_prefix("all-"))) {
+        (Strategy::Mig, Some("mixed"), Some(profile)) => format!("nvidia.com/mig-{profile}"),
+        _ => "nvidia.com/gpu".into(),
+    }
+}
+
+/// The ConfigMap patch that adds one entry (server-side apply owns only this key).
+pub fn plugin_entry_patch(cm: &PluginConfigMap, strategy: Strategy, replicas: u32) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": { "name": cm.name, "namespace": cm.namespace },
+        "data": { config_entry_name(strategy, replicas): device_plugin_config(strategy, replicas) }
+    })
+}
+
+/// A merge patch of node labels (`None` removes the label).
+pub fn node_label_patch(labels: &[(&str, Option<&str>)]) -> Value {
+    let mut map = serde_json::Map::new();
+    for (k, v) in labels {
+        map.insert((*k).to_string(), v.map_or(Value::Null, |v| Value::String(v.into())));
+    }
+    json!({ "metadata": { "labels": map } })
+}
+
+/// What a cell's pods run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkloadSpec {
+    /// Namespace.
+    pub namespace: String,
+    /// Container image.
+    pub image: String,
+    /// Node the pods are pinned to.
+    pub node: String,
+    /// Workload arguments (`--model …`).
+    pub args: Vec<String>,
+}
+
+/// The workload namespace.
+pub fn namespace(ns: &str) -> Value {
+    json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": ns, "labels": { "app.kubernetes.io/part-of": "gpushare-bench" } } })
+}
+
+/// The workload Deployment of one cell.
+pub fn deployment(spec: &WorkloadSpec, strategy: Strategy, pods: u32, resource: &str) -> Value {
+    let mut args = spec.args.clone();
+    args.extend(["--listen".into(), format!("0.0.0.0:{METRICS_PORT}")]);
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": APP,
+            "namespace": spec.namespace,
+            "labels": { APP_LABEL: APP, "app.kubernetes.io/part-of": "gpushare-bench" }
+        },
+        "spec": {
+            "replicas": pods,
+            "selector": { "matchLabels": { APP_LABEL: APP } },
+            "template": {
+                "metadata": {
+                    "labels": {
+                        APP_LABEL: APP,
+                        CELL_LABEL: format!("{}-{pods}", strategy.name()),
+                        "gpushare.dev/strategy": strategy.name()
+                    }
+                },
+                "spec": {
+                    "nodeSelector": { "kubernetes.io/hostname": spec.node },
+                    "terminationGracePeriodSeconds": 10,
+                    "securityContext": { "runAsNonRoot": true, "runAsUser": 10001, "runAsGroup": 10001 },
+                    "containers": [{
+                        "name": "workload",
+                        "image": spec.image,
+                        "imagePullPolicy": "IfNotPresent",
+                        "args": args,
+                        "env": [
+                            { "name": "POD_NAME", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } },
+                            { "name": "GPUSHARE_STRATEGY", "value": strategy.name() }
+                        ],
+                        "ports": [{ "name": "metrics", "containerPort": METRICS_PORT }],
+                        "readinessProbe": {
+                            "httpGet": { "path": "/healthz", "port": "metrics" },
+                            "periodSeconds": 1,
+                            "failureThreshold": 600
+                        },
+                        "resources": { "limits": { resource: 1 } },
+                        "securityContext": { "allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "capabilities": { "drop": ["ALL"] } }
+                    }]
+                }
+            }
+        }
+    })
+}
+
+/// A Service in front of the pods (for people and ServiceMonitors; the harness reads pods).
+pub fn service(ns: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": { "name": APP, "namespace": ns, "labels": { APP_LABEL: APP } },
+        "spec": {
+            "selector": { APP_LABEL: APP },
+            "ports": [{ "name": "metrics", "port": METRICS_PORT, "targetPort": "metrics" }]
+        }
+    })
+}
+
+/// The PodMonitor that makes kube-prometheus scrape every workload pod each second,
+/// keeping the workload's own `pod` and `strategy` labels.
+pub fn pod_monitor(ns: &str) -> Value {
+    json!({
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": { "name": APP, "namespace": ns, "labels": { APP_LABEL: APP } },
+        "spec": {
+            "selector": { "matchLabels": { APP_LABEL: APP } },
+            "podMetricsEndpoints": [{ "port": "metrics", "path": "/metrics", "interval": "1s", "honorLabels": true }]
+        }
+    })
+}
+
+/// Least-privilege RBAC for running the harness in the cluster: read and label nodes;
+/// in the workload namespace manage the Deployment and read pods; in the GPU operator's
+/// namespace edit the device-plugin ConfigMap; in the monitoring namespace port-forward
+/// to Prometheus.
+pub fn rbac(ns: &str, cm: &PluginConfigMap, monitoring_ns: &str) -> Vec<Value> {
+    let sa = json!({ "kind": "ServiceAccount", "name": "gpushare-bench", "namespace": ns });
+    let role = |name: &str, rns: &str, rules: Value| json!({ "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": { "name": name, "namespace": rns }, "rules": rules });
+    let binding = |name: &str, rns: &str| {
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": { "name": name, "namespace": rns },
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name },
+            "subjects": [sa]
+        })
+    };
+    vec![
+        json!({ "apiVersion": "v1", "kind": "ServiceAccount", "metadata": { "name": "gpushare-bench", "namespace": ns } }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": { "name": "gpushare-bench-nodes" },
+            "rules": [
+                { "apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"] },
+                { "apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "patch"] }
+            ]
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": { "name": "gpushare-bench-nodes" },
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "gpushare-bench-nodes" },
+            "subjects": [sa]
+        }),
+        role(
+            "gpushare-bench-workload",
+            ns,
+            json!([
+                { "apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "patch", "delete"] },
+                { "apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"] }
+            ]),
+        ),
+        binding("gpushare-bench-workload", ns),
+        role(
+            "gpushare-bench-device-plugin",
+            &cm.namespace,
+            json!([
+                { "apiGroups": [""], "resources": ["configmaps"], "resourceNames": [cm.name], "verbs": ["get", "patch"] }
+            ]),
+        ),
+        binding("gpushare-bench-device-plugin", &cm.namespace),
+        role(
+            "gpushare-bench-prometheus",
+            monitoring_ns,
+            json!([
+                { "apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"] },
+                { "apiGroups": [""], "resources": ["pods/portforward"], "verbs": ["create"] }
+            ]),
+        ),
+        binding("gpushare-bench-prometheus", monitoring_ns),
+    ]
+}
+
+/// The harness as an in-cluster Job (results land in an emptyDir; copy them out with
+/// `kubectl cp` before the pod is deleted, or mount a volume).
+pub fn harness_job(ns: &str, image: &str) -> Value {
+    json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": { "name": "gpushare-bench", "namespace": ns },
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "spec": {
+                    "serviceAccountName": "gpushare-bench",
+                    "restartPolicy": "Never",
+                    "securityContext": { "runAsNonRoot": true, "runAsUser": 10001 },
+                    "containers": [{
+                        "name": "gpushare-bench",
+                        "image": image,
+                        "command": ["gpushare-bench"],
+                        "args": ["sweep", "--backend", "kubernetes", "--node", "$(GPU_NODE)", "--namespace", ns,
+                                 "--prometheus", "http://prometheus-k8s.monitoring.svc:9090", "--out", "/results", "--quiet"],
+                        "env": [{ "name": "GPU_NODE", "value": "REPLACE-WITH-THE-GPU-NODE" }],
+                        "volumeMounts": [{ "name": "results", "mountPath": "/results" }],
+                        "securityContext": { "allowPrivilegeEscalation": false, "capabilities": { "drop": ["ALL"] } }
+                    }],
+                    "volumes": [{ "name": "results", "emptyDir": {} }]
+                }
+            }
+        }
+    })
+}
+
+/// The device-plugin ConfigMap with an entry for every strategy and pod count of the
+/// default sweep (what `kubectl apply` would install up front).
+pub fn plugin_configmap(cm: &PluginConfigMap, pods: &[u32]) -> Value {
+    let mut data = serde_json::Map::new();
+    data.insert(
+        config_entry_name(Strategy::Exclusive, 1),
+        Value::String(device_plugin_config(Strategy::Exclusive, 1)),
+    );
+    for s in [Strategy::TimeSlicing, Strategy::Mps] {
+        for &p in pods {
+            data.insert(config_entry_name(s, p), Value::String(device_plugin_config(s, p)));
+        }
+    }
+    json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": cm.name, "namespace": cm.namespace }, "data": data })
+}
+
+/// The part of the GPU operator's ClusterPolicy the harness relies on.
+pub fn cluster_policy_snippet(cm: &PluginConfigMap) -> Value {
+    json!({
+        "apiVersion": "nvidia.com/v1",
+        "kind": "ClusterPolicy",
+        "metadata": { "name": "cluster-policy" },
+        "spec": {
+            "devicePlugin": { "config": { "name": cm.name, "default": config_entry_name(Strategy::Exclusive, 1) } },
+            "gfd": { "enabled": true },
+            "mig": { "strategy": "single" },
+            "migManager": { "enabled": true },
+            "dcgmExporter": { "enabled": true, "serviceMonitor": { "enabled": true } }
+        }
+    })
+}
+
+/// A Grafana dashboard of the workload's metrics, with the harness's own queries.
+pub fn grafana_dashboard() -> Value {
+    let sel = Selector {
+        equal: vec![("strategy".into(), "$strategy".into())],
+        one_of: None,
+    };
+    let panel = |id: u32, title: &str, unit: &str, expr: String, x: u32, y: u32| {
+        json!({
+            "id": id, "type": "timeseries", "title": title,
+            "gridPos": { "h": 8, "w": 12, "x": x, "y": y },
+            "datasource": { "type": "prometheus", "uid": "${datasource}" },
+            "fieldConfig": { "defaults": { "unit": unit }, "overrides": [] },
+            "targets": [{ "expr": expr, "legendFormat": "{{pod}}", "refId": "A" }]
+        })
+    };
+    json!({
+        "title": "gpushare-bench workload",
+        "uid": "gpushare-workload",
+        "schemaVersion": 39,
+        "refresh": "5s",
+        "time": { "from": "now-15m", "to": "now" },
+        "templating": { "list": [
+            { "name": "datasource", "type": "datasource", "query": "prometheus" },
+            { "name": "strategy", "type": "query", "datasource": { "type": "prometheus", "uid": "${datasource}" },
+              "query": "label_values(inference_time_seconds_count, strategy)", "refresh": 2 }
+        ] },
+        "panels": [
+            panel(1, "Mean latency per pod", "s", promql::mean(&sel, "30s", Grouping::Pod), 0, 0),
+            panel(2, "p99 latency per pod", "s", promql::quantile(0.99, &sel, "30s", Grouping::Pod), 12, 0),
+            panel(3, "Throughput per pod", "reqps", promql::throughput(&sel, "30s", Grouping::Pod), 0, 8),
+            panel(4, "Errors per pod", "short", promql::errors(&sel, "5m", Grouping::Pod), 12, 8),
+            panel(5, "GPU memory allocated per pod", "bytes", format!("workload_gpu_memory_used_bytes{}", sel.render()), 0, 16),
+            panel(6, "Reference study: mean latency", "s", promql::REFERENCE_STUDY_MEAN.to_string(), 12, 16)
+        ]
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_plugin_entries_follow_the_plugin_format() {
+        assert_eq!(
+            device_plugin_config(Strategy::Mps, 7),
+            "version: v1\nsharing:\n  mps:\n    renameByDefault: false\n    resources:\n      - name: nvidia.com/gpu\n        replicas: 7\n"
+        );
+        assert!(
+            device_plugin_config(Strategy::TimeSlicing, 3)
+                .contains("timeSlicing:\n    renameByDefault: false\n    failRequestsGreaterThanOne: true")
+        );
+        assert_eq!(device_plugin_config(Strategy::Exclusive, 5), "version: v1\n");
+        assert_eq!(config_entry_name(Strategy::TimeSlicing, 5), "gpushare-time-slicing-5");
+        assert_eq!(
+            expected_sharing_labels(Strategy::Exclusive, 7)[1],
+            (LABEL_REPLICAS, "1".to_string())
+        );
+    }
+
+    #[test]
+    fn mig_layouts_and_resources() {
+        assert_eq!(default_mig_layout("NVIDIA-H200"), Some("all-1g.18gb"));
+        assert_eq!(default_mig_layout("NVIDIA-H100-80GB-HBM3"), Some("all-1g.10gb"));
+        assert_eq!(default_mig_layout("NVIDIA-A100-SXM4-40GB"), Some("all-1g.5gb"));
+        assert_eq!(default_mig_layout("Tesla-T4"), None);
+        assert_eq!(
+            pod_resource(Strategy::Mig, Some("mixed"), Some("all-1g.10gb")),
+            "nvidia.com/mig-1g.10gb"
+        );
+        assert_eq!(
+            pod_resource(Strategy::Mig, Some("single"), Some("all-1g.10gb")),
+            "nvidia.com/gpu"
+        );
+        assert_eq!(pod_resource(Strategy::Mps, None, None), "nvidia.com/gpu");
+    }
+
+    #[test]
+    fn the_deployment_pins_the_node_and_requests_the_resource() {
+        let spec = WorkloadSpec {
+            namespace: "gb".into(),
+            image: "img:1".into(),
+            node: "gpu-1".into(),
+            args: vec!["--model".into(), "tiny".into()],
+        };
+        let d = deployment(&spec, Strategy::Mps, 5, "nvidia.com/gpu");
+        assert_eq!(d["spec"]["replicas"], 5);
+        let pod = &d["spec"]["template"]["spec"];
+        assert_eq!(pod["nodeSelector"]["kubernetes.io/hostname"], "gpu-1");
+        assert_eq!(pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"], 1);
+        assert_eq!(
+            pod["containers"][0]["args"],
+            json!(["--model", "tiny", "--listen", "0.0.0.0:9400"])
+        );
+        assert_eq!(d["spec"]["template"]["metadata"]["labels"][CELL_LABEL], "mps-5");
+        assert_eq!(
+            node_label_patch(&[(LABEL_PLUGIN_CONFIG, None)]),
+            json!({"metadata": {"labels": {LABEL_PLUGIN_CONFIG: null}}})
+        );
+    }
+}

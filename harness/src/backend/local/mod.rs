@@ -1,0 +1,334 @@
+//! The local backend: every pod a `gpushare-workload` process on this machine, on its
+//! own loopback port, with the strategy's environment; a private MPS daemon per MPS
+//! cell. Processes run in their own process group (a terminal's Ctrl-C reaches only
+//! the harness, which then stops them in order) and are killed if their guard is
+//! dropped on any other path.
+
+pub mod mps;
+pub mod strategy;
+
+pub mod session;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tokio::process::Command;
+
+use crate::backend::local::mps::{MpsDaemon, dirs_for};
+use crate::backend::local::strategy::{CellPlan, MpsDirs, plan_cell};
+use crate::backend::{Backend, Pod, PodState, Prepared};
+use crate::domain::{DeviceKind, Strategy};
+use crate::error::{BenchError, Result};
+use crate::process::{OwnedChild, free_port, last_error_line};
+use crate::shutdown::Shutdown;
+use crate::telemetry::GpuInventory;
+
+/// How to start workload pods.
+#[derive(Debug, Clone)]
+pub struct WorkloadCommand {
+    /// The `gpushare-workload` binary.
+    pub binary: PathBuf,
+    /// Arguments every pod gets (`--model`, `--device`, `--precision`, ...).
+    pub args: Vec<String>,
+}
+
+/// Finds the workload binary: `explicit`, else beside the harness binary, else on PATH.
+pub fn find_workload(explicit: Option<&Path>) -> Result<PathBuf> {
+    if let Some(p) = explicit {
+        return if p.is_file() {
+            Ok(p.to_path_buf())
+        } else {
+            Err(BenchError::flag(
+                "--workload-bin",
+                &p.display().to_string(),
+                "no such file",
+            ))
+        };
+    }
+    let beside = std::env::current_exe().ok().and_then(|exe| {
+        // Test binaries live in target/<profile>/deps; the workload one level up.
+        let dir = exe.parent()?.to_path_buf();
+        [dir.join("gpushare-workload"), dir.parent()?.join("gpushare-workload")]
+            .into_iter()
+            .find(|p| p.is_file())
+    });
+    beside
+        .or_else(|| crate::process::which("gpushare-workload", &[]))
+        .ok_or_else(|| BenchError::Spawn {
+            pod: "any".into(),
+            reason: "cannot find the gpushare-workload binary beside gpushare-bench or on PATH (build it with `make build`, or pass --workload-bin)".into(),
+        })
+}
+
+/// How long a pod gets to exit after SIGTERM before it is killed.
+const POD_GRACE: Duration = Duration::from_secs(4);
+
+/// One workload process.
+#[derive(Debug)]
+struct PodProcess {
+    name: String,
+    port: Option<u16>,
+    child: Option<OwnedChild>,
+    log: PathBuf,
+    state: PodState,
+}
+
+impl PodProcess {
+    fn pod(&self) -> Pod {
+        Pod {
+            name: self.name.clone(),
+            metrics_url: self.port.map(|p| format!("http://127.0.0.1:{p}/metrics")),
+            state: self.state.clone(),
+        }
+    }
+
+    fn exited(&mut self, status: std::process::ExitStatus) {
+        self.child = None;
+        let detail = match (
+            last_error_line(&self.log),
+            std::os::unix::process::ExitStatusExt::signal(&status),
+        ) {
+            (Some(line), _) => line,
+            (None, Some(sig)) => format!("killed by signal {sig}"),
+            (None, None) => format!("exited with {status}"),
+        };
+        self.state = PodState::Exited {
+            code: status.code(),
+            detail,
+        };
+    }
+
+    /// Updates `state` if the process has exited.
+    fn reap(&mut self) {
+        if let Some(status) = self.child.as_mut().and_then(OwnedChild::try_wait) {
+            self.exited(status);
+        }
+    }
+}
+
+/// Pods on this machine.
+#[derive(Debug)]
+pub struct LocalBackend {
+    workload: WorkloadCommand,
+    device: DeviceKind,
+    inventory: GpuInventory,
+    run_dir: PathBuf,
+    mps_control: Option<PathBuf>,
+    pods: Vec<PodProcess>,
+    mps: Option<MpsDaemon>,
+    base_port: Option<u16>,
+}
+
+impl LocalBackend {
+    /// Pods listen on `base + index` instead of free ports.
+    pub fn with_base_port(mut self, base: Option<u16>) -> Self {
+        self.base_port = base;
+        self
+    }
+
+    /// A backend that writes pod logs under `run_dir/logs`.
+    pub fn new(
+        workload: WorkloadCommand,
+        device: DeviceKind,
+        inventory: GpuInventory,
+        run_dir: &Path,
+        mps_control: Option<PathBuf>,
+    ) -> Self {
+        Self {
+            workload,
+            device,
+            inventory,
+            run_dir: run_dir.to_path_buf(),
+            mps_control,
+            pods: Vec::new(),
+            mps: None,
+            base_port: None,
+        }
+    }
+
+    fn mps_dirs(&self, strategy: Strategy, pods: u32) -> Option<MpsDirs> {
+        self.mps_control
+            .as_ref()
+            .map(|_| dirs_for(&self.run_dir, &format!("{}-{pods}p", strategy.name())))
+    }
+
+    /// SIGTERM to every pod at once, then up to [`POD_GRACE`] for all of them (cut short
+    /// by a forced stop), then SIGKILL to what is left.
+    async fn terminate_all(&mut self, shutdown: &Shutdown) {
+        for p in &self.pods {
+            if let Some(c) = &p.child {
+                c.terminate();
+            }
+        }
+        let deadline = Instant::now() + POD_GRACE;
+        loop {
+            for p in &mut self.pods {
+                p.reap();
+            }
+            if self.pods.iter().all(|p| p.child.is_none()) || Instant::now() > deadline || shutdown.is_forced() {
+                break;
+            }
+            shutdown.grace(Duration::from_millis(50)).await;
+        }
+        for p in &mut self.pods {
+            if let Some(mut child) = p.child.take()
+                && child.stop(Duration::ZERO, shutdown).await.is_some()
+            {
+                p.state = PodState::Exited {
+                    code: None,
+                    detail: format!("killed: did not stop within {} s of SIGTERM", POD_GRACE.as_secs()),
+                };
+            }
+        }
+    }
+}
+
+impl Backend for LocalBackend {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    async fn prepare(&mut self, strategy: Strategy, _shutdown: &Shutdown) -> Result<Prepared> {
+        let dirs = self.mps_dirs(strategy, 1);
+        Ok(
+            match plan_cell(strategy, 1, self.device, &self.inventory, dirs.as_ref()) {
+                CellPlan::Pods(_) => Prepared::Ready,
+                CellPlan::Unavailable(reason) => Prepared::Unavailable(reason),
+            },
+        )
+    }
+
+    async fn launch(&mut self, strategy: Strategy, pods: u32, shutdown: &Shutdown) -> Result<Vec<Pod>> {
+        let dirs = self.mps_dirs(strategy, pods);
+        let plan = match plan_cell(strategy, pods, self.device, &self.inventory, dirs.as_ref()) {
+            CellPlan::Pods(p) => p,
+            CellPlan::Unavailable(reason) => {
+                return Err(BenchError::Spawn {
+                    pod: "all".into(),
+                    reason,
+                });
+            }
+        };
+        if strategy == Strategy::Mps
+            && let (Some(control), Some(dirs)) = (&self.mps_control, &dirs)
+        {
+            self.mps = Some(MpsDaemon::start(control, dirs, shutdown).await?);
+        }
+        let logs = self.run_dir.join("logs");
+        for p in plan {
+            let log = logs.join(format!("{}-{pods}p-{}.log", strategy.name(), p.name));
+            if let Some(reason) = p.pending {
+                self.pods.push(PodProcess {
+                    name: p.name,
+                    port: None,
+                    child: None,
+                    log,
+                    state: PodState::Pending(reason),
+                });
+                continue;
+            }
+            let port = match self.base_port {
+                Some(base) => {
+                    let port = base + p.index as u16;
+                    std::net::TcpListener::bind(("127.0.0.1", port)).map_err(|e| {
+                        BenchError::flag(
+                            "--base-port",
+                            &base.to_string(),
+                            format!("port {port} for {}: {e}", p.name),
+                        )
+                    })?;
+                    port
+                }
+                None => free_port()?,
+            };
+            let file = std::fs::File::create(&log).map_err(BenchError::io(format!("creating {}", log.display())))?;
+            let err_file = file.try_clone().map_err(BenchError::io("duplicating a log handle"))?;
+            let mut cmd = Command::new(&self.workload.binary);
+            cmd.args(&self.workload.args)
+                .arg("--listen")
+                .arg(format!("127.0.0.1:{port}"))
+                .env("GPUSHARE_POD", &p.name)
+                .env("GPUSHARE_STRATEGY", strategy.name())
+                .envs(p.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+                .stdin(Stdio::null())
+                .stdout(Stdio::from(file))
+                .stderr(Stdio::from(err_file));
+            let child = OwnedChild::spawn(&mut cmd, &self.workload.binary.display().to_string()).map_err(|e| {
+                BenchError::Spawn {
+                    pod: p.name.clone(),
+                    reason: e.to_string(),
+                }
+            })?;
+            self.pods.push(PodProcess {
+                name: p.name,
+                port: Some(port),
+                child: Some(child),
+                log,
+                state: PodState::Starting,
+            });
+        }
+        Ok(self.pods.iter().map(PodProcess::pod).collect())
+    }
+
+    async fn wait_ready(&mut self, timeout: Duration, shutdown: &Shutdown) -> Result<Vec<Pod>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            for p in &mut self.pods {
+                p.reap();
+                if p.state == PodState::Starting
+                    && let Some(port) = p.port
+                    && shutdown
+                        .guard(async { Ok(crate::metrics::http::healthz(port).await) })
+                        .await?
+                {
+                    p.state = PodState::Running;
+                }
+            }
+            if !self.pods.iter().any(|p| p.state == PodState::Starting) {
+                break;
+            }
+            if Instant::now() > deadline {
+                for p in self.pods.iter_mut().filter(|p| p.state == PodState::Starting) {
+                    p.state = PodState::Exited {
+                        code: None,
+                        detail: format!("not ready after {} s", timeout.as_secs()),
+                    };
+                }
+                break;
+            }
+            shutdown.sleep(Duration::from_millis(100)).await?;
+        }
+        Ok(self.pods.iter().map(PodProcess::pod).collect())
+    }
+
+    async fn poll(&mut self) -> Vec<Pod> {
+        for p in &mut self.pods {
+            p.reap();
+        }
+        self.pods.iter().map(PodProcess::pod).collect()
+    }
+
+    async fn stop_pods(&mut self, shutdown: &Shutdown) -> Result<Vec<Pod>> {
+        for p in &mut self.pods {
+            p.reap(); // keep a crash's exit code before we send SIGTERM
+        }
+        let before: Vec<Pod> = self.pods.iter().map(PodProcess::pod).collect();
+        self.terminate_all(shutdown).await;
+        self.pods.clear();
+        let grace = if shutdown.is_forced() {
+            Duration::ZERO
+        } else {
+            Duration::from_secs(5)
+        };
+        if let Some(Err(e)) = self.mps.take().map(|mut d| d.stop_within(grace)) {
+            return Err(e);
+        }
+        Ok(before)
+    }
+
+    async fn restore(&mut self, shutdown: &Shutdown) -> Result<()> {
+        // Nothing was changed on the machine; only our own processes to stop.
+        self.stop_pods(shutdown).await.map(|_| ())
+    }
+}

@@ -1,0 +1,267 @@
+//! A private MPS control daemon per cell: pipe and log directories inside the run
+//! directory, started with `nvidia-cuda-mps-control -d` and always stopped with `quit`
+//! (explicitly after the cell, and by the guard's Drop on every other exit path).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::backend::local::strategy::MpsDirs;
+use crate::error::{BenchError, Result};
+use crate::shutdown::Shutdown;
+
+/// Where MPS control binaries usually live besides PATH.
+const MPS_LOCATIONS: [&str; 4] = [
+    "/usr/local/nvidia/bin/nvidia-cuda-mps-control",
+    "/usr/bin/nvidia-cuda-mps-control",
+    "/usr/local/cuda/bin/nvidia-cuda-mps-control",
+    "/usr/lib/nvidia/bin/nvidia-cuda-mps-control",
+];
+
+/// Finds `nvidia-cuda-mps-control` on PATH or in the driver's usual places.
+pub fn find_control() -> Option<PathBuf> {
+    crate::process::which("nvidia-cuda-mps-control", &MPS_LOCATIONS)
+}
+
+/// The pipe and log directories for a cell. Unix socket paths are limited to about
+/// 108 bytes, so a deep run directory falls back to a short one under /tmp.
+pub fn dirs_for(run_dir: &Path, cell: &str) -> MpsDirs {
+    let base = run_dir.join("mps").join(cell);
+    let pipe = base.join("pipe");
+    let pipe = if pipe.as_os_str().len() > 80 {
+        std::env::temp_dir().join(format!("gpushare-mps-{}-{cell}", std::process::id()))
+    } else {
+        pipe
+    };
+    MpsDirs {
+        pipe: pipe.to_string_lossy().into_owned(),
+        log: base.join("log").to_string_lossy().into_owned(),
+    }
+}
+
+/// A running MPS control daemon; `quit` is sent on drop if `stop` was not called.
+#[derive(Debug)]
+pub struct MpsDaemon {
+    control: PathBuf,
+    dirs: MpsDirs,
+    running: bool,
+}
+
+impl MpsDaemon {
+    /// Starts a daemon with private directories and waits (at most 10 s, less if a stop
+    /// is asked for) for its control pipe.
+    pub async fn start(control: &Path, dirs: &MpsDirs, shutdown: &Shutdown) -> Result<Self> {
+        for d in [&dirs.pipe, &dirs.log] {
+            std::fs::create_dir_all(d).map_err(|e| BenchError::Mps {
+                what: format!("cannot create {d}"),
+                source: Some(e),
+            })?;
+        }
+        let out = Command::new(control)
+            .arg("-d")
+            .env("CUDA_MPS_PIPE_DIRECTORY", &dirs.pipe)
+            .env("CUDA_MPS_LOG_DIRECTORY", &dirs.log)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| BenchError::Mps {
+                what: format!("cannot run {}", control.display()),
+                source: Some(e),
+            })?;
+        if !out.status.success() {
+            return Err(BenchError::mps(format!(
+                "{} -d exited with {}: {}",
+                control.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        let daemon = Self {
+            control: control.to_path_buf(),
+            dirs: dirs.clone(),
+            running: true,
+        };
+        let pipe = Path::new(&dirs.pipe).join("control");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !pipe.exists() {
+            if Instant::now() > deadline {
+                // Dropping `daemon` sends quit, in case it came up late.
+                return Err(BenchError::mps(format!(
+                    "no control pipe at {} after 10 s",
+                    pipe.display()
+                )));
+            }
+            // On a stop request `daemon` is dropped here, which sends quit.
+            shutdown.sleep(Duration::from_millis(50)).await?;
+        }
+        Ok(daemon)
+    }
+
+    /// The directories clients must use.
+    pub fn dirs(&self) -> &MpsDirs {
+        &self.dirs
+    }
+
+    /// Sends `quit`, waits (at most 5 s) until no process of this daemon is left (the
+    /// control daemon and its servers, found by their CUDA_MPS_PIPE_DIRECTORY), kills
+    /// any that remain, and removes the pipe directory's sockets.
+    pub fn stop(&mut self) -> Result<()> {
+        self.stop_within(Duration::from_secs(5))
+    }
+
+    /// [`MpsDaemon::stop`] with another grace period (zero on a forced stop: kill at once
+    /// after `quit`).
+    pub fn stop_within(&mut self, grace: Duration) -> Result<()> {
+        if !self.running {
+            return Ok(());
+        }
+        self.running = false;
+        let mut child = Command::new(&self.control)
+            .env("CUDA_MPS_PIPE_DIRECTORY", &self.dirs.pipe)
+            .env("CUDA_MPS_LOG_DIRECTORY", &self.dirs.log)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| BenchError::Mps {
+                what: format!("cannot run {} to quit", self.control.display()),
+                source: Some(e),
+            })?;
+        if let Some(mut stdin) = child.stdin.take() {
+            let _ = stdin.write_all(b"quit\n");
+        }
+        let _ = child.wait();
+        let deadline = Instant::now() + grace;
+        let mut left = daemon_pids(&self.dirs.pipe);
+        while !left.is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+            left = daemon_pids(&self.dirs.pipe);
+        }
+        let mut result = Ok(());
+        if !left.is_empty() {
+            for pid in &left {
+                // Processes found by this cell's private pipe directory: ours.
+                crate::process::signal(*pid, libc::SIGKILL);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+            let still = daemon_pids(&self.dirs.pipe);
+            if still.is_empty() {
+                tracing::warn!(
+                    "MPS daemon with pipe {} did not quit within {} s; killed {left:?}",
+                    self.dirs.pipe,
+                    grace.as_secs_f64()
+                );
+            } else {
+                result = Err(BenchError::mps(format!(
+                    "daemon processes {still:?} (pipe {}) survive SIGKILL",
+                    self.dirs.pipe
+                )));
+            }
+        }
+        // The daemon leaves its sockets behind; they are no use to anyone.
+        let _ = std::fs::remove_dir_all(&self.dirs.pipe);
+        result
+    }
+}
+
+/// Processes whose environment names this pipe directory: our control daemon and the
+/// MPS servers it started (clients are stopped before the daemon).
+pub fn daemon_pids(pipe: &str) -> Vec<u32> {
+    let needle = format!("CUDA_MPS_PIPE_DIRECTORY={pipe}");
+    let me = std::process::id();
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        if env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) && !is_zombie(pid) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(')').map(|(_, r)| r.trim_start().starts_with('Z')))
+        .unwrap_or(true)
+}
+
+impl Drop for MpsDaemon {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop() {
+            tracing::error!("{e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dirs_stay_short_enough_for_unix_sockets() {
+        let d = dirs_for(Path::new("/r/run1"), "mps-3p");
+        assert_eq!(d.pipe, "/r/run1/mps/mps-3p/pipe");
+        assert_eq!(d.log, "/r/run1/mps/mps-3p/log");
+        let deep = "/a".repeat(60);
+        let d = dirs_for(Path::new(&deep), "mps-7p");
+        assert!(d.pipe.len() < 80 && d.pipe.contains("gpushare-mps-"), "{}", d.pipe);
+    }
+
+    /// A stand-in control binary: `-d` creates the pipe and leaves a background
+    /// "daemon" that lives until `quit` removes the pipe (like the real one, it keeps
+    /// CUDA_MPS_PIPE_DIRECTORY in its environment). A pipe directory named *stubborn* makes `quit` do nothing.
+    fn fake_control(dir: &Path) -> PathBuf {
+        let fake = dir.join("fake-mps-control");
+        std::fs::write(
+            &fake,
+            "#!/bin/sh\nif [ \"$1\" = -d ]; then mkdir -p \"$CUDA_MPS_PIPE_DIRECTORY\"; touch \"$CUDA_MPS_PIPE_DIRECTORY/control\"; \
+             (while [ -e \"$CUDA_MPS_PIPE_DIRECTORY/control\" ]; do sleep 0.05; done) </dev/null >/dev/null 2>&1 & exit 0; fi\n\
+             read cmd; case \"$CUDA_MPS_PIPE_DIRECTORY\" in *stubborn*) exit 0;; esac; if [ \"$cmd\" = quit ]; then rm -f \"$CUDA_MPS_PIPE_DIRECTORY/control\"; fi\n",
+        )
+        .expect("write");
+        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+        fake
+    }
+
+    #[tokio::test]
+    async fn start_and_stop_a_daemon_and_drop_stops_it_too() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let fake = fake_control(tmp.path());
+        let dirs = dirs_for(tmp.path(), "c1");
+        let mut d = MpsDaemon::start(&fake, &dirs, &Shutdown::new()).await.expect("start");
+        assert!(
+            !daemon_pids(&dirs.pipe).is_empty(),
+            "the daemon carries our pipe directory"
+        );
+        d.stop().expect("stop");
+        assert!(daemon_pids(&dirs.pipe).is_empty());
+        assert!(!Path::new(&dirs.pipe).exists(), "sockets are cleaned up");
+        let dirs2 = dirs_for(tmp.path(), "c2");
+        {
+            let _guard = MpsDaemon::start(&fake, &dirs2, &Shutdown::new()).await.expect("start");
+            assert!(!daemon_pids(&dirs2.pipe).is_empty());
+        }
+        assert!(daemon_pids(&dirs2.pipe).is_empty(), "drop must stop the daemon");
+    }
+
+    #[tokio::test]
+    async fn a_daemon_that_ignores_quit_is_killed() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let fake = fake_control(tmp.path());
+        let dirs = dirs_for(tmp.path(), "stubborn");
+        let mut d = MpsDaemon::start(&fake, &dirs, &Shutdown::new()).await.expect("start");
+        let t = Instant::now();
+        d.stop().expect("killed, so stopped");
+        assert!(t.elapsed() >= Duration::from_secs(5), "it waited for quit first");
+        assert!(daemon_pids(&dirs.pipe).is_empty());
+    }
+}

@@ -1,0 +1,136 @@
+//! Opening a local sweep: resolve `--device`, find the workload and MPS binaries, read
+//! the GPUs, open the run directory (new or resumed) and build the [`LocalBackend`] from
+//! the recorded plan. Also `--dry-run` for the local backend.
+
+use std::fmt::Write;
+use std::sync::Arc;
+
+use crate::backend::Session;
+use crate::backend::local::strategy::{CellPlan, MpsDirs, plan_cell};
+use crate::backend::local::{LocalBackend, WorkloadCommand, find_workload, mps};
+use crate::config::plan::{DeviceChoice, SweepPlan};
+use crate::domain::{DeviceKind, Source};
+use crate::error::{BenchError, Result};
+use crate::results::record::PlanRecord;
+use crate::results::store::RunStore;
+use crate::telemetry::{GpuInventory, NoTelemetry, NvmlTelemetry, Telemetry, host};
+
+/// Whether the CUDA driver library can be loaded.
+pub fn libcuda_present() -> bool {
+    // SAFETY: dlopen/dlclose of a system library by name, nothing else.
+    unsafe {
+        let h = libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_LAZY);
+        if h.is_null() {
+            false
+        } else {
+            libc::dlclose(h);
+            true
+        }
+    }
+}
+
+/// Resolves `--device auto` (pure): a GPU when NVML lists one and libcuda loads.
+pub fn resolve_device(choice: DeviceChoice, inventory: &GpuInventory, libcuda: bool) -> Result<DeviceKind> {
+    match choice {
+        DeviceChoice::Cpu => Ok(DeviceKind::Cpu),
+        DeviceChoice::Cuda if inventory.gpus.is_empty() || !libcuda => Err(BenchError::flag(
+            "--device",
+            "cuda",
+            "no usable NVIDIA GPU here (NVML lists none or libcuda is missing); use --device auto for the CPU smoke pipeline",
+        )),
+        DeviceChoice::Cuda => Ok(DeviceKind::Cuda),
+        DeviceChoice::Auto if inventory.gpus.is_empty() || !libcuda => Ok(DeviceKind::Cpu),
+        DeviceChoice::Auto => Ok(DeviceKind::Cuda),
+    }
+}
+
+/// The short device name that default run ids carry ("h100", "cpu").
+pub fn short_device_name(device: DeviceKind, inventory: &GpuInventory) -> String {
+    match device {
+        DeviceKind::Cuda => inventory.gpus.first().map_or("gpu".into(), |g| g.short_name()),
+        DeviceKind::Cpu => "cpu".into(),
+    }
+}
+
+/// Opens a local sweep (a new run, or `resume`).
+pub fn open(plan: &SweepPlan, resume: Option<&str>) -> Result<Session<LocalBackend>> {
+    let inventory = crate::telemetry::nvml::probe();
+    let workload = find_workload(plan.workload_bin.as_deref())?;
+    let mps_control = mps::find_control();
+    // When resuming, the recorded plan decides; the device only names a new run.
+    let device = if resume.is_some() {
+        DeviceKind::Cpu
+    } else {
+        resolve_device(plan.device, &inventory, libcuda_present())?
+    };
+    let short = short_device_name(device, &inventory);
+    let env = || host::environment(&inventory, &workload.display().to_string(), mps_control.as_deref());
+    let store = RunStore::open_or_create(plan, resume, device, &short, env)?;
+    let recorded = store.run().plan.clone();
+    let mut notes = Vec::new();
+    if resume.is_some() {
+        notes.push(format!(
+            "resuming {} ({} cells on disk); its recorded plan is used",
+            store.dir().display(),
+            store.cell_count()
+        ));
+    }
+    if let Some(l) = &store.run().label {
+        notes.push(format!("\n*** {l} ***\n"));
+    }
+    let telemetry: Arc<dyn Telemetry> = match (recorded.device, NvmlTelemetry::open(0)) {
+        (DeviceKind::Cuda, Some(t)) => Arc::new(t),
+        _ => Arc::new(NoTelemetry),
+    };
+    let command = WorkloadCommand {
+        binary: workload,
+        args: recorded.workload_args(),
+    };
+    let backend =
+        LocalBackend::new(command, recorded.device, inventory, store.dir(), mps_control).with_base_port(plan.base_port);
+    Ok(Session {
+        backend,
+        metrics: recorded.prometheus_setting(),
+        telemetry,
+        settings: recorded.measure_settings(plan.measure.ready_timeout),
+        store,
+        notes,
+        keep_alive: Vec::new(),
+    })
+}
+
+/// What a local sweep would start, cell by cell (pure apart from reading the GPUs).
+pub fn dry_run(plan: &SweepPlan) -> String {
+    let inventory = crate::telemetry::nvml::probe();
+    let device = resolve_device(plan.device, &inventory, libcuda_present()).unwrap_or(DeviceKind::Cpu);
+    let record = PlanRecord::from_plan(plan, device, Source::Scrape);
+    let mps = mps::find_control().map(|_| MpsDirs {
+        pipe: "<run>/mps/<cell>/pipe".into(),
+        log: "<run>/mps/<cell>/log".into(),
+    });
+    let mut out = format!("gpushare-workload {}\n", record.workload_args().join(" "));
+    for &s in &record.strategies {
+        for &n in &record.pods {
+            let _ = writeln!(out, "{} × {n}:", s.title());
+            match plan_cell(s, n, device, &inventory, mps.as_ref()) {
+                CellPlan::Unavailable(r) => {
+                    let _ = writeln!(out, "  unavailable: {r}");
+                }
+                CellPlan::Pods(pods) => {
+                    for p in pods {
+                        match p.pending {
+                            Some(r) => {
+                                let _ = writeln!(out, "  {}: pending ({r})", p.name);
+                            }
+                            None => {
+                                let env: Vec<String> = p.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                                let _ = writeln!(out, "  {}: {}", p.name, env.join(" "));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}

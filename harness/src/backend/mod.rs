@@ -1,0 +1,99 @@
+//! What a sweep needs from the place pods run: prepare a strategy, launch a cell's pods,
+//! report their states, stop them, and put everything back. The local backend runs
+//! processes on this machine; the Kubernetes backend drives a node.
+
+pub mod k8s;
+pub mod local;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::plan::{MeasureSettings, PrometheusSetting};
+use crate::domain::Strategy;
+use crate::error::Result;
+use crate::results::store::RunStore;
+use crate::shutdown::Shutdown;
+use crate::telemetry::Telemetry;
+
+/// Whether a strategy can run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Prepared {
+    /// Cells can be launched.
+    Ready,
+    /// It cannot run here; the reason (with what an administrator could do).
+    Unavailable(String),
+}
+
+/// A pod's state as the backend sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PodState {
+    /// Started, not yet ready.
+    Starting,
+    /// Ready and serving metrics.
+    Running,
+    /// Could not be scheduled / given a GPU.
+    Pending(String),
+    /// Stopped on its own: exit code (4 = out of GPU memory), and what happened.
+    Exited {
+        /// Exit code, when the process had one.
+        code: Option<i32>,
+        /// What the backend knows (last log line, Kubernetes reason).
+        detail: String,
+    },
+}
+
+/// One launched pod.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pod {
+    /// The `pod` label.
+    pub name: String,
+    /// Where its metrics are scraped (`http://host:port/metrics`), if it runs.
+    pub metrics_url: Option<String>,
+    /// Its state.
+    pub state: PodState,
+}
+
+/// Where pods run.
+#[allow(async_fn_in_trait)] // used generically on one task; no Send bounds needed
+pub trait Backend {
+    /// Short name for records ("local", "kubernetes").
+    fn name(&self) -> &'static str;
+
+    /// Readies a strategy (Kubernetes: switch the node; local: check it can run).
+    async fn prepare(&mut self, strategy: Strategy, shutdown: &Shutdown) -> Result<Prepared>;
+
+    /// Starts the pods of one cell.
+    async fn launch(&mut self, strategy: Strategy, pods: u32, shutdown: &Shutdown) -> Result<Vec<Pod>>;
+
+    /// Waits until every launched pod is ready, pending or gone, at most `timeout`.
+    async fn wait_ready(&mut self, timeout: Duration, shutdown: &Shutdown) -> Result<Vec<Pod>>;
+
+    /// The current state of the launched pods.
+    async fn poll(&mut self) -> Vec<Pod>;
+
+    /// Stops the cell's pods (and a per-cell MPS daemon); returns their last states. A
+    /// forced stop skips the grace periods but still stops everything.
+    async fn stop_pods(&mut self, shutdown: &Shutdown) -> Result<Vec<Pod>>;
+
+    /// Puts the machine or node back as it was found.
+    async fn restore(&mut self, shutdown: &Shutdown) -> Result<()>;
+}
+
+/// A backend ready to run a sweep's cells: what each backend's `session::open` returns
+/// to the generic runner (`sweep::runner`).
+pub struct Session<B> {
+    /// Where pods run.
+    pub backend: B,
+    /// The run directory (new, or the one being resumed).
+    pub store: RunStore,
+    /// Where metrics come from (from the recorded plan).
+    pub metrics: PrometheusSetting,
+    /// GPU telemetry during measurements.
+    pub telemetry: Arc<dyn Telemetry>,
+    /// How cells are measured (from the recorded plan).
+    pub settings: MeasureSettings,
+    /// What the user should read before the first cell.
+    pub notes: Vec<String>,
+    /// Things that must live as long as the sweep (a port-forward).
+    pub keep_alive: Vec<Box<dyn std::any::Any + Send>>,
+}

@@ -1,0 +1,158 @@
+//! The command line of `gpushare-bench`: subcommands and their flags. The sweep's
+//! options are [`SweepOptions`], shared with the config file.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::options::SweepOptions;
+use crate::config::values::{DeviceChoice, Model, Precision, Span};
+
+/// Measure what GPU sharing costs an inference workload.
+///
+/// gpushare-bench runs the gpushare-workload inference server as 1, 3, 5 and 7 pods on
+/// one GPU under each sharing strategy (exclusive, time-slicing, MPS, MIG), reads their
+/// Prometheus latency histograms, and writes per-pod and per-cell results (mean, p50,
+/// p90, p99, throughput, fairness, GPU telemetry) to results/<run-id>/.
+///
+/// It never changes GPU settings (MIG mode, compute mode, clocks): a strategy the GPU is
+/// not set up for is reported unavailable, with the commands an administrator would run.
+#[derive(Debug, Parser)]
+#[command(name = "gpushare-bench", version)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the experiment: every strategy × pod count, saved after each cell.
+    Sweep(Box<SweepArgs>),
+    /// Render results/<run-id> as reports/<run-id>/index.html (+ one SVG per chart and summary.md).
+    Report(ReportArgs),
+    /// Print a run as CSV, JSON or Markdown on stdout.
+    Export(ExportArgs),
+    /// Compare two runs cell by cell; exit code 1 when a cell regressed.
+    Compare(CompareArgs),
+    /// Check the GPU, driver, CUDA libraries, MPS, MIG, NVML, Prometheus and Kubernetes.
+    Doctor,
+    /// Write manifests/ from the objects the Kubernetes backend applies.
+    Manifests(ManifestsArgs),
+    /// Measure the cost of measuring: throughput with /metrics scraped every second vs not.
+    Overhead(OverheadArgs),
+}
+
+/// `sweep` flags. Every option can also be set in the --config file (same names, with
+/// underscores: max_cell = "30s"); flags win.
+#[derive(Debug, Clone, Args)]
+pub struct SweepArgs {
+    /// TOML file with sweep settings.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// The sweep's options (also the config file's keys).
+    #[command(flatten)]
+    pub options: SweepOptions,
+    /// Continue a broken run: its recorded plan, the cells not yet on disk.
+    #[arg(long)]
+    pub resume: Option<String>,
+    /// Print every object and patch the sweep would apply, and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// No progress bars (CI, scripts); errors still go to stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// `overhead` flags.
+#[derive(Debug, Clone, Args)]
+pub struct OverheadArgs {
+    /// Model preset.
+    #[arg(long, default_value = "yolos-small")]
+    pub model: Model,
+    /// auto, cuda or cpu.
+    #[arg(long, default_value = "auto")]
+    pub device: DeviceChoice,
+    /// Precision [default: bf16 on a GPU, fp32 on the CPU].
+    #[arg(long)]
+    pub precision: Option<Precision>,
+    /// Length of each phase.
+    #[arg(long, default_value = "20s")]
+    pub phase: Span,
+    /// Pairs of phases (without, with scraping).
+    #[arg(long, default_value_t = 3)]
+    pub repeats: u32,
+    /// Scrape interval in the scraping phases.
+    #[arg(long, default_value = "1s")]
+    pub interval: Span,
+    /// Discarded time after the pod is ready.
+    #[arg(long, default_value = "10s")]
+    pub warmup: Span,
+    /// Results directory; the result goes to <out>/<run-id>/overhead.json.
+    #[arg(long, default_value = "results")]
+    pub out: PathBuf,
+    /// Run id [default: overhead-<UTC time>-<gpu>].
+    #[arg(long)]
+    pub run_id: Option<String>,
+    /// The gpushare-workload binary.
+    #[arg(long)]
+    pub workload_bin: Option<PathBuf>,
+}
+
+/// `report` flags.
+#[derive(Debug, Clone, Args)]
+pub struct ReportArgs {
+    /// The run directory, e.g. results/20261122-h100-yolos-bf16.
+    pub run_dir: PathBuf,
+    /// Where reports go; the report lands in <out>/<run-id>/.
+    #[arg(long, default_value = "reports")]
+    pub out: PathBuf,
+}
+
+/// Export formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportFormat {
+    /// One row per pod per cell plus aggregate rows (spreadsheet-ready).
+    Csv,
+    /// {"run": run.json, "cells": [...]}.
+    Json,
+    /// The report's tables.
+    Markdown,
+}
+
+/// `export` flags.
+#[derive(Debug, Clone, Args)]
+pub struct ExportArgs {
+    /// The run directory.
+    pub run_dir: PathBuf,
+    /// csv, json or markdown.
+    #[arg(long, value_enum)]
+    pub format: ExportFormat,
+}
+
+/// `compare` flags.
+#[derive(Debug, Clone, Args)]
+pub struct CompareArgs {
+    /// The reference run directory.
+    pub baseline: PathBuf,
+    /// The run to judge.
+    pub candidate: PathBuf,
+    /// A change counts when it is worse by more than this and than the windows' noise.
+    #[arg(long, default_value = "5%")]
+    pub threshold: String,
+}
+
+/// `manifests` flags.
+#[derive(Debug, Clone, Args)]
+pub struct ManifestsArgs {
+    /// Directory to write.
+    #[arg(long, default_value = "manifests")]
+    pub out: PathBuf,
+    /// Workload image the Deployment and Job use.
+    #[arg(long, default_value = crate::config::plan::DEFAULT_IMAGE)]
+    pub image: String,
+    /// Compare with the files instead of writing them (exit 1 when they differ).
+    #[arg(long)]
+    pub check: bool,
+}

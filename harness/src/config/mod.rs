@@ -1,0 +1,8 @@
+//! Configuration: the command line ([`cli`]) and the sweep options shared by flags and
+//! config files, validated into one [`plan::SweepPlan`] that the rest of the program
+//! uses. Pure: nothing here touches the machine.
+
+pub mod cli;
+pub mod options;
+pub mod plan;
+pub mod values;

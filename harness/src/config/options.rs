@@ -1,0 +1,129 @@
+//! The sweep's options: one struct that is both the `sweep` flags (`clap::Args`) and the
+//! config file's keys (`Deserialize`), so the two can never drift apart. Every value is
+//! typed ([`crate::config::values`]); flags override the file by a merge of the two
+//! serialised forms, with no hand-kept list of fields.
+
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use serde::{Deserialize, Serialize};
+
+use crate::config::values::{
+    BackendKind, DeviceChoice, List, Model, PodCount, Precision, PrometheusSetting, Span, StrategyName,
+};
+use crate::error::{BenchError, Result};
+
+/// Values a sweep can take from flags or the config file (all optional here; defaults
+/// and cross-checks come in [`crate::config::plan::SweepPlan::from_options`]).
+#[derive(Debug, Clone, Default, PartialEq, Args, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweepOptions {
+    /// local (processes on this machine) or kubernetes.
+    #[arg(long)]
+    pub backend: Option<BackendKind>,
+    /// Comma-separated: exclusive,time-slicing,mps,mig [default: all four].
+    #[arg(long)]
+    pub strategies: Option<List<StrategyName>>,
+    /// Comma-separated pod counts [default: 1,3,5,7].
+    #[arg(long)]
+    pub pods: Option<List<PodCount>>,
+    /// yolos-small, minilm-l6 or tiny [default: yolos-small].
+    #[arg(long)]
+    pub model: Option<Model>,
+    /// fp32, tf32 or bf16 [default: bf16 on a GPU, fp32 on the CPU].
+    #[arg(long)]
+    pub precision: Option<Precision>,
+    /// auto (the GPU, else the CPU smoke pipeline), cuda or cpu [default: auto].
+    #[arg(long)]
+    pub device: Option<DeviceChoice>,
+    /// Samples per inference [default: 1].
+    #[arg(long)]
+    pub batch: Option<u32>,
+    /// Discarded time after all pods are ready [default: 10s].
+    #[arg(long)]
+    pub warmup: Option<Span>,
+    /// Measurement window; a cell ends when 3 windows agree within 5% [default: 5s].
+    #[arg(long)]
+    pub window: Option<Span>,
+    /// Most measurement time per cell [default: 30s].
+    #[arg(long)]
+    pub max_cell: Option<Span>,
+    /// Longest wait for pods to become ready [default: 180s].
+    #[arg(long)]
+    pub ready_timeout: Option<Span>,
+    /// Results directory [default: results].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Name of the run's directory [default: <UTC time>-<gpu>].
+    #[arg(long, conflicts_with = "resume")]
+    pub run_id: Option<String>,
+    /// Metrics source: off (scrape pods), spawn (a private Prometheus), or a server URL [default: off].
+    #[arg(long)]
+    pub prometheus: Option<PrometheusSetting>,
+    /// The gpushare-workload binary [default: beside gpushare-bench, then PATH].
+    #[arg(long)]
+    pub workload_bin: Option<PathBuf>,
+    /// Extra argument for every workload pod (repeatable), e.g. --workload-arg=--weights --workload-arg=DIR.
+    #[arg(long = "workload-arg", allow_hyphen_values = true)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workload_args: Vec<String>,
+    /// Local pods listen on BASE, BASE+1, … (for an existing Prometheus that scrapes fixed ports) [default: free ports].
+    #[arg(long)]
+    pub base_port: Option<u16>,
+    /// Kubernetes: the GPU node to use.
+    #[arg(long)]
+    pub node: Option<String>,
+    /// Kubernetes: namespace for the workload [default: gpushare-bench].
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// Kubernetes: the workload image [default: gpushare-workload:0.1.0, built from workload/Dockerfile].
+    #[arg(long)]
+    pub image: Option<String>,
+    /// Kubernetes: the MIG layout label value [default: seven of the smallest instance, e.g. all-1g.10gb].
+    #[arg(long)]
+    pub mig_layout: Option<String>,
+    /// Kubernetes: namespace of the Prometheus pod to port-forward to when --prometheus is off [default: monitoring].
+    #[arg(long)]
+    pub prometheus_namespace: Option<String>,
+    /// Kubernetes: label selector of that pod [default: app.kubernetes.io/name=prometheus].
+    #[arg(long)]
+    pub prometheus_selector: Option<String>,
+}
+
+impl SweepOptions {
+    /// Reads a TOML config file; errors name the file, the line and the bad value.
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| BenchError::Config {
+            path: path.to_path_buf(),
+            reason: format!("cannot read: {e}"),
+        })?;
+        toml::from_str(&text).map_err(|e| BenchError::Config {
+            path: path.to_path_buf(),
+            reason: match e.span() {
+                Some(span) => {
+                    let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+                    let shown = text.lines().nth(line - 1).unwrap_or("").trim();
+                    format!("line {line} (`{shown}`): {}", e.message())
+                }
+                None => e.message().to_string(),
+            },
+        })
+    }
+
+    /// `self` with every value `over` sets replaced (flags over a file). Both are
+    /// serialised, unset values dropped, and the maps merged: no list of fields to keep.
+    pub fn overridden_by(self, over: SweepOptions) -> SweepOptions {
+        let (Ok(serde_json::Value::Object(mut base)), Ok(serde_json::Value::Object(top))) =
+            (serde_json::to_value(&self), serde_json::to_value(&over))
+        else {
+            return over;
+        };
+        for (k, v) in top {
+            if !v.is_null() {
+                base.insert(k, v);
+            }
+        }
+        // Every value serialised above parses back (Display and FromStr agree).
+        serde_json::from_value(serde_json::Value::Object(base)).unwrap_or(over)
+    }
+}

@@ -1,0 +1,346 @@
+//! From options (flags over a config file) to one validated [`SweepPlan`]: defaults
+//! and the checks that involve several options. The rest of the program never sees a
+//! raw string.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::config::options::SweepOptions;
+pub use crate::config::values::{BackendKind, DeviceChoice, Model, Precision, PrometheusSetting};
+use crate::domain::Strategy;
+use crate::error::{BenchError, Result};
+
+/// How long and how finely a cell is measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MeasureSettings {
+    /// Longest wait for pods to become ready.
+    pub ready_timeout: Duration,
+    /// Discarded time after readiness.
+    pub warmup: Duration,
+    /// Window length.
+    pub window: Duration,
+    /// Measurement cap (after warm-up).
+    pub max_cell: Duration,
+    /// Windows that must agree; also the minimum number of windows.
+    pub stable_windows: usize,
+    /// Agreement tolerance (0.05 = 5%).
+    pub tolerance: f64,
+}
+
+/// A validated sweep.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SweepPlan {
+    /// Backend.
+    pub backend: BackendKind,
+    /// Strategies in order, no duplicates.
+    pub strategies: Vec<Strategy>,
+    /// Pod counts in order, no duplicates.
+    pub pods: Vec<u32>,
+    /// Model preset (None: yolos-small on a GPU, tiny on the CPU).
+    pub model: Option<Model>,
+    /// Precision (None: the device's default, bf16 on GPUs, fp32 on CPUs).
+    pub precision: Option<Precision>,
+    /// Device choice.
+    pub device: DeviceChoice,
+    /// Samples per inference.
+    pub batch: u32,
+    /// Measurement settings.
+    pub measure: MeasureSettings,
+    /// Results directory.
+    pub out: PathBuf,
+    /// The run's directory name (None: from the time and the GPU).
+    pub run_id: Option<String>,
+    /// Metrics source.
+    pub prometheus: PrometheusSetting,
+    /// Explicit workload binary.
+    pub workload_bin: Option<PathBuf>,
+    /// Extra workload arguments.
+    pub workload_args: Vec<String>,
+    /// Kubernetes node.
+    pub node: Option<String>,
+    /// Kubernetes namespace.
+    pub namespace: String,
+    /// Fixed ports for local pods (base + index).
+    pub base_port: Option<u16>,
+    /// Kubernetes: workload image.
+    pub image: String,
+    /// Kubernetes: MIG layout (None: from the GPU product).
+    pub mig_layout: Option<String>,
+    /// Kubernetes: where the Prometheus pod to port-forward to lives.
+    pub prometheus_pod: (String, String),
+}
+
+/// Defaults: the reference study's pods and strategies; settings that keep the whole
+/// default sweep on one GPU within 10 minutes (12 measured cells of at most ~45 s).
+pub const DEFAULT_PODS: [u32; 4] = [1, 3, 5, 7];
+/// Warm-up default.
+pub const DEFAULT_WARMUP: Duration = Duration::from_secs(10);
+/// Window default.
+pub const DEFAULT_WINDOW: Duration = Duration::from_secs(5);
+/// Cap default.
+pub const DEFAULT_MAX_CELL: Duration = Duration::from_secs(30);
+/// Readiness default.
+pub const DEFAULT_READY_TIMEOUT: Duration = Duration::from_secs(180);
+/// The Kubernetes workload image.
+pub const DEFAULT_IMAGE: &str = "gpushare-workload:0.1.0";
+
+/// The precision a device computes in: the CPU only fp32, a GPU bf16 unless asked.
+pub fn device_precision(cpu: bool, asked: Option<Precision>) -> Result<Precision> {
+    match (cpu, asked) {
+        (true, Some(p)) if p != Precision::Fp32 => {
+            Err(BenchError::flag("--precision", p.name(), "the CPU computes fp32 only"))
+        }
+        (true, _) => Ok(Precision::Fp32),
+        (false, Some(p)) => Ok(p),
+        (false, None) => Ok(Precision::Bf16),
+    }
+}
+
+impl SweepPlan {
+    /// Validates options into a plan.
+    pub fn from_options(o: SweepOptions) -> Result<Self> {
+        let backend = o.backend.unwrap_or(BackendKind::Local);
+        let strategies: Vec<Strategy> = match o.strategies {
+            Some(l) => l.0.into_iter().map(|s| s.0).collect(),
+            None => Strategy::ALL.to_vec(),
+        };
+        if strategies.is_empty() {
+            return Err(BenchError::flag("--strategies", "", "name at least one strategy"));
+        }
+        let pods: Vec<u32> = match o.pods {
+            Some(l) => l.0.into_iter().map(|p| p.0).collect(),
+            None => DEFAULT_PODS.to_vec(),
+        };
+        if pods.is_empty() {
+            return Err(BenchError::flag("--pods", "", "name at least one pod count"));
+        }
+        let device = o.device.unwrap_or(DeviceChoice::Auto);
+        if device == DeviceChoice::Cpu {
+            device_precision(true, o.precision)?;
+        }
+        let batch = o.batch.unwrap_or(1);
+        if !(1..=4096).contains(&batch) {
+            return Err(BenchError::flag("--batch", &batch.to_string(), "expected 1 to 4096"));
+        }
+        let warmup = o.warmup.map_or(DEFAULT_WARMUP, |s| s.duration);
+        let window = o.window.as_ref().map_or(DEFAULT_WINDOW, |s| s.duration);
+        let window_text = o.window.as_ref().map_or("5s".to_string(), |s| s.text.clone());
+        if window < Duration::from_millis(500) {
+            return Err(BenchError::flag(
+                "--window",
+                &window_text,
+                "windows shorter than 500ms measure scrape jitter",
+            ));
+        }
+        let max_cell = o.max_cell.as_ref().map_or(DEFAULT_MAX_CELL, |s| s.duration);
+        let stable_windows = 3;
+        if max_cell < window * stable_windows as u32 {
+            return Err(BenchError::flag(
+                "--max-cell",
+                &o.max_cell.as_ref().map_or("30s".to_string(), |s| s.text.clone()),
+                format!("shorter than {stable_windows} windows of {window_text}"),
+            ));
+        }
+        let ready_timeout = o.ready_timeout.map_or(DEFAULT_READY_TIMEOUT, |s| s.duration);
+        let prometheus = o.prometheus.unwrap_or(PrometheusSetting::Off);
+        if backend == BackendKind::Kubernetes && prometheus == PrometheusSetting::Spawn {
+            return Err(BenchError::flag(
+                "--prometheus",
+                "spawn",
+                "spawn is for the local backend; on Kubernetes give the cluster's Prometheus URL (or leave it off to port-forward)",
+            ));
+        }
+        if backend == BackendKind::Kubernetes && o.node.is_none() {
+            return Err(BenchError::flag(
+                "--node",
+                "",
+                "the Kubernetes backend needs the GPU node's name",
+            ));
+        }
+        if let Some(id) = &o.run_id {
+            validate_run_id(id)?;
+        }
+        let base_port = match o.base_port {
+            Some(p) if !(1024..=65535 - 64).contains(&p) => {
+                return Err(BenchError::flag(
+                    "--base-port",
+                    &p.to_string(),
+                    "use a port from 1024 to 65471",
+                ));
+            }
+            p => p,
+        };
+        Ok(SweepPlan {
+            backend,
+            strategies,
+            pods,
+            model: o.model,
+            precision: o.precision,
+            device,
+            batch,
+            measure: MeasureSettings {
+                ready_timeout,
+                warmup,
+                window,
+                max_cell,
+                stable_windows,
+                tolerance: 0.05,
+            },
+            out: o.out.unwrap_or_else(|| PathBuf::from("results")),
+            run_id: o.run_id,
+            prometheus,
+            workload_bin: o.workload_bin,
+            workload_args: o.workload_args,
+            node: o.node,
+            namespace: o.namespace.unwrap_or_else(|| "gpushare-bench".into()),
+            base_port,
+            image: o.image.unwrap_or_else(|| DEFAULT_IMAGE.into()),
+            mig_layout: o.mig_layout,
+            prometheus_pod: (
+                o.prometheus_namespace.unwrap_or_else(|| "monitoring".into()),
+                o.prometheus_selector
+                    .unwrap_or_else(|| "app.kubernetes.io/name=prometheus".into()),
+            ),
+        })
+    }
+}
+
+/// Checks a run id: letters, digits, `.`, `_`, `-` (it becomes a directory name).
+pub fn validate_run_id(id: &str) -> Result<()> {
+    let ok = !id.is_empty()
+        && id.len() <= 100
+        && !id.starts_with('.')
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(BenchError::flag(
+            "--run-id",
+            id,
+            "use letters, digits, '.', '_' and '-' (it names a directory)",
+        ))
+    }
+}
+
+/// A run id from the time and the device: `20261122T141500Z-h100`.
+pub fn default_run_id(now_rfc3339: &str, device: &str) -> String {
+    let stamp: String = now_rfc3339.chars().filter(|c| *c != '-' && *c != ':').collect();
+    format!("{stamp}-{device}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> SweepOptions {
+        SweepOptions::default()
+    }
+
+    fn bad(o: SweepOptions) -> String {
+        SweepPlan::from_options(o)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn defaults_are_the_reference_study() {
+        let p = SweepPlan::from_options(opts()).expect("defaults are valid");
+        assert_eq!(p.strategies, Strategy::ALL.to_vec());
+        assert_eq!(p.pods, vec![1, 3, 5, 7]);
+        assert_eq!(p.model, None);
+        assert_eq!(p.measure.window, Duration::from_secs(5));
+        assert_eq!(p.measure.stable_windows, 3);
+        assert_eq!(p.prometheus, PrometheusSetting::Off);
+    }
+
+    #[test]
+    fn flags_override_the_file_and_bad_combinations_are_named() {
+        let file: SweepOptions = toml::from_str(
+            "pods = [1, 2]\nstrategies = \"mps,mig\"\nwarmup = \"3s\"\nrun_id = \"from-file\"\nworkload_args = [\"--x\"]\n",
+        )
+        .expect("toml");
+        let flags = SweepOptions {
+            pods: Some("4".parse().expect("pods")),
+            ..opts()
+        };
+        let p = SweepPlan::from_options(file.overridden_by(flags)).expect("valid");
+        assert_eq!(p.pods, vec![4]);
+        assert_eq!(p.strategies, vec![Strategy::Mps, Strategy::Mig]);
+        assert_eq!(p.measure.warmup, Duration::from_secs(3));
+        assert_eq!(p.run_id.as_deref(), Some("from-file"), "run_id works in the file too");
+        assert_eq!(
+            p.workload_args,
+            vec!["--x".to_string()],
+            "an empty flag list keeps the file's"
+        );
+        assert!(
+            bad(SweepOptions {
+                max_cell: Some("10s".parse().expect("span")),
+                ..opts()
+            })
+            .contains("shorter than 3 windows")
+        );
+        assert!(
+            bad(SweepOptions {
+                device: Some(DeviceChoice::Cpu),
+                precision: Some(Precision::Bf16),
+                ..opts()
+            })
+            .contains("fp32 only")
+        );
+        assert!(
+            bad(SweepOptions {
+                backend: Some(BackendKind::Kubernetes),
+                ..opts()
+            })
+            .contains("--node")
+        );
+        assert!(
+            bad(SweepOptions {
+                run_id: Some("../x".into()),
+                ..opts()
+            })
+            .starts_with("bad --run-id")
+        );
+    }
+
+    #[test]
+    fn config_file_errors_name_the_file_line_and_value() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = dir.path().join("sweep.toml");
+        std::fs::write(&f, "podz = [1]\n").expect("write");
+        let e = SweepOptions::from_file(&f)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("sweep.toml") && e.contains("podz"), "{e}");
+        std::fs::write(&f, "window = \"5s\"\npods = \"1,0\"\n").expect("write");
+        let e = SweepOptions::from_file(&f)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            e.contains("sweep.toml") && e.contains("line 2") && e.contains("bad value `0`: pod counts go from 1 to 64"),
+            "{e}"
+        );
+        let missing = SweepOptions::from_file(&dir.path().join("nope.toml"))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            missing.contains("nope.toml") && missing.contains("cannot read"),
+            "{missing}"
+        );
+    }
+
+    #[test]
+    fn run_ids() {
+        assert!(validate_run_id("20261122T141500Z-h100").is_ok());
+        assert!(validate_run_id("../x").is_err());
+        assert!(validate_run_id("").is_err());
+        assert_eq!(default_run_id("2026-11-22T14:15:00Z", "h100"), "20261122T141500Z-h100");
+    }
+}

@@ -1,0 +1,438 @@
+//! Typed option values, each parsed once from a flag or a config file: the same
+//! `FromStr` serves clap and serde, so a bad value gets the same reason from both
+//! (`main` prints it as "bad --flag `value`: reason"; a config file error names the file
+//! and line).
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::domain::Strategy;
+
+/// Implements serde for a type through its `FromStr` and `Display`.
+macro_rules! serde_via_str {
+    ($t:ty) => {
+        impl Serialize for $t {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let text = ScalarText::deserialize(d)?.0;
+                text.parse()
+                    .map_err(|reason: String| serde::de::Error::custom(format!("bad value `{text}`: {reason}")))
+            }
+        }
+    };
+}
+
+/// A scalar of a config file as text: strings as they are, numbers and booleans written
+/// out (so `batch = 4` and `window = "5s"` both work).
+struct ScalarText(String);
+
+impl<'de> Deserialize<'de> for ScalarText {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Text(String),
+            Int(i64),
+            Float(f64),
+            Bool(bool),
+        }
+        Ok(ScalarText(match Raw::deserialize(d)? {
+            Raw::Text(s) => s,
+            Raw::Int(i) => i.to_string(),
+            Raw::Float(f) => f.to_string(),
+            Raw::Bool(b) => b.to_string(),
+        }))
+    }
+}
+
+/// Where the workload pods run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    /// Processes on this machine.
+    Local,
+    /// Pods on a Kubernetes node.
+    Kubernetes,
+}
+
+impl FromStr for BackendKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "local" => Ok(BackendKind::Local),
+            "kubernetes" | "k8s" => Ok(BackendKind::Kubernetes),
+            _ => Err("expected local or kubernetes".into()),
+        }
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BackendKind::Local => "local",
+            BackendKind::Kubernetes => "kubernetes",
+        })
+    }
+}
+serde_via_str!(BackendKind);
+
+/// `--device`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceChoice {
+    /// The GPU if one is usable, else the CPU smoke pipeline.
+    Auto,
+    /// The GPU; fail without one.
+    Cuda,
+    /// The CPU.
+    Cpu,
+}
+
+impl FromStr for DeviceChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(DeviceChoice::Auto),
+            "cuda" => Ok(DeviceChoice::Cuda),
+            "cpu" => Ok(DeviceChoice::Cpu),
+            _ => Err("expected auto, cuda or cpu".into()),
+        }
+    }
+}
+
+impl fmt::Display for DeviceChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DeviceChoice::Auto => "auto",
+            DeviceChoice::Cuda => "cuda",
+            DeviceChoice::Cpu => "cpu",
+        })
+    }
+}
+serde_via_str!(DeviceChoice);
+
+/// The workload's model preset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Model {
+    /// The reference study's model shape (default on a GPU).
+    YolosSmall,
+    /// BERT MiniLM-L6 with real weights.
+    MinilmL6,
+    /// A few MFLOP, for the CPU and CI.
+    Tiny,
+}
+
+impl Model {
+    /// The name the workload takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Model::YolosSmall => "yolos-small",
+            Model::MinilmL6 => "minilm-l6",
+            Model::Tiny => "tiny",
+        }
+    }
+}
+
+impl FromStr for Model {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        [Model::YolosSmall, Model::MinilmL6, Model::Tiny]
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| "expected yolos-small, minilm-l6 or tiny".into())
+    }
+}
+
+impl fmt::Display for Model {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+serde_via_str!(Model);
+
+/// Arithmetic precision of the workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precision {
+    /// IEEE single precision (the only one on the CPU).
+    Fp32,
+    /// TF32 tensor cores.
+    Tf32,
+    /// bfloat16 (default on a GPU).
+    Bf16,
+}
+
+impl Precision {
+    /// The name the workload takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Tf32 => "tf32",
+            Precision::Bf16 => "bf16",
+        }
+    }
+}
+
+impl FromStr for Precision {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        [Precision::Fp32, Precision::Tf32, Precision::Bf16]
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| "expected fp32, tf32 or bf16".into())
+    }
+}
+
+impl fmt::Display for Precision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+serde_via_str!(Precision);
+
+/// Where metrics come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PrometheusSetting {
+    /// Scrape pods directly.
+    Off,
+    /// Start a private Prometheus server (local backend).
+    Spawn,
+    /// Use this server.
+    Url(String),
+}
+
+impl PrometheusSetting {
+    /// The setting as written on the command line.
+    pub fn text(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl FromStr for PrometheusSetting {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "off" => Ok(PrometheusSetting::Off),
+            "spawn" => Ok(PrometheusSetting::Spawn),
+            u if u.starts_with("http://") || u.starts_with("https://") => {
+                let uri: hyper::Uri = u.parse().map_err(|e| format!("not a URL: {e}"))?;
+                if uri.host().is_none_or(str::is_empty) {
+                    return Err("the URL names no host".into());
+                }
+                if uri.query().is_some() {
+                    return Err("give the server's base URL, without a query".into());
+                }
+                Ok(PrometheusSetting::Url(u.trim_end_matches('/').to_string()))
+            }
+            _ => Err("expected off, spawn or an http(s):// URL".into()),
+        }
+    }
+}
+
+impl fmt::Display for PrometheusSetting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PrometheusSetting::Off => f.write_str("off"),
+            PrometheusSetting::Spawn => f.write_str("spawn"),
+            PrometheusSetting::Url(u) => f.write_str(u),
+        }
+    }
+}
+serde_via_str!(PrometheusSetting);
+
+/// The longest duration any setting takes: beyond it, deadlines computed from it would
+/// overflow the clock, and no measurement needs it.
+pub const MAX_SPAN: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// A duration as written ("10s", "1m30s", "500ms"), kept with its text for messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Span {
+    /// The value.
+    pub duration: Duration,
+    /// As written.
+    pub text: String,
+}
+
+impl FromStr for Span {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let duration = humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 10s, 1m30s, 500ms)"))?;
+        if duration > MAX_SPAN {
+            return Err(format!("longer than {}", humantime::format_duration(MAX_SPAN)));
+        }
+        Ok(Span {
+            duration,
+            text: s.to_string(),
+        })
+    }
+}
+
+impl fmt::Display for Span {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+serde_via_str!(Span);
+
+/// A pod count of a sweep, 1 to 64.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PodCount(pub u32);
+
+impl FromStr for PodCount {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let n: u32 = s.trim().parse().map_err(|_| "not a whole number".to_string())?;
+        if (1..=64).contains(&n) {
+            Ok(PodCount(n))
+        } else {
+            Err("pod counts go from 1 to 64".into())
+        }
+    }
+}
+
+impl fmt::Display for PodCount {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A strategy as an option value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StrategyName(pub Strategy);
+
+impl FromStr for StrategyName {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Strategy::ALL
+            .into_iter()
+            .find(|x| x.name() == s.trim())
+            .map(StrategyName)
+            .ok_or_else(|| "expected exclusive, time-slicing, mps or mig".into())
+    }
+}
+
+impl fmt::Display for StrategyName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0.name())
+    }
+}
+
+/// A list written as "a,b,c" (flags, config strings) or as a TOML array; duplicates
+/// dropped, order kept. The first bad item is the error (named by its own text).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct List<T>(pub Vec<T>);
+
+impl<T: FromStr<Err = String> + PartialEq> List<T> {
+    fn from_items<'a>(items: impl Iterator<Item = &'a str>) -> Result<Self, (String, String)> {
+        let mut out = Vec::new();
+        for item in items.map(str::trim).filter(|s| !s.is_empty()) {
+            let v = item.parse::<T>().map_err(|reason| (item.to_string(), reason))?;
+            if !out.contains(&v) {
+                out.push(v);
+            }
+        }
+        Ok(List(out))
+    }
+}
+
+/// The error of a list: which item, and why (clap shows the whole value otherwise).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListItemError {
+    /// The bad item.
+    pub item: String,
+    /// Why.
+    pub reason: String,
+}
+
+impl fmt::Display for ListItemError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.reason)
+    }
+}
+
+impl std::error::Error for ListItemError {}
+
+impl<T: FromStr<Err = String> + PartialEq> FromStr for List<T> {
+    type Err = ListItemError;
+    fn from_str(s: &str) -> Result<Self, ListItemError> {
+        List::from_items(s.split(',')).map_err(|(item, reason)| ListItemError { item, reason })
+    }
+}
+
+impl<T: fmt::Display> fmt::Display for List<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let items: Vec<String> = self.0.iter().map(T::to_string).collect();
+        f.write_str(&items.join(","))
+    }
+}
+
+impl<T: fmt::Display> Serialize for List<T> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de, T: FromStr<Err = String> + PartialEq> Deserialize<'de> for List<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Text(String),
+            Items(Vec<ScalarText>),
+        }
+        let items: Vec<String> = match Raw::deserialize(d)? {
+            Raw::Text(t) => t.split(',').map(str::to_string).collect(),
+            Raw::Items(v) => v.into_iter().map(|x| x.0).collect(),
+        };
+        List::from_items(items.iter().map(String::as_str))
+            .map_err(|(item, reason)| serde::de::Error::custom(format!("bad value `{item}`: {reason}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_parse_once_for_flags_and_files() {
+        assert_eq!("1, 3,3,5".parse::<List<PodCount>>().map(|l| l.0.len()), Ok(3));
+        let e = "1,0".parse::<List<PodCount>>().err().expect("0 is out of range");
+        assert_eq!(
+            (e.item.as_str(), e.reason.as_str()),
+            ("0", "pod counts go from 1 to 64")
+        );
+        assert!(
+            "18446744073709551615s".parse::<Span>().is_err(),
+            "huge durations are refused"
+        );
+        assert_eq!("90s".parse::<Span>().map(|s| s.duration), Ok(Duration::from_secs(90)));
+        assert!("http://".parse::<PrometheusSetting>().is_err());
+        assert!("http://[::1".parse::<PrometheusSetting>().is_err());
+        assert_eq!(
+            "http://prom:9090/".parse::<PrometheusSetting>(),
+            Ok(PrometheusSetting::Url("http://prom:9090".into()))
+        );
+        #[derive(Deserialize)]
+        struct F {
+            pods: List<PodCount>,
+            strategies: List<StrategyName>,
+            precision: Precision,
+        }
+        let f: F = toml::from_str("pods = [1, 2]\nstrategies = \"mps,mig\"\nprecision = \"tf32\"\n").expect("toml");
+        assert_eq!(f.pods.0, vec![PodCount(1), PodCount(2)]);
+        assert_eq!(
+            f.strategies.0,
+            vec![StrategyName(Strategy::Mps), StrategyName(Strategy::Mig)]
+        );
+        assert_eq!(f.precision, Precision::Tf32);
+        let bad = toml::from_str::<F>("pods = [1, 65]\nstrategies = \"mps\"\nprecision = \"tf32\"\n")
+            .err()
+            .map(|e| e.message().to_string())
+            .unwrap_or_default();
+        assert_eq!(bad, "bad value `65`: pod counts go from 1 to 64");
+    }
+}

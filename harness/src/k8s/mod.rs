@@ -1,9 +1,0 @@
-//! Kubernetes: the objects and patches the harness applies (pure, `objects`), the
-//! backend that applies them to one GPU node (`backend`), and the port-forward to the
-//! cluster's Prometheus (`portforward`).
-
-pub mod backend;
-pub mod manifests;
-pub mod objects;
-pub mod portforward;
-pub mod sweep;

@@ -1,0 +1,110 @@
+//! Reading the workload's metrics: the exposition-format parser ([`exposition`]), the
+//! direct scrape of each pod ([`scrape`]) and the Prometheus HTTP API path
+//! ([`prometheus`]). Both sources turn pods' counters into the same snapshots.
+
+pub mod exposition;
+pub mod http;
+pub mod prometheus;
+pub mod scrape;
+
+use std::time::Instant;
+
+use crate::domain::Source;
+use crate::error::{BenchError, Result};
+use crate::metrics::exposition::HistogramError;
+use crate::shutdown::Shutdown;
+use crate::stats::Histogram;
+
+/// The latency histogram of the metrics contract.
+pub const LATENCY_METRIC: &str = "inference_time_seconds";
+/// The error counter of the metrics contract.
+pub const ERRORS_METRIC: &str = "inference_errors_total";
+
+/// A pod's counters at one moment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodSnapshot {
+    /// When the values were taken.
+    pub at: Instant,
+    /// Cumulative latency histogram.
+    pub latency: Histogram,
+    /// Cumulative errors (all kinds).
+    pub errors: f64,
+}
+
+/// Builds a snapshot from a pod's exposition text.
+pub fn snapshot_from_text(pod: &str, text: &str, at: Instant) -> Result<PodSnapshot> {
+    let exp = exposition::parse(text).map_err(|e| BenchError::MetricsText {
+        source_name: pod.to_string(),
+        line: e.line,
+        reason: e.reason,
+    })?;
+    let latency = exposition::histogram(&exp, LATENCY_METRIC, &[]).map_err(|e| BenchError::MetricsContract {
+        source_name: pod.to_string(),
+        reason: match e {
+            HistogramError::Missing => format!("no {LATENCY_METRIC} histogram (is this a gpushare-workload?)"),
+            HistogramError::Malformed(r) => r,
+        },
+    })?;
+    let errors = exp
+        .samples
+        .iter()
+        .filter(|s| s.name == ERRORS_METRIC)
+        .map(|s| s.value)
+        .sum();
+    Ok(PodSnapshot { at, latency, errors })
+}
+
+/// A metrics endpoint to read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Target {
+    /// The pod label.
+    pub pod: String,
+    /// Its metrics URL.
+    pub url: String,
+}
+
+/// Where snapshots come from.
+#[allow(async_fn_in_trait)]
+pub trait MetricsSource {
+    /// Recorded in every row.
+    fn kind(&self) -> Source;
+    /// Readies the source for a cell's targets (a Prometheus server: scraping them); a
+    /// stop request ends the wait.
+    async fn prepare(&self, _targets: &[Target], _shutdown: &Shutdown) -> Result<()> {
+        Ok(())
+    }
+    /// One snapshot per target, taken as close together as possible. The outer error
+    /// means the source itself failed (fatal); inner ones concern single pods.
+    async fn snapshot(&self, targets: &[Target]) -> Result<Vec<(String, Result<PodSnapshot>)>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshot_reads_the_contract_and_names_missing_parts() {
+        let text = "inference_time_seconds_bucket{pod=\"p\",le=\"0.01\"} 3\n\
+                    inference_time_seconds_bucket{pod=\"p\",le=\"+Inf\"} 4\n\
+                    inference_time_seconds_sum{pod=\"p\"} 0.05\n\
+                    inference_time_seconds_count{pod=\"p\"} 4\n\
+                    inference_errors_total{kind=\"dropped\",pod=\"p\"} 2\n\
+                    inference_errors_total{kind=\"failed\",pod=\"p\"} 1\n";
+        let s = snapshot_from_text("p", text, Instant::now()).expect("valid");
+        assert_eq!(s.latency.count, 4.0);
+        assert_eq!(s.errors, 3.0);
+        let err = snapshot_from_text("pod-1", "up 1\n", Instant::now())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.contains("pod-1") && err.contains("no inference_time_seconds histogram"),
+            "{err}"
+        );
+        let err = snapshot_from_text("pod-2", "up{ 1\n", Instant::now())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.starts_with("metrics from pod-2, line 1:"), "{err}");
+    }
+}

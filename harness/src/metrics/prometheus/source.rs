@@ -1,0 +1,196 @@
+//! Metrics through a Prometheus server: the raw cumulative series read at their scrape
+//! times, so a cell from Prometheus is computed exactly like one from a direct scrape.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::domain::Source;
+use crate::error::{BenchError, Result};
+use crate::metrics::exposition;
+use crate::metrics::prometheus::client::{PromClient, VectorSample};
+use crate::metrics::prometheus::query::{self as promql, Selector};
+use crate::metrics::prometheus::server::PrometheusServer;
+use crate::metrics::{MetricsSource, PodSnapshot, Target};
+use crate::shutdown::Shutdown;
+use crate::stats::Histogram;
+
+/// `host:port` of a metrics URL: what Prometheus puts in the `instance` label.
+pub fn instance_of(url: &str) -> String {
+    url.split("://")
+        .nth(1)
+        .unwrap_or(url)
+        .split('/')
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn epoch_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// Builds per-instance snapshots from the raw series (pure): buckets, sums, counts and
+/// errors by `instance`, and each instance's last scrape time.
+pub fn snapshots_from_series(
+    buckets: &[VectorSample],
+    sums: &[VectorSample],
+    counts: &[VectorSample],
+    times: &[VectorSample],
+    errors: &[VectorSample],
+    now_epoch: f64,
+    now: Instant,
+) -> HashMap<String, PodSnapshot> {
+    let inst = |s: &VectorSample| s.metric.get("instance").cloned().unwrap_or_default();
+    let mut by: HashMap<String, Vec<(f64, f64)>> = HashMap::new();
+    for b in buckets {
+        if let Some(le) = b.metric.get("le").and_then(|l| exposition::parse_value(l)) {
+            by.entry(inst(b)).or_default().push((le, b.value));
+        }
+    }
+    let mut out = HashMap::new();
+    for (instance, mut bk) in by {
+        bk.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let find = |v: &[VectorSample]| v.iter().filter(|s| inst(s) == instance).map(|s| s.value).sum::<f64>();
+        let sampled = times
+            .iter()
+            .find(|s| inst(s) == instance)
+            .map_or(now_epoch, |s| s.value);
+        let age = Duration::from_secs_f64((now_epoch - sampled).max(0.0));
+        out.insert(
+            instance.clone(),
+            PodSnapshot {
+                at: now.checked_sub(age).unwrap_or(now),
+                latency: Histogram {
+                    buckets: bk,
+                    sum: find(sums),
+                    count: find(counts),
+                },
+                errors: find(errors),
+            },
+        );
+    }
+    out
+}
+
+/// Metrics through a Prometheus server.
+#[derive(Debug)]
+pub struct PrometheusSource {
+    client: PromClient,
+    server: Option<PrometheusServer>,
+    up_timeout: Duration,
+}
+
+impl PrometheusSource {
+    /// Uses an existing server (it must scrape the pods).
+    pub fn connect(url: &str) -> Self {
+        Self {
+            client: PromClient::new(url),
+            server: None,
+            up_timeout: Duration::from_secs(60),
+        }
+    }
+
+    /// Starts a private server for the run.
+    pub async fn spawn(run_dir: &Path, shutdown: &Shutdown) -> Result<Self> {
+        let server = PrometheusServer::start(run_dir, shutdown).await?;
+        Ok(Self {
+            client: PromClient::new(&server.url),
+            server: Some(server),
+            up_timeout: Duration::from_secs(60),
+        })
+    }
+
+    /// The API client.
+    pub fn client(&self) -> &PromClient {
+        &self.client
+    }
+
+    /// Stops a spawned server.
+    pub async fn stop(&mut self, shutdown: &Shutdown) {
+        if let Some(s) = self.server.as_mut() {
+            s.stop(shutdown).await;
+        }
+    }
+}
+
+impl MetricsSource for PrometheusSource {
+    fn kind(&self) -> Source {
+        Source::Prometheus
+    }
+
+    async fn prepare(&self, targets: &[Target], shutdown: &Shutdown) -> Result<()> {
+        if let Some(s) = &self.server {
+            s.set_targets(targets)?;
+        }
+        // The first scrape of a new target can take ~10 s (file discovery + interval).
+        let deadline = Instant::now() + self.up_timeout;
+        loop {
+            let health = shutdown.guard(self.client.targets()).await?;
+            let missing: Vec<String> = targets
+                .iter()
+                .filter(|t| !health.iter().any(|h| h.scrape_url == t.url && h.health == "up"))
+                .map(|t| {
+                    let why = health
+                        .iter()
+                        .find(|h| h.scrape_url == t.url)
+                        .map_or("not a target of this server".to_string(), |h| {
+                            format!("{} {}", h.health, h.last_error).trim().to_string()
+                        });
+                    format!("{} ({why})", t.url)
+                })
+                .collect();
+            if missing.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(self.client.fail(format!(
+                    "does not scrape {} after {} s; with an existing server, add the pods to its scrape configuration (fixed ports: --base-port), or use --prometheus spawn",
+                    missing.join(", "),
+                    self.up_timeout.as_secs()
+                )));
+            }
+            shutdown.sleep(Duration::from_millis(500)).await?;
+        }
+    }
+
+    async fn snapshot(&self, targets: &[Target]) -> Result<Vec<(String, Result<PodSnapshot>)>> {
+        if targets.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sel = Selector {
+            equal: Vec::new(),
+            one_of: Some(("instance".into(), targets.iter().map(|t| instance_of(&t.url)).collect())),
+        };
+        let q = [
+            promql::raw("inference_time_seconds_bucket", &sel),
+            promql::raw("inference_time_seconds_sum", &sel),
+            promql::raw("inference_time_seconds_count", &sel),
+            promql::sample_time("inference_time_seconds_count", &sel),
+            promql::raw("inference_errors_total", &sel),
+        ];
+        let (b, s, c, t, e) = tokio::join!(
+            self.client.query(&q[0], None),
+            self.client.query(&q[1], None),
+            self.client.query(&q[2], None),
+            self.client.query(&q[3], None),
+            self.client.query(&q[4], None),
+        );
+        let snaps = snapshots_from_series(&b?, &s?, &c?, &t?, &e?, epoch_now(), Instant::now());
+        Ok(targets
+            .iter()
+            .map(|t| {
+                let r = snaps
+                    .get(&instance_of(&t.url))
+                    .cloned()
+                    .ok_or_else(|| BenchError::MetricsContract {
+                        source_name: format!("{} via {}", t.pod, self.client.base()),
+                        reason: "no inference_time_seconds series for this pod".into(),
+                    });
+                (t.pod.clone(), r)
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,209 @@
+//! Child processes the harness owns (workload pods, a private Prometheus, MPS daemons):
+//! finding binaries, sending signals, and [`OwnedChild`], a guard that runs a child in
+//! its own process group and stops the whole group on every exit path (explicitly with a
+//! grace period, or by `Drop`). It sits below `backend` and `metrics`, which both start
+//! processes.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use tokio::process::{Child, Command};
+
+use crate::error::{BenchError, Result};
+use crate::shutdown::Shutdown;
+
+/// Finds `name` on PATH, else at the first of `also` that exists.
+pub fn which(name: &str, also: &[&str]) -> Option<PathBuf> {
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join(name))
+            .find(|p| p.is_file())
+    });
+    on_path.or_else(|| also.iter().map(PathBuf::from).find(|p| p.is_file()))
+}
+
+/// A free loopback port (the OS picks; the listener is closed before the caller binds).
+pub fn free_port() -> Result<u16> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(BenchError::io("finding a free port"))
+}
+
+/// Sends `sig` to process `pid`; whether it was delivered.
+pub fn signal(pid: u32, sig: i32) -> bool {
+    let Ok(pid) = i32::try_from(pid) else { return false };
+    // SAFETY: kill(2) takes plain integers and has no memory effects; callers pass pids of
+    // processes they started (or found by their own markers) and have not reaped.
+    unsafe { libc::kill(pid, sig) == 0 }
+}
+
+/// Sends `sig` to every process of group `pgid` (a child started by [`OwnedChild`] and
+/// everything it started).
+pub fn signal_group(pgid: u32, sig: i32) -> bool {
+    match i32::try_from(pgid) {
+        Ok(g) if g > 1 => signal_pid_or_group(-g, sig),
+        _ => false,
+    }
+}
+
+fn signal_pid_or_group(target: i32, sig: i32) -> bool {
+    // SAFETY: as in `signal`; a negative target names a process group we created.
+    unsafe { libc::kill(target, sig) == 0 }
+}
+
+/// A child in its own process group (a terminal's Ctrl-C reaches only the harness, which
+/// then stops its children in order); the group is killed when the guard is dropped.
+#[derive(Debug)]
+pub struct OwnedChild {
+    child: Option<Child>,
+    pid: Option<u32>,
+}
+
+impl OwnedChild {
+    /// Spawns `cmd` in a new process group. `what` names the child in the error.
+    pub fn spawn(cmd: &mut Command, what: &str) -> Result<Self> {
+        let child = cmd
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(BenchError::io(format!("starting {what}")))?;
+        let pid = child.id();
+        Ok(Self {
+            child: Some(child),
+            pid,
+        })
+    }
+
+    /// The child's pid (also its process group), while it has not been reaped.
+    pub fn id(&self) -> Option<u32> {
+        self.child.as_ref().and(self.pid)
+    }
+
+    /// Whether the child is still running (not yet reaped).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// The exit status if the child has exited (it is reaped then).
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        let status = self.child.as_mut()?.try_wait().ok().flatten()?;
+        self.child = None;
+        Some(status)
+    }
+
+    /// Sends SIGTERM to the child's group, without waiting.
+    pub fn terminate(&self) {
+        if let Some(pid) = self.id() {
+            signal_group(pid, libc::SIGTERM);
+        }
+    }
+
+    /// Stops the child: SIGTERM to its group, up to `grace` for it to exit (cut short by a
+    /// forced stop), then SIGKILL. Returns its exit status, and whether it had to be killed.
+    pub async fn stop(&mut self, grace: Duration, shutdown: &Shutdown) -> Option<(ExitStatus, bool)> {
+        let mut child = self.child.take()?;
+        let pid = self.pid;
+        if let Some(pid) = pid {
+            signal_group(pid, libc::SIGTERM);
+        }
+        let waited = tokio::select! {
+            r = tokio::time::timeout(grace, child.wait()) => r.ok().and_then(|r| r.ok()),
+            _ = shutdown.forced() => None,
+        };
+        if let Some(status) = waited {
+            // Anything the child left in its group goes too.
+            if let Some(pid) = pid {
+                signal_group(pid, libc::SIGKILL);
+            }
+            return Some((status, false));
+        }
+        if let Some(pid) = pid {
+            signal_group(pid, libc::SIGKILL);
+        }
+        let _ = child.start_kill();
+        child.wait().await.ok().map(|s| (s, true))
+    }
+}
+
+impl Drop for OwnedChild {
+    fn drop(&mut self) {
+        if self.child.is_some()
+            && let Some(pid) = self.pid
+        {
+            signal_group(pid, libc::SIGKILL);
+        }
+    }
+}
+
+/// The last line of a log that reads as an error (the workload prints one).
+pub fn last_error_line(log: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(log).ok()?;
+    text.lines()
+        .rev()
+        .find(|l| l.starts_with("gpushare-workload:") || l.contains("ERROR") || l.contains("panicked"))
+        .map(|l| l.trim().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Live (not zombie) processes of a group; killed orphans may stay zombies where
+    /// PID 1 does not reap, and kill(2) still "finds" those.
+    fn live_in_group(pgid: u32) -> usize {
+        std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+            .filter(|stat| {
+                stat.rsplit_once(')').is_some_and(|(_, rest)| {
+                    let f: Vec<&str> = rest.split_whitespace().collect();
+                    f.first() != Some(&"Z") && f.get(2) == Some(&pgid.to_string().as_str())
+                })
+            })
+            .count()
+    }
+
+    #[tokio::test]
+    async fn stop_ends_the_whole_group_and_drop_kills_it() {
+        // A shell that ignores SIGTERM and starts a grandchild: both must go.
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg("trap '' TERM; sleep 60 & wait");
+        let mut c = OwnedChild::spawn(&mut cmd, "test shell").expect("spawn");
+        let pid = c.id().expect("pid");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let t = std::time::Instant::now();
+        let (_, killed) = c
+            .stop(Duration::from_millis(300), &Shutdown::new())
+            .await
+            .expect("status");
+        assert!(killed, "it ignored SIGTERM, so it was killed");
+        assert!(t.elapsed() < Duration::from_secs(3));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(live_in_group(pid), 0, "no process of the group is left");
+
+        let mut cmd = Command::new("sleep");
+        cmd.arg("60");
+        let c = OwnedChild::spawn(&mut cmd, "sleep").expect("spawn");
+        let pid = c.id().expect("pid");
+        drop(c);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let zombie_or_gone = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| s.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('Z')))
+            .unwrap_or(true);
+        assert!(zombie_or_gone, "drop kills the child");
+    }
+
+    #[test]
+    fn which_finds_sh_and_falls_back() {
+        assert!(which("sh", &[]).is_some());
+        assert_eq!(
+            which("no-such-binary-xyz", &["/bin/sh"]),
+            Some(PathBuf::from("/bin/sh"))
+        );
+        assert_eq!(which("no-such-binary-xyz", &["/nope"]), None);
+    }
+}

@@ -1,0 +1,72 @@
+//! Exports of a run: one [`Exporter`] per format, each a pure function from the run's
+//! records to bytes (snapshot-tested in `tests/report.rs`). CSV and JSON derive from the
+//! record structs; Markdown is the report's tables.
+
+use crate::config::cli::ExportFormat;
+use crate::error::{BenchError, Result};
+use crate::report::RunData;
+use crate::results::record::cells_csv;
+
+/// Turns a run into one format's bytes.
+pub trait Exporter {
+    /// The format's name.
+    fn name(&self) -> &'static str;
+    /// The bytes (pure).
+    fn export(&self, data: &RunData) -> Result<Vec<u8>>;
+}
+
+/// One row per pod per cell plus aggregate rows (spreadsheet-ready).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Csv;
+
+impl Exporter for Csv {
+    fn name(&self) -> &'static str {
+        "csv"
+    }
+    fn export(&self, data: &RunData) -> Result<Vec<u8>> {
+        cells_csv(&data.cells)
+    }
+}
+
+/// `{"run": run.json, "cells": [...]}`, pretty-printed.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Json;
+
+impl Exporter for Json {
+    fn name(&self) -> &'static str {
+        "json"
+    }
+    fn export(&self, data: &RunData) -> Result<Vec<u8>> {
+        // Built as a JSON value, as since the first release: keys come out sorted.
+        let value = serde_json::json!({ "run": data.run, "cells": data.cells });
+        let mut out = serde_json::to_vec_pretty(&value).map_err(|e| BenchError::Results {
+            path: "export.json".into(),
+            reason: e.to_string(),
+        })?;
+        out.push(b'\n');
+        Ok(out)
+    }
+}
+
+/// The report's tables as Markdown.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Markdown;
+
+impl Exporter for Markdown {
+    fn name(&self) -> &'static str {
+        "markdown"
+    }
+    fn export(&self, data: &RunData) -> Result<Vec<u8>> {
+        let tables = crate::report::tables::all(data);
+        Ok(crate::report::tables::markdown(data, &tables).into_bytes())
+    }
+}
+
+/// The exporter of a format.
+pub fn for_format(format: ExportFormat) -> Box<dyn Exporter> {
+    match format {
+        ExportFormat::Csv => Box::new(Csv),
+        ExportFormat::Json => Box::new(Json),
+        ExportFormat::Markdown => Box::new(Markdown),
+    }
+}

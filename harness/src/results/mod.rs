@@ -1,0 +1,5 @@
+//! What a run leaves on disk: the records ([`record`], one serde struct per record) and
+//! the run directory that holds them ([`store`]: atomic writes, resume).
+
+pub mod record;
+pub mod store;

@@ -1,0 +1,192 @@
+//! The results directory of a run: `results/<run-id>/{run.json, cells.csv, cells.jsonl,
+//! logs/}`. Every write goes to a temporary file that is renamed into place, and the
+//! cell files are rewritten after every cell, so a crash or Ctrl-C never leaves half a
+//! file and never loses a finished cell. `--resume` reopens a run and skips the cells
+//! already on disk.
+
+use std::path::{Path, PathBuf};
+
+use crate::config::plan::{SweepPlan, default_run_id, validate_run_id};
+use crate::domain::{DeviceKind, Strategy};
+use crate::error::{BenchError, Result};
+use crate::results::record::{CellRecord, Environment, RunRecord, cells_csv, cells_jsonl, now_rfc3339};
+
+/// An open run directory.
+#[derive(Debug)]
+pub struct RunStore {
+    dir: PathBuf,
+    run: RunRecord,
+    cells: Vec<CellRecord>,
+}
+
+/// Writes `bytes` to `path` atomically (temporary file in the same directory, fsync, rename).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension(format!(
+        "{}.tmp",
+        path.extension().and_then(|e| e.to_str()).unwrap_or("")
+    ));
+    let err = |reason: String| BenchError::Results {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let mut f = std::fs::File::create(&tmp).map_err(|e| err(format!("cannot create {}: {e}", tmp.display())))?;
+    f.write_all(bytes).map_err(|e| err(format!("cannot write: {e}")))?;
+    f.sync_all().map_err(|e| err(format!("cannot sync: {e}")))?;
+    std::fs::rename(&tmp, path).map_err(|e| err(format!("cannot rename into place: {e}")))
+}
+
+/// Reads `cells.jsonl`, naming the line that is broken.
+pub fn read_cells(path: &Path) -> Result<Vec<CellRecord>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(BenchError::io(format!("reading {}", path.display()))(e)),
+    };
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            serde_json::from_str(l).map_err(|e| BenchError::Results {
+                path: path.to_path_buf(),
+                reason: format!("line {}: {e}", i + 1),
+            })
+        })
+        .collect()
+}
+
+/// Reads `run.json`.
+pub fn read_run(path: &Path) -> Result<RunRecord> {
+    let text = std::fs::read_to_string(path).map_err(|e| BenchError::Results {
+        path: path.to_path_buf(),
+        reason: format!("cannot read: {e}"),
+    })?;
+    serde_json::from_str(&text).map_err(|e| BenchError::Results {
+        path: path.to_path_buf(),
+        reason: format!("not a run record: {e}"),
+    })
+}
+
+impl RunStore {
+    /// Creates `out/<run_id>/` (which must not exist yet) and writes `run.json`.
+    pub fn create(out: &Path, run: RunRecord) -> Result<Self> {
+        let dir = out.join(&run.run_id);
+        if dir.exists() {
+            return Err(BenchError::Results {
+                path: dir,
+                reason: "already exists: choose another --run-id, or continue it with --resume".into(),
+            });
+        }
+        std::fs::create_dir_all(dir.join("logs")).map_err(BenchError::io(format!("creating {}", dir.display())))?;
+        let store = Self {
+            dir,
+            run,
+            cells: Vec::new(),
+        };
+        store.write_run()?;
+        store.write_cells()?;
+        Ok(store)
+    }
+
+    /// Reopens an existing run for `--resume`.
+    pub fn open(out: &Path, run_id: &str) -> Result<Self> {
+        let dir = out.join(run_id);
+        let run = read_run(&dir.join("run.json"))?;
+        let cells = read_cells(&dir.join("cells.jsonl"))?;
+        std::fs::create_dir_all(dir.join("logs"))
+            .map_err(BenchError::io(format!("creating {}/logs", dir.display())))?;
+        Ok(Self { dir, run, cells })
+    }
+
+    /// Opens the run directory of a sweep: the one to resume (its recorded plan wins), or
+    /// a new one named by the plan's run id (default: the time and `short`, the GPU's
+    /// short name).
+    /// `environment` is read only for a new run.
+    pub fn open_or_create(
+        plan: &SweepPlan,
+        resume: Option<&str>,
+        device: DeviceKind,
+        short: &str,
+        environment: impl FnOnce() -> Environment,
+    ) -> Result<Self> {
+        if let Some(id) = resume {
+            validate_run_id(id)?;
+            return Self::open(&plan.out, id);
+        }
+        let id = match plan.run_id.clone() {
+            Some(id) => {
+                validate_run_id(&id)?;
+                id
+            }
+            None => default_run_id(&now_rfc3339(), short),
+        };
+        Self::create(&plan.out, RunRecord::new(id, plan, device, environment()))
+    }
+
+    /// Cells (aggregate rows) on disk.
+    pub fn cell_count(&self) -> usize {
+        self.cells.iter().filter(|c| c.is_aggregate()).count()
+    }
+
+    /// The run directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The run record.
+    pub fn run(&self) -> &RunRecord {
+        &self.run
+    }
+
+    /// Rows saved so far.
+    pub fn cells(&self) -> &[CellRecord] {
+        &self.cells
+    }
+
+    /// Whether a cell is already on disk.
+    pub fn has_cell(&self, strategy: Strategy, pods: u32) -> bool {
+        self.cells
+            .iter()
+            .any(|c| c.strategy == strategy && c.pods == pods && c.is_aggregate())
+    }
+
+    /// The aggregate row of a cell.
+    pub fn aggregate(&self, strategy: Strategy, pods: u32) -> Option<&CellRecord> {
+        self.cells
+            .iter()
+            .find(|c| c.strategy == strategy && c.pods == pods && c.is_aggregate())
+    }
+
+    /// Updates run.json (state, unavailable strategies, finish time).
+    pub fn update_run(&mut self, f: impl FnOnce(&mut RunRecord)) -> Result<()> {
+        f(&mut self.run);
+        self.write_run()
+    }
+
+    /// Appends one cell's rows and rewrites the cell files atomically.
+    pub fn save_cell(&mut self, rows: Vec<CellRecord>) -> Result<()> {
+        if let Some(first) = rows.first()
+            && self.has_cell(first.strategy, first.pods)
+        {
+            return Err(BenchError::Results {
+                path: self.dir.clone(),
+                reason: format!("cell {} × {} pods is already saved", first.strategy, first.pods),
+            });
+        }
+        self.cells.extend(rows);
+        self.write_cells()
+    }
+
+    fn write_run(&self) -> Result<()> {
+        let json = serde_json::to_vec_pretty(&self.run).map_err(|e| BenchError::Results {
+            path: self.dir.join("run.json"),
+            reason: e.to_string(),
+        })?;
+        write_atomic(&self.dir.join("run.json"), &json)
+    }
+
+    fn write_cells(&self) -> Result<()> {
+        write_atomic(&self.dir.join("cells.csv"), &cells_csv(&self.cells)?)?;
+        write_atomic(&self.dir.join("cells.jsonl"), &cells_jsonl(&self.cells))
+    }
+}

@@ -1,0 +1,335 @@
+//! A cell's rows from what was measured (pure): per-pod statuses from their last states,
+//! per-pod and aggregate numbers from histogram deltas (the mean exactly as Δsum/Δcount,
+//! quantiles as Prometheus' histogram_quantile), fairness, speed-up against the 1-pod
+//! cell, and the one-line summary the terminal shows.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::backend::PodState;
+use crate::config::plan::MeasureSettings;
+use crate::domain::{CellStatus, DeviceKind, Source, Strategy};
+use crate::metrics::PodSnapshot;
+use crate::results::record::{ALL_PODS, CellRecord, now_rfc3339};
+use crate::stats::{Histogram, WindowStat, jain_index, relative_spread, stable};
+use crate::telemetry::TelemetrySummary;
+
+/// What the rows of a cell need besides measurements.
+#[derive(Debug, Clone)]
+pub struct CellLabels {
+    /// Run id.
+    pub run_id: String,
+    /// Strategy.
+    pub strategy: Strategy,
+    /// Pods requested.
+    pub pods: u32,
+    /// Model preset.
+    pub model: String,
+    /// Precision.
+    pub precision: String,
+    /// cuda or cpu.
+    pub device: DeviceKind,
+}
+
+/// A row with the cell's labels and nothing measured.
+pub fn empty_row(l: &CellLabels, pod: &str, status: CellStatus, source: Source, note: String) -> CellRecord {
+    CellRecord {
+        run_id: l.run_id.clone(),
+        strategy: l.strategy,
+        pods: l.pods,
+        pod: pod.to_string(),
+        status,
+        inferences: None,
+        throughput_per_s: None,
+        mean_s: None,
+        p50_s: None,
+        p90_s: None,
+        p99_s: None,
+        errors: None,
+        fairness: None,
+        gpu_util_pct: None,
+        gpu_mem_bytes: None,
+        power_w: None,
+        energy_j_per_inference: None,
+        source,
+        device: l.device,
+        note,
+        speedup_vs_1pod: None,
+        slowdown_vs_1pod: None,
+        duration_s: None,
+        windows: None,
+        throughput_spread: None,
+        p50_spread: None,
+        exit_code: None,
+        model: l.model.clone(),
+        precision: l.precision.clone(),
+        started_at: now_rfc3339(),
+    }
+}
+
+/// A cell whose strategy cannot run: one aggregate row with the reason.
+pub fn unavailable_rows(l: &CellLabels, source: Source, reason: &str) -> Vec<CellRecord> {
+    vec![empty_row(
+        l,
+        ALL_PODS,
+        CellStatus::Unavailable,
+        source,
+        reason.to_string(),
+    )]
+}
+
+/// Per-pod bookkeeping during a cell.
+#[derive(Debug, Clone)]
+pub struct Tracked {
+    /// The snapshot at the start of the measurement.
+    pub first: Option<PodSnapshot>,
+    /// The latest snapshot.
+    pub last: Option<PodSnapshot>,
+    /// The pod's state as the backend last saw it.
+    pub state: PodState,
+    /// Why its numbers cannot be trusted (a scrape error, a counter reset).
+    pub problem: Option<String>,
+}
+
+/// The value when it is a finite number.
+pub fn finite(v: f64) -> Option<f64> {
+    v.is_finite().then_some(v)
+}
+
+/// Status of a pod from its last state.
+pub fn pod_status(state: &PodState, problem: &Option<String>) -> (CellStatus, Option<i32>, String) {
+    match state {
+        PodState::Pending(reason) => (CellStatus::Pending, None, reason.clone()),
+        PodState::Exited { code: Some(4), detail } => {
+            (CellStatus::Oom, Some(4), format!("out of GPU memory: {detail}"))
+        }
+        // Kubernetes killed the container for exceeding its memory limit.
+        PodState::Exited { code, detail } if detail.starts_with("OOMKilled") => {
+            (CellStatus::Oom, *code, detail.clone())
+        }
+        PodState::Exited { code, detail } => (CellStatus::Failed, *code, detail.clone()),
+        PodState::Starting => (CellStatus::Failed, None, "never became ready".into()),
+        PodState::Running => match problem {
+            Some(p) => (CellStatus::Failed, None, p.clone()),
+            None => (CellStatus::Ok, None, String::new()),
+        },
+    }
+}
+
+/// The aggregate status of a cell (see DESIGN.md: any OOM or failure shows, pending
+/// alone is an expected outcome of the exclusive baseline).
+pub fn aggregate_status(statuses: &[CellStatus]) -> CellStatus {
+    if statuses.contains(&CellStatus::Oom) {
+        CellStatus::Oom
+    } else if statuses.contains(&CellStatus::Failed) {
+        CellStatus::Failed
+    } else if statuses.contains(&CellStatus::Ok) {
+        CellStatus::Ok
+    } else {
+        CellStatus::Pending
+    }
+}
+
+/// A cell that could not be measured at all: one failed aggregate row with the reason.
+pub fn failed_rows(l: &CellLabels, source: Source, reason: &str) -> Vec<CellRecord> {
+    vec![empty_row(l, ALL_PODS, CellStatus::Failed, source, reason.to_string())]
+}
+
+/// One line per finished cell for the terminal.
+pub fn cell_summary(rows: &[CellRecord]) -> String {
+    let Some(agg) = rows.iter().find(|r| r.is_aggregate()) else {
+        return String::new();
+    };
+    let head = format!(
+        "{:<13} {} pod{}",
+        agg.strategy.title(),
+        agg.pods,
+        if agg.pods == 1 { " " } else { "s" }
+    );
+    match (agg.status, agg.mean_s, agg.throughput_per_s) {
+        (CellStatus::Ok, Some(mean), Some(tput)) => format!(
+            "{head}  mean {:>8.2} ms  p99 {:>8.2} ms  {:>8.1} inf/s  fairness {}",
+            mean * 1e3,
+            agg.p99_s.unwrap_or(f64::NAN) * 1e3,
+            tput,
+            agg.fairness.map_or("-".into(), |f| format!("{f:.3}"))
+        ),
+        (status, _, _) => format!("{head}  {status}: {}", agg.note),
+    }
+}
+
+/// Everything a cell's measurement produced, before it becomes rows.
+#[derive(Debug, Clone)]
+pub struct Measured {
+    /// Pod names in launch order.
+    pub order: Vec<String>,
+    /// Per-pod bookkeeping, by name.
+    pub tracked: HashMap<String, Tracked>,
+    /// The measurement windows.
+    pub windows: Vec<WindowStat>,
+    /// Length of the measurement (after warm-up).
+    pub measured: Duration,
+    /// GPU telemetry over the measurement.
+    pub summary: TelemetrySummary,
+    /// When the measurement started (RFC 3339).
+    pub started_at: String,
+}
+
+/// The rows of a measured cell (pure): one per requested pod, then the aggregate.
+/// `baseline` is the strategy's 1-pod aggregate row.
+pub fn cell_rows(
+    m: &Measured,
+    labels: &CellLabels,
+    src: Source,
+    settings: &MeasureSettings,
+    baseline: Option<&CellRecord>,
+) -> Vec<CellRecord> {
+    let Measured {
+        order,
+        tracked,
+        windows,
+        measured,
+        summary,
+        started_at,
+    } = m;
+    let cell_secs = measured.as_secs_f64();
+    let mut rows = Vec::new();
+    let mut total: Option<Histogram> = None;
+    let (mut total_tput, mut total_errors, mut total_inf) = (0.0, 0.0, 0u64);
+    let mut effective = Vec::new();
+    let mut statuses = Vec::new();
+    for name in order {
+        let t = &tracked[name];
+        let (status, exit_code, note) = pod_status(&t.state, &t.problem);
+        statuses.push(status);
+        let mut row = empty_row(labels, name, status, src, note);
+        row.exit_code = exit_code;
+        row.started_at = started_at.clone();
+        let delta = match (&t.first, &t.last) {
+            (Some(a), Some(b)) => b
+                .latency
+                .delta(&a.latency)
+                .map(|d| (d, b.at - a.at, b.errors - a.errors)),
+            _ => None,
+        };
+        match delta {
+            Some((d, dt, errs)) if d.count > 0.0 => {
+                let secs = dt.as_secs_f64();
+                row.inferences = Some(d.count as u64);
+                row.throughput_per_s = Some(d.count / secs);
+                row.mean_s = finite(d.mean());
+                row.p50_s = finite(d.quantile(0.5));
+                row.p90_s = finite(d.quantile(0.9));
+                row.p99_s = finite(d.quantile(0.99));
+                row.errors = Some(errs.max(0.0) as u64);
+                row.duration_s = Some(secs);
+                total_tput += d.count / secs;
+                total_errors += errs.max(0.0);
+                total_inf += d.count as u64;
+                effective.push(if cell_secs > 0.0 { d.count / cell_secs } else { 0.0 });
+                match total.as_mut() {
+                    Some(h) => {
+                        h.add(&d);
+                    }
+                    None => total = Some(d),
+                }
+            }
+            _ => effective.push(0.0),
+        }
+        rows.push(row);
+    }
+    let status = aggregate_status(&statuses);
+    let ran = statuses.iter().filter(|s| **s == CellStatus::Ok).count();
+    let mut notes = Vec::new();
+    let pending = statuses.iter().filter(|s| **s == CellStatus::Pending).count();
+    if pending > 0 {
+        notes.push(format!("{ran} of {} pods ran; {pending} pending", labels.pods));
+    }
+    for r in rows
+        .iter()
+        .filter(|r| matches!(r.status, CellStatus::Failed | CellStatus::Oom))
+    {
+        notes.push(format!("{} {}: {}", r.pod, r.status, r.note));
+    }
+    if !windows.is_empty() && !stable(&windows, settings.stable_windows, settings.tolerance) {
+        notes.push(format!(
+            "did not settle within {} s (last {} windows differ by more than {}%)",
+            settings.max_cell.as_secs(),
+            settings.stable_windows,
+            settings.tolerance * 100.0
+        ));
+    }
+    let mut agg = empty_row(labels, ALL_PODS, status, src, notes.join("; "));
+    agg.started_at = started_at.clone();
+    if let Some(h) = total.filter(|h| h.count > 0.0) {
+        agg.inferences = Some(total_inf);
+        agg.throughput_per_s = Some(total_tput);
+        agg.mean_s = finite(h.mean());
+        agg.p50_s = finite(h.quantile(0.5));
+        agg.p90_s = finite(h.quantile(0.9));
+        agg.p99_s = finite(h.quantile(0.99));
+        agg.errors = Some(total_errors as u64);
+        agg.fairness = jain_index(&effective);
+        agg.duration_s = Some(cell_secs);
+        agg.windows = Some(windows.len() as u32);
+        let tputs: Vec<f64> = windows.iter().map(|w| w.throughput).collect();
+        let p50s: Vec<f64> = windows.iter().map(|w| w.p50).collect();
+        agg.throughput_spread = finite(relative_spread(&tputs));
+        agg.p50_spread = finite(relative_spread(&p50s));
+        agg.gpu_util_pct = summary.util_pct;
+        agg.gpu_mem_bytes = summary.mem_bytes;
+        agg.power_w = summary.power_w;
+        agg.energy_j_per_inference = summary.energy_j.map(|e| e / total_inf.max(1) as f64);
+        if let Some(base) = baseline {
+            agg.speedup_vs_1pod = base.throughput_per_s.map(|b| total_tput / b);
+            agg.slowdown_vs_1pod = match (agg.mean_s, base.mean_s) {
+                (Some(m), Some(b)) if b > 0.0 => Some(m / b),
+                _ => None,
+            };
+        } else if labels.pods == 1 {
+            agg.speedup_vs_1pod = Some(1.0);
+            agg.slowdown_vs_1pod = Some(1.0);
+        }
+    }
+    rows.push(agg);
+    rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aggregate_status_rules() {
+        use CellStatus::*;
+        assert_eq!(aggregate_status(&[Ok, Pending, Pending]), Ok);
+        assert_eq!(aggregate_status(&[Ok, Oom, Failed]), Oom);
+        assert_eq!(aggregate_status(&[Ok, Failed]), Failed);
+        assert_eq!(aggregate_status(&[Pending]), Pending);
+    }
+
+    #[test]
+    fn pod_status_maps_exit_code_4_to_oom() {
+        let (s, code, note) = pod_status(
+            &PodState::Exited {
+                code: Some(4),
+                detail: "x".into(),
+            },
+            &None,
+        );
+        assert_eq!((s, code), (CellStatus::Oom, Some(4)));
+        assert!(note.contains("out of GPU memory"));
+        let (s, code, _) = pod_status(
+            &PodState::Exited {
+                code: Some(1),
+                detail: "x".into(),
+            },
+            &None,
+        );
+        assert_eq!((s, code), (CellStatus::Failed, Some(1)));
+        assert_eq!(
+            pod_status(&PodState::Running, &Some("scrape".into())).0,
+            CellStatus::Failed
+        );
+    }
+}

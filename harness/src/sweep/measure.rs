@@ -1,0 +1,159 @@
+//! Measuring one launched cell: wait for readiness, warm up (discarded), then windows
+//! until the last few agree on throughput and median latency, or the cap. Every wait
+//! ends at a stop request. The rows come from [`crate::sweep::cell::cell_rows`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::backend::{Backend, Pod, PodState};
+use crate::config::plan::MeasureSettings;
+use crate::error::Result;
+use crate::metrics::{MetricsSource, Target};
+use crate::results::record::{CellRecord, now_rfc3339};
+use crate::shutdown::Shutdown;
+use crate::stats::{Histogram, WindowStat, stable};
+use crate::sweep::cell::{CellLabels, Measured, Tracked, cell_rows};
+use crate::sweep::progress::Progress;
+use crate::telemetry::{Sampler, Telemetry, TelemetrySummary};
+
+/// Measures the launched cell. `baseline` is the strategy's 1-pod aggregate row.
+#[allow(clippy::too_many_arguments)]
+pub async fn measure_cell<B: Backend, S: MetricsSource>(
+    backend: &mut B,
+    source: &S,
+    telemetry: Arc<dyn Telemetry>,
+    settings: &MeasureSettings,
+    labels: &CellLabels,
+    baseline: Option<&CellRecord>,
+    progress: &dyn Progress,
+    shutdown: &Shutdown,
+) -> Result<Vec<CellRecord>> {
+    progress.phase("starting pods");
+    let pods: Vec<Pod> = backend.wait_ready(settings.ready_timeout, shutdown).await?;
+    let order: Vec<String> = pods.iter().map(|p| p.name.clone()).collect();
+    let mut tracked: HashMap<String, Tracked> = pods
+        .iter()
+        .map(|p| {
+            (
+                p.name.clone(),
+                Tracked {
+                    first: None,
+                    last: None,
+                    state: p.state.clone(),
+                    problem: None,
+                },
+            )
+        })
+        .collect();
+    let targets: Vec<Target> = pods
+        .iter()
+        .filter(|p| p.state == PodState::Running)
+        .filter_map(|p| {
+            p.metrics_url.as_ref().map(|u| Target {
+                pod: p.name.clone(),
+                url: u.clone(),
+            })
+        })
+        .collect();
+    let started_at = now_rfc3339();
+    if !targets.is_empty() {
+        progress.phase("waiting for the metrics source");
+        source.prepare(&targets, shutdown).await?;
+    }
+
+    let mut windows: Vec<WindowStat> = Vec::new();
+    let mut measured = Duration::ZERO;
+    let mut summary = TelemetrySummary::default();
+    if !targets.is_empty() {
+        progress.phase(&format!("warm-up {} s", settings.warmup.as_secs()));
+        shutdown.sleep(settings.warmup).await?;
+        let alive = |tracked: &HashMap<String, Tracked>| -> Vec<Target> {
+            targets
+                .iter()
+                .filter(|t| {
+                    tracked
+                        .get(&t.pod)
+                        .is_some_and(|x| x.state == PodState::Running && x.problem.is_none())
+                })
+                .cloned()
+                .collect()
+        };
+        for (pod, snap) in shutdown.guard(source.snapshot(&alive(&tracked))).await? {
+            if let Some(t) = tracked.get_mut(&pod) {
+                match snap {
+                    Ok(s) => {
+                        t.first = Some(s.clone());
+                        t.last = Some(s);
+                    }
+                    Err(e) => t.problem = Some(e.to_string()),
+                }
+            }
+        }
+        let sampler = Sampler::start(telemetry.clone());
+        let t0 = Instant::now();
+        loop {
+            progress.phase(&format!("window {}", windows.len() + 1));
+            shutdown.sleep(settings.window).await?;
+            for p in backend.poll().await {
+                if let Some(t) = tracked.get_mut(&p.name)
+                    && matches!(p.state, PodState::Exited { .. })
+                {
+                    t.state = p.state;
+                }
+            }
+            let now_alive = alive(&tracked);
+            let mut window_hist: Option<Histogram> = None;
+            let mut window_tput = 0.0;
+            for (pod, snap) in shutdown.guard(source.snapshot(&now_alive)).await? {
+                let Some(t) = tracked.get_mut(&pod) else { continue };
+                match snap {
+                    Ok(s) => {
+                        let prev = t.last.as_ref();
+                        match prev.and_then(|p| s.latency.delta(&p.latency).map(|d| (d, s.at - p.at))) {
+                            Some((d, dt)) => {
+                                window_tput += d.count / dt.as_secs_f64().max(1e-9);
+                                match window_hist.as_mut() {
+                                    Some(h) => {
+                                        h.add(&d);
+                                    }
+                                    None => window_hist = Some(d),
+                                }
+                                t.last = Some(s);
+                            }
+                            None => t.problem = Some("its counters went back (the process restarted)".into()),
+                        }
+                    }
+                    // A pod that stopped answering is judged at the next poll; if it is
+                    // still running, its scrape problem is what we record.
+                    Err(e) => t.problem = Some(e.to_string()),
+                }
+            }
+            let p50 = window_hist.as_ref().map_or(f64::NAN, |h| h.quantile(0.5));
+            windows.push(WindowStat {
+                throughput: window_tput,
+                p50,
+            });
+            let is_stable = stable(&windows, settings.stable_windows, settings.tolerance);
+            progress.window(windows.len(), window_tput, p50, is_stable);
+            measured = t0.elapsed();
+            if (windows.len() >= settings.stable_windows && is_stable)
+                || measured + settings.window > settings.max_cell + Duration::from_millis(500)
+                || alive(&tracked).is_empty()
+            {
+                break;
+            }
+        }
+        summary = sampler.finish(telemetry.clone()).await;
+    }
+
+    let measured = Measured {
+        order,
+        tracked,
+        windows,
+        measured,
+        summary,
+        started_at,
+    };
+    Ok(cell_rows(&measured, labels, source.kind(), settings, baseline))
+}

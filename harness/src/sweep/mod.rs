@@ -1,0 +1,68 @@
+//! The sweep: dispatch to a backend's session (`backend::local::session`,
+//! `backend::k8s::session`), then the generic [`runner`] over its cells. [`measure`]
+//! measures one cell (I/O: waits and snapshots); [`cell`] turns what was measured into
+//! the cell's rows (pure); [`progress`] is what the user sees meanwhile.
+
+pub mod cell;
+pub mod measure;
+pub mod progress;
+pub mod runner;
+
+use std::path::PathBuf;
+
+use crate::backend::{k8s, local};
+use crate::config::plan::{BackendKind, SweepPlan};
+use crate::error::Result;
+use crate::shutdown::Shutdown;
+use crate::sweep::progress::{Bars, Lines, Progress, Quiet};
+
+/// What a finished sweep reports.
+#[derive(Debug, Clone)]
+pub struct SweepOutcome {
+    /// The run directory.
+    pub dir: PathBuf,
+    /// Cells saved in this invocation.
+    pub cells_run: usize,
+    /// The run's label when it is not a GPU measurement.
+    pub label: Option<String>,
+}
+
+/// Progress on stderr: bars on a terminal, plain lines otherwise, nothing but messages
+/// with `--quiet`.
+pub fn progress_for(quiet: bool) -> Box<dyn Progress> {
+    if quiet {
+        Box::new(Quiet)
+    } else if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        Box::new(Bars::new())
+    } else {
+        Box::new(Lines)
+    }
+}
+
+/// Runs (or resumes) a sweep and returns its directory. `shutdown` is owned by the
+/// caller (`main` wires it to the signals).
+pub async fn run(
+    plan: SweepPlan,
+    resume: Option<String>,
+    progress: &dyn Progress,
+    shutdown: &Shutdown,
+) -> Result<SweepOutcome> {
+    match plan.backend {
+        BackendKind::Local => {
+            let session = local::session::open(&plan, resume.as_deref())?;
+            runner::run(session, progress, shutdown).await
+        }
+        BackendKind::Kubernetes => {
+            let session = k8s::session::open(&plan, resume.as_deref(), shutdown).await?;
+            runner::run(session, progress, shutdown).await
+        }
+    }
+}
+
+/// What a sweep would do, and changes nothing.
+pub fn dry_run(plan: &SweepPlan) -> String {
+    match plan.backend {
+        BackendKind::Kubernetes => k8s::session::dry_run(plan),
+        BackendKind::Local => local::session::dry_run(plan),
+    }
+}

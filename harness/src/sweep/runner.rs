@@ -1,0 +1,201 @@
+//! The generic runner: for each strategy, prepare it; for each pod count, launch the
+//! cell, measure it, stop its pods and save its rows before the next cell starts;
+//! restore at the end and on every failure path. A stop request ends every wait at
+//! once; the pods (and any MPS daemon) are stopped and every finished cell is kept.
+
+use std::sync::Arc;
+
+use crate::backend::{Backend, Prepared, Session};
+use crate::config::plan::{MeasureSettings, PrometheusSetting};
+use crate::error::{BenchError, Result};
+use crate::metrics::MetricsSource;
+use crate::metrics::prometheus::PrometheusSource;
+use crate::metrics::scrape::ScrapeSource;
+use crate::results::record::{Unavailable, now_rfc3339};
+use crate::results::store::RunStore;
+use crate::shutdown::Shutdown;
+use crate::sweep::SweepOutcome;
+use crate::sweep::cell::{CellLabels, cell_summary, failed_rows, unavailable_rows};
+use crate::sweep::measure::measure_cell;
+use crate::sweep::progress::Progress;
+use crate::telemetry::Telemetry;
+
+/// Runs a session's cells with its metrics source, then restores the backend and
+/// records how the run ended, whatever happened; returns the run's outcome.
+pub async fn run<B: Backend>(
+    session: Session<B>,
+    progress: &dyn Progress,
+    shutdown: &Shutdown,
+) -> Result<SweepOutcome> {
+    let Session {
+        mut backend,
+        mut store,
+        metrics,
+        telemetry,
+        settings,
+        notes,
+        keep_alive,
+    } = session;
+    for n in &notes {
+        progress.message(n);
+    }
+    let result = match metrics {
+        PrometheusSetting::Off => {
+            sweep_cells(
+                &mut backend,
+                &ScrapeSource::default(),
+                telemetry,
+                &settings,
+                &mut store,
+                progress,
+                shutdown,
+            )
+            .await
+        }
+        PrometheusSetting::Spawn => match PrometheusSource::spawn(store.dir(), shutdown).await {
+            Ok(mut source) => {
+                progress.message(&format!("Prometheus: private server at {}", source.client().base()));
+                let r = sweep_cells(
+                    &mut backend,
+                    &source,
+                    telemetry,
+                    &settings,
+                    &mut store,
+                    progress,
+                    shutdown,
+                )
+                .await;
+                source.stop(shutdown).await;
+                r
+            }
+            Err(e) => Err(e),
+        },
+        PrometheusSetting::Url(url) => {
+            let source = PrometheusSource::connect(&url);
+            sweep_cells(
+                &mut backend,
+                &source,
+                telemetry,
+                &settings,
+                &mut store,
+                progress,
+                shutdown,
+            )
+            .await
+        }
+    };
+    let restored = backend.restore(shutdown).await;
+    drop(keep_alive);
+    let interrupted = matches!(&result, Err(e) if e.is_interrupt());
+    store.update_run(|r| {
+        r.state = match (&result, interrupted) {
+            (Ok(_), _) => "complete".into(),
+            (Err(_), true) => "interrupted".into(),
+            (Err(_), false) => "failed".into(),
+        };
+        r.finished_at = Some(now_rfc3339());
+    })?;
+    progress.finish();
+    let cells_run = result?;
+    restored?;
+    Ok(SweepOutcome {
+        dir: store.dir().to_path_buf(),
+        cells_run,
+        label: store.run().label.clone(),
+    })
+}
+
+async fn sweep_cells<B: Backend, S: MetricsSource>(
+    backend: &mut B,
+    source: &S,
+    telemetry: Arc<dyn Telemetry>,
+    settings: &MeasureSettings,
+    store: &mut RunStore,
+    progress: &dyn Progress,
+    shutdown: &Shutdown,
+) -> Result<usize> {
+    let plan = store.run().plan.clone();
+    let total = (plan.strategies.len() * plan.pods.len()) as u64;
+    let done = plan
+        .strategies
+        .iter()
+        .flat_map(|s| plan.pods.iter().map(move |p| (*s, *p)))
+        .filter(|(s, p)| store.has_cell(*s, *p))
+        .count() as u64;
+    progress.sweep_start(total, done);
+    let mut ran = 0;
+    for &strategy in &plan.strategies {
+        if shutdown.is_requested() {
+            return Err(shutdown.interrupted());
+        }
+        if plan.pods.iter().all(|p| store.has_cell(strategy, *p)) {
+            continue;
+        }
+        let run_id = store.run().run_id.clone();
+        let labels = |pods| CellLabels {
+            run_id: run_id.clone(),
+            strategy,
+            pods,
+            model: plan.model.clone(),
+            precision: plan.precision.clone(),
+            device: plan.device,
+        };
+        let prepared = backend.prepare(strategy, shutdown).await?;
+        if let Prepared::Unavailable(reason) = &prepared {
+            progress.message(&format!("{} unavailable: {reason}", strategy.title()));
+            store.update_run(|r| {
+                if !r.unavailable.iter().any(|u| u.strategy == strategy) {
+                    r.unavailable.push(Unavailable {
+                        strategy,
+                        reason: reason.clone(),
+                    });
+                }
+            })?;
+        }
+        for &pods in &plan.pods {
+            if store.has_cell(strategy, pods) {
+                continue;
+            }
+            progress.cell_start(strategy, pods);
+            let rows = match &prepared {
+                Prepared::Unavailable(reason) => unavailable_rows(&labels(pods), source.kind(), reason),
+                Prepared::Ready => {
+                    let launched = backend.launch(strategy, pods, shutdown).await;
+                    let measured = match launched {
+                        Ok(_) => {
+                            let baseline = store.aggregate(strategy, 1).cloned();
+                            measure_cell(
+                                backend,
+                                source,
+                                telemetry.clone(),
+                                settings,
+                                &labels(pods),
+                                baseline.as_ref(),
+                                progress,
+                                shutdown,
+                            )
+                            .await
+                        }
+                        Err(e) => Err(e),
+                    };
+                    // Pods stop before anything else happens, whatever the outcome.
+                    let stopped = backend.stop_pods(shutdown).await;
+                    let rows = match measured {
+                        Ok(rows) => rows,
+                        Err(e) if e.is_interrupt() => return Err(e),
+                        // Without its metrics source nothing more can be measured.
+                        Err(e @ BenchError::Prometheus { .. }) => return Err(e),
+                        // A cell that could not start is an outcome, not the end of the sweep.
+                        Err(e) => failed_rows(&labels(pods), source.kind(), &e.to_string()),
+                    };
+                    stopped?;
+                    rows
+                }
+            };
+            progress.cell_done(&cell_summary(&rows));
+            store.save_cell(rows)?;
+            ran += 1;
+        }
+    }
+    Ok(ran)
+}

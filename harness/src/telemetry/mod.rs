@@ -1,0 +1,159 @@
+//! What the GPUs are and what they do: the inventory read once per run ([`inventory`],
+//! [`nvml`]), the host ([`host`]), and telemetry sampled during measurements (NVML
+//! locally, [`dcgm`] exporter series on Kubernetes). Read only: nothing here changes a
+//! GPU setting.
+
+pub mod dcgm;
+pub mod host;
+pub mod inventory;
+pub mod nvml;
+
+use std::sync::Arc;
+use std::sync::Mutex;
+
+pub use inventory::{GpuInfo, GpuInventory, MigDevice};
+pub use nvml::NvmlTelemetry;
+
+/// One telemetry reading of the device.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GpuSample {
+    /// GPU utilisation, percent.
+    pub util_pct: f64,
+    /// Device memory in use, bytes.
+    pub mem_used_bytes: u64,
+    /// Board power, watts.
+    pub power_w: f64,
+    /// Energy counter since driver load, millijoules.
+    pub energy_mj: Option<u64>,
+}
+
+/// Reads device telemetry (NVML on GPU 0, or nothing).
+pub trait Telemetry: Send + Sync {
+    /// One reading, or None when there is no GPU to read.
+    fn sample(&self) -> Option<GpuSample>;
+}
+
+/// No GPU: no numbers (cells get empty telemetry columns, not zeros).
+#[derive(Debug, Default)]
+pub struct NoTelemetry;
+
+impl Telemetry for NoTelemetry {
+    fn sample(&self) -> Option<GpuSample> {
+        None
+    }
+}
+
+/// Telemetry summarised over a measurement.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TelemetrySummary {
+    /// Mean utilisation.
+    pub util_pct: Option<f64>,
+    /// Peak memory in use.
+    pub mem_bytes: Option<u64>,
+    /// Mean power.
+    pub power_w: Option<f64>,
+    /// Energy over the measurement, joules (from the energy counter).
+    pub energy_j: Option<f64>,
+}
+
+/// Summarises samples taken once a second (pure).
+pub fn summarise(samples: &[GpuSample]) -> TelemetrySummary {
+    if samples.is_empty() {
+        return TelemetrySummary::default();
+    }
+    let n = samples.len() as f64;
+    let energy_j = match (
+        samples.first().and_then(|s| s.energy_mj),
+        samples.last().and_then(|s| s.energy_mj),
+    ) {
+        (Some(a), Some(b)) if b >= a && samples.len() > 1 => Some((b - a) as f64 / 1000.0),
+        _ => None,
+    };
+    TelemetrySummary {
+        util_pct: Some(samples.iter().map(|s| s.util_pct).sum::<f64>() / n),
+        mem_bytes: samples.iter().map(|s| s.mem_used_bytes).max(),
+        power_w: Some(samples.iter().map(|s| s.power_w).sum::<f64>() / n),
+        energy_j,
+    }
+}
+
+/// Samples telemetry every second on a background task until dropped or finished.
+pub struct Sampler {
+    samples: Arc<Mutex<Vec<GpuSample>>>,
+    stop: tokio_util::sync::CancellationToken,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Sampler {
+    /// Starts sampling now (one reading at once, then every second).
+    pub fn start(telemetry: Arc<dyn Telemetry>) -> Self {
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let stop = tokio_util::sync::CancellationToken::new();
+        let task = {
+            let (samples, stop) = (samples.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+                loop {
+                    tokio::select! {
+                        _ = stop.cancelled() => break,
+                        _ = tick.tick() => {
+                            let t = telemetry.clone();
+                            if let Ok(Some(s)) = tokio::task::spawn_blocking(move || t.sample()).await
+                                && let Ok(mut v) = samples.lock() {
+                                    v.push(s);
+                                }
+                        }
+                    }
+                }
+            })
+        };
+        Self {
+            samples,
+            stop,
+            task: Some(task),
+        }
+    }
+
+    /// Stops (taking one last reading, on a blocking thread like the others: a
+    /// telemetry source may block on network I/O) and summarises.
+    pub async fn finish(mut self, telemetry: Arc<dyn Telemetry>) -> TelemetrySummary {
+        self.stop.cancel();
+        if let Some(t) = self.task.take() {
+            let _ = t.await;
+        }
+        let mut v = self.samples.lock().map(|v| v.clone()).unwrap_or_default();
+        if let Ok(Some(s)) = tokio::task::spawn_blocking(move || telemetry.sample()).await {
+            v.push(s);
+        }
+        summarise(&v)
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summarises_samples() {
+        let s = |u, m, p, e| GpuSample {
+            util_pct: u,
+            mem_used_bytes: m,
+            power_w: p,
+            energy_mj: e,
+        };
+        let sum = summarise(&[s(50.0, 10, 100.0, Some(1_000)), s(100.0, 30, 300.0, Some(5_000))]);
+        assert_eq!(sum.util_pct, Some(75.0));
+        assert_eq!(sum.mem_bytes, Some(30));
+        assert_eq!(sum.power_w, Some(200.0));
+        assert_eq!(sum.energy_j, Some(4.0));
+        assert_eq!(summarise(&[]), TelemetrySummary::default());
+        // One sample: no energy difference to take.
+        assert_eq!(summarise(&[s(1.0, 1, 1.0, Some(9))]).energy_j, None);
+    }
+}

@@ -1,0 +1,79 @@
+//! NVML: the GPU inventory (with `nvidia-smi -L` for MIG devices) and telemetry of one
+//! GPU. NVML is opened at run time, so the binary starts on machines without a driver.
+//! Read only.
+
+use crate::telemetry::{GpuInfo, GpuInventory, GpuSample, Telemetry, inventory::parse_nvidia_smi_list};
+
+/// Reads the inventory through NVML; MIG devices from `nvidia-smi -L` (same driver,
+/// simpler than NVML's MIG handles). Empty when there is no driver.
+pub fn probe() -> GpuInventory {
+    let Ok(nvml) = nvml_wrapper::Nvml::init() else {
+        return GpuInventory::default();
+    };
+    let mut inv = GpuInventory {
+        nvml: true,
+        driver_version: nvml.sys_driver_version().ok(),
+        cuda_driver_version: nvml
+            .sys_cuda_driver_version()
+            .ok()
+            .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10)),
+        gpus: Vec::new(),
+    };
+    let listed = std::process::Command::new("nvidia-smi")
+        .arg("-L")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| parse_nvidia_smi_list(&String::from_utf8_lossy(&o.stdout)))
+        .unwrap_or_default();
+    for i in 0..nvml.device_count().unwrap_or(0) {
+        let Ok(d) = nvml.device_by_index(i) else { continue };
+        let uuid = d.uuid().unwrap_or_default();
+        let mig_enabled = d.mig_mode().ok().map(|m| m.current == 1);
+        inv.gpus.push(GpuInfo {
+            index: i,
+            name: d.name().unwrap_or_else(|_| "unknown GPU".into()),
+            memory_total_bytes: d.memory_info().ok().map(|m| m.total),
+            mig_enabled,
+            compute_mode: d.compute_mode().ok().map(|m| format!("{m:?}")),
+            mig_devices: listed
+                .iter()
+                .find(|g| g.uuid == uuid)
+                .map(|g| g.mig_devices.clone())
+                .unwrap_or_default(),
+            uuid,
+        });
+    }
+    inv
+}
+
+/// NVML telemetry of one GPU.
+pub struct NvmlTelemetry {
+    nvml: nvml_wrapper::Nvml,
+    index: u32,
+}
+
+impl std::fmt::Debug for NvmlTelemetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "NvmlTelemetry(gpu {})", self.index)
+    }
+}
+
+impl NvmlTelemetry {
+    /// Opens NVML, if the driver is there.
+    pub fn open(index: u32) -> Option<Self> {
+        nvml_wrapper::Nvml::init().ok().map(|nvml| Self { nvml, index })
+    }
+}
+
+impl Telemetry for NvmlTelemetry {
+    fn sample(&self) -> Option<GpuSample> {
+        let d = self.nvml.device_by_index(self.index).ok()?;
+        Some(GpuSample {
+            util_pct: d.utilization_rates().ok()?.gpu as f64,
+            mem_used_bytes: d.memory_info().ok()?.used,
+            power_w: d.power_usage().ok()? as f64 / 1000.0,
+            energy_mj: d.total_energy_consumption().ok(),
+        })
+    }
+}

@@ -1,0 +1,5 @@
+//! Commands beside the sweep: `doctor` (is this machine ready?) and `overhead` (what
+//! does measuring cost?).
+
+pub mod doctor;
+pub mod overhead;
