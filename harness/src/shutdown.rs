@@ -108,7 +108,7 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(1)).await;
         s.request(libc::SIGTERM);
         s.request(libc::SIGINT); // the first signal is the one recorded
-        let e = waiter.await.expect("join").err().expect("interrupted");
+        let e = waiter.await.expect("join").expect_err("interrupted");
         assert_eq!(e.exit_code(), 143);
         assert!(!s.is_forced());
         let t = tokio::time::Instant::now();

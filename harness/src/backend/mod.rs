@@ -2,6 +2,8 @@
 //! report their states, stop them, and put everything back. The local backend runs
 //! processes on this machine; the Kubernetes backend drives a node.
 
+#[cfg(test)]
+pub mod fake;
 pub mod k8s;
 pub mod local;
 

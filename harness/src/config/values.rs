@@ -400,7 +400,7 @@ mod tests {
     #[test]
     fn values_parse_once_for_flags_and_files() {
         assert_eq!("1, 3,3,5".parse::<List<PodCount>>().map(|l| l.0.len()), Ok(3));
-        let e = "1,0".parse::<List<PodCount>>().err().expect("0 is out of range");
+        let e = "1,0".parse::<List<PodCount>>().expect_err("0 is out of range");
         assert_eq!(
             (e.item.as_str(), e.reason.as_str()),
             ("0", "pod counts go from 1 to 64")

@@ -7,7 +7,7 @@ pub mod http;
 pub mod prometheus;
 pub mod scrape;
 
-use std::time::Instant;
+use tokio::time::Instant;
 
 use crate::domain::Source;
 use crate::error::{BenchError, Result};

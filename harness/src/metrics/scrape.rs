@@ -1,7 +1,9 @@
 //! The direct scrape: each pod's `/metrics` over HTTP, turned into one
 //! [`PodSnapshot`] per pod (the local default source).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::domain::Source;
 use crate::error::{BenchError, Result};

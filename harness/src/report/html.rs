@@ -1,18 +1,12 @@
 //! The HTML page: self-contained (inline CSS, inline SVG, no script, nothing fetched).
+//!
+//! Built with `maud`, so every interpolated string is escaped by construction; only
+//! the inline CSS and the plotters SVGs are inserted raw ([`PreEscaped`]).
 
-use std::fmt::Write;
+use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use super::RunData;
-use super::tables::{Cell, Tables};
-
-/// Escapes text for HTML content and attributes.
-pub fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-        .replace('\'', "&#39;")
-}
+use super::tables::{Cell, Table, Tables};
 
 const CSS: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2rem auto;max-width:1100px;padding:0 1rem;color:#111;line-height:1.45}\
 h1{font-size:1.6rem;margin-bottom:.2rem}h2{font-size:1.2rem;margin-top:2rem;border-bottom:1px solid #ccc;padding-bottom:.2rem}\
@@ -24,103 +18,130 @@ th{background:#f2f2f2}td.status{color:#8a1c1c;font-style:italic;text-align:cente
 
 /// The whole page.
 pub fn page(data: &RunData, tables: &Tables, charts: &[(String, String)]) -> String {
-    let mut h = String::new();
     let run = &data.run;
     let p = &run.plan;
     let title = format!("gpushare-bench — {}", run.run_id);
-    let _ = write!(
-        h,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{}</title><style>{CSS}</style></head><body>\n",
-        esc(&title)
-    );
-    let _ = writeln!(h, "<h1>{}</h1>", esc(&title));
-    let _ = writeln!(
-        h,
-        "<p class=\"muted\">{} · {} · {} · batch {} · {} backend · run {} → {}</p>",
-        esc(&data.device_name()),
-        esc(&p.model),
-        esc(&p.precision),
-        p.batch,
-        esc(&p.backend),
-        esc(&run.started_at),
-        esc(run.finished_at.as_deref().unwrap_or("unfinished"))
-    );
-    if let Some(label) = data.label() {
-        let _ = writeln!(h, "<div class=\"banner\" role=\"alert\">{}</div>", esc(&label));
-    }
     let tag = data.short_label().map(|l| format!(" — {l}")).unwrap_or_default();
-    let _ = writeln!(h, "<h2>Results</h2>");
-    for t in &tables.tables {
-        let _ = write!(
-            h,
-            "<table><caption>{} ({}){}</caption><thead><tr><th>Strategy</th>",
-            esc(&t.title),
-            esc(&t.unit),
-            esc(&tag)
-        );
-        for c in &t.columns {
-            let _ = write!(h, "<th>{}</th>", esc(c));
-        }
-        h.push_str("</tr></thead><tbody>\n");
-        for (name, cells) in &t.rows {
-            let _ = write!(h, "<tr><th scope=\"row\">{}</th>", esc(name));
-            for c in cells {
-                match c {
-                    Cell::Value(v) => {
-                        let _ = write!(h, "<td class=\"num\">{}</td>", esc(v));
+    html! {
+        (DOCTYPE) "\n"
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) }
+                style { (PreEscaped(CSS)) }
+            }
+            body {
+                "\n"
+                h1 { (title) } "\n"
+                p.muted {
+                    (data.device_name()) " · " (p.model) " · " (p.precision) " · batch " (p.batch)
+                    " · " (p.backend) " backend · run " (run.started_at) " → "
+                    (run.finished_at.as_deref().unwrap_or("unfinished"))
+                } "\n"
+                @if let Some(label) = data.label() {
+                    div.banner role="alert" { (label) } "\n"
+                }
+                h2 { "Results" } "\n"
+                @for t in &tables.tables {
+                    (table(t, tables, &tag))
+                }
+                @for r in &tables.reading {
+                    p { (r) } "\n"
+                }
+                @if !tables.notes.is_empty() {
+                    h2 { "Notes" }
+                    ol {
+                        "\n"
+                        @for (_, text) in &tables.notes {
+                            li { (text) } "\n"
+                        }
+                    } "\n"
+                }
+                h2 { "Charts" }
+                div.charts {
+                    "\n"
+                    @for (name, svg) in charts {
+                        // The SVG's own XML prolog is not valid inside HTML; the element
+                        // itself is.
+                        figure id=(name.trim_end_matches(".svg")) {
+                            (PreEscaped(svg.find("<svg").map_or(svg.as_str(), |i| &svg[i..])))
+                        } "\n"
                     }
-                    Cell::Status(s, n) => {
-                        let reason = tables
-                            .notes
-                            .iter()
-                            .find(|(k, _)| k == n)
-                            .map(|(_, t)| t.as_str())
-                            .unwrap_or("");
-                        let _ = write!(
-                            h,
-                            "<td class=\"status\" title=\"{}\">{s} <sup>{n}</sup></td>",
-                            esc(reason)
-                        );
+                } "\n"
+                h2 { "Environment" }
+                dl {
+                    "\n"
+                    @for (k, v) in environment(data) {
+                        dt { (k) } dd { (v) } "\n"
                     }
-                    Cell::Empty => h.push_str("<td class=\"num\">–</td>"),
-                    Cell::Missing => {
-                        h.push_str("<td class=\"status\" title=\"this cell is not in the run\">not run</td>")
+                } "\n"
+                @if !run.unavailable.is_empty() {
+                    h2 { "Unavailable strategies" }
+                    ul {
+                        "\n"
+                        @for u in &run.unavailable {
+                            li { strong { (u.strategy.title()) } ": " (u.reason) } "\n"
+                        }
+                    } "\n"
+                }
+                p.muted {
+                    "Generated by gpushare-bench report. Numbers: mean = Δsum/Δcount of the inference_time_seconds histogram; quantiles as Prometheus' histogram_quantile; fairness = Jain's index over the requested pods."
+                } "\n"
+            }
+        } "\n"
+    }
+    .into_string()
+}
+
+/// One results table; a status cell carries its note's text on hover.
+fn table(t: &Table, tables: &Tables, tag: &str) -> Markup {
+    html! {
+        table {
+            caption { (t.title) " (" (t.unit) ")" (tag) }
+            thead {
+                tr {
+                    th { "Strategy" }
+                    @for c in &t.columns {
+                        th { (c) }
                     }
                 }
             }
-            h.push_str("</tr>\n");
-        }
-        h.push_str("</tbody></table>\n");
+            tbody {
+                "\n"
+                @for (name, cells) in &t.rows {
+                    tr {
+                        th scope="row" { (name) }
+                        @for c in cells {
+                            @match c {
+                                Cell::Value(v) => td.num { (v) },
+                                Cell::Status(s, n) => {
+                                    @let reason = tables
+                                        .notes
+                                        .iter()
+                                        .find(|(k, _)| k == n)
+                                        .map_or("", |(_, t)| t.as_str());
+                                    td.status title=(reason) { (s.to_string()) " " sup { (n) } }
+                                }
+                                Cell::Empty => td.num { "–" },
+                                Cell::Missing => td.status title="this cell is not in the run" { "not run" },
+                            }
+                        }
+                    } "\n"
+                }
+            }
+        } "\n"
     }
-    for r in &tables.reading {
-        let _ = writeln!(h, "<p>{}</p>", esc(r));
-    }
-    if !tables.notes.is_empty() {
-        let _ = writeln!(h, "<h2>Notes</h2><ol>");
-        for (_, text) in &tables.notes {
-            let _ = writeln!(h, "<li>{}</li>", esc(text));
-        }
-        h.push_str("</ol>\n");
-    }
-    let _ = writeln!(h, "<h2>Charts</h2><div class=\"charts\">");
-    for (name, svg) in charts {
-        // The SVG's own XML prolog is not valid inside HTML; the element itself is.
-        let body = svg.find("<svg").map_or(svg.as_str(), |i| &svg[i..]);
-        let _ = writeln!(
-            h,
-            "<figure id=\"{}\">{body}</figure>",
-            esc(name.trim_end_matches(".svg"))
-        );
-    }
-    h.push_str("</div>\n");
-    let env = &run.environment;
-    let _ = writeln!(h, "<h2>Environment</h2><dl>");
-    let mut row = |k: &str, v: String| {
-        let _ = writeln!(h, "<dt>{}</dt><dd>{}</dd>", esc(k), esc(&v));
-    };
+}
+
+/// The environment section's (term, description) rows.
+fn environment(data: &RunData) -> Vec<(String, String)> {
+    let env = &data.run.environment;
+    let p = &data.run.plan;
+    let mut rows = Vec::new();
     for g in &env.gpus {
-        row(
-            &format!("GPU {}", g.index),
+        rows.push((
+            format!("GPU {}", g.index),
             format!(
                 "{} ({}; {} GiB; MIG {}; compute mode {})",
                 g.name,
@@ -130,40 +151,40 @@ pub fn page(data: &RunData, tables: &Tables, charts: &[(String, String)]) -> Str
                 g.mig_mode.as_deref().unwrap_or("not supported"),
                 g.compute_mode.as_deref().unwrap_or("?")
             ),
-        );
+        ));
         for m in &g.mig_devices {
-            row("MIG device", m.clone());
+            rows.push(("MIG device".into(), m.clone()));
         }
     }
-    row(
-        "Driver / CUDA",
+    rows.push((
+        "Driver / CUDA".into(),
         format!(
             "{} / {}",
             env.driver_version.as_deref().unwrap_or("none"),
             env.cuda_driver_version.as_deref().unwrap_or("none")
         ),
-    );
-    row(
-        "Host",
+    ));
+    rows.push((
+        "Host".into(),
         format!("{} — {} — {} ({} CPUs)", env.hostname, env.os, env.cpu, env.cpus),
-    );
-    row(
-        "Workload",
+    ));
+    rows.push((
+        "Workload".into(),
         format!(
             "{} · model {} · precision {} · batch {}",
             env.workload, p.model, p.precision, p.batch
         ),
-    );
-    row(
-        "Harness",
+    ));
+    rows.push((
+        "Harness".into(),
         format!(
             "{} · git {}",
             env.harness,
             env.git_revision.as_deref().unwrap_or("not recorded")
         ),
-    );
-    row(
-        "Measurement",
+    ));
+    rows.push((
+        "Measurement".into(),
         format!(
             "warm-up {} s, windows of {} s until {} agree within {}% (at most {} s), source {}",
             p.warmup_s,
@@ -176,24 +197,57 @@ pub fn page(data: &RunData, tables: &Tables, charts: &[(String, String)]) -> Str
                 crate::domain::Source::Prometheus => "Prometheus",
             }
         ),
-    );
-    row(
-        "MPS control",
+    ));
+    rows.push((
+        "MPS control".into(),
         env.mps_control.clone().unwrap_or_else(|| "not found".into()),
-    );
-    h.push_str("</dl>\n");
-    if !run.unavailable.is_empty() {
-        let _ = writeln!(h, "<h2>Unavailable strategies</h2><ul>");
-        for u in &run.unavailable {
-            let _ = writeln!(
-                h,
-                "<li><strong>{}</strong>: {}</li>",
-                esc(u.strategy.title()),
-                esc(&u.reason)
-            );
-        }
-        h.push_str("</ul>\n");
+    ));
+    rows
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::domain::{CellStatus, Strategy};
+    use crate::report::tables;
+
+    /// The real H100 fixture run, with a cell note and an unavailable reason that try to
+    /// inject a script.
+    fn hostile_run() -> RunData {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/h100-run");
+        let mut data = RunData::load(&dir).expect("fixture");
+        let cell = data
+            .cells
+            .iter_mut()
+            .find(|c| c.is_aggregate() && c.strategy == Strategy::Mig && c.status != CellStatus::Ok)
+            .expect("a cell that did not measure");
+        cell.note = "<script>alert(1)</script> & \"quoted\"".into();
+        let u = data.run.unavailable.first_mut().expect("an unavailable strategy");
+        u.reason = "<script>alert(1)</script>".into();
+        data.run.environment.hostname = "<script>alert(1)</script>".into();
+        data
     }
-    h.push_str("<p class=\"muted\">Generated by gpushare-bench report. Numbers: mean = Δsum/Δcount of the inference_time_seconds histogram; quantiles as Prometheus' histogram_quantile; fairness = Jain's index over the requested pods.</p>\n</body></html>\n");
-    h
+
+    #[test]
+    fn interpolated_text_is_escaped() {
+        let data = hostile_run();
+        let t = tables::all(&data);
+        assert!(t.notes.iter().any(|(_, n)| n.contains("<script>")), "{:?}", t.notes);
+        let charts = vec![("x.svg".to_string(), "<?xml version=\"1.0\"?>\n<svg></svg>".to_string())];
+        let h = page(&data, &t, &charts);
+        assert!(!h.contains("<script"), "a script tag got through");
+        assert!(h.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+        // In the status cell's title attribute, in the notes, and as the unavailable
+        // reason.
+        assert!(
+            h.contains("title=\"MIG — unavailable: &lt;script&gt;alert(1)&lt;/script&gt; &amp; &quot;quoted&quot;\"")
+        );
+        assert!(h.contains("<li>MIG — unavailable: &lt;script&gt;"));
+        assert!(h.contains("<li><strong>MIG</strong>: &lt;script&gt;alert(1)&lt;/script&gt;</li>"));
+        // The SVG goes in raw, without its XML prolog.
+        assert!(h.contains("<figure id=\"x\"><svg></svg></figure>"));
+        assert!(!h.contains("<?xml"));
+    }
 }

@@ -251,7 +251,7 @@ pub fn cell_rows(
     {
         notes.push(format!("{} {}: {}", r.pod, r.status, r.note));
     }
-    if !windows.is_empty() && !stable(&windows, settings.stable_windows, settings.tolerance) {
+    if !windows.is_empty() && !stable(windows, settings.stable_windows, settings.tolerance) {
         notes.push(format!(
             "did not settle within {} s (last {} windows differ by more than {}%)",
             settings.max_cell.as_secs(),

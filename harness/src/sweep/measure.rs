@@ -4,7 +4,9 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::backend::{Backend, Pod, PodState};
 use crate::config::plan::MeasureSettings;

@@ -7,6 +7,8 @@ pub mod cell;
 pub mod measure;
 pub mod progress;
 pub mod runner;
+#[cfg(test)]
+mod runner_tests;
 
 use std::path::PathBuf;
 

@@ -20,70 +20,67 @@ use crate::sweep::measure::measure_cell;
 use crate::sweep::progress::Progress;
 use crate::telemetry::Telemetry;
 
-/// Runs a session's cells with its metrics source, then restores the backend and
-/// records how the run ended, whatever happened; returns the run's outcome.
+/// Runs a session's cells with the metrics source its setting names, then restores the
+/// backend and records how the run ended, whatever happened; returns the run's outcome.
 pub async fn run<B: Backend>(
     session: Session<B>,
+    progress: &dyn Progress,
+    shutdown: &Shutdown,
+) -> Result<SweepOutcome> {
+    match session.metrics.clone() {
+        PrometheusSetting::Off => run_with_source(session, &ScrapeSource::default(), progress, shutdown).await,
+        PrometheusSetting::Spawn => {
+            let mut source = match PrometheusSource::spawn(session.store.dir(), shutdown).await {
+                Ok(s) => s,
+                Err(e) => return finish(session, Err(e), progress, shutdown).await,
+            };
+            progress.message(&format!("Prometheus: private server at {}", source.client().base()));
+            let r = run_with_source(session, &source, progress, shutdown).await;
+            source.stop(shutdown).await;
+            r
+        }
+        PrometheusSetting::Url(url) => {
+            run_with_source(session, &PrometheusSource::connect(&url), progress, shutdown).await
+        }
+    }
+}
+
+/// [`run`] with a given metrics source (tests drive the runner with scripted ones).
+pub async fn run_with_source<B: Backend, S: MetricsSource>(
+    mut session: Session<B>,
+    source: &S,
+    progress: &dyn Progress,
+    shutdown: &Shutdown,
+) -> Result<SweepOutcome> {
+    for n in &session.notes {
+        progress.message(n);
+    }
+    let result = sweep_cells(
+        &mut session.backend,
+        source,
+        session.telemetry.clone(),
+        &session.settings,
+        &mut session.store,
+        progress,
+        shutdown,
+    )
+    .await;
+    finish(session, result, progress, shutdown).await
+}
+
+/// Restores the backend and records how the run ended.
+async fn finish<B: Backend>(
+    session: Session<B>,
+    result: Result<usize>,
     progress: &dyn Progress,
     shutdown: &Shutdown,
 ) -> Result<SweepOutcome> {
     let Session {
         mut backend,
         mut store,
-        metrics,
-        telemetry,
-        settings,
-        notes,
         keep_alive,
+        ..
     } = session;
-    for n in &notes {
-        progress.message(n);
-    }
-    let result = match metrics {
-        PrometheusSetting::Off => {
-            sweep_cells(
-                &mut backend,
-                &ScrapeSource::default(),
-                telemetry,
-                &settings,
-                &mut store,
-                progress,
-                shutdown,
-            )
-            .await
-        }
-        PrometheusSetting::Spawn => match PrometheusSource::spawn(store.dir(), shutdown).await {
-            Ok(mut source) => {
-                progress.message(&format!("Prometheus: private server at {}", source.client().base()));
-                let r = sweep_cells(
-                    &mut backend,
-                    &source,
-                    telemetry,
-                    &settings,
-                    &mut store,
-                    progress,
-                    shutdown,
-                )
-                .await;
-                source.stop(shutdown).await;
-                r
-            }
-            Err(e) => Err(e),
-        },
-        PrometheusSetting::Url(url) => {
-            let source = PrometheusSource::connect(&url);
-            sweep_cells(
-                &mut backend,
-                &source,
-                telemetry,
-                &settings,
-                &mut store,
-                progress,
-                shutdown,
-            )
-            .await
-        }
-    };
     let restored = backend.restore(shutdown).await;
     drop(keep_alive);
     let interrupted = matches!(&result, Err(e) if e.is_interrupt());
@@ -155,6 +152,10 @@ async fn sweep_cells<B: Backend, S: MetricsSource>(
         for &pods in &plan.pods {
             if store.has_cell(strategy, pods) {
                 continue;
+            }
+            // A stop asked for between cells launches nothing more.
+            if shutdown.is_requested() {
+                return Err(shutdown.interrupted());
             }
             progress.cell_start(strategy, pods);
             let rows = match &prepared {

@@ -3,7 +3,9 @@
 //! scraping `/metrics` every interval; the throughputs of the two kinds of phase are
 //! compared against the spread between phases of the same kind.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use serde::Serialize;
 
@@ -165,27 +167,6 @@ pub async fn measure<B: Backend>(
 /// The strategy the overhead pod runs under (alone on the GPU).
 pub const STRATEGY: Strategy = Strategy::TimeSlicing;
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn summary_by_hand() {
-        let p = |scraping, t| OverheadPhase {
-            scraping,
-            seconds: 1.0,
-            inferences: t as u64,
-            throughput_per_s: t,
-            scrapes: 0,
-        };
-        let (a, b, d, sa, sb) = summarise(&[p(false, 100.0), p(true, 99.0), p(false, 102.0), p(true, 99.0)]);
-        assert_eq!((a, b), (101.0, 99.0));
-        assert!((d + 1.980198).abs() < 1e-5);
-        assert!((sa - 200.0 / 101.0).abs() < 1e-9);
-        assert_eq!(sb, 0.0);
-    }
-}
-
 /// Runs `gpushare-bench overhead`: one pod alone, phases with and without scraping;
 /// writes `<out>/<run-id>/overhead.json` and returns the result and that path.
 pub async fn run(args: &OverheadArgs, shutdown: &Shutdown) -> Result<(OverheadResult, std::path::PathBuf)> {
@@ -289,4 +270,25 @@ fn fmt_rate(interval_s: f64) -> String {
     let rate = 1.0 / interval_s;
     let text = format!("{rate:.2}");
     text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_by_hand() {
+        let p = |scraping, t| OverheadPhase {
+            scraping,
+            seconds: 1.0,
+            inferences: t as u64,
+            throughput_per_s: t,
+            scrapes: 0,
+        };
+        let (a, b, d, sa, sb) = summarise(&[p(false, 100.0), p(true, 99.0), p(false, 102.0), p(true, 99.0)]);
+        assert_eq!((a, b), (101.0, 99.0));
+        assert!((d + 1.980198).abs() < 1e-5);
+        assert!((sa - 200.0 / 101.0).abs() < 1e-9);
+        assert_eq!(sb, 0.0);
+    }
 }

@@ -14,7 +14,8 @@ pub use source::{PrometheusSource, instance_of, snapshots_from_series};
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
+    use tokio::time::Instant;
 
     #[test]
     fn encodes_queries() {

@@ -3,7 +3,9 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::time::Instant;
 
 use crate::domain::Source;
 use crate::error::{BenchError, Result};

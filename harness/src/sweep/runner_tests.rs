@@ -1,0 +1,333 @@
+//! The runner driven by the scripted backend and metrics source in paused tokio time:
+//! every edge case of the core loop in milliseconds, with exact expected numbers.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::backend::Session;
+use crate::backend::fake::{FakeBackend, PodScript};
+use crate::config::options::SweepOptions;
+use crate::config::plan::SweepPlan;
+use crate::domain::{CellStatus, DeviceKind, Strategy};
+use crate::error::Result;
+use crate::results::record::{CellRecord, Environment, RunRecord};
+use crate::results::store::RunStore;
+use crate::shutdown::Shutdown;
+use crate::sweep::SweepOutcome;
+use crate::sweep::progress::Progress;
+use crate::sweep::runner::run_with_source;
+use crate::telemetry::NoTelemetry;
+
+/// warm-up 2 s, windows of 1 s, at most 10 s per cell, 3 windows must agree.
+fn plan(dir: &std::path::Path, strategies: &str, pods: &str) -> SweepPlan {
+    let o: SweepOptions = toml::from_str(&format!(
+        "strategies = \"{strategies}\"\npods = \"{pods}\"\nwarmup = \"2s\"\nwindow = \"1s\"\nmax_cell = \"10s\"\nready_timeout = \"30s\"\ndevice = \"cpu\"\nrun_id = \"fake\"\nout = \"{}\"\n",
+        dir.display()
+    ))
+    .expect("options");
+    SweepPlan::from_options(o).expect("plan")
+}
+
+fn session(plan: &SweepPlan, backend: FakeBackend, resume: bool) -> Session<FakeBackend> {
+    let store = if resume {
+        RunStore::open(&plan.out, "fake").expect("reopen")
+    } else {
+        RunStore::create(
+            &plan.out,
+            RunRecord::new("fake".into(), plan, DeviceKind::Cpu, Environment::default()),
+        )
+        .expect("create")
+    };
+    Session {
+        backend,
+        settings: store.run().plan.measure_settings(plan.measure.ready_timeout),
+        metrics: store.run().plan.prometheus_setting(),
+        store,
+        telemetry: Arc::new(NoTelemetry),
+        notes: Vec::new(),
+        keep_alive: Vec::new(),
+    }
+}
+
+/// Progress that records finished cells and can ask for a stop after the n-th.
+#[derive(Default)]
+struct Recorder {
+    done: Mutex<Vec<String>>,
+    stop_after: Option<(usize, Shutdown)>,
+}
+
+impl Progress for Recorder {
+    fn sweep_start(&self, _: u64, _: u64) {}
+    fn cell_start(&self, _: Strategy, _: u32) {}
+    fn phase(&self, _: &str) {}
+    fn window(&self, _: usize, _: f64, _: f64, _: bool) {}
+    fn cell_done(&self, summary: &str) {
+        let mut d = self.done.lock().expect("lock");
+        d.push(summary.to_string());
+        if let Some((n, s)) = &self.stop_after
+            && d.len() == *n
+        {
+            s.request(libc::SIGINT);
+        }
+    }
+    fn message(&self, _: &str) {}
+    fn finish(&self) {}
+}
+
+async fn sweep(
+    plan: &SweepPlan,
+    backend: &FakeBackend,
+    resume: bool,
+    progress: &Recorder,
+    shutdown: &Shutdown,
+) -> Result<SweepOutcome> {
+    let metrics = backend.metrics();
+    run_with_source(session(plan, backend.clone(), resume), &metrics, progress, shutdown).await
+}
+
+fn cells(plan: &SweepPlan) -> Vec<CellRecord> {
+    crate::results::store::read_cells(&plan.out.join("fake/cells.jsonl")).expect("cells")
+}
+
+fn state(plan: &SweepPlan) -> String {
+    crate::results::store::read_run(&plan.out.join("fake/run.json"))
+        .expect("run")
+        .state
+}
+
+fn agg(rows: &[CellRecord], s: Strategy, pods: u32) -> CellRecord {
+    rows.iter()
+        .find(|r| r.strategy == s && r.pods == pods && r.is_aggregate())
+        .cloned()
+        .expect("aggregate row")
+}
+
+fn log(b: &FakeBackend) -> Vec<String> {
+    b.calls.lock().expect("calls").log.clone()
+}
+
+#[tokio::test(start_paused = true)]
+async fn steady_pods_give_exact_numbers_and_every_cell_is_stopped() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let plan = plan(tmp.path(), "time-slicing", "1,3");
+    let b = FakeBackend::new(|_, n| (0..n).map(|_| PodScript::steady(100.0, 0.004)).collect());
+    let out = sweep(&plan, &b, false, &Recorder::default(), &Shutdown::new())
+        .await
+        .expect("sweep");
+    assert_eq!(out.cells_run, 2);
+    let rows = cells(&plan);
+    let three = agg(&rows, Strategy::TimeSlicing, 3);
+    assert_eq!(three.status, CellStatus::Ok);
+    assert_eq!(three.windows, Some(3), "identical windows: stable after the minimum");
+    assert_eq!(three.throughput_per_s, Some(300.0));
+    assert!(
+        three.mean_s.is_some_and(|m| (m - 0.004).abs() < 1e-12),
+        "{:?}",
+        three.mean_s
+    );
+    assert_eq!(three.fairness, Some(1.0));
+    assert_eq!(three.speedup_vs_1pod, Some(3.0));
+    assert_eq!(rows.iter().filter(|r| r.pods == 3 && !r.is_aggregate()).count(), 3);
+    assert_eq!(
+        log(&b),
+        [
+            "prepare time-slicing",
+            "launch time-slicing 1",
+            "stop",
+            "launch time-slicing 3",
+            "stop",
+            "restore"
+        ]
+    );
+    assert_eq!(state(&plan), "complete");
+    assert_eq!(b.running(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn exit_4_is_oom_a_crash_is_failed_and_pending_pods_are_an_outcome() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let plan = plan(tmp.path(), "exclusive,time-slicing,mps", "3");
+    let b = FakeBackend::new(|s, n| {
+        (0..n)
+            .map(|i| {
+                let mut p = PodScript::steady(50.0, 0.003);
+                match (s, i) {
+                    // Exclusive: one pod gets the GPU, the others wait.
+                    (Strategy::Exclusive, 1 | 2) => p.pending = Some("no free nvidia.com/gpu".into()),
+                    // Out of GPU memory in the middle of the second window.
+                    (Strategy::TimeSlicing, 2) => p.exit = Some((Duration::from_millis(4500), 4)),
+                    (Strategy::Mps, 0) => p.exit = Some((Duration::from_millis(4500), 1)),
+                    _ => {}
+                }
+                p
+            })
+            .collect()
+    });
+    sweep(&plan, &b, false, &Recorder::default(), &Shutdown::new())
+        .await
+        .expect("sweep");
+    let rows = cells(&plan);
+    let ex = agg(&rows, Strategy::Exclusive, 3);
+    assert_eq!(ex.status, CellStatus::Ok);
+    assert!(ex.note.contains("1 of 3 pods ran; 2 pending"), "{}", ex.note);
+    assert_eq!(ex.throughput_per_s, Some(50.0));
+    let ts = agg(&rows, Strategy::TimeSlicing, 3);
+    assert_eq!(ts.status, CellStatus::Oom);
+    let oom_pod = rows
+        .iter()
+        .find(|r| r.strategy == Strategy::TimeSlicing && r.pod == "pod-2")
+        .expect("pod-2");
+    assert_eq!((oom_pod.status, oom_pod.exit_code), (CellStatus::Oom, Some(4)));
+    let mps = agg(&rows, Strategy::Mps, 3);
+    assert_eq!(mps.status, CellStatus::Failed);
+    assert!(mps.note.contains("pod-0 failed"), "{}", mps.note);
+    assert_eq!(b.running(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_counter_reset_marks_the_pod_not_the_cell_numbers() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let plan = plan(tmp.path(), "time-slicing", "2");
+    let b = FakeBackend::new(|_, n| {
+        (0..n)
+            .map(|i| {
+                let mut p = PodScript::steady(100.0, 0.002);
+                if i == 1 {
+                    p.restart_at = Some(Duration::from_millis(4500));
+                }
+                p
+            })
+            .collect()
+    });
+    sweep(&plan, &b, false, &Recorder::default(), &Shutdown::new())
+        .await
+        .expect("sweep");
+    let rows = cells(&plan);
+    let reset = rows.iter().find(|r| r.pod == "pod-1").expect("pod-1");
+    assert_eq!(reset.status, CellStatus::Failed);
+    assert!(reset.note.contains("counters went back"), "{}", reset.note);
+    let a = agg(&rows, Strategy::TimeSlicing, 2);
+    assert_eq!(a.status, CellStatus::Failed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn interrupt_during_readiness_stops_pods_and_keeps_the_run() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let plan = plan(tmp.path(), "time-slicing", "1");
+    let b = FakeBackend::new(|_, n| {
+        (0..n)
+            .map(|_| PodScript {
+                ready_after: Duration::from_secs(25),
+                ..PodScript::steady(10.0, 0.001)
+            })
+            .collect()
+    });
+    let shutdown = Shutdown::new();
+    let s = shutdown.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        s.request(libc::SIGTERM);
+    });
+    let t = tokio::time::Instant::now();
+    let e = sweep(&plan, &b, false, &Recorder::default(), &shutdown)
+        .await
+        .expect_err("interrupted");
+    assert_eq!(e.exit_code(), 143);
+    assert!(t.elapsed() < Duration::from_secs(6), "the wait ended at the signal");
+    assert_eq!(
+        log(&b),
+        ["prepare time-slicing", "launch time-slicing 1", "stop", "restore"]
+    );
+    assert!(cells(&plan).is_empty());
+    assert_eq!(state(&plan), "interrupted");
+}
+
+#[tokio::test(start_paused = true)]
+async fn interrupt_mid_window_keeps_finished_cells_only() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let plan = plan(tmp.path(), "time-slicing", "1,2");
+    let b = FakeBackend::new(|_, n| (0..n).map(|_| PodScript::steady(100.0, 0.004)).collect());
+    let shutdown = Shutdown::new();
+    let s = shutdown.clone();
+    // Cell 1 ends at ~6 s (1 s ready, 2 s warm-up, 3 windows); cell 2 is mid-window at 11.5 s.
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(11_500)).await;
+        s.request(libc::SIGINT);
+    });
+    let e = sweep(&plan, &b, false, &Recorder::default(), &shutdown)
+        .await
+        .expect_err("interrupted");
+    assert_eq!(e.exit_code(), 130);
+    let rows = cells(&plan);
+    assert_eq!(
+        rows.iter().filter(|r| r.is_aggregate()).count(),
+        1,
+        "only the finished cell"
+    );
+    assert_eq!(agg(&rows, Strategy::TimeSlicing, 1).status, CellStatus::Ok);
+    assert_eq!(log(&b).last().map(String::as_str), Some("restore"));
+    assert_eq!(b.running(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn interrupt_between_cells_then_resume_measures_each_cell_once() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let plan = plan(tmp.path(), "exclusive,time-slicing", "1,3");
+    let scripts = |_: Strategy, n: u32| (0..n).map(|_| PodScript::steady(80.0, 0.005)).collect();
+    let b = FakeBackend::new(scripts).without(Strategy::Exclusive);
+    let shutdown = Shutdown::new();
+    // Exclusive is unavailable (2 cells of reasons); stop right after the next cell.
+    let progress = Recorder {
+        stop_after: Some((3, shutdown.clone())),
+        ..Recorder::default()
+    };
+    let e = sweep(&plan, &b, false, &progress, &shutdown)
+        .await
+        .expect_err("interrupted");
+    assert!(e.is_interrupt());
+    assert_eq!(
+        log(&b),
+        [
+            "prepare exclusive",
+            "prepare time-slicing",
+            "launch time-slicing 1",
+            "stop",
+            "restore"
+        ],
+        "nothing was launched after the signal"
+    );
+    let first = cells(&plan);
+    assert_eq!(first.iter().filter(|r| r.is_aggregate()).count(), 3);
+
+    let b2 = FakeBackend::new(scripts).without(Strategy::Exclusive);
+    let out = sweep(&plan, &b2, true, &Recorder::default(), &Shutdown::new())
+        .await
+        .expect("resume");
+    assert_eq!(out.cells_run, 1, "only the missing cell");
+    assert_eq!(
+        log(&b2),
+        ["prepare time-slicing", "launch time-slicing 3", "stop", "restore"]
+    );
+    let rows = cells(&plan);
+    for (s, n) in [
+        (Strategy::Exclusive, 1),
+        (Strategy::Exclusive, 3),
+        (Strategy::TimeSlicing, 1),
+        (Strategy::TimeSlicing, 3),
+    ] {
+        assert_eq!(
+            rows.iter()
+                .filter(|r| r.strategy == s && r.pods == n && r.is_aggregate())
+                .count(),
+            1,
+            "{s} × {n}"
+        );
+    }
+    assert_eq!(agg(&rows, Strategy::Exclusive, 3).status, CellStatus::Unavailable);
+    assert_eq!(
+        agg(&rows, Strategy::TimeSlicing, 3).speedup_vs_1pod,
+        Some(3.0),
+        "baseline from the first run"
+    );
+    assert_eq!(state(&plan), "complete");
+}
