@@ -8,8 +8,9 @@ pub mod server;
 pub mod source;
 
 pub use client::{PromClient, RangeSeries, TargetHealth, VectorSample};
+pub use query::instance_of;
 pub use server::PrometheusServer;
-pub use source::{PrometheusSource, instance_of, snapshots_from_series};
+pub use source::{PrometheusSource, snapshots_from_series};
 
 #[cfg(test)]
 mod tests {

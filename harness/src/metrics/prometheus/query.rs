@@ -111,6 +111,17 @@ pub fn sample_time(metric: &str, sel: &Selector) -> String {
     format!("timestamp({metric}{})", sel.render())
 }
 
+/// `host:port` of a metrics URL: what Prometheus puts in the `instance` label.
+pub fn instance_of(url: &str) -> String {
+    url.split("://")
+        .nth(1)
+        .unwrap_or(url)
+        .split('/')
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::error::{BenchError, Result};
 use crate::metrics::Target;
 use crate::metrics::http::{http_client, http_get};
-use crate::metrics::prometheus::source::instance_of;
+use crate::metrics::prometheus::query::instance_of;
 use crate::process::{self, OwnedChild};
 use crate::shutdown::Shutdown;
 

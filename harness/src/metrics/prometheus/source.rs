@@ -11,22 +11,11 @@ use crate::domain::Source;
 use crate::error::{BenchError, Result};
 use crate::metrics::exposition;
 use crate::metrics::prometheus::client::{PromClient, VectorSample};
-use crate::metrics::prometheus::query::{self as promql, Selector};
+use crate::metrics::prometheus::query::{self as promql, Selector, instance_of};
 use crate::metrics::prometheus::server::PrometheusServer;
 use crate::metrics::{MetricsSource, PodSnapshot, Target};
 use crate::shutdown::Shutdown;
 use crate::stats::Histogram;
-
-/// `host:port` of a metrics URL: what Prometheus puts in the `instance` label.
-pub fn instance_of(url: &str) -> String {
-    url.split("://")
-        .nth(1)
-        .unwrap_or(url)
-        .split('/')
-        .next()
-        .unwrap_or_default()
-        .to_string()
-}
 
 fn epoch_now() -> f64 {
     SystemTime::now()
