@@ -13,6 +13,7 @@ use gpushare_bench::config::options::SweepOptions;
 use gpushare_bench::config::plan::SweepPlan;
 use gpushare_bench::config::values::ListItemError;
 use gpushare_bench::error::{BenchError, Result};
+use gpushare_bench::process::supervisor;
 use gpushare_bench::report::{self, RunData, compare, export};
 use gpushare_bench::shutdown::Shutdown;
 use gpushare_bench::sweep;
@@ -32,6 +33,15 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => return clap_error(e),
     };
+    if matches!(cli.command, Command::Reap) {
+        // Single-threaded and small: it only waits for the harness to end.
+        return ExitCode::from(supervisor::reap_main(std::io::stdin().lock()) as u8);
+    }
+    if matches!(cli.command, Command::Sweep(_) | Command::Overhead(_))
+        && let Err(e) = supervisor::start()
+    {
+        tracing::warn!("cannot start the process supervisor ({e}); children still die with the harness");
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -48,6 +58,8 @@ fn main() -> ExitCode {
         handle_signals(shutdown.clone());
         run(cli, &shutdown).await
     });
+    // Everything was stopped on the way out: the supervisor has nothing to do.
+    supervisor::done();
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
@@ -141,6 +153,7 @@ fn print_out(bytes: &[u8]) -> Result<()> {
 async fn run(cli: Cli, shutdown: &Shutdown) -> Result<u8> {
     match cli.command {
         Command::Sweep(args) => run_sweep(*args, shutdown).await,
+        Command::Reap => Ok(0),
         Command::Doctor => {
             let checks = doctor::checks(&doctor::gather());
             let text: String = checks.iter().map(|c| format!("{c}\n")).collect();
@@ -148,12 +161,6 @@ async fn run(cli: Cli, shutdown: &Shutdown) -> Result<u8> {
             Ok(u8::from(checks.iter().any(|c| c.verdict == doctor::Verdict::Fail)))
         }
         Command::Overhead(args) => {
-            eprintln!(
-                "overhead: {} phases of {} each, alternating no scraping / scraping every {}",
-                args.repeats * 2,
-                args.phase,
-                args.interval
-            );
             let (result, path) = overhead::run(&args, shutdown).await?;
             print_out(overhead::render(&result).as_bytes())?;
             print_out(format!("results: {}\n", path.display()).as_bytes())?;
@@ -219,5 +226,20 @@ async fn run_sweep(args: SweepArgs, shutdown: &Shutdown) -> Result<u8> {
         eprintln!("*** {label} ***");
     }
     println!("results: {}", outcome.dir.display());
-    Ok(0)
+    let code = outcome.exit_code();
+    match code {
+        1 => eprintln!(
+            "gpushare-bench: no cell could be measured ({} failed, {} unavailable); see {}/cells.csv",
+            outcome.failed,
+            outcome.unavailable,
+            outcome.dir.display()
+        ),
+        3 => eprintln!(
+            "gpushare-bench: partial: {} of {} cells failed (their notes say why); the others are saved",
+            outcome.failed,
+            outcome.failed + outcome.measured + outcome.unavailable
+        ),
+        _ => {}
+    }
+    Ok(code)
 }

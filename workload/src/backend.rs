@@ -177,6 +177,19 @@ impl Engine {
         }
     }
 
+    /// Lets `flag` abandon an inference in progress: once it is true, [`infer`](Self::infer)
+    /// returns [`WorkloadError::Cancelled`] within milliseconds on the CPU, leaving the
+    /// last output as it was. A CUDA pass is milliseconds long and cannot be interrupted
+    /// safely mid-graph; the serving loop sees the flag before the next one (and its
+    /// watchdog ends the process if a pass never returns).
+    pub fn set_cancel(&mut self, flag: std::sync::Arc<std::sync::atomic::AtomicBool>) {
+        match self {
+            Engine::Cpu { model, .. } => model.set_cancel(flag),
+            #[cfg(feature = "cuda")]
+            Engine::Cuda { .. } => {}
+        }
+    }
+
     /// Runs one inference, output copied to the host.
     pub fn infer(&mut self) -> Result<()> {
         match self {

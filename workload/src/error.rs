@@ -129,6 +129,10 @@ pub enum WorkloadError {
         /// The compiler log.
         log: String,
     },
+    /// A stop signal arrived during an inference and the inference was abandoned
+    /// (a clean stop: exit code 0; nothing of the abandoned inference is recorded).
+    #[error("stopped during an inference")]
+    Cancelled,
     /// Input/output outside the above (reading a file, the runtime).
     #[error("{what}: {source}")]
     Io {
@@ -173,6 +177,7 @@ impl WorkloadError {
             NoDriver(_) | NoGpu(_) | MissingLibrary { .. } => exit::NO_GPU,
             OutOfMemory { .. } => exit::OUT_OF_MEMORY,
             Cuda { .. } | KernelCompile { .. } | Io { .. } => exit::OTHER,
+            Cancelled => exit::OK,
         }
     }
 }
@@ -200,6 +205,7 @@ mod tests {
             detail: "x".into(),
         };
         assert_eq!(cuda.exit_code(), 1);
+        assert_eq!(WorkloadError::Cancelled.exit_code(), 0);
     }
 
     #[test]

@@ -1,10 +1,17 @@
 //! Serving: bind the metrics endpoint, build the engine, warm up, then infer in a closed
 //! or open loop until SIGTERM/SIGINT. The engine runs on the calling thread; HTTP and
 //! signal handling run on a small tokio runtime beside it.
+//!
+//! A stop signal sets the stop flag, which the loops check between inferences and the
+//! CPU forward pass checks between blocks of rows (it then abandons the inference, which
+//! is not recorded). Whatever the engine is doing, the process ends within
+//! [`STOP_GRACE`] of the signal with exit code 0: if the engine thread has not returned
+//! by then (a model still loading, a GPU pass that does not come back), a watchdog
+//! prints one line and ends the process at once.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
@@ -16,6 +23,15 @@ use crate::load::{ArrivalSchedule, LoadPattern};
 use crate::metrics::{Identity, WorkloadMetrics};
 use crate::server;
 
+/// How long after SIGTERM/SIGINT the engine thread may take to return before the
+/// watchdog ends the process (the harness waits 4 s before SIGKILL).
+pub const STOP_GRACE: Duration = Duration::from_secs(1);
+
+/// What the engine thread is doing, for the watchdog's line.
+const PHASE_LOADING: u8 = 0;
+const PHASE_INFERRING: u8 = 1;
+const PHASE_DONE: u8 = 2;
+
 /// Runs the workload until a stop signal; `Ok` means a clean stop (exit code 0).
 pub fn run(args: &ServeArgs) -> Result<()> {
     let plan = args.model.plan(args.reserve_memory)?;
@@ -23,6 +39,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     let identity = Identity::from_env();
     let metrics = Arc::new(WorkloadMetrics::new(&identity)?);
     let stop = Arc::new(AtomicBool::new(false));
+    let phase = Arc::new(AtomicU8::new(PHASE_LOADING));
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -36,18 +53,35 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let server = runtime.spawn(server::serve(listener, metrics.clone(), shutdown_rx));
     {
-        let stop = stop.clone();
+        let (stop, phase) = (stop.clone(), phase.clone());
         runtime.spawn(async move {
-            wait_for_signal().await;
+            let signal = wait_for_signal().await;
             stop.store(true, Ordering::SeqCst);
+            tracing::info!(signal, "stopping");
+            tokio::time::sleep(STOP_GRACE).await;
+            let doing = match phase.load(Ordering::SeqCst) {
+                PHASE_LOADING => "while loading the model",
+                PHASE_INFERRING => "during an inference",
+                _ => return,
+            };
+            eprintln!("gpushare-workload: stopped {doing} ({signal})");
+            // `_exit`, not `exit`: the engine thread is still inside the model (maybe in
+            // a CUDA library call), and running atexit handlers and library destructors
+            // under it could hang or crash. The kernel frees memory, sockets and the GPU
+            // context; nothing of the unfinished inference was recorded.
+            // SAFETY: ends the process; no Rust state is observed afterwards.
+            unsafe { libc::_exit(crate::error::exit::OK) }
         });
     }
 
     tracing::info!(model = %plan.preset, device = %plan.device, precision = %plan.precision, listen = %args.listen,
         pod = %identity.pod, strategy = %identity.strategy, "loading");
     let result = Engine::build(&plan).and_then(|mut engine| {
+        phase.store(PHASE_INFERRING, Ordering::SeqCst);
+        engine.set_cancel(stop.clone());
         metrics.set_info(plan.preset, plan.precision, engine.info());
         metrics.gpu_memory_used.set(engine.gpu_memory_used() as i64);
+        tracing::info!(inferences = args.warmup, "warming up");
         for _ in 0..args.warmup {
             if stop.load(Ordering::SeqCst) {
                 return Ok(());
@@ -61,6 +95,12 @@ pub fn run(args: &ServeArgs) -> Result<()> {
             LoadPattern::Poisson { rate } => open_loop(&mut engine, &metrics, &stop, rate, plan.seed, args.max_queue),
         }
     });
+    phase.store(PHASE_DONE, Ordering::SeqCst);
+    // An inference abandoned for a stop signal is a clean stop.
+    let result = match result {
+        Err(WorkloadError::Cancelled) => Ok(()),
+        other => other,
+    };
     if let Err(e) = &result {
         metrics.errors.with_label_values(&["failed"]).inc();
         metrics.ready.set(0);
@@ -72,17 +112,18 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     result
 }
 
-async fn wait_for_signal() {
+/// Waits for SIGTERM or SIGINT and names it.
+async fn wait_for_signal() -> &'static str {
     use tokio::signal::unix::{SignalKind, signal};
     match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
         (Ok(mut term), Ok(mut int)) => {
             tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "SIGINT",
             }
         }
         // Without signal handlers the process still dies on SIGTERM, just not cleanly.
-        _ => std::future::pending::<()>().await,
+        _ => std::future::pending().await,
     }
 }
 

@@ -2,9 +2,11 @@
 //! ready, counts inferences, stops cleanly on SIGTERM/SIGINT, and answers bad input
 //! with one line and the contract's exit code.
 
+use std::io::BufRead;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_gpushare-workload");
@@ -45,11 +47,15 @@ struct Workload {
 
 impl Workload {
     fn spawn(extra: &[&str]) -> Self {
+        Self::spawn_model("tiny", extra)
+    }
+
+    fn spawn_model(model: &str, extra: &[&str]) -> Self {
         let port = free_port();
         let child = Command::new(BIN)
             .args([
                 "--model",
-                "tiny",
+                model,
                 "--device",
                 "cpu",
                 "--listen",
@@ -79,6 +85,22 @@ impl Workload {
         }
     }
 
+    /// Hands stderr to a reader thread that sends each line as it comes; the channel
+    /// closes when the process exits. (`wait_exit` then returns an empty stderr.)
+    fn stderr_lines(&mut self) -> mpsc::Receiver<String> {
+        let (tx, rx) = mpsc::channel();
+        let stderr = self.child.stderr.take().expect("stderr is piped");
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        rx
+    }
+
     fn signal(&self, sig: i32) {
         // SAFETY: kill(2) on our own child's pid.
         assert_eq!(unsafe { libc::kill(self.child.id() as i32, sig) }, 0);
@@ -99,6 +121,17 @@ impl Workload {
                 panic!("workload did not exit within {limit:?}");
             }
             std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Workload {
+    /// A test that fails half-way leaves no workload running (a yolos-small one would
+    /// keep a core busy for minutes).
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
         }
     }
 }
@@ -147,6 +180,45 @@ fn sigint_is_a_clean_stop_too_and_poisson_paces_requests() {
     assert!((25.0..=110.0).contains(&n), "{n} inferences in 1.5 s at 40/s");
     w.signal(libc::SIGINT);
     assert_eq!(w.wait_exit(Duration::from_secs(5)).0, 0);
+}
+
+#[test]
+fn sigterm_stops_a_long_cpu_inference_within_a_second() {
+    // yolos-small on the CPU: one forward pass (3401 tokens, ~360 GFLOP on one thread)
+    // takes minutes in a test build, and the first warm-up inference starts right after
+    // the "warming up" line. Before the fix the process ignored SIGTERM until the
+    // inference ended (and then ran the next warm-up one).
+    let mut w = Workload::spawn_model("yolos-small", &[]);
+    let lines = w.stderr_lines();
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !seen.iter().any(|l: &String| l.contains("warming up")) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) => seen.push(line),
+            Err(e) => panic!("no \"warming up\" line ({e}); stderr so far: {seen:?}"),
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    // Still in the first warm-up inference: not ready, and alive.
+    assert_eq!(get(w.port, "/healthz").map(|(s, _)| s), Some(503), "{seen:?}");
+    let sent = Instant::now();
+    w.signal(libc::SIGTERM);
+    let (code, _) = w.wait_exit(Duration::from_secs(3));
+    let took = sent.elapsed();
+    // The reader thread sees end of file once the process is gone.
+    while let Ok(line) = lines.recv_timeout(Duration::from_secs(2)) {
+        seen.push(line);
+    }
+    assert_eq!(code, 0, "SIGTERM mid-inference must be a clean stop: {seen:?}");
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    assert!(!seen.iter().any(|l| l.contains("panicked")), "{seen:?}");
+    // The CPU pass stops by itself between blocks of rows (milliseconds), without the
+    // watchdog that ends the process one second after the signal.
+    assert!(
+        !seen.iter().any(|l| l.contains("gpushare-workload: stopped")),
+        "the CPU forward pass ignored the stop flag: {seen:?}"
+    );
 }
 
 fn run(args: &[&str]) -> Output {

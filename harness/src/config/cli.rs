@@ -17,6 +17,14 @@ use crate::config::values::{DeviceChoice, Model, Precision, Span};
 ///
 /// It never changes GPU settings (MIG mode, compute mode, clocks): a strategy the GPU is
 /// not set up for is reported unavailable, with the commands an administrator would run.
+/// Every process it starts (pods, Prometheus, MPS daemons) stops with it, even when it is
+/// killed with SIGKILL.
+///
+/// Exit codes: 0 done (sweep: every cell has a result); 1 an error, or no cell could be
+/// measured; 2 bad input (flags, config file, run directory); 3 sweep partial: some cells
+/// failed, their rows say why, the others are saved; compare: 1 when a cell regressed or
+/// is missing; 128+N stopped by signal N (130 SIGINT, 143 SIGTERM, 129 SIGHUP): finished
+/// cells are kept, `--resume` continues. A second signal stops at once.
 #[derive(Debug, Parser)]
 #[command(name = "gpushare-bench", version)]
 pub struct Cli {
@@ -42,6 +50,9 @@ pub enum Command {
     Manifests(ManifestsArgs),
     /// Measure the cost of measuring: throughput with /metrics scraped every second vs not.
     Overhead(OverheadArgs),
+    /// (internal) The supervisor a sweep starts: stops what the harness started if it dies.
+    #[command(hide = true)]
+    Reap,
 }
 
 /// `sweep` flags. Every option can also be set in the --config file (same names, with

@@ -9,13 +9,18 @@ use std::path::{Path, PathBuf};
 use crate::config::plan::{SweepPlan, default_run_id, validate_run_id};
 use crate::domain::{DeviceKind, Strategy};
 use crate::error::{BenchError, Result};
-use crate::results::record::{CellRecord, Environment, RunRecord, cells_csv, cells_jsonl, now_rfc3339};
+use crate::results::lock::RunLock;
+use crate::results::record::{
+    CellRecord, Environment, RunRecord, cells_csv, cells_jsonl, now_rfc3339, parse_cells_jsonl,
+};
 
 /// An open run directory.
 #[derive(Debug)]
 pub struct RunStore {
     dir: PathBuf,
     run: RunRecord,
+    /// Held while the store is open: one sweep per run directory.
+    _lock: RunLock,
     cells: Vec<CellRecord>,
 }
 
@@ -36,23 +41,25 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     std::fs::rename(&tmp, path).map_err(|e| err(format!("cannot rename into place: {e}")))
 }
 
-/// Reads `cells.jsonl`, naming the line that is broken.
+/// Reads `cells.jsonl`, checking every row ([`parse_cells_jsonl`]: numbers, duplicates,
+/// aggregate rows) and naming the line that is wrong.
+///
+/// A missing file reads as no rows: this is `--resume`'s path, where a sweep that died
+/// between writing run.json and the first (empty) cells.jsonl has simply measured
+/// nothing yet, and measuring every cell again loses nothing. Reports need the file:
+/// [`crate::report::RunData::load`] refuses a run directory without one.
 pub fn read_cells(path: &Path) -> Result<Vec<CellRecord>> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(BenchError::io(format!("reading {}", path.display()))(e)),
-    };
-    text.lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, l)| {
-            serde_json::from_str(l).map_err(|e| BenchError::Results {
+        Err(e) => {
+            return Err(BenchError::Results {
                 path: path.to_path_buf(),
-                reason: format!("line {}: {e}", i + 1),
-            })
-        })
-        .collect()
+                reason: format!("cannot read: {e}"),
+            });
+        }
+    };
+    parse_cells_jsonl(&text, path, None)
 }
 
 /// Reads `run.json`.
@@ -71,16 +78,24 @@ impl RunStore {
     /// Creates `out/<run_id>/` (which must not exist yet) and writes `run.json`.
     pub fn create(out: &Path, run: RunRecord) -> Result<Self> {
         let dir = out.join(&run.run_id);
-        if dir.exists() {
-            return Err(BenchError::Results {
-                path: dir,
-                reason: "already exists: choose another --run-id, or continue it with --resume".into(),
-            });
+        std::fs::create_dir_all(out).map_err(BenchError::io(format!("creating {}", out.display())))?;
+        // create_dir, not create_dir_all: of two sweeps given one run id, one gets it.
+        match std::fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(BenchError::Results {
+                    path: dir,
+                    reason: "already exists: choose another --run-id, or continue it with --resume".into(),
+                });
+            }
+            Err(e) => return Err(BenchError::io(format!("creating {}", dir.display()))(e)),
         }
+        let lock = RunLock::acquire(&dir)?;
         std::fs::create_dir_all(dir.join("logs")).map_err(BenchError::io(format!("creating {}", dir.display())))?;
         let store = Self {
             dir,
             run,
+            _lock: lock,
             cells: Vec::new(),
         };
         store.write_run()?;
@@ -91,11 +106,23 @@ impl RunStore {
     /// Reopens an existing run for `--resume`.
     pub fn open(out: &Path, run_id: &str) -> Result<Self> {
         let dir = out.join(run_id);
+        if !dir.join("run.json").is_file() {
+            return Err(BenchError::Results {
+                path: dir,
+                reason: "no run to resume here (no run.json)".into(),
+            });
+        }
+        let lock = RunLock::acquire(&dir)?;
         let run = read_run(&dir.join("run.json"))?;
         let cells = read_cells(&dir.join("cells.jsonl"))?;
         std::fs::create_dir_all(dir.join("logs"))
             .map_err(BenchError::io(format!("creating {}/logs", dir.display())))?;
-        Ok(Self { dir, run, cells })
+        Ok(Self {
+            dir,
+            run,
+            _lock: lock,
+            cells,
+        })
     }
 
     /// Opens the run directory of a sweep: the one to resume (its recorded plan wins), or

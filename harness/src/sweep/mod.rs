@@ -14,7 +14,7 @@ use std::path::PathBuf;
 
 use crate::backend::{k8s, local};
 use crate::config::plan::{BackendKind, SweepPlan};
-use crate::error::Result;
+use crate::error::{BenchError, Result};
 use crate::shutdown::Shutdown;
 use crate::sweep::progress::{Bars, Lines, Progress, Quiet};
 
@@ -27,6 +27,25 @@ pub struct SweepOutcome {
     pub cells_run: usize,
     /// The run's label when it is not a GPU measurement.
     pub label: Option<String>,
+    /// Cells of the whole run (resumed ones included) that were measured (`ok`, `oom`,
+    /// or `pending` with every pod waiting, as the exclusive baseline expects).
+    pub measured: usize,
+    /// Cells that failed (a pod crashed, never became ready, or the cell could not start).
+    pub failed: usize,
+    /// Cells whose strategy cannot run here.
+    pub unavailable: usize,
+}
+
+impl SweepOutcome {
+    /// The exit code the command line documents: 0 every cell has a result, 3 some
+    /// cells failed (partial), 1 no cell could be measured.
+    pub fn exit_code(&self) -> u8 {
+        match (self.measured, self.failed) {
+            (0, _) => 1,
+            (_, 0) => 0,
+            _ => 3,
+        }
+    }
 }
 
 /// Progress on stderr: bars on a terminal, plain lines otherwise, nothing but messages
@@ -49,6 +68,10 @@ pub async fn run(
     progress: &dyn Progress,
     shutdown: &Shutdown,
 ) -> Result<SweepOutcome> {
+    let mut plan = plan;
+    if let Some(id) = &resume {
+        plan.backend = recorded_backend(&plan, id)?;
+    }
     match plan.backend {
         BackendKind::Local => {
             let session = local::session::open(&plan, resume.as_deref())?;
@@ -59,6 +82,25 @@ pub async fn run(
             runner::run(session, progress, shutdown).await
         }
     }
+}
+
+/// The backend a run was made with: a resume continues there, whatever the flags say.
+fn recorded_backend(plan: &SweepPlan, id: &str) -> Result<BackendKind> {
+    crate::config::plan::validate_run_id(id)?;
+    let path = plan.out.join(id).join("run.json");
+    let run = crate::results::store::read_run(&path)?;
+    let recorded: BackendKind = run.plan.backend.parse().map_err(|reason: String| BenchError::Results {
+        path: path.clone(),
+        reason: format!("plan.backend {:?}: {reason}", run.plan.backend),
+    })?;
+    if recorded == BackendKind::Kubernetes && plan.node.is_none() {
+        return Err(BenchError::flag(
+            "--resume",
+            id,
+            "this run was made with the Kubernetes backend: resume it with --backend kubernetes --node NODE",
+        ));
+    }
+    Ok(recorded)
 }
 
 /// What a sweep would do, and changes nothing.

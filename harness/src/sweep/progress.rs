@@ -17,15 +17,15 @@ pub trait Progress {
     fn phase(&self, text: &str);
     /// A measurement window ended.
     fn window(&self, n: usize, throughput: f64, p50: f64, stable: bool);
-    /// A cell ended with this one-line summary.
-    fn cell_done(&self, summary: &str);
+    /// A cell ended with this one-line summary (`failed`: the cell could not be measured).
+    fn cell_done(&self, summary: &str, failed: bool);
     /// Something the user should read.
     fn message(&self, text: &str);
     /// The sweep ended.
     fn finish(&self);
 }
 
-/// No output except messages (to stderr); for CI and scripts.
+/// No output except messages and failed cells (to stderr); for CI and scripts.
 #[derive(Debug, Default)]
 pub struct Quiet;
 
@@ -34,7 +34,11 @@ impl Progress for Quiet {
     fn cell_start(&self, _: Strategy, _: u32) {}
     fn phase(&self, _: &str) {}
     fn window(&self, _: usize, _: f64, _: f64, _: bool) {}
-    fn cell_done(&self, _: &str) {}
+    fn cell_done(&self, summary: &str, failed: bool) {
+        if failed {
+            eprintln!("{summary}");
+        }
+    }
     fn message(&self, text: &str) {
         eprintln!("{text}");
     }
@@ -55,7 +59,7 @@ impl Progress for Lines {
     }
     fn phase(&self, _: &str) {}
     fn window(&self, _: usize, _: f64, _: f64, _: bool) {}
-    fn cell_done(&self, summary: &str) {
+    fn cell_done(&self, summary: &str, _failed: bool) {
         eprintln!("done: {summary}");
     }
     fn message(&self, text: &str) {
@@ -121,7 +125,7 @@ impl Progress for Bars {
             if stable { ", stable" } else { "" }
         ));
     }
-    fn cell_done(&self, summary: &str) {
+    fn cell_done(&self, summary: &str, _failed: bool) {
         self.sweep.inc(1);
         let _ = self.multi.println(summary);
     }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use crate::backend::{Backend, Prepared, Session};
 use crate::config::plan::{MeasureSettings, PrometheusSetting};
+use crate::domain::CellStatus;
 use crate::error::{BenchError, Result};
 use crate::metrics::MetricsSource;
 use crate::metrics::prometheus::PrometheusSource;
@@ -95,10 +96,14 @@ async fn finish<B: Backend>(
     progress.finish();
     let cells_run = result?;
     restored?;
+    let count = |f: fn(CellStatus) -> bool| store.cells().iter().filter(|c| c.is_aggregate() && f(c.status)).count();
     Ok(SweepOutcome {
         dir: store.dir().to_path_buf(),
         cells_run,
         label: store.run().label.clone(),
+        measured: count(|s| matches!(s, CellStatus::Ok | CellStatus::Oom | CellStatus::Pending)),
+        failed: count(|s| s == CellStatus::Failed),
+        unavailable: count(|s| s == CellStatus::Unavailable),
     })
 }
 
@@ -193,7 +198,10 @@ async fn sweep_cells<B: Backend, S: MetricsSource>(
                     rows
                 }
             };
-            progress.cell_done(&cell_summary(&rows));
+            let failed = rows
+                .iter()
+                .any(|r| r.is_aggregate() && r.status == crate::domain::CellStatus::Failed);
+            progress.cell_done(&cell_summary(&rows), failed);
             store.save_cell(rows)?;
             ran += 1;
         }

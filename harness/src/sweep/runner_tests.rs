@@ -61,7 +61,7 @@ impl Progress for Recorder {
     fn cell_start(&self, _: Strategy, _: u32) {}
     fn phase(&self, _: &str) {}
     fn window(&self, _: usize, _: f64, _: f64, _: bool) {}
-    fn cell_done(&self, summary: &str) {
+    fn cell_done(&self, summary: &str, _failed: bool) {
         let mut d = self.done.lock().expect("lock");
         d.push(summary.to_string());
         if let Some((n, s)) = &self.stop_after

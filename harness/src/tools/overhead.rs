@@ -215,6 +215,12 @@ pub async fn run(args: &OverheadArgs, shutdown: &Shutdown) -> Result<(OverheadRe
         ],
     };
     let mut backend = LocalBackend::new(command, device, inventory, &dir, None);
+    eprintln!(
+        "overhead: {} phases of {} each, alternating no scraping / scraping every {}",
+        args.repeats * 2,
+        args.phase,
+        args.interval
+    );
     let launched = backend.launch(STRATEGY, 1, shutdown).await;
     let result = match launched {
         Ok(_) => {

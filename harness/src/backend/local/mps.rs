@@ -9,7 +9,11 @@ use std::time::{Duration, Instant};
 
 use crate::backend::local::strategy::MpsDirs;
 use crate::error::{BenchError, Result};
+use crate::process::supervisor::{self, Entry};
 use crate::shutdown::Shutdown;
+
+/// The variable that names a daemon's pipe directory (and so tells our daemons apart).
+const PIPE_ENV: &str = "CUDA_MPS_PIPE_DIRECTORY";
 
 /// Where MPS control binaries usually live besides PATH.
 const MPS_LOCATIONS: [&str; 4] = [
@@ -58,9 +62,11 @@ impl MpsDaemon {
                 source: Some(e),
             })?;
         }
+        // Watched before it exists: a daemon is nobody's child once it has daemonised.
+        supervisor::register(supervised(&dirs.pipe));
         let out = Command::new(control)
             .arg("-d")
-            .env("CUDA_MPS_PIPE_DIRECTORY", &dirs.pipe)
+            .env(PIPE_ENV, &dirs.pipe)
             .env("CUDA_MPS_LOG_DIRECTORY", &dirs.log)
             .stdin(Stdio::null())
             .output()
@@ -69,6 +75,8 @@ impl MpsDaemon {
                 source: Some(e),
             })?;
         if !out.status.success() {
+            supervisor::clean_up(&[supervised(&dirs.pipe)], Duration::ZERO);
+            supervisor::unregister(&supervised(&dirs.pipe));
             return Err(BenchError::mps(format!(
                 "{} -d exited with {}: {}",
                 control.display(),
@@ -117,7 +125,7 @@ impl MpsDaemon {
         }
         self.running = false;
         let mut child = Command::new(&self.control)
-            .env("CUDA_MPS_PIPE_DIRECTORY", &self.dirs.pipe)
+            .env(PIPE_ENV, &self.dirs.pipe)
             .env("CUDA_MPS_LOG_DIRECTORY", &self.dirs.log)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -160,6 +168,9 @@ impl MpsDaemon {
         }
         // The daemon leaves its sockets behind; they are no use to anyone.
         let _ = std::fs::remove_dir_all(&self.dirs.pipe);
+        if result.is_ok() {
+            supervisor::unregister(&supervised(&self.dirs.pipe));
+        }
         result
     }
 }
@@ -167,31 +178,16 @@ impl MpsDaemon {
 /// Processes whose environment names this pipe directory: our control daemon and the
 /// MPS servers it started (clients are stopped before the daemon).
 pub fn daemon_pids(pipe: &str) -> Vec<u32> {
-    let needle = format!("CUDA_MPS_PIPE_DIRECTORY={pipe}");
-    let me = std::process::id();
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
-            continue;
-        };
-        if env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) && !is_zombie(pid) {
-            out.push(pid);
-        }
-    }
-    out
+    crate::process::procfs::live_with_env(PIPE_ENV, pipe)
 }
 
-fn is_zombie(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| s.rsplit_once(')').map(|(_, r)| r.trim_start().starts_with('Z')))
-        .unwrap_or(true)
+/// The supervisor's entry for a daemon with this pipe directory.
+fn supervised(pipe: &str) -> Entry {
+    Entry::Env {
+        key: PIPE_ENV.into(),
+        value: pipe.to_string(),
+        what: format!("MPS daemon (pipe {pipe})"),
+    }
 }
 
 impl Drop for MpsDaemon {

@@ -4,6 +4,7 @@
 
 use std::fmt::Write;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::backend::Session;
 use crate::backend::local::strategy::{CellPlan, MpsDirs, plan_cell};
@@ -11,6 +12,7 @@ use crate::backend::local::{LocalBackend, WorkloadCommand, find_workload, mps};
 use crate::config::plan::{DeviceChoice, SweepPlan};
 use crate::domain::{DeviceKind, Source};
 use crate::error::{BenchError, Result};
+use crate::process::supervisor;
 use crate::results::record::PlanRecord;
 use crate::results::store::RunStore;
 use crate::telemetry::{GpuInventory, NoTelemetry, NvmlTelemetry, Telemetry, host};
@@ -69,12 +71,26 @@ pub fn open(plan: &SweepPlan, resume: Option<&str>) -> Result<Session<LocalBacke
     let recorded = store.run().plan.clone();
     let mut notes = Vec::new();
     if resume.is_some() {
+        // Whatever a killed run left running (its supervisor killed too) is stopped
+        // before anything is measured next to it; only provably ours (see supervisor).
+        let left = supervisor::read_journal(store.dir()).map_err(|reason| BenchError::Results {
+            path: supervisor::journal_path(store.dir()),
+            reason,
+        })?;
+        let stopped = supervisor::clean_up(&left, Duration::from_secs(3));
+        if !stopped.is_empty() {
+            notes.push(format!(
+                "stopped what the interrupted run left running: {}",
+                stopped.join(", ")
+            ));
+        }
         notes.push(format!(
             "resuming {} ({} cells on disk); its recorded plan is used",
             store.dir().display(),
             store.cell_count()
         ));
     }
+    supervisor::journal_to(store.dir());
     if let Some(l) = &store.run().label {
         notes.push(format!("\n*** {l} ***\n"));
     }

@@ -1,8 +1,12 @@
 //! Child processes the harness owns (workload pods, a private Prometheus, MPS daemons):
 //! finding binaries, sending signals, and [`OwnedChild`], a guard that runs a child in
 //! its own process group and stops the whole group on every exit path (explicitly with a
-//! grace period, or by `Drop`). It sits below `backend` and `metrics`, which both start
-//! processes.
+//! grace period, or by `Drop`); the kernel kills it if the harness dies
+//! (`PR_SET_PDEATHSIG`), and the [`supervisor`] stops what is left even after SIGKILL.
+//! It sits below `backend` and `metrics`, which both start processes.
+
+pub mod procfs;
+pub mod supervisor;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
@@ -59,21 +63,53 @@ fn signal_pid_or_group(target: i32, sig: i32) -> bool {
 pub struct OwnedChild {
     child: Option<Child>,
     pid: Option<u32>,
+    entry: Option<supervisor::Entry>,
 }
 
 impl OwnedChild {
     /// Spawns `cmd` in a new process group. `what` names the child in the error.
     pub fn spawn(cmd: &mut Command, what: &str) -> Result<Self> {
+        // SAFETY: the closure runs in the child between fork and exec and only calls
+        // async-signal-safe functions (getppid, prctl, _exit) on plain integers.
+        let parent = std::process::id() as libc::pid_t;
+        unsafe {
+            cmd.pre_exec(move || {
+                // Killed by the kernel the moment the harness dies, even by SIGKILL.
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                // The harness may have died before prctl: then nobody would stop us.
+                if libc::getppid() != parent {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
         let child = cmd
             .process_group(0)
             .kill_on_drop(true)
             .spawn()
             .map_err(BenchError::io(format!("starting {what}")))?;
         let pid = child.id();
+        let entry = pid.and_then(|p| {
+            procfs::stat(p).map(|s| supervisor::Entry::Group {
+                pgid: p,
+                start_ticks: s.start_ticks,
+                what: what.to_string(),
+            })
+        });
+        if let Some(e) = &entry {
+            supervisor::register(e.clone());
+        }
         Ok(Self {
             child: Some(child),
             pid,
+            entry,
         })
+    }
+
+    fn forget(&mut self) {
+        if let Some(e) = self.entry.take() {
+            supervisor::unregister(&e);
+        }
     }
 
     /// The child's pid (also its process group), while it has not been reaped.
@@ -90,6 +126,11 @@ impl OwnedChild {
     pub fn try_wait(&mut self) -> Option<ExitStatus> {
         let status = self.child.as_mut()?.try_wait().ok().flatten()?;
         self.child = None;
+        // Anything the child left in its group goes too.
+        if let Some(pid) = self.pid {
+            signal_group(pid, libc::SIGKILL);
+        }
+        self.forget();
         Some(status)
     }
 
@@ -117,13 +158,16 @@ impl OwnedChild {
             if let Some(pid) = pid {
                 signal_group(pid, libc::SIGKILL);
             }
+            self.forget();
             return Some((status, false));
         }
         if let Some(pid) = pid {
             signal_group(pid, libc::SIGKILL);
         }
         let _ = child.start_kill();
-        child.wait().await.ok().map(|s| (s, true))
+        let r = child.wait().await.ok().map(|s| (s, true));
+        self.forget();
+        r
     }
 }
 
@@ -134,6 +178,7 @@ impl Drop for OwnedChild {
         {
             signal_group(pid, libc::SIGKILL);
         }
+        self.forget();
     }
 }
 

@@ -1,0 +1,293 @@
+//! Nothing the harness starts outlives it, even when it is killed with SIGKILL.
+//!
+//! Three layers, each sufficient for its case:
+//! 1. Children are started with `PR_SET_PDEATHSIG = SIGKILL` ([`super::OwnedChild`]):
+//!    the kernel kills a pod or Prometheus the moment the harness dies.
+//! 2. A supervisor: the harness binary in its hidden `reap` mode, in a session of its own
+//!    (a terminal's Ctrl-C and hang-up do not reach it), reading what to watch on a pipe.
+//!    Every process group and MPS pipe directory is [`register`]ed with it while it
+//!    lives. When the pipe closes without `done` (the harness died, by any signal), it
+//!    stops everything still registered: this catches MPS daemons, which daemonise and so
+//!    are nobody's child, and grandchildren.
+//! 3. A journal in the run directory (`processes.json`) with the same entries and each
+//!    group leader's start time; `--resume` reads it and stops what a dead harness and
+//!    supervisor left. A process counts as ours only if its start time proves it is the
+//!    one recorded (groups), or its environment names our private MPS pipe directory.
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::{ChildStdin, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::procfs;
+
+/// Something the harness started that must not outlive it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Entry {
+    /// A process group we created (a pod, a Prometheus server): its leader's pid and
+    /// start time.
+    Group {
+        /// The group id (the leader's pid).
+        pgid: u32,
+        /// The leader's start time, clock ticks after boot.
+        start_ticks: u64,
+        /// What it is, for messages.
+        what: String,
+    },
+    /// Processes whose environment holds `key=value` (an MPS daemon and its servers,
+    /// found by their private pipe directory).
+    Env {
+        /// Variable name.
+        key: String,
+        /// Its value.
+        value: String,
+        /// What it is, for messages.
+        what: String,
+    },
+}
+
+impl Entry {
+    /// Live processes this entry provably owns.
+    pub fn live(&self) -> Vec<u32> {
+        match self {
+            Entry::Group { pgid, start_ticks, .. } => procfs::live_group_members(*pgid, *start_ticks),
+            Entry::Env { key, value, .. } => procfs::live_with_env(key, value),
+        }
+    }
+
+    fn what(&self) -> &str {
+        match self {
+            Entry::Group { what, .. } | Entry::Env { what, .. } => what,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Registry {
+    entries: Vec<Entry>,
+    supervisor: Option<ChildStdin>,
+    journal: Option<PathBuf>,
+}
+
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+    entries: Vec::new(),
+    supervisor: None,
+    journal: None,
+});
+
+/// The journal file of a run directory.
+pub fn journal_path(run_dir: &Path) -> PathBuf {
+    run_dir.join("processes.json")
+}
+
+fn with_registry(f: impl FnOnce(&mut Registry)) {
+    match REGISTRY.lock() {
+        Ok(mut r) => f(&mut r),
+        Err(poisoned) => f(&mut poisoned.into_inner()),
+    }
+}
+
+fn tell(r: &mut Registry, line: &str) {
+    if let Some(pipe) = r.supervisor.as_mut()
+        && pipe.write_all(format!("{line}\n").as_bytes()).is_err()
+    {
+        tracing::warn!("the process supervisor is gone; children are still killed with the harness (PDEATHSIG)");
+        r.supervisor = None;
+    }
+}
+
+fn write_journal(r: &Registry) {
+    let Some(path) = &r.journal else { return };
+    let tmp = path.with_extension("json.tmp");
+    let ok = serde_json::to_vec_pretty(&r.entries)
+        .ok()
+        .and_then(|bytes| std::fs::write(&tmp, bytes).ok())
+        .and_then(|()| std::fs::rename(&tmp, path).ok());
+    if ok.is_none() {
+        tracing::warn!("cannot write {}", path.display());
+    }
+}
+
+/// Watches `entry` until [`unregister`]: the supervisor and the journal learn it.
+pub fn register(entry: Entry) {
+    with_registry(|r| {
+        if let Ok(json) = serde_json::to_string(&entry) {
+            tell(r, &format!("+{json}"));
+        }
+        r.entries.push(entry);
+        write_journal(r);
+    });
+}
+
+/// Stops watching `entry` (it was stopped cleanly).
+pub fn unregister(entry: &Entry) {
+    with_registry(|r| {
+        if let Some(i) = r.entries.iter().position(|e| e == entry) {
+            r.entries.remove(i);
+            if let Ok(json) = serde_json::to_string(entry) {
+                tell(r, &format!("-{json}"));
+            }
+            write_journal(r);
+        }
+    });
+}
+
+/// Keeps the journal in `run_dir` from now on (after any left-overs were cleaned up).
+pub fn journal_to(run_dir: &Path) {
+    with_registry(|r| {
+        r.journal = Some(journal_path(run_dir));
+        write_journal(r);
+    });
+}
+
+/// Starts the supervisor (the harness binary in `reap` mode). Without one, children
+/// still die with the harness through PDEATHSIG; MPS daemons would be left to `--resume`.
+pub fn start() -> std::io::Result<()> {
+    let exe = std::env::current_exe()?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("reap")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    // SAFETY: setsid(2) is async-signal-safe; the child gets a session of its own so a
+    // terminal's signals to the harness's process group do not reach it.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn()?;
+    let stdin = child.stdin.take();
+    // The supervisor reaps itself when it exits; it is not waited for.
+    std::mem::forget(child);
+    with_registry(|r| r.supervisor = stdin);
+    Ok(())
+}
+
+/// Tells the supervisor the harness is ending cleanly (call after everything stopped).
+pub fn done() {
+    with_registry(|r| {
+        tell(r, "done");
+        r.supervisor = None;
+        r.entries.clear();
+        write_journal(r);
+    });
+}
+
+/// Stops what `entries` still own: SIGTERM, up to `grace` to exit, then SIGKILL.
+/// Returns a description of each entry that had live processes.
+pub fn clean_up(entries: &[Entry], grace: Duration) -> Vec<String> {
+    let mut stopped = Vec::new();
+    let mut victims: Vec<u32> = Vec::new();
+    for e in entries {
+        let live = e.live();
+        if !live.is_empty() {
+            stopped.push(format!("{} (pids {live:?})", e.what()));
+            victims.extend(live);
+        }
+    }
+    for &p in &victims {
+        super::signal(p, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + grace;
+    while victims.iter().any(|&p| procfs::is_live(p)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for &p in victims.iter().filter(|&&p| procfs::is_live(p)) {
+        super::signal(p, libc::SIGKILL);
+    }
+    stopped
+}
+
+/// Reads a run's journal (missing: nothing was left).
+pub fn read_journal(run_dir: &Path) -> Result<Vec<Entry>, String> {
+    let path = journal_path(run_dir);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
+/// The supervisor's loop (`gpushare-bench reap`): follow the entries on stdin; on `done`
+/// exit quietly; on end of input (the harness died) stop what is left.
+pub fn reap_main(input: impl BufRead) -> i32 {
+    let mut entries: Vec<Entry> = Vec::new();
+    for line in input.lines() {
+        let Ok(line) = line else { break };
+        if line == "done" {
+            return 0;
+        }
+        let (op, json) = line.split_at(line.len().min(1));
+        let Ok(entry) = serde_json::from_str::<Entry>(json) else {
+            continue;
+        };
+        match op {
+            "+" => entries.push(entry),
+            "-" => entries.retain(|e| *e != entry),
+            _ => {}
+        }
+    }
+    let stopped = clean_up(&entries, Duration::from_secs(3));
+    if !stopped.is_empty() {
+        eprintln!(
+            "gpushare-bench: the harness died; its supervisor stopped {}",
+            stopped.join(", ")
+        );
+    }
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leader() -> std::process::Child {
+        use std::os::unix::process::CommandExt;
+        Command::new("sleep").arg("60").process_group(0).spawn().expect("sleep")
+    }
+
+    #[test]
+    fn the_supervisor_stops_what_is_registered_when_its_input_ends() {
+        use std::os::unix::process::ExitStatusExt;
+        let mut child = leader();
+        let pid = child.id();
+        let start = procfs::stat(pid).expect("stat").start_ticks;
+        let group = Entry::Group {
+            pgid: pid,
+            start_ticks: start,
+            what: "pod-0".into(),
+        };
+        let stale = Entry::Group {
+            pgid: pid,
+            start_ticks: start + 1_000_000,
+            what: "a reused number".into(),
+        };
+        assert_eq!(group.live(), vec![pid]);
+        assert!(
+            stale.live().is_empty(),
+            "a process that started before the record is not ours"
+        );
+        let line = |op: char, e: &Entry| format!("{op}{}\n", serde_json::to_string(e).expect("json"));
+        let input = line('+', &group) + &line('+', &stale) + &line('-', &stale);
+        reap_main(input.as_bytes());
+        let status = child.wait().expect("wait");
+        assert_eq!(status.signal(), Some(libc::SIGTERM), "stopped by the supervisor");
+
+        let mut other = leader();
+        let g = Entry::Group {
+            pgid: other.id(),
+            start_ticks: 0,
+            what: "x".into(),
+        };
+        reap_main((line('+', &g) + "done\n").as_bytes());
+        assert!(procfs::is_live(other.id()), "after done the supervisor stops nothing");
+        let _ = other.kill();
+        let _ = other.wait();
+    }
+}
