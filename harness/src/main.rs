@@ -167,6 +167,7 @@ async fn run(cli: Cli, shutdown: &Shutdown) -> Result<u8> {
             Ok(0)
         }
         Command::Manifests(args) => {
+            gpushare_bench::config::plan::validate_image(&args.image)?;
             let n = manifests::write(&args.out, &args.image, args.check)?;
             println!(
                 "{} {n} files in {}",
@@ -191,7 +192,11 @@ async fn run(cli: Cli, shutdown: &Shutdown) -> Result<u8> {
             let threshold = compare::parse_threshold(&args.threshold)?;
             let base = RunData::load(&args.baseline)?;
             let cand = RunData::load(&args.candidate)?;
-            let rows = compare::compare(&base, &cand, threshold);
+            let cmp = compare::compare_runs(&base, &cand, threshold)?;
+            for notice in &cmp.notices {
+                eprintln!("gpushare-bench: {notice}");
+            }
+            let rows = cmp.rows;
             if rows.is_empty() {
                 return Err(BenchError::Results {
                     path: args.candidate.clone(),
@@ -199,9 +204,16 @@ async fn run(cli: Cli, shutdown: &Shutdown) -> Result<u8> {
                 });
             }
             print_out(compare::render(&rows).as_bytes())?;
-            let regressed = rows.iter().filter(|r| !r.regressions.is_empty()).count();
-            if regressed > 0 {
-                eprintln!("gpushare-bench: {regressed} of {} cells regressed", rows.len());
+            let regressed = rows
+                .iter()
+                .filter(|r| r.verdict == compare::Verdict::Regression)
+                .count();
+            let missing = rows.iter().filter(|r| r.verdict == compare::Verdict::Missing).count();
+            if regressed + missing > 0 {
+                eprintln!(
+                    "gpushare-bench: {regressed} of {} cells regressed, {missing} missing from the candidate",
+                    rows.len()
+                );
                 Ok(1)
             } else {
                 Ok(0)

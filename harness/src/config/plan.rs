@@ -84,6 +84,51 @@ pub const DEFAULT_READY_TIMEOUT: Duration = Duration::from_secs(180);
 /// The Kubernetes workload image.
 pub const DEFAULT_IMAGE: &str = "gpushare-workload:0.1.0";
 
+/// Checks a Kubernetes name: an RFC 1123 label (namespaces: at most 63 characters) or
+/// subdomain (node names: at most 253, dots allowed), as the API server does
+/// (k8s.io/apimachinery `IsDNS1123Label` / `IsDNS1123Subdomain`).
+pub fn validate_k8s_name(flag: &str, value: &str, subdomain: bool) -> Result<()> {
+    let max = if subdomain { 253 } else { 63 };
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    let ok = value.len() <= max
+        && if subdomain {
+            value.split('.').all(label_ok)
+        } else {
+            label_ok(value)
+        };
+    if ok {
+        Ok(())
+    } else {
+        Err(BenchError::flag(
+            flag,
+            value,
+            format!(
+                "not a Kubernetes name: lower-case letters, digits and '-'{}, at most {max} characters",
+                if subdomain { " (and '.' between parts)" } else { "" }
+            ),
+        ))
+    }
+}
+
+/// Checks a container image reference: not empty, no whitespace or control characters.
+pub fn validate_image(value: &str) -> Result<()> {
+    if value.is_empty() || value.chars().any(|c| c.is_whitespace() || c.is_control()) || value.len() > 1024 {
+        return Err(BenchError::flag(
+            "--image",
+            value,
+            "give an image reference, e.g. registry.example/gpushare-workload:0.1.0",
+        ));
+    }
+    Ok(())
+}
+
 /// The precision a device computes in: the CPU only fp32, a GPU bf16 unless asked.
 pub fn device_precision(cpu: bool, asked: Option<Precision>) -> Result<Precision> {
     match (cpu, asked) {
@@ -159,6 +204,34 @@ impl SweepPlan {
         }
         if let Some(id) = &o.run_id {
             validate_run_id(id)?;
+        }
+        if let Some(n) = &o.node {
+            validate_k8s_name("--node", n, true)?;
+        }
+        if let Some(ns) = &o.namespace {
+            validate_k8s_name("--namespace", ns, false)?;
+        }
+        if let Some(ns) = &o.prometheus_namespace {
+            validate_k8s_name("--prometheus-namespace", ns, false)?;
+        }
+        if let Some(image) = &o.image {
+            validate_image(image)?;
+        }
+        if let Some(layout) = &o.mig_layout {
+            // A label value (k8s.io/apimachinery `IsValidLabelValue`).
+            let ok = layout.len() <= 63
+                && layout
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+                && layout.starts_with(|c: char| c.is_ascii_alphanumeric())
+                && layout.ends_with(|c: char| c.is_ascii_alphanumeric());
+            if !ok {
+                return Err(BenchError::flag(
+                    "--mig-layout",
+                    layout,
+                    "not a label value (letters, digits, '-', '_', '.'; e.g. all-1g.10gb)",
+                ));
+            }
         }
         let base_port = match o.base_port {
             Some(p) if !(1024..=65535 - 64).contains(&p) => {
@@ -333,6 +406,25 @@ mod tests {
         assert!(
             missing.contains("nope.toml") && missing.contains("cannot read"),
             "{missing}"
+        );
+    }
+
+    #[test]
+    fn kubernetes_names_are_checked_like_the_api_server_does() {
+        assert!(validate_k8s_name("--namespace", "gpushare-bench", false).is_ok());
+        assert!(validate_k8s_name("--namespace", "Bad_NS", false).is_err());
+        assert!(validate_k8s_name("--node", "gpu-node-1.example.internal", true).is_ok());
+        assert!(validate_k8s_name("--node", "bad node/../x", true).is_err());
+        assert!(validate_k8s_name("--namespace", &"a".repeat(64), false).is_err());
+        assert!(validate_image("").is_err());
+        assert!(validate_image("reg.io/x:1").is_ok());
+        assert!(
+            bad(SweepOptions {
+                backend: Some(BackendKind::Kubernetes),
+                node: Some("bad node/../x".into()),
+                ..opts()
+            })
+            .starts_with("bad --node `bad node/../x`: not a Kubernetes name")
         );
     }
 

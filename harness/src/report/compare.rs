@@ -1,12 +1,31 @@
 //! `compare BASELINE CANDIDATE`: per cell, the change in mean latency, p99 and aggregate
 //! throughput, flagged as a regression only when it is worse by more than the threshold
-//! *and* by more than the window-to-window noise either run saw in that cell.
+//! *and* by more than the window-to-window noise either run saw in that cell. A cell of
+//! the baseline that the candidate lacks fails as `missing`; runs of different models,
+//! precisions, batches, devices or GPUs are not compared at all.
+
+use std::ops::Deref;
 
 use crate::domain::{CellStatus, Strategy};
 use crate::error::{BenchError, Result};
 use crate::results::record::CellRecord;
 
 use super::RunData;
+
+/// What a compared cell amounts to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Measured in both runs, no regression.
+    Ok,
+    /// Worse beyond threshold and noise, or a measured cell that no longer measures.
+    Regression,
+    /// In the baseline, not in the candidate: a failure.
+    Missing,
+    /// The status changed without a loss (e.g. unavailable → ok).
+    StatusChanged,
+    /// Not measured in either run (e.g. MIG unavailable in both): nothing to compare.
+    NotMeasured,
+}
 
 /// One compared cell.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,13 +42,51 @@ pub struct CellComparison {
     pub throughput: Option<f64>,
     /// Noise: the larger window-to-window spread of the two runs (latency, throughput).
     pub noise: (f64, f64),
-    /// Why this cell regressed (empty: it did not).
+    /// Why this cell fails: its regressions, or that the candidate lacks it (empty: it
+    /// passes).
     pub regressions: Vec<String>,
     /// Status change, e.g. "ok → oom".
     pub status: Option<String>,
+    /// The verdict column.
+    pub verdict: Verdict,
 }
 
-/// Parses "5%", "5" (percent) or "0.05".
+impl CellComparison {
+    /// Whether this cell makes `compare` fail (a regression or a missing cell).
+    pub fn is_failure(&self) -> bool {
+        !self.regressions.is_empty()
+    }
+}
+
+/// A comparison of two runs: one row per baseline cell, and the notices a reader must
+/// see before trusting it (a partial candidate), one line each.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Comparison {
+    /// One row per cell of the baseline, in its order.
+    pub rows: Vec<CellComparison>,
+    /// Lines for stderr, e.g. that the candidate is partial.
+    pub notices: Vec<String>,
+}
+
+impl Comparison {
+    /// Rows that fail (regressions and missing cells).
+    pub fn failures(&self) -> usize {
+        self.rows.iter().filter(|r| r.is_failure()).count()
+    }
+}
+
+impl Deref for Comparison {
+    type Target = [CellComparison];
+    fn deref(&self) -> &[CellComparison] {
+        &self.rows
+    }
+}
+
+/// The largest threshold accepted: 1000%.
+pub const MAX_THRESHOLD: f64 = 10.0;
+
+/// Parses "5%", "5" (percent) or "0.05" (a fraction below 1); accepts more than 0% and
+/// at most 1000%.
 pub fn parse_threshold(text: &str) -> Result<f64> {
     let t = text.trim();
     let v: f64 = t
@@ -38,11 +95,11 @@ pub fn parse_threshold(text: &str) -> Result<f64> {
         .parse()
         .map_err(|_| BenchError::flag("--threshold", text, "expected a percentage such as 5%"))?;
     let frac = if t.ends_with('%') || v >= 1.0 { v / 100.0 } else { v };
-    if !(0.0..1.0).contains(&frac) || frac == 0.0 {
+    if !(frac > 0.0 && frac <= MAX_THRESHOLD) {
         return Err(BenchError::flag(
             "--threshold",
             text,
-            "expected a percentage between 0 and 100",
+            "expected a percentage above 0% and at most 1000%",
         ));
     }
     Ok(frac)
@@ -70,11 +127,25 @@ fn compare_cell(b: &CellRecord, c: &CellRecord, threshold: f64) -> CellCompariso
         noise: (noise_lat, noise_tput),
         regressions: Vec::new(),
         status: (b.status != c.status).then(|| format!("{} → {}", b.status, c.status)),
+        verdict: Verdict::Ok,
     };
     if b.status == CellStatus::Ok && c.status != CellStatus::Ok {
         out.regressions
             .push(format!("status {} → {}: {}", b.status, c.status, c.note));
+        out.verdict = Verdict::Regression;
         return out;
+    }
+    if b.status != CellStatus::Ok && c.status != CellStatus::Ok {
+        // Nothing was measured in either run: no change to judge, nor an "ok" to claim.
+        out.verdict = if b.status == c.status {
+            Verdict::NotMeasured
+        } else {
+            Verdict::StatusChanged
+        };
+        return out;
+    }
+    if out.status.is_some() {
+        out.verdict = Verdict::StatusChanged;
     }
     let worse = |change: Option<f64>, noise: f64, what: &str, out: &mut Vec<String>| {
         if let Some(x) = change
@@ -93,19 +164,104 @@ fn compare_cell(b: &CellRecord, c: &CellRecord, threshold: f64) -> CellCompariso
     worse(out.mean, noise_lat, "mean latency", &mut r);
     worse(out.p99, noise_lat, "p99 latency", &mut r);
     worse(out.throughput.map(|t| -t), noise_tput, "throughput drop", &mut r);
+    if !r.is_empty() {
+        out.verdict = Verdict::Regression;
+    }
     out.regressions = r;
     out
 }
 
-/// Compares every cell present in both runs.
-pub fn compare(base: &RunData, cand: &RunData, threshold: f64) -> Vec<CellComparison> {
-    let mut out = Vec::new();
-    for b in base.cells.iter().filter(|c| c.is_aggregate()) {
-        if let Some(c) = cand.aggregate(b.strategy, b.pods) {
-            out.push(compare_cell(b, c, threshold));
+/// The row of a baseline cell the candidate lacks: a failure.
+fn missing_cell(b: &CellRecord, cand: &RunData) -> CellComparison {
+    let why = if cand.run.is_complete() {
+        "missing: not in the candidate run".to_string()
+    } else {
+        format!("missing: not in the candidate run (its state is {:?})", cand.run.state)
+    };
+    CellComparison {
+        strategy: b.strategy,
+        pods: b.pods,
+        mean: None,
+        p99: None,
+        throughput: None,
+        noise: (b.p50_spread.unwrap_or(0.0), b.throughput_spread.unwrap_or(0.0)),
+        regressions: vec![why],
+        status: None,
+        verdict: Verdict::Missing,
+    }
+}
+
+/// Refuses to compare runs that measured different things: model, precision, batch,
+/// device (cuda vs cpu) or GPU. The error names the candidate's run.json and both values
+/// of every field that differs.
+pub fn check_comparable(base: &RunData, cand: &RunData) -> Result<()> {
+    let (b, c) = (&base.run.plan, &cand.run.plan);
+    let mut differ = Vec::new();
+    let mut field = |name: &str, bv: String, cv: String| {
+        if bv != cv {
+            differ.push(format!("{name} {bv} (baseline) vs {cv} (candidate)"));
+        }
+    };
+    field("model", b.model.clone(), c.model.clone());
+    field("precision", b.precision.clone(), c.precision.clone());
+    field("batch", b.batch.to_string(), c.batch.to_string());
+    field("device", b.device.name().into(), c.device.name().into());
+    // GPUs only when both runs name one: a run without NVML records none.
+    if let (Some(bg), Some(cg)) = (base.run.environment.gpus.first(), cand.run.environment.gpus.first())
+        && b.device == c.device
+    {
+        field("GPU", format!("{:?}", bg.name), format!("{:?}", cg.name));
+    }
+    if differ.is_empty() {
+        return Ok(());
+    }
+    Err(BenchError::Results {
+        path: cand.dir.join("run.json"),
+        reason: format!(
+            "cannot compare with baseline {}: {}",
+            base.dir.display(),
+            differ.join("; ")
+        ),
+    })
+}
+
+/// Compares two runs: refuses runs that are not comparable ([`check_comparable`]), then
+/// one row per baseline cell, with a notice when the candidate is partial.
+pub fn compare_runs(base: &RunData, cand: &RunData, threshold: f64) -> Result<Comparison> {
+    check_comparable(base, cand)?;
+    let mut notices = Vec::new();
+    for (which, run) in [("baseline", base), ("candidate", cand)] {
+        if !run.run.is_complete() {
+            notices.push(format!(
+                "{which} {} is a partial run (state {:?}, not \"complete\"): cells it lacks were never measured",
+                run.dir.display(),
+                run.run.state
+            ));
         }
     }
-    out
+    Ok(Comparison {
+        rows: rows(base, cand, threshold),
+        notices,
+    })
+}
+
+/// One row per aggregate cell of the baseline: compared when the candidate has it,
+/// `missing` (a failure) when it does not.
+fn rows(base: &RunData, cand: &RunData, threshold: f64) -> Vec<CellComparison> {
+    base.cells
+        .iter()
+        .filter(|c| c.is_aggregate())
+        .map(|b| match cand.aggregate(b.strategy, b.pods) {
+            Some(c) => compare_cell(b, c, threshold),
+            None => missing_cell(b, cand),
+        })
+        .collect()
+}
+
+/// The rows of [`compare_runs`], or none when the runs are not comparable (then the
+/// caller's "shares no cell" refusal applies; [`compare_runs`] says why).
+pub fn compare(base: &RunData, cand: &RunData, threshold: f64) -> Vec<CellComparison> {
+    compare_runs(base, cand, threshold).map_or_else(|_| Vec::new(), |c| c.rows)
 }
 
 /// The comparison as a text table.
@@ -116,12 +272,12 @@ pub fn render(rows: &[CellComparison]) -> String {
         "strategy", "pods", "mean", "p99", "throughput", "noise"
     );
     for r in rows {
-        let verdict = if !r.regressions.is_empty() {
-            format!("REGRESSION: {}", r.regressions.join("; "))
-        } else if let Some(st) = &r.status {
-            format!("status {st}")
-        } else {
-            "ok".into()
+        let verdict = match r.verdict {
+            Verdict::Regression => format!("REGRESSION: {}", r.regressions.join("; ")),
+            Verdict::Missing => r.regressions.join("; "),
+            Verdict::StatusChanged => format!("status {}", r.status.as_deref().unwrap_or("changed")),
+            Verdict::NotMeasured => "—".into(),
+            Verdict::Ok => "ok".into(),
         };
         s.push_str(&format!(
             "{:<13} {:>4}  {:>9} {:>9} {:>11} {:>8.1}%  {verdict}\n",
@@ -138,14 +294,124 @@ pub fn render(rows: &[CellComparison]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
+
+    fn fixture(name: &str) -> RunData {
+        RunData::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)).expect("fixture")
+    }
 
     #[test]
     fn thresholds() {
         assert_eq!(parse_threshold("5%").ok(), Some(0.05));
         assert_eq!(parse_threshold("0.05").ok(), Some(0.05));
         assert_eq!(parse_threshold("12.5").ok(), Some(0.125));
-        assert!(parse_threshold("-3%").is_err());
-        assert!(parse_threshold("lots").is_err());
+        assert_eq!(parse_threshold("100%").ok(), Some(1.0));
+        assert_eq!(parse_threshold("1000%").ok(), Some(10.0));
+        for bad in ["-3%", "lots", "0%", "0", "1000.5%", "NaN%", "inf", ""] {
+            assert!(parse_threshold(bad).is_err(), "{bad} accepted");
+        }
+        assert_eq!(
+            parse_threshold("0%").map_err(|e| e.to_string()).err().as_deref(),
+            Some("bad --threshold `0%`: expected a percentage above 0% and at most 1000%")
+        );
+    }
+
+    #[test]
+    fn identical_runs_pass_and_cells_measured_in_neither_are_a_dash() {
+        let base = fixture("h100-run");
+        let c = compare_runs(&base, &base, 0.05).expect("comparable");
+        assert_eq!((c.rows.len(), c.failures(), c.notices.len()), (16, 0, 0));
+        let mig: Vec<_> = c.rows.iter().filter(|r| r.strategy == Strategy::Mig).collect();
+        assert_eq!(mig.len(), 4);
+        assert!(mig.iter().all(|r| r.verdict == Verdict::NotMeasured));
+        let text = render(&c);
+        for l in text.lines().filter(|l| l.starts_with("MIG")) {
+            assert!(l.ends_with("  —"), "{l}");
+        }
+        assert_eq!(text.lines().filter(|l| l.ends_with("  ok")).count(), 12, "{text}");
+    }
+
+    #[test]
+    fn cells_the_candidate_lacks_fail_as_missing() {
+        let base = fixture("h100-run");
+        let mut cand = base.clone();
+        cand.cells.retain(|c| !(c.strategy == Strategy::Mps && c.pods == 5));
+        let c = compare_runs(&base, &cand, 0.05).expect("comparable");
+        assert_eq!(c.failures(), 1);
+        let row = c
+            .rows
+            .iter()
+            .find(|r| r.verdict == Verdict::Missing)
+            .expect("missing row");
+        assert_eq!((row.strategy, row.pods, row.is_failure()), (Strategy::Mps, 5, true));
+        let line = render(&c)
+            .lines()
+            .find(|l| l.starts_with("MPS") && l.contains(" 5 "))
+            .map(str::to_string);
+        assert!(
+            line.as_deref()
+                .is_some_and(|l| l.ends_with("missing: not in the candidate run")),
+            "{line:?}"
+        );
+        // The same through the binary's `compare`: counted as a failure.
+        assert_eq!(
+            compare(&base, &cand, 0.05)
+                .iter()
+                .filter(|r| !r.regressions.is_empty())
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn a_partial_candidate_is_noticed_and_its_gaps_flagged() {
+        let base = fixture("h100-run");
+        let mut cand = base.clone();
+        cand.run.state = "interrupted".into();
+        cand.cells.retain(|c| c.strategy != Strategy::Mig);
+        let c = compare_runs(&base, &cand, 0.05).expect("comparable");
+        assert_eq!(c.failures(), 4);
+        assert_eq!(c.notices.len(), 1);
+        assert!(
+            c.notices[0].starts_with("candidate ") && c.notices[0].contains("is a partial run (state \"interrupted\""),
+            "{:?}",
+            c.notices
+        );
+        assert!(
+            c.rows
+                .iter()
+                .filter(|r| r.verdict == Verdict::Missing)
+                .all(|r| { r.regressions == ["missing: not in the candidate run (its state is \"interrupted\")"] })
+        );
+    }
+
+    #[test]
+    fn runs_of_different_models_devices_or_gpus_are_refused() {
+        let h100 = fixture("h100-run");
+        let cpu = fixture("cpu-run");
+        let e = compare_runs(&h100, &cpu, 0.05).expect_err("h100 vs cpu").to_string();
+        assert!(e.contains("cpu-run/run.json: cannot compare with baseline "), "{e}");
+        for want in [
+            "model yolos-small (baseline) vs tiny (candidate)",
+            "precision bf16 (baseline) vs fp32 (candidate)",
+            "device cuda (baseline) vs cpu (candidate)",
+        ] {
+            assert!(e.contains(want), "{want:?} not in {e}");
+        }
+        assert!(!e.contains('\n'));
+        // The unchecked rows are none, so the binary refuses rather than compares.
+        assert!(compare(&h100, &cpu, 0.05).is_empty());
+        let mut h200 = h100.clone();
+        h200.run.environment.gpus[0].name = "NVIDIA H200".into();
+        let e = compare_runs(&h100, &h200, 0.05).expect_err("other GPU").to_string();
+        assert!(
+            e.ends_with("GPU \"NVIDIA H100 80GB HBM3\" (baseline) vs \"NVIDIA H200\" (candidate)"),
+            "{e}"
+        );
+        let mut bf = h100.clone();
+        bf.run.plan.precision = "fp32".into();
+        assert!(compare_runs(&h100, &bf, 0.05).is_err());
     }
 }

@@ -42,6 +42,9 @@ pub fn page(data: &RunData, tables: &Tables, charts: &[(String, String)]) -> Str
                 @if let Some(label) = data.label() {
                     div.banner role="alert" { (label) } "\n"
                 }
+                @if let Some(partial) = data.partial() {
+                    div.banner.partial role="alert" { (partial) } "\n"
+                }
                 h2 { "Results" } "\n"
                 @for t in &tables.tables {
                     (table(t, tables, &tag))

@@ -12,12 +12,14 @@ use std::path::{Path, PathBuf};
 
 use crate::domain::{DeviceKind, Strategy};
 use crate::error::{BenchError, Result};
-use crate::results::record::{CellRecord, RunRecord};
-use crate::results::store::{read_cells, read_run};
+use crate::results::record::{CellRecord, RunRecord, parse_cells_jsonl};
+use crate::results::store::read_run;
 
 /// A run as the reports see it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunData {
+    /// The run directory it was loaded from.
+    pub dir: PathBuf,
     /// run.json.
     pub run: RunRecord,
     /// cells.jsonl.
@@ -25,18 +27,57 @@ pub struct RunData {
 }
 
 impl RunData {
-    /// Loads `RUN_DIR/run.json` and `RUN_DIR/cells.jsonl`.
+    /// Loads `RUN_DIR/run.json` and `RUN_DIR/cells.jsonl`, both checked as strictly as
+    /// flags ([`RunRecord::validate`], [`parse_cells_jsonl`] with the plan): errors name
+    /// the file, the field and, in cells.jsonl, the line.
     pub fn load(dir: &Path) -> Result<Self> {
-        if !dir.join("run.json").is_file() {
+        let run_json = dir.join("run.json");
+        if !run_json.is_file() {
             return Err(BenchError::Results {
                 path: dir.to_path_buf(),
                 reason: "not a run directory (no run.json); give results/<run-id>".into(),
             });
         }
+        let run = read_run(&run_json)?;
+        run.validate(&run_json)?;
+        // A sweep writes an empty cells.jsonl when it creates the run, so a missing one
+        // means the directory was tampered with: say so rather than report nothing.
+        let cells_path = dir.join("cells.jsonl");
+        let text = std::fs::read_to_string(&cells_path).map_err(|e| BenchError::Results {
+            path: cells_path.clone(),
+            reason: if e.kind() == std::io::ErrorKind::NotFound {
+                "no cells.jsonl: the run directory has run.json but no cells file (a sweep writes one when it starts, so it was removed)".into()
+            } else {
+                format!("cannot read: {e}")
+            },
+        })?;
+        let cells = parse_cells_jsonl(&text, &cells_path, Some(&run.plan))?;
         Ok(Self {
-            run: read_run(&dir.join("run.json"))?,
-            cells: read_cells(&dir.join("cells.jsonl"))?,
+            dir: dir.to_path_buf(),
+            run,
+            cells,
         })
+    }
+
+    /// Set when the run is partial (run.json's `state` is not `complete`): the line
+    /// every report and the Markdown summary show above the tables.
+    pub fn partial(&self) -> Option<String> {
+        if self.run.is_complete() {
+            return None;
+        }
+        let planned = self.run.plan.strategies.len() * self.run.plan.pods.len();
+        let measured = self
+            .run
+            .plan
+            .strategies
+            .iter()
+            .flat_map(|&s| self.run.plan.pods.iter().map(move |&p| (s, p)))
+            .filter(|&(s, p)| self.aggregate(s, p).is_some())
+            .count();
+        Some(format!(
+            "PARTIAL RUN: run.json says state {:?}, not \"complete\"; {measured} of {planned} cells are on disk, the others were never measured",
+            self.run.state
+        ))
     }
 
     /// The aggregate row of a cell.
@@ -130,4 +171,36 @@ pub fn write(run_dir: &Path, out: &Path) -> Result<PathBuf> {
     let index = dir.join("index.html");
     crate::results::store::write_atomic(&index, report.html.as_bytes())?;
     Ok(index)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture() -> RunData {
+        RunData::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/h100-run")).expect("fixture")
+    }
+
+    #[test]
+    fn a_partial_run_is_marked_in_html_and_markdown() {
+        let complete = render(&fixture()).expect("render");
+        assert!(!complete.html.contains("PARTIAL") && !complete.markdown.contains("PARTIAL"));
+        let mut data = fixture();
+        data.run.state = "interrupted".into();
+        data.cells.retain(|c| c.strategy == crate::domain::Strategy::Exclusive);
+        let r = render(&data).expect("render");
+        let line = "PARTIAL RUN: run.json says state &quot;interrupted&quot;, not &quot;complete&quot;; 4 of 16 cells are on disk, the others were never measured";
+        assert!(
+            r.html
+                .contains(&format!("<div class=\"banner partial\" role=\"alert\">{line}</div>")),
+            "{}",
+            &r.html[..2000]
+        );
+        assert!(
+            r.markdown
+                .contains(&format!("> **{}**\n", line.replace("&quot;", "\""))),
+            "{}",
+            r.markdown
+        );
+    }
 }

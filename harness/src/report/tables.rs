@@ -190,6 +190,9 @@ pub fn markdown(data: &RunData, t: &Tables) -> String {
     if let Some(label) = data.label() {
         let _ = writeln!(out, "> **{label}**\n");
     }
+    if let Some(partial) = data.partial() {
+        let _ = writeln!(out, "> **{partial}**\n");
+    }
     let _ = writeln!(
         out,
         "{} · model {} · {} · batch {} · {} backend · source {} · {} → {}\n",

@@ -3,10 +3,14 @@
 //! [`RunRecord`] in `run.json`. CSV, JSON and Markdown all derive from these structs;
 //! there is no second, hand-kept list of columns.
 
+use std::collections::HashMap;
+use std::path::Path;
+
 use serde::{Deserialize, Serialize};
 
 use crate::config::plan::{BackendKind, DeviceChoice, MeasureSettings, PrometheusSetting, SweepPlan};
 use crate::domain::{CellStatus, DeviceKind, Source, Strategy};
+use crate::error::{BenchError, Result};
 
 /// The label every CPU smoke run carries, in run.json, on the terminal and in reports.
 pub const CPU_SMOKE_LABEL: &str = "CPU SMOKE RUN: no usable GPU, so the tiny model ran on the CPU; these numbers test the pipeline and say nothing about GPU sharing";
@@ -308,19 +312,333 @@ impl RunRecord {
 }
 
 /// Renders rows as CSV: the header comes from the struct's fields (the `csv` exporter
-/// and `cells.csv` both use this).
-pub fn cells_csv(cells: &[CellRecord]) -> crate::error::Result<Vec<u8>> {
-    let mut w = csv::Writer::from_writer(Vec::new());
-    for c in cells {
-        w.serialize(c).map_err(|e| crate::error::BenchError::Results {
-            path: "cells.csv".into(),
-            reason: e.to_string(),
-        })?;
-    }
-    w.into_inner().map_err(|e| crate::error::BenchError::Results {
+/// and `cells.csv` both use this). A run without rows still gets its header line.
+pub fn cells_csv(cells: &[CellRecord]) -> Result<Vec<u8>> {
+    let csv_err = |e: &dyn std::fmt::Display| BenchError::Results {
         path: "cells.csv".into(),
         reason: e.to_string(),
-    })
+    };
+    if cells.is_empty() {
+        return csv_header();
+    }
+    let mut w = csv::Writer::from_writer(Vec::new());
+    for c in cells {
+        w.serialize(c).map_err(|e| csv_err(&e))?;
+    }
+    w.into_inner().map_err(|e| csv_err(&e))
+}
+
+/// The CSV header line alone. The csv crate writes a struct's header only with its first
+/// record, so one probe record is serialised and only its first line kept: the columns
+/// still come from the struct, never from a second list.
+fn csv_header() -> Result<Vec<u8>> {
+    let probe = CellRecord {
+        run_id: String::new(),
+        strategy: Strategy::Exclusive,
+        pods: 1,
+        pod: ALL_PODS.into(),
+        status: CellStatus::Ok,
+        inferences: None,
+        throughput_per_s: None,
+        mean_s: None,
+        p50_s: None,
+        p90_s: None,
+        p99_s: None,
+        errors: None,
+        fairness: None,
+        gpu_util_pct: None,
+        gpu_mem_bytes: None,
+        power_w: None,
+        energy_j_per_inference: None,
+        source: Source::Scrape,
+        device: DeviceKind::Cpu,
+        note: String::new(),
+        speedup_vs_1pod: None,
+        slowdown_vs_1pod: None,
+        duration_s: None,
+        windows: None,
+        throughput_spread: None,
+        p50_spread: None,
+        exit_code: None,
+        model: String::new(),
+        precision: String::new(),
+        started_at: String::new(),
+    };
+    let mut bytes = cells_csv(std::slice::from_ref(&probe))?;
+    // Field names are plain identifiers, so the header is exactly the first line.
+    let end = bytes.iter().position(|b| *b == b'\n').map_or(bytes.len(), |i| i + 1);
+    bytes.truncate(end);
+    Ok(bytes)
+}
+
+/// The longest duration a recorded plan may hold: 7 days, in seconds.
+pub const MAX_RECORDED_SECONDS: f64 = 604_800.0;
+
+/// The shortest measurement window a recorded plan may hold, seconds (as `--window`:
+/// shorter windows measure scrape jitter).
+pub const MIN_RECORDED_WINDOW_S: f64 = 0.5;
+
+/// One line error about a field of a file read back from disk.
+fn bad_field(path: &Path, field: &str, reason: impl std::fmt::Display) -> BenchError {
+    BenchError::Results {
+        path: path.to_path_buf(),
+        reason: format!("{field}: {reason}"),
+    }
+}
+
+/// A number for messages: plain, or in exponent form when it is huge (1e300).
+fn shown(v: f64) -> String {
+    if v.is_finite() && v.abs() < 1e9 {
+        format!("{v}")
+    } else {
+        format!("{v:e}")
+    }
+}
+
+/// "1, 3, 5" for messages.
+fn listed<T: std::fmt::Display>(items: &[T]) -> String {
+    items.iter().map(T::to_string).collect::<Vec<_>>().join(", ")
+}
+
+impl PlanRecord {
+    /// Checks a recorded plan as strictly as the flags that make one: `path` is the
+    /// run.json it came from, named with the field in every error. `--resume`, `report`,
+    /// `export` and `compare` call this before trusting a plan read back from disk.
+    pub fn validate(&self, path: &Path) -> Result<()> {
+        if !matches!(self.backend.as_str(), "local" | "kubernetes") {
+            return Err(bad_field(
+                path,
+                "plan.backend",
+                format!("{:?} is neither \"local\" nor \"kubernetes\"", self.backend),
+            ));
+        }
+        if self.strategies.is_empty() {
+            return Err(bad_field(
+                path,
+                "plan.strategies",
+                "empty: a run measures at least one strategy",
+            ));
+        }
+        if let Some(s) = first_duplicate(&self.strategies) {
+            return Err(bad_field(path, "plan.strategies", format!("{s} is listed twice")));
+        }
+        if self.pods.is_empty() {
+            return Err(bad_field(
+                path,
+                "plan.pods",
+                "empty: a run measures at least one pod count",
+            ));
+        }
+        if let Some(p) = self.pods.iter().find(|p| !(1..=64).contains(*p)) {
+            return Err(bad_field(path, "plan.pods", format!("{p} is outside 1 to 64")));
+        }
+        if let Some(p) = first_duplicate(&self.pods) {
+            return Err(bad_field(path, "plan.pods", format!("{p} is listed twice")));
+        }
+        if !(1..=4096).contains(&self.batch) {
+            return Err(bad_field(
+                path,
+                "plan.batch",
+                format!("{} is outside 1 to 4096", self.batch),
+            ));
+        }
+        for (field, v) in [
+            ("plan.warmup_s", self.warmup_s),
+            ("plan.window_s", self.window_s),
+            ("plan.max_cell_s", self.max_cell_s),
+        ] {
+            if !(v.is_finite() && (0.0..=MAX_RECORDED_SECONDS).contains(&v)) {
+                return Err(bad_field(
+                    path,
+                    field,
+                    format!(
+                        "{} is not a duration from 0 to {MAX_RECORDED_SECONDS} s (7 days)",
+                        shown(v)
+                    ),
+                ));
+            }
+        }
+        if self.window_s < MIN_RECORDED_WINDOW_S {
+            return Err(bad_field(
+                path,
+                "plan.window_s",
+                format!(
+                    "{} s is shorter than {MIN_RECORDED_WINDOW_S} s (windows that short measure scrape jitter)",
+                    shown(self.window_s)
+                ),
+            ));
+        }
+        if self.stable_windows == 0 {
+            return Err(bad_field(
+                path,
+                "plan.stable_windows",
+                "0: a cell needs at least one window",
+            ));
+        }
+        if self.max_cell_s < self.window_s * f64::from(self.stable_windows) {
+            return Err(bad_field(
+                path,
+                "plan.max_cell_s",
+                format!(
+                    "{} s is shorter than stable_windows × window_s = {} × {} s",
+                    shown(self.max_cell_s),
+                    self.stable_windows,
+                    shown(self.window_s)
+                ),
+            ));
+        }
+        if !(self.tolerance > 0.0 && self.tolerance < 1.0) {
+            return Err(bad_field(
+                path,
+                "plan.tolerance",
+                format!(
+                    "{} is not a fraction between 0 and 1 (0.05 = 5%)",
+                    shown(self.tolerance)
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn first_duplicate<T: PartialEq + Copy>(items: &[T]) -> Option<T> {
+    items
+        .iter()
+        .enumerate()
+        .find(|(i, x)| items[..*i].contains(x))
+        .map(|(_, x)| *x)
+}
+
+impl RunRecord {
+    /// Checks run.json as strictly as the flags that made it: the run id is a plain
+    /// directory name and the plan passes [`PlanRecord::validate`]. `path` is the
+    /// run.json, named with the field in every error. Call it on every run.json read
+    /// back from disk (`--resume`, `report`, `export`, `compare`).
+    pub fn validate(&self, path: &Path) -> Result<()> {
+        crate::config::plan::validate_run_id(&self.run_id).map_err(|_| {
+            bad_field(
+                path,
+                "run_id",
+                format!(
+                    "{:?} is not a plain directory name (letters, digits, '.', '_', '-')",
+                    self.run_id
+                ),
+            )
+        })?;
+        self.plan.validate(path)
+    }
+
+    /// Whether the sweep finished (`state` is `complete`); a running, interrupted or
+    /// failed run is partial: cells it lacks were never measured.
+    pub fn is_complete(&self) -> bool {
+        self.state == "complete"
+    }
+}
+
+/// Parses `cells.jsonl` text and checks every row as strictly as flags: numbers finite
+/// and non-negative (but `exit_code`), pods 1 to 64, no two rows for one (strategy,
+/// pods, pod), an aggregate row (`pod = "all"`) for every cell and no more pod rows than
+/// pods; with `plan`, every row's strategy and pods inside it. Errors name `path`, the
+/// line and the field.
+pub fn parse_cells_jsonl(text: &str, path: &Path, plan: Option<&PlanRecord>) -> Result<Vec<CellRecord>> {
+    let at = |line: usize, reason: String| BenchError::Results {
+        path: path.to_path_buf(),
+        reason: format!("line {line}: {reason}"),
+    };
+    let mut rows = Vec::new();
+    let mut seen: HashMap<(Strategy, u32, &str), usize> = HashMap::new();
+    // Per cell: the first pod row's line, pod rows, and whether the aggregate is there.
+    let mut cells: Vec<((Strategy, u32), usize, u32, bool)> = Vec::new();
+    for (i, l) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let line = i + 1;
+        let row: CellRecord = serde_json::from_str(l).map_err(|e| at(line, e.to_string()))?;
+        check_row(&row).map_err(|reason| at(line, reason))?;
+        if let Some(plan) = plan {
+            if !plan.strategies.contains(&row.strategy) {
+                return Err(at(
+                    line,
+                    format!(
+                        "strategy {} is not in run.json's plan ({})",
+                        row.strategy,
+                        listed(&plan.strategies)
+                    ),
+                ));
+            }
+            if !plan.pods.contains(&row.pods) {
+                return Err(at(
+                    line,
+                    format!("pods {} is not in run.json's plan ({})", row.pods, listed(&plan.pods)),
+                ));
+            }
+        }
+        rows.push((line, row));
+    }
+    for (line, row) in &rows {
+        if let Some(first) = seen.insert((row.strategy, row.pods, row.pod.as_str()), *line) {
+            return Err(at(
+                *line,
+                format!(
+                    "duplicate row (strategy {}, pods {}, pod {:?}), first on line {first}",
+                    row.strategy, row.pods, row.pod
+                ),
+            ));
+        }
+        let key = (row.strategy, row.pods);
+        let i = match cells.iter().position(|(k, ..)| *k == key) {
+            Some(i) => i,
+            None => {
+                cells.push((key, *line, 0, false));
+                cells.len() - 1
+            }
+        };
+        if row.is_aggregate() {
+            cells[i].3 = true;
+        } else {
+            cells[i].2 += 1;
+        }
+    }
+    for ((strategy, pods), line, pod_rows, aggregate) in cells {
+        if !aggregate {
+            return Err(at(
+                line,
+                format!("cell {strategy} × {pods} pods has pod rows but no aggregate row (pod \"{ALL_PODS}\")"),
+            ));
+        }
+        if pod_rows > pods {
+            return Err(at(
+                line,
+                format!("cell {strategy} × {pods} pods has {pod_rows} pod rows"),
+            ));
+        }
+    }
+    Ok(rows.into_iter().map(|(_, r)| r).collect())
+}
+
+/// One row's own checks; the reason names the field.
+fn check_row(row: &CellRecord) -> std::result::Result<(), String> {
+    if !(1..=64).contains(&row.pods) {
+        return Err(format!("pods {} is outside 1 to 64", row.pods));
+    }
+    if row.pod.trim().is_empty() {
+        return Err("pod is empty".into());
+    }
+    // Every number of the record, by its serde name, so a field added later is checked
+    // too; `exit_code` may be negative (a signal). JSON has no NaN or infinity, and
+    // serde_json refuses an out-of-range number such as 1e400 while parsing the line.
+    let serde_json::Value::Object(fields) = serde_json::to_value(row).map_err(|e| e.to_string())? else {
+        return Err("not a JSON object".into());
+    };
+    for (field, v) in &fields {
+        if field == "exit_code" {
+            continue;
+        }
+        if let Some(x) = v.as_f64()
+            && !(x.is_finite() && x >= 0.0)
+        {
+            return Err(format!("{field} = {}: must be a finite number ≥ 0", shown(x)));
+        }
+    }
+    Ok(())
 }
 
 /// Renders rows as JSON lines (`cells.jsonl`).
@@ -337,4 +655,162 @@ pub fn cells_jsonl(cells: &[CellRecord]) -> Vec<u8> {
 /// Now, RFC 3339 in UTC with seconds.
 pub fn now_rfc3339() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture_text(file: &str) -> String {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/h100-run")
+            .join(file);
+        std::fs::read_to_string(path).expect("fixture")
+    }
+
+    fn fixture_run() -> RunRecord {
+        serde_json::from_str(&fixture_text("run.json")).expect("run.json")
+    }
+
+    #[test]
+    fn a_recorded_plan_is_checked_field_by_field() {
+        let path = Path::new("results/r/run.json");
+        assert!(fixture_run().validate(path).is_ok());
+        type Tamper = fn(&mut RunRecord);
+        let cases: [(&str, Tamper); 15] = [
+            ("plan.warmup_s: -5 is not a duration", |r| r.plan.warmup_s = -5.0),
+            ("plan.max_cell_s: 1e300 is not a duration", |r| {
+                r.plan.max_cell_s = 1e300
+            }),
+            ("plan.warmup_s: 604801 is not", |r| r.plan.warmup_s = 604_801.0),
+            ("plan.window_s: NaN is not", |r| r.plan.window_s = f64::NAN),
+            ("plan.window_s: 0 s is shorter than 0.5 s", |r| r.plan.window_s = 0.0),
+            ("plan.pods: 0 is outside 1 to 64", |r| r.plan.pods = vec![0]),
+            ("plan.pods: 65 is outside 1 to 64", |r| r.plan.pods = vec![1, 65]),
+            ("plan.pods: empty", |r| r.plan.pods.clear()),
+            ("plan.pods: 3 is listed twice", |r| r.plan.pods = vec![3, 1, 3]),
+            ("plan.strategies: empty", |r| r.plan.strategies.clear()),
+            ("plan.stable_windows: 0", |r| r.plan.stable_windows = 0),
+            (
+                "plan.max_cell_s: 14 s is shorter than stable_windows × window_s = 3 × 5 s",
+                |r| r.plan.max_cell_s = 14.0,
+            ),
+            ("plan.tolerance: -1 is not a fraction", |r| r.plan.tolerance = -1.0),
+            ("plan.tolerance: 1 is not a fraction", |r| r.plan.tolerance = 1.0),
+            ("run_id: \"../..\" is not a plain directory name", |r| {
+                r.run_id = "../..".into()
+            }),
+        ];
+        for (want, tamper) in cases {
+            let mut run = fixture_run();
+            tamper(&mut run);
+            let e = run.validate(path).expect_err(want).to_string();
+            assert!(e.starts_with("results results/r/run.json: "), "{e}");
+            assert!(e.contains(want), "{want:?} not in {e:?}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
+
+    /// The fixture's cells.jsonl with line `n` (1-based) changed by `f`.
+    fn tampered(n: usize, f: impl Fn(&mut serde_json::Value)) -> String {
+        tampered_lines(&[n], f)
+    }
+
+    /// The fixture's cells.jsonl with lines `ns` (1-based) changed by `f`.
+    fn tampered_lines(ns: &[usize], f: impl Fn(&mut serde_json::Value)) -> String {
+        let text = fixture_text("cells.jsonl");
+        let mut out = String::new();
+        for (i, l) in text.lines().enumerate() {
+            let mut v: serde_json::Value = serde_json::from_str(l).expect("row");
+            if ns.contains(&(i + 1)) {
+                f(&mut v);
+            }
+            out.push_str(&v.to_string());
+            out.push('\n');
+        }
+        out
+    }
+
+    fn parse_err(text: &str, plan: Option<&PlanRecord>) -> String {
+        parse_cells_jsonl(text, Path::new("r/cells.jsonl"), plan)
+            .expect_err("tampered cells")
+            .to_string()
+    }
+
+    #[test]
+    fn cells_read_back_are_checked_with_line_and_field() {
+        let plan = fixture_run().plan;
+        let good = fixture_text("cells.jsonl");
+        assert_eq!(
+            parse_cells_jsonl(&good, Path::new("x"), Some(&plan))
+                .map(|c| c.len())
+                .ok(),
+            Some(64)
+        );
+        let first: CellRecord = serde_json::from_str(good.lines().next().expect("line")).expect("row");
+        assert_eq!(
+            (first.strategy, first.pods, first.pod.as_str()),
+            (Strategy::Exclusive, 1, "pod-0")
+        );
+
+        let e = parse_err(&tampered(2, |v| v["throughput_per_s"] = (-3.5).into()), None);
+        assert_eq!(
+            e,
+            "results r/cells.jsonl: line 2: throughput_per_s = -3.5: must be a finite number ≥ 0"
+        );
+        let e = parse_err(&tampered(2, |v| v["energy_j_per_inference"] = (-0.1).into()), None);
+        assert!(e.contains("line 2: energy_j_per_inference = -0.1"), "{e}");
+        // JSON has no infinity; an out-of-range number is refused with its line.
+        let inf = tampered(3, |_| ()).replacen("\"mean_s\":", "\"mean_s\":1e400,\"x\":", 1);
+        assert!(
+            parse_err(&inf, None).contains("line 1: number out of range"),
+            "{inf:.200}"
+        );
+        // Line 2 again, as line 65.
+        let dup = format!("{good}{}\n", good.lines().nth(1).expect("line 2"));
+        let e = parse_err(&dup, None);
+        assert!(
+            e.contains("line 65: duplicate row (strategy exclusive, pods 1, pod \"all\"), first on line 2"),
+            "{e}"
+        );
+        let no_aggregate: String = good
+            .lines()
+            .filter(|l| !(l.contains("\"strategy\":\"mps\",\"pods\":5,\"pod\":\"all\"")))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(no_aggregate.lines().count(), 63);
+        let e = parse_err(&no_aggregate, None);
+        assert!(
+            e.contains("cell mps × 5 pods has pod rows but no aggregate row (pod \"all\")"),
+            "{e}"
+        );
+        let e = parse_err(&tampered(5, |v| v["pods"] = 0.into()), None);
+        assert!(e.contains("line 5: pods 0 is outside 1 to 64"), "{e}");
+        // Outside the plan (the whole exclusive × 1 cell moved to 9 pods): only checked
+        // against one.
+        let nine = tampered_lines(&[1, 2], |v| v["pods"] = 9.into());
+        assert!(parse_cells_jsonl(&nine, Path::new("x"), None).is_ok());
+        let e = parse_err(&nine, Some(&plan));
+        assert!(
+            e.contains("line 1: pods 9 is not in run.json's plan (1, 3, 5, 7)"),
+            "{e}"
+        );
+        let mut narrow = plan.clone();
+        narrow.strategies.retain(|s| *s != Strategy::Mig);
+        let e = parse_err(&good, Some(&narrow));
+        assert!(
+            e.contains("strategy mig is not in run.json's plan (exclusive, time-slicing, mps)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn an_empty_run_still_has_the_csv_header() {
+        let cells = parse_cells_jsonl(&fixture_text("cells.jsonl"), Path::new("x"), None).expect("cells");
+        let full = String::from_utf8(cells_csv(&cells).expect("csv")).expect("utf-8");
+        let empty = String::from_utf8(cells_csv(&[]).expect("csv")).expect("utf-8");
+        let header = full.lines().next().expect("header");
+        assert!(header.starts_with("run_id,strategy,pods,pod,status,"), "{header}");
+        assert_eq!(empty, format!("{header}\n"));
+    }
 }

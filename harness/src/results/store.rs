@@ -114,7 +114,21 @@ impl RunStore {
         }
         let lock = RunLock::acquire(&dir)?;
         let run = read_run(&dir.join("run.json"))?;
-        let cells = read_cells(&dir.join("cells.jsonl"))?;
+        // A resumed plan is checked as strictly as flags: it decides how pods run.
+        run.validate(&dir.join("run.json"))?;
+        if run.run_id != run_id {
+            return Err(BenchError::Results {
+                path: dir.join("run.json"),
+                reason: format!("run_id {:?} does not match its directory {run_id:?}", run.run_id),
+            });
+        }
+        // Rows outside the recorded plan are tampering, not cells to keep.
+        let cells_path = dir.join("cells.jsonl");
+        let cells = match std::fs::read_to_string(&cells_path) {
+            Ok(text) => parse_cells_jsonl(&text, &cells_path, Some(&run.plan))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(BenchError::io(format!("reading {}", cells_path.display()))(e)),
+        };
         std::fs::create_dir_all(dir.join("logs"))
             .map_err(BenchError::io(format!("creating {}/logs", dir.display())))?;
         Ok(Self {

@@ -70,8 +70,9 @@ pub struct Facts {
     pub workload: Result<String, String>,
     /// `prometheus --version` first line.
     pub prometheus: Option<String>,
-    /// A kubeconfig path or "in-cluster".
-    pub kubernetes: Option<String>,
+    /// A kubeconfig path (and its context) or "in-cluster"; `Err` when the file found is
+    /// not a kubeconfig.
+    pub kubernetes: Option<std::result::Result<String, String>>,
 }
 
 /// Reads the facts from this machine.
@@ -97,7 +98,7 @@ pub fn gather() -> Facts {
             text.lines().next().map(str::to_string)
         });
     let kubernetes = if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
-        Some("in-cluster service account".into())
+        Some(Ok("in-cluster service account".into()))
     } else {
         std::env::var("KUBECONFIG")
             .ok()
@@ -107,6 +108,7 @@ pub fn gather() -> Facts {
                 let p = format!("{home}/.kube/config");
                 Path::new(&p).is_file().then_some(p)
             })
+            .map(|p| kubeconfig_summary(&p))
     };
     Facts {
         inventory: crate::telemetry::nvml::probe(),
@@ -217,7 +219,12 @@ pub fn checks(f: &Facts) -> Vec<Check> {
         ),
     });
     out.push(match &f.kubernetes {
-        Some(k) => c("Kubernetes context", Ok, k.clone()),
+        Some(std::result::Result::Ok(k)) => c("Kubernetes context", Ok, k.clone()),
+        Some(std::result::Result::Err(e)) => c(
+            "Kubernetes context",
+            Warn,
+            format!("{e} — only needed for --backend kubernetes; fix: point KUBECONFIG at a kubeconfig file"),
+        ),
         None => c(
             "Kubernetes context",
             Warn,
@@ -226,6 +233,20 @@ pub fn checks(f: &Facts) -> Vec<Check> {
         ),
     });
     out
+}
+
+/// What a kubeconfig file holds, in words; `Err` when it is not a kubeconfig at all.
+pub fn kubeconfig_summary(path: &str) -> std::result::Result<String, String> {
+    let first = path.split(':').next().unwrap_or(path);
+    let config = kube::config::Kubeconfig::read_from(first).map_err(|e| format!("{first} is not a kubeconfig: {e}"))?;
+    match config.current_context {
+        Some(ctx) => Ok(format!("{first} (context {ctx})")),
+        None if config.contexts.is_empty() => Err(format!("{first} has no context")),
+        None => Ok(format!(
+            "{first} (no current context; {} contexts)",
+            config.contexts.len()
+        )),
+    }
 }
 
 #[cfg(test)]

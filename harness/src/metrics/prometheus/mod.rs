@@ -100,6 +100,8 @@ mod tests {
 
     #[test]
     fn config_scrapes_every_second_from_a_file() {
+        let odd = server::server_config(std::path::Path::new("/r/a\"b\\c/targets.json"));
+        assert!(odd.contains(r#"files: ["/r/a\"b\\c/targets.json"]"#), "{odd}");
         let c = server::server_config(std::path::Path::new("/r/prometheus/targets.json"));
         assert!(c.contains("scrape_interval: 1s") && c.contains("files: [\"/r/prometheus/targets.json\"]"));
     }

@@ -20,9 +20,11 @@ pub fn find_binary() -> Option<PathBuf> {
 /// The configuration of a private server: every pod scraped each second, targets from
 /// a file the harness rewrites per cell (pure).
 pub fn server_config(targets_file: &Path) -> String {
+    // A JSON string is a valid YAML double-quoted scalar: quotes, backslashes and control
+    // characters in the run directory's path stay inside the string.
+    let quoted = serde_json::to_string(&targets_file.to_string_lossy()).unwrap_or_else(|_| "\"\"".into());
     format!(
-        "# Written by gpushare-bench for one run.\nglobal:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: gpushare-workload\n    metrics_path: /metrics\n    file_sd_configs:\n      - files: [\"{}\"]\n        refresh_interval: 1s\n",
-        targets_file.display()
+        "# Written by gpushare-bench for one run.\nglobal:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: gpushare-workload\n    metrics_path: /metrics\n    file_sd_configs:\n      - files: [{quoted}]\n        refresh_interval: 1s\n"
     )
 }
 

@@ -1,6 +1,8 @@
 //! Exports of a run: one [`Exporter`] per format, each a pure function from the run's
 //! records to bytes (snapshot-tested in `tests/report.rs`). CSV and JSON derive from the
-//! record structs; Markdown is the report's tables.
+//! record structs; Markdown is the report's tables. A partial run (run.json's `state`
+//! not `complete`) is marked: the Markdown opens with a PARTIAL RUN line and the JSON
+//! carries run.json, state included; CSV rows are the cells on disk, nothing more.
 
 use crate::config::cli::ExportFormat;
 use crate::error::{BenchError, Result};

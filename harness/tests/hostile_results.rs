@@ -1,0 +1,357 @@
+//! Hostile run directories and outputs against `report`, `export` and `compare` (issue
+//! 11): tampered run.json and cells.jsonl are refused with one line naming the file and
+//! the field, partial runs are marked, missing cells fail `compare`, and a full stdout
+//! is an error, not a panic or a silent exit 0. Every case tampers with a copy of a
+//! committed fixture in a temporary directory.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+const BENCH: &str = env!("CARGO_BIN_EXE_gpushare-bench");
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+/// A copy of fixture `name` under `dir`, as `dir/<copy>`.
+fn copy(name: &str, dir: &Path, copy: &str) -> PathBuf {
+    let out = dir.join(copy);
+    std::fs::create_dir_all(&out).expect("dir");
+    for f in ["run.json", "cells.jsonl"] {
+        std::fs::copy(fixture(name).join(f), out.join(f)).expect("copy");
+    }
+    out
+}
+
+/// Rewrites run.json through `f`.
+fn tamper_run(run: &Path, f: impl FnOnce(&mut serde_json::Value)) {
+    let path = run.join("run.json");
+    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
+    f(&mut v);
+    std::fs::write(&path, serde_json::to_string_pretty(&v).expect("json")).expect("write");
+}
+
+/// Rewrites every row of cells.jsonl through `f` (rows it returns false for are dropped).
+fn tamper_cells(run: &Path, mut f: impl FnMut(usize, &mut serde_json::Value) -> bool) {
+    let path = run.join("cells.jsonl");
+    let text = std::fs::read_to_string(&path).expect("read");
+    let mut out = String::new();
+    for (i, l) in text.lines().enumerate() {
+        let mut v: serde_json::Value = serde_json::from_str(l).expect("row");
+        if f(i + 1, &mut v) {
+            out.push_str(&v.to_string());
+            out.push('\n');
+        }
+    }
+    std::fs::write(&path, out).expect("write");
+}
+
+fn bench(args: &[&str], dirs: &[&Path]) -> Output {
+    let mut c = Command::new(BENCH);
+    c.args(args);
+    for d in dirs {
+        c.arg(d);
+    }
+    c.output().expect("run gpushare-bench")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Exit 1, nothing on stdout, exactly one line on stderr containing every `want`.
+fn assert_refused(o: &Output, wants: &[&str]) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(1), "stderr: {err}");
+    assert!(o.stdout.is_empty(), "stdout: {}", String::from_utf8_lossy(&o.stdout));
+    assert_eq!(err.lines().count(), 1, "not one line: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    for w in wants {
+        assert!(err.contains(w), "{w:?} not in {err:?}");
+    }
+}
+
+#[test]
+fn tampered_cells_are_refused_naming_file_line_and_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    type Tamper = fn(usize, &mut serde_json::Value) -> bool;
+    let cases: [(&str, Tamper, &str); 5] = [
+        (
+            "negative",
+            |n, v| {
+                if n == 2 {
+                    v["throughput_per_s"] = (-242.0).into();
+                }
+                true
+            },
+            "line 2: throughput_per_s = -242: must be a finite number ≥ 0",
+        ),
+        (
+            "duplicate",
+            // Line 3 becomes a second copy of line 2 (exclusive × 1 pods, aggregate).
+            |n, v| {
+                if n == 3 {
+                    v["pods"] = 1.into();
+                    v["pod"] = "all".into();
+                }
+                true
+            },
+            "line 3: duplicate row (strategy exclusive, pods 1, pod \"all\"), first on line 2",
+        ),
+        (
+            "no-aggregate",
+            |_, v| !(v["strategy"] == "mps" && v["pods"] == 5 && v["pod"] == "all"),
+            "cell mps × 5 pods has pod rows but no aggregate row",
+        ),
+        (
+            "outside-plan",
+            |_, v| {
+                if v["strategy"] == "exclusive" && v["pods"] == 1 {
+                    v["pods"] = 2.into();
+                }
+                true
+            },
+            "line 1: pods 2 is not in run.json's plan (1, 3, 5, 7)",
+        ),
+        (
+            "bad-json",
+            |n, v| {
+                if n == 4 {
+                    v["status"] = "great".into();
+                }
+                true
+            },
+            "line 4: unknown variant `great`",
+        ),
+    ];
+    for (name, f, want) in cases {
+        let run = copy("h100-run", dir.path(), name);
+        tamper_cells(&run, f);
+        let file = format!("{name}/cells.jsonl");
+        assert_refused(&bench(&["export", "--format", "csv"], &[&run]), &[&file, want]);
+        let out = dir.path().join("reports");
+        assert_refused(&bench(&["report", "--out"], &[&out, &run]), &[&file, want]);
+        assert!(!out.exists(), "{name}: a report was written");
+        assert_refused(&bench(&["compare"], &[&fixture("h100-run"), &run]), &[&file, want]);
+    }
+}
+
+#[test]
+fn a_missing_cells_file_is_an_error_not_an_empty_report() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = copy("h100-run", dir.path(), "gone");
+    std::fs::remove_file(run.join("cells.jsonl")).expect("rm");
+    for format in ["csv", "json", "markdown"] {
+        assert_refused(
+            &bench(&["export", "--format", format], &[&run]),
+            &["gone/cells.jsonl: no cells.jsonl: the run directory has run.json but no cells file"],
+        );
+    }
+    assert_refused(
+        &bench(&["report", "--out"], &[&dir.path().join("r"), &run]),
+        &["no cells.jsonl"],
+    );
+}
+
+#[test]
+fn a_tampered_plan_is_refused_naming_the_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    type Tamper = fn(&mut serde_json::Value);
+    let cases: [(&str, Tamper, &str); 9] = [
+        (
+            "warmup",
+            |v| v["plan"]["warmup_s"] = (-5.0).into(),
+            "plan.warmup_s: -5 is not a duration",
+        ),
+        (
+            "cap",
+            |v| v["plan"]["max_cell_s"] = 1e300.into(),
+            "plan.max_cell_s: 1e300 is not a duration",
+        ),
+        (
+            "pods",
+            |v| v["plan"]["pods"] = serde_json::json!([0]),
+            "plan.pods: 0 is outside 1 to 64",
+        ),
+        (
+            "window",
+            |v| v["plan"]["window_s"] = 0.into(),
+            "plan.window_s: 0 s is shorter than 0.5 s",
+        ),
+        (
+            "stable",
+            |v| v["plan"]["stable_windows"] = 0.into(),
+            "plan.stable_windows: 0",
+        ),
+        (
+            "tolerance",
+            |v| v["plan"]["tolerance"] = (-1).into(),
+            "plan.tolerance: -1 is not a fraction",
+        ),
+        (
+            "strategies",
+            |v| v["plan"]["strategies"] = serde_json::json!([]),
+            "plan.strategies: empty",
+        ),
+        (
+            "runid",
+            |v| v["run_id"] = "../../x".into(),
+            "run_id: \"../../x\" is not a plain directory name",
+        ),
+        (
+            "emptyid",
+            |v| v["run_id"] = "".into(),
+            "run_id: \"\" is not a plain directory name",
+        ),
+    ];
+    for (name, f, want) in cases {
+        let run = copy("h100-run", dir.path(), name);
+        tamper_run(&run, f);
+        let file = format!("{name}/run.json");
+        assert_refused(&bench(&["export", "--format", "json"], &[&run]), &[&file, want]);
+        assert_refused(
+            &bench(&["report", "--out"], &[&dir.path().join("reports"), &run]),
+            &[&file, want],
+        );
+    }
+    assert!(!dir.path().join("reports").exists());
+}
+
+#[test]
+fn an_empty_run_exports_the_csv_header_and_is_marked_partial() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = copy("cpu-run", dir.path(), "empty");
+    std::fs::write(run.join("cells.jsonl"), "").expect("empty");
+    tamper_run(&run, |v| {
+        v["state"] = "running".into();
+        v["finished_at"] = serde_json::Value::Null;
+    });
+    let out = bench(&["export", "--format", "csv"], &[&run]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(
+        text.starts_with("run_id,strategy,pods,pod,status,inferences,throughput_per_s,"),
+        "{text}"
+    );
+    let md = bench(&["export", "--format", "markdown"], &[&run]);
+    assert!(
+        String::from_utf8_lossy(&md.stdout)
+            .contains("> **PARTIAL RUN: run.json says state \"running\", not \"complete\"; 0 of 8 cells are on disk")
+    );
+}
+
+#[test]
+fn a_partial_run_is_marked_by_report_and_export() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = copy("h100-run", dir.path(), "cut");
+    tamper_run(&run, |v| v["state"] = "interrupted".into());
+    tamper_cells(&run, |_, v| v["strategy"] != "mps");
+    let banner = "PARTIAL RUN: run.json says state \"interrupted\", not \"complete\"; 12 of 16 cells are on disk, the others were never measured";
+    let md = bench(&["export", "--format", "markdown"], &[&run]);
+    assert!(md.status.success(), "{}", stderr(&md));
+    assert!(String::from_utf8_lossy(&md.stdout).contains(&format!("> **{banner}**")));
+    let json = bench(&["export", "--format", "json"], &[&run]);
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("json");
+    assert_eq!(v["run"]["state"], "interrupted");
+    assert_eq!(v["cells"].as_array().map(Vec::len), Some(64 - 20));
+    let out = dir.path().join("reports");
+    let o = bench(&["report", "--out"], &[&out, &run]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let html = std::fs::read_to_string(out.join("20261122-h100-yolos-bf16/index.html")).expect("index.html");
+    assert!(html.contains(&format!(
+        "<div class=\"banner partial\" role=\"alert\">{}</div>",
+        banner.replace('"', "&quot;")
+    )));
+    // The complete fixture carries no such line (its golden files stay as they are).
+    let md = bench(&["export", "--format", "markdown"], &[&fixture("h100-run")]);
+    assert!(!String::from_utf8_lossy(&md.stdout).contains("PARTIAL"));
+}
+
+#[test]
+fn compare_fails_on_cells_the_candidate_lacks() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cand = copy("h100-run", dir.path(), "fewer");
+    tamper_cells(&cand, |_, v| !(v["strategy"] == "time-slicing" && v["pods"] == 7));
+    let o = bench(&["compare"], &[&fixture("h100-run"), &cand]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{text}");
+    let flagged: Vec<&str> = text.lines().filter(|l| l.contains("missing")).collect();
+    assert_eq!(flagged.len(), 1, "{text}");
+    assert!(flagged[0].starts_with("Time-slicing     7"), "{}", flagged[0]);
+    // MIG was measured in neither run: a dash, not "ok".
+    let mig: Vec<&str> = text.lines().filter(|l| l.starts_with("MIG")).collect();
+    assert_eq!(mig.len(), 4, "{text}");
+    assert!(mig.iter().all(|l| l.ends_with("  —")), "{mig:?}");
+}
+
+#[test]
+fn compare_accepts_thresholds_up_to_1000_percent() {
+    let base = fixture("h100-run");
+    for t in ["100%", "1000%", "0.5"] {
+        let o = bench(&["compare", "--threshold", t], &[&base, &base]);
+        assert_eq!(o.status.code(), Some(0), "{t}: {}", stderr(&o));
+    }
+    for t in ["0%", "1001%", "-5%"] {
+        let o = bench(&["compare", &format!("--threshold={t}")], &[&base, &base]);
+        assert_eq!(o.status.code(), Some(2), "{t}: {}", stderr(&o));
+        assert!(stderr(&o).contains("expected a percentage above 0% and at most 1000%"));
+    }
+}
+
+#[test]
+fn compare_refuses_runs_of_different_devices() {
+    let o = bench(&["compare"], &[&fixture("h100-run"), &fixture("cpu-run")]);
+    assert_refused(&o, &["cpu-run"]);
+}
+
+/// Needs main.rs to call `compare::compare_runs` and print its notices (see the module
+/// doc of `report::compare`); until then the binary refuses with "shares no cell".
+#[test]
+fn compare_refusal_names_both_values_and_a_partial_candidate_is_noticed() {
+    let o = bench(&["compare"], &[&fixture("h100-run"), &fixture("cpu-run")]);
+    assert_refused(
+        &o,
+        &[
+            "cpu-run/run.json: cannot compare with baseline ",
+            "model yolos-small (baseline) vs tiny (candidate)",
+            "device cuda (baseline) vs cpu (candidate)",
+        ],
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cand = copy("h100-run", dir.path(), "broken");
+    tamper_run(&cand, |v| v["state"] = "interrupted".into());
+    let o = bench(&["compare"], &[&fixture("h100-run"), &cand]);
+    assert_eq!(o.status.code(), Some(0), "nothing missing, nothing worse");
+    assert!(
+        stderr(&o).contains("broken is a partial run (state \"interrupted\""),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// Runs the binary with stdout opened on /dev/full.
+fn to_dev_full(args: &[&str], dirs: &[&Path]) -> Output {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full");
+    let mut c = Command::new(BENCH);
+    c.args(args);
+    for d in dirs {
+        c.arg(d);
+    }
+    c.stdout(Stdio::from(full)).stderr(Stdio::piped());
+    c.output().expect("run gpushare-bench")
+}
+
+#[test]
+fn a_full_stdout_is_one_error_line_not_a_panic_or_exit_0() {
+    let run = fixture("h100-run");
+    for format in ["csv", "json", "markdown"] {
+        let o = to_dev_full(&["export", "--format", format], &[&run]);
+        assert_refused(&o, &["writing to stdout", "No space left on device"]);
+    }
+    let o = to_dev_full(&["compare"], &[&run, &run]);
+    assert_refused(&o, &["writing to stdout", "No space left on device"]);
+}
