@@ -57,6 +57,11 @@ test: deps lint ## lint, unit and integration tests (no GPU, no cluster): what C
 	$(TEST_ENV) actionlint .github/workflows/*.yml
 	$(MAKE) --no-print-directory validate-manifests
 
+.PHONY: soak
+soak: deps ## (long, not in CI) 100 CPU sweeps hit by a random signal at a random moment, then resumed
+	$(CARGO) build --workspace --locked
+	$(TEST_ENV) $(CARGO) test --locked -p gpushare-bench --test soak -- --ignored --nocapture
+
 .PHONY: validate-manifests
 validate-manifests: deps ## manifests/ against the Kubernetes 1.33 schemas (kubernetes-validate)
 	PYTHONPATH=$(DEPS)/kv $(DEPS)/kv/bin/kubernetes-validate --kubernetes-version 1.33.0 --strict --quiet \

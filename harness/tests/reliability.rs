@@ -280,3 +280,42 @@ fn hostile_values_are_one_line_and_exit_2() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn sigkill_with_a_spawned_prometheus_leaves_neither_it_nor_the_pods() {
+    let out = tempfile::tempdir().expect("tmp");
+    let mut child = sweep(
+        out.path(),
+        &[
+            "--pods",
+            "2",
+            "--max-cell",
+            "4s",
+            "--run-id",
+            "kp",
+            "--prometheus",
+            "spawn",
+        ],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .expect("spawn");
+    let harness = child.id();
+    let mut kids = Vec::new();
+    wait_for("Prometheus and 2 pods", Duration::from_secs(90), || {
+        kids = common::children(harness);
+        kids.iter().any(|c| c.name == "prometheus")
+            && kids.iter().filter(|c| c.name.starts_with("gpushare-worklo")).count() == 2
+    });
+    signal(harness, libc::SIGKILL);
+    let _ = wait_exit(&mut child, Duration::from_secs(5));
+    let watched: Vec<u32> = kids
+        .iter()
+        .filter(|c| c.name == "prometheus" || c.name.starts_with("gpushare-worklo"))
+        .map(|c| c.pid)
+        .collect();
+    wait_for("Prometheus and the pods gone", Duration::from_secs(5), || {
+        watched.iter().all(|p| !alive(*p))
+    });
+}
