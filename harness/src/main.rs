@@ -227,7 +227,7 @@ async fn run_sweep(args: SweepArgs, shutdown: &Shutdown) -> Result<u8> {
         Some(path) => SweepOptions::from_file(path)?,
         None => SweepOptions::default(),
     };
-    let plan = SweepPlan::from_options(file.overridden_by(args.options))?;
+    let plan = SweepPlan::from_options(file.overridden_by(args.options)?)?;
     if args.dry_run {
         print_out(sweep::dry_run(&plan).as_bytes())?;
         return Ok(0);

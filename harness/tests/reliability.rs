@@ -5,35 +5,19 @@
 //! huge durations, bad URLs and bad `overhead` flags are one line and exit 2.
 //! Everything is bounded in time and talks to loopback only.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 use gpushare_bench::results::store::{read_cells, read_run};
 
 mod common;
-use common::alive;
+use common::{alive, wait_exit, wait_for};
 
 const BENCH: &str = env!("CARGO_BIN_EXE_gpushare-bench");
 
-fn workload_bin() -> PathBuf {
-    Path::new(BENCH).with_file_name("gpushare-workload")
-}
-
 fn sweep(out: &Path, extra: &[&str]) -> Command {
-    let mut c = Command::new(BENCH);
-    c.args([
-        "sweep", "--device", "cpu", "--quiet", "--warmup", "1s", "--window", "1s",
-    ])
-    .arg("--out")
-    .arg(out)
-    .arg("--workload-bin")
-    .arg(workload_bin())
-    .args(extra);
-    if !extra.contains(&"--resume") {
-        c.args(["--strategies", "time-slicing"]);
-    }
-    c
+    common::cpu_sweep(BENCH, out, extra)
 }
 
 /// Workload pods among a process's children.
@@ -43,28 +27,6 @@ fn pods_of(pid: u32) -> Vec<u32> {
         .filter(|c| c.name.starts_with("gpushare-worklo"))
         .map(|c| c.pid)
         .collect()
-}
-
-fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn wait_exit(child: &mut Child, limit: Duration) -> Option<i32> {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            return s.code();
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the harness did not exit within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn signal(pid: u32, sig: i32) {
@@ -171,7 +133,7 @@ fn a_resume_finds_what_a_dead_run_left_and_stops_only_that() {
     let ticks = |pid: u32| gpushare_bench::process::procfs::stat(pid).expect("stat").start_ticks;
     let journal = serde_json::json!([
         {"kind": "group", "pgid": orphan.id(), "start_ticks": ticks(orphan.id()), "what": "pod-0 of the dead run"},
-        {"kind": "group", "pgid": bystander.id(), "start_ticks": ticks(bystander.id()) + 1_000_000, "what": "a reused pid"},
+        {"kind": "group", "pgid": bystander.id(), "start_ticks": ticks(bystander.id()) - 1, "what": "a reused pid"},
     ]);
     std::fs::write(out.path().join("left/processes.json"), journal.to_string()).expect("journal");
     let st = Command::new(BENCH)

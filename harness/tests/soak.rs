@@ -29,29 +29,23 @@ impl Rng {
     }
 }
 
-fn ours_alive(names: &[&str], since: Instant) -> Vec<String> {
-    let _ = since;
-    let mut left = Vec::new();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Some(stat) = gpushare_bench::process::procfs::stat(pid) else {
-            continue;
-        };
-        let Ok(comm) = std::fs::read_to_string(format!("/proc/{pid}/comm")) else {
-            continue;
-        };
-        let comm = comm.trim();
-        if stat.state != 'Z' && names.iter().any(|n| comm.starts_with(n)) {
-            left.push(format!("{pid} {comm}"));
-        }
-    }
-    left
+/// The environment entry every process of this soak inherits (harness, supervisor, pods),
+/// so leftovers are found exactly, whatever else runs on the machine.
+const TAG: &str = "GPUSHARE_SOAK_TAG";
+
+fn ours_alive(tag: &str) -> Vec<String> {
+    gpushare_bench::process::procfs::live_with_env(TAG, tag)
+        .into_iter()
+        .map(|pid| {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            format!("{pid} {}", comm.trim())
+        })
+        .collect()
 }
 
-fn sweep(out: &Path, args: &[&str]) -> Command {
+fn sweep(out: &Path, tag: &str, args: &[&str]) -> Command {
     let mut c = Command::new(BENCH);
+    c.env(TAG, tag);
     c.args([
         "sweep", "--device", "cpu", "--quiet", "--warmup", "1s", "--window", "1s",
     ])
@@ -85,11 +79,12 @@ fn a_hundred_sweeps_killed_at_random_leave_nothing_and_resume_exactly() {
     let mut rng = Rng(seed);
     let out = tempfile::tempdir().expect("tmp");
     let signals = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGKILL];
-    let ours = ["gpushare-worklo", "gpushare-bench", "prometheus"];
+    let tag = format!("{seed}-{}", std::process::id());
     for i in 0..runs {
         let id = format!("soak-{i}");
         let mut child = sweep(
             out.path(),
+            &tag,
             &["--strategies", "time-slicing", "--pods", "1,2", "--run-id", &id],
         )
         .spawn()
@@ -104,7 +99,7 @@ fn a_hundred_sweeps_killed_at_random_leave_nothing_and_resume_exactly() {
         let _ = child.wait();
         let t = Instant::now();
         loop {
-            let left = ours_alive(&ours, t);
+            let left = ours_alive(&tag);
             if left.is_empty() {
                 break;
             }
@@ -115,7 +110,7 @@ fn a_hundred_sweeps_killed_at_random_leave_nothing_and_resume_exactly() {
             std::thread::sleep(Duration::from_millis(100));
         }
         if out.path().join(&id).join("run.json").is_file() {
-            let st = sweep(out.path(), &["--resume", &id]).status().expect("resume");
+            let st = sweep(out.path(), &tag, &["--resume", &id]).status().expect("resume");
             assert!(
                 st.success(),
                 "run {i} (signal {sig} at {at:?}, seed {seed}): resume failed: {st}"
@@ -129,9 +124,15 @@ fn a_hundred_sweeps_killed_at_random_leave_nothing_and_resume_exactly() {
             );
             assert_eq!(cells.len(), 2 + 3, "run {i}: rows {}", cells.len());
         }
+        // The supervisor exits right after its harness said goodbye: give it a moment.
+        let t = Instant::now();
+        while !ours_alive(&tag).is_empty() && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         assert!(
-            ours_alive(&ours, Instant::now()).is_empty(),
-            "run {i}: left after resume"
+            ours_alive(&tag).is_empty(),
+            "run {i}: left after resume: {:?}",
+            ours_alive(&tag)
         );
     }
 }

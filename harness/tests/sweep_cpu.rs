@@ -2,7 +2,7 @@
 //! killed mid-cell, SIGINT to the harness (no process left behind, finished cells
 //! kept), and --resume finishing the run with nothing lost or doubled.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -11,7 +11,7 @@ use gpushare_bench::results::record::CellRecord;
 use gpushare_bench::results::store::{read_cells, read_run};
 
 mod common;
-use common::alive;
+use common::{alive, wait_for};
 
 /// The workload pods among a harness's children (its process supervisor is one too).
 fn children(pid: u32) -> Vec<u32> {
@@ -24,52 +24,13 @@ fn children(pid: u32) -> Vec<u32> {
 
 const BENCH: &str = env!("CARGO_BIN_EXE_gpushare-bench");
 
-fn workload_bin() -> PathBuf {
-    let p = Path::new(BENCH).with_file_name("gpushare-workload");
-    assert!(
-        p.is_file(),
-        "{} is missing: build the workspace first (`make test` does)",
-        p.display()
-    );
-    p
-}
-
 fn sweep(out: &Path, extra: &[&str]) -> Command {
-    let mut c = Command::new(BENCH);
-    c.args([
-        "sweep", "--device", "cpu", "--quiet", "--warmup", "1s", "--window", "1s",
-    ])
-    .arg("--out")
-    .arg(out)
-    .arg("--workload-bin")
-    .arg(workload_bin())
-    .args(extra);
-    if !extra.contains(&"--strategies") && !extra.contains(&"--resume") {
-        c.args(["--strategies", "time-slicing"]);
-    }
-    c
+    common::cpu_sweep(BENCH, out, extra)
 }
 
-fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
+/// The exit code of a harness that must exit on its own (not by a signal).
 fn wait_exit(child: &mut Child, limit: Duration) -> i32 {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            return s.code().unwrap_or(-1);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the harness did not exit within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    common::wait_exit(child, limit).unwrap_or(-1)
 }
 
 fn aggregate(cells: &[CellRecord], pods: u32) -> &CellRecord {

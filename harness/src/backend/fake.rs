@@ -72,6 +72,7 @@ pub struct FakeBackend {
     world: Arc<Mutex<World>>,
     scripts: Arc<dyn Fn(Strategy, u32) -> Vec<PodScript> + Send + Sync>,
     unavailable: Vec<Strategy>,
+    failing_stop: bool,
     /// Everything the runner asked for.
     pub calls: Arc<Mutex<Calls>>,
 }
@@ -89,6 +90,7 @@ impl FakeBackend {
             world: Arc::new(Mutex::new(World::default())),
             scripts: Arc::new(scripts),
             unavailable: Vec::new(),
+            failing_stop: false,
             calls: Arc::new(Mutex::new(Calls::default())),
         }
     }
@@ -96,6 +98,12 @@ impl FakeBackend {
     /// `strategy` is reported unavailable.
     pub fn without(mut self, strategy: Strategy) -> Self {
         self.unavailable.push(strategy);
+        self
+    }
+
+    /// `stop_pods` stops the pods but reports an error (a Deployment that would not go).
+    pub fn failing_stop(mut self) -> Self {
+        self.failing_stop = true;
         self
     }
 
@@ -206,6 +214,9 @@ impl Backend for FakeBackend {
         let mut w = self.world.lock().expect("world");
         w.stopped = true;
         w.pods.clear();
+        if self.failing_stop {
+            return Err(BenchError::kube("2 workload pods still exist 120 s after deletion"));
+        }
         Ok(before)
     }
 

@@ -52,7 +52,7 @@ pub struct SweepOptions {
     #[arg(long)]
     pub ready_timeout: Option<Span>,
     /// Results directory [default: results].
-    #[arg(long)]
+    #[arg(long, value_parser = utf8_path)]
     pub out: Option<PathBuf>,
     /// Name of the run's directory [default: <UTC time>-<gpu>].
     #[arg(long, conflicts_with = "resume")]
@@ -61,7 +61,7 @@ pub struct SweepOptions {
     #[arg(long)]
     pub prometheus: Option<PrometheusSetting>,
     /// The gpushare-workload binary [default: beside gpushare-bench, then PATH].
-    #[arg(long)]
+    #[arg(long, value_parser = utf8_path)]
     pub workload_bin: Option<PathBuf>,
     /// Extra argument for every workload pod (repeatable), e.g. --workload-arg=--weights --workload-arg=DIR.
     #[arg(long = "workload-arg", allow_hyphen_values = true)]
@@ -112,18 +112,29 @@ impl SweepOptions {
 
     /// `self` with every value `over` sets replaced (flags over a file). Both are
     /// serialised, unset values dropped, and the maps merged: no list of fields to keep.
-    pub fn overridden_by(self, over: SweepOptions) -> SweepOptions {
-        let (Ok(serde_json::Value::Object(mut base)), Ok(serde_json::Value::Object(top))) =
-            (serde_json::to_value(&self), serde_json::to_value(&over))
-        else {
-            return over;
+    /// Every value round-trips (Display and FromStr agree, paths are UTF-8), so an error
+    /// here is a bug, reported as such rather than silently dropping either side.
+    pub fn overridden_by(self, over: SweepOptions) -> Result<SweepOptions> {
+        let fail = |e: serde_json::Error| BenchError::Flag {
+            flag: "options".into(),
+            value: String::new(),
+            reason: format!("cannot merge the flags over the config file: {e}"),
+        };
+        let base = serde_json::to_value(&self).map_err(fail)?;
+        let top = serde_json::to_value(&over).map_err(fail)?;
+        let (serde_json::Value::Object(mut base), serde_json::Value::Object(top)) = (base, top) else {
+            return Ok(over);
         };
         for (k, v) in top {
             if !v.is_null() {
                 base.insert(k, v);
             }
         }
-        // Every value serialised above parses back (Display and FromStr agree).
-        serde_json::from_value(serde_json::Value::Object(base)).unwrap_or(over)
+        serde_json::from_value(serde_json::Value::Object(base)).map_err(fail)
     }
+}
+
+/// A path flag: UTF-8, since it is recorded in run.json and merged as text.
+fn utf8_path(s: &str) -> std::result::Result<PathBuf, String> {
+    Ok(PathBuf::from(s))
 }

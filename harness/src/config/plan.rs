@@ -339,7 +339,7 @@ mod tests {
             pods: Some("4".parse().expect("pods")),
             ..opts()
         };
-        let p = SweepPlan::from_options(file.overridden_by(flags)).expect("valid");
+        let p = SweepPlan::from_options(file.overridden_by(flags).expect("merge")).expect("valid");
         assert_eq!(p.pods, vec![4]);
         assert_eq!(p.strategies, vec![Strategy::Mps, Strategy::Mig]);
         assert_eq!(p.measure.warmup, Duration::from_secs(3));

@@ -47,12 +47,16 @@ fn pids() -> impl Iterator<Item = u32> {
         .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
 }
 
-/// Live processes of group `pgid` that started at or after `since` (ticks): members of a
-/// group we created, not of a later group that reused the number.
-pub fn live_group_members(pgid: u32, since: u64) -> Vec<u32> {
-    pids()
-        .filter(|&p| stat(p).is_some_and(|s| s.pgrp == pgid && s.state != 'Z' && s.start_ticks >= since))
-        .collect()
+/// Live processes of the group whose leader is `pgid` and started at exactly `start`
+/// (clock ticks): only a group we created, never a later one that reused the number.
+/// Empty when the leader is gone (members it left cannot be proved ours by time alone).
+pub fn live_group_members(pgid: u32, start: u64) -> Vec<u32> {
+    match stat(pgid) {
+        Some(leader) if leader.start_ticks == start && leader.pgrp == pgid => pids()
+            .filter(|&p| stat(p).is_some_and(|s| s.pgrp == pgid && s.state != 'Z' && s.start_ticks >= start))
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// Live processes (not this one) whose environment holds `key=value` exactly.

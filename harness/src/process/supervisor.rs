@@ -29,7 +29,7 @@ use super::procfs;
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Entry {
     /// A process group we created (a pod, a Prometheus server): its leader's pid and
-    /// start time.
+    /// start time; ours only while a leader with exactly that start time lives.
     Group {
         /// The group id (the leader's pid).
         pgid: u32,
@@ -141,6 +141,14 @@ pub fn journal_to(run_dir: &Path) {
     with_registry(|r| {
         r.journal = Some(journal_path(run_dir));
         write_journal(r);
+    });
+}
+
+/// Stops keeping the journal (the run is over; its directory is about to be unlocked).
+pub fn detach_journal() {
+    with_registry(|r| {
+        write_journal(r);
+        r.journal = None;
     });
 }
 
@@ -268,10 +276,19 @@ mod tests {
             start_ticks: start + 1_000_000,
             what: "a reused number".into(),
         };
+        let older = Entry::Group {
+            pgid: pid,
+            start_ticks: start.saturating_sub(1),
+            what: "recorded before this process started".into(),
+        };
         assert_eq!(group.live(), vec![pid]);
         assert!(
             stale.live().is_empty(),
-            "a process that started before the record is not ours"
+            "a group leader with another start time is not ours"
+        );
+        assert!(
+            older.live().is_empty(),
+            "a group that reused the number started later than the record: not ours"
         );
         let line = |op: char, e: &Entry| format!("{op}{}\n", serde_json::to_string(e).expect("json"));
         let input = line('+', &group) + &line('+', &stale) + &line('-', &stale);

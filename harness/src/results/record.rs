@@ -88,6 +88,50 @@ pub struct CellRecord {
 }
 
 impl CellRecord {
+    /// A row that names its cell and pod and holds no measurement (every number empty,
+    /// labels empty): what a sweep fills in, and the CSV header's probe.
+    pub fn unmeasured(
+        strategy: Strategy,
+        pods: u32,
+        pod: &str,
+        status: CellStatus,
+        source: Source,
+        device: DeviceKind,
+    ) -> CellRecord {
+        CellRecord {
+            run_id: String::new(),
+            strategy,
+            pods,
+            pod: pod.to_string(),
+            status,
+            inferences: None,
+            throughput_per_s: None,
+            mean_s: None,
+            p50_s: None,
+            p90_s: None,
+            p99_s: None,
+            errors: None,
+            fairness: None,
+            gpu_util_pct: None,
+            gpu_mem_bytes: None,
+            power_w: None,
+            energy_j_per_inference: None,
+            source,
+            device,
+            note: String::new(),
+            speedup_vs_1pod: None,
+            slowdown_vs_1pod: None,
+            duration_s: None,
+            windows: None,
+            throughput_spread: None,
+            p50_spread: None,
+            exit_code: None,
+            model: String::new(),
+            precision: String::new(),
+            started_at: String::new(),
+        }
+    }
+
     /// Whether this is a cell's aggregate row.
     pub fn is_aggregate(&self) -> bool {
         self.pod == ALL_PODS
@@ -332,38 +376,14 @@ pub fn cells_csv(cells: &[CellRecord]) -> Result<Vec<u8>> {
 /// record, so one probe record is serialised and only its first line kept: the columns
 /// still come from the struct, never from a second list.
 fn csv_header() -> Result<Vec<u8>> {
-    let probe = CellRecord {
-        run_id: String::new(),
-        strategy: Strategy::Exclusive,
-        pods: 1,
-        pod: ALL_PODS.into(),
-        status: CellStatus::Ok,
-        inferences: None,
-        throughput_per_s: None,
-        mean_s: None,
-        p50_s: None,
-        p90_s: None,
-        p99_s: None,
-        errors: None,
-        fairness: None,
-        gpu_util_pct: None,
-        gpu_mem_bytes: None,
-        power_w: None,
-        energy_j_per_inference: None,
-        source: Source::Scrape,
-        device: DeviceKind::Cpu,
-        note: String::new(),
-        speedup_vs_1pod: None,
-        slowdown_vs_1pod: None,
-        duration_s: None,
-        windows: None,
-        throughput_spread: None,
-        p50_spread: None,
-        exit_code: None,
-        model: String::new(),
-        precision: String::new(),
-        started_at: String::new(),
-    };
+    let probe = CellRecord::unmeasured(
+        Strategy::Exclusive,
+        1,
+        ALL_PODS,
+        CellStatus::Ok,
+        Source::Scrape,
+        DeviceKind::Cpu,
+    );
     let mut bytes = cells_csv(std::slice::from_ref(&probe))?;
     // Field names are plain identifiers, so the header is exactly the first line.
     let end = bytes.iter().position(|b| *b == b'\n').map_or(bytes.len(), |i| i + 1);

@@ -35,35 +35,11 @@ pub struct CellLabels {
 pub fn empty_row(l: &CellLabels, pod: &str, status: CellStatus, source: Source, note: String) -> CellRecord {
     CellRecord {
         run_id: l.run_id.clone(),
-        strategy: l.strategy,
-        pods: l.pods,
-        pod: pod.to_string(),
-        status,
-        inferences: None,
-        throughput_per_s: None,
-        mean_s: None,
-        p50_s: None,
-        p90_s: None,
-        p99_s: None,
-        errors: None,
-        fairness: None,
-        gpu_util_pct: None,
-        gpu_mem_bytes: None,
-        power_w: None,
-        energy_j_per_inference: None,
-        source,
-        device: l.device,
         note,
-        speedup_vs_1pod: None,
-        slowdown_vs_1pod: None,
-        duration_s: None,
-        windows: None,
-        throughput_spread: None,
-        p50_spread: None,
-        exit_code: None,
         model: l.model.clone(),
         precision: l.precision.clone(),
         started_at: now_rfc3339(),
+        ..CellRecord::unmeasured(l.strategy, l.pods, pod, status, source, l.device)
     }
 }
 

@@ -97,7 +97,11 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
         loop {
             progress.phase(&format!("window {}", windows.len() + 1));
             shutdown.sleep(settings.window).await?;
-            for p in backend.poll().await {
+            let polled = tokio::select! {
+                pods = backend.poll() => pods,
+                _ = shutdown.cancelled() => return Err(shutdown.interrupted()),
+            };
+            for p in polled {
                 if let Some(t) = tracked.get_mut(&p.name)
                     && matches!(p.state, PodState::Exited { .. })
                 {

@@ -31,14 +31,16 @@ pub async fn run<B: Backend>(
     match session.metrics.clone() {
         PrometheusSetting::Off => run_with_source(session, &ScrapeSource::default(), progress, shutdown).await,
         PrometheusSetting::Spawn => {
+            let mut session = session;
             let mut source = match PrometheusSource::spawn(session.store.dir(), shutdown).await {
                 Ok(s) => s,
                 Err(e) => return finish(session, Err(e), progress, shutdown).await,
             };
             progress.message(&format!("Prometheus: private server at {}", source.client().base()));
-            let r = run_with_source(session, &source, progress, shutdown).await;
+            let result = cells(&mut session, &source, progress, shutdown).await;
+            // The server stops while the run is still locked and journaled.
             source.stop(shutdown).await;
-            r
+            finish(session, result, progress, shutdown).await
         }
         PrometheusSetting::Url(url) => {
             run_with_source(session, &PrometheusSource::connect(&url), progress, shutdown).await
@@ -53,10 +55,20 @@ pub async fn run_with_source<B: Backend, S: MetricsSource>(
     progress: &dyn Progress,
     shutdown: &Shutdown,
 ) -> Result<SweepOutcome> {
+    let result = cells(&mut session, source, progress, shutdown).await;
+    finish(session, result, progress, shutdown).await
+}
+
+async fn cells<B: Backend, S: MetricsSource>(
+    session: &mut Session<B>,
+    source: &S,
+    progress: &dyn Progress,
+    shutdown: &Shutdown,
+) -> Result<usize> {
     for n in &session.notes {
         progress.message(n);
     }
-    let result = sweep_cells(
+    sweep_cells(
         &mut session.backend,
         source,
         session.telemetry.clone(),
@@ -65,8 +77,7 @@ pub async fn run_with_source<B: Backend, S: MetricsSource>(
         progress,
         shutdown,
     )
-    .await;
-    finish(session, result, progress, shutdown).await
+    .await
 }
 
 /// Restores the backend and records how the run ended.
@@ -84,6 +95,9 @@ async fn finish<B: Backend>(
     } = session;
     let restored = backend.restore(shutdown).await;
     drop(keep_alive);
+    // Everything this run started is stopped: the journal is final while the run is
+    // still locked, and nothing written after the lock is released touches it.
+    crate::process::supervisor::detach_journal();
     let interrupted = matches!(&result, Err(e) if e.is_interrupt());
     store.update_run(|r| {
         r.state = match (&result, interrupted) {
@@ -163,6 +177,9 @@ async fn sweep_cells<B: Backend, S: MetricsSource>(
                 return Err(shutdown.interrupted());
             }
             progress.cell_start(strategy, pods);
+            // A failure to stop the cell's pods ends the sweep, but only after the cell's
+            // rows are on disk: a measured cell is never lost.
+            let mut stop_error = None;
             let rows = match &prepared {
                 Prepared::Unavailable(reason) => unavailable_rows(&labels(pods), source.kind(), reason),
                 Prepared::Ready => {
@@ -186,16 +203,25 @@ async fn sweep_cells<B: Backend, S: MetricsSource>(
                     };
                     // Pods stop before anything else happens, whatever the outcome.
                     let stopped = backend.stop_pods(shutdown).await;
-                    let rows = match measured {
-                        Ok(rows) => rows,
-                        Err(e) if e.is_interrupt() => return Err(e),
+                    match measured {
+                        Ok(rows) => {
+                            stop_error = stopped.err();
+                            rows
+                        }
+                        Err(e) if e.is_interrupt() => {
+                            if let Err(se) = stopped {
+                                tracing::warn!("stopping the cell's pods after the interrupt: {se}");
+                            }
+                            return Err(e);
+                        }
                         // Without its metrics source nothing more can be measured.
                         Err(e @ BenchError::Prometheus { .. }) => return Err(e),
                         // A cell that could not start is an outcome, not the end of the sweep.
-                        Err(e) => failed_rows(&labels(pods), source.kind(), &e.to_string()),
-                    };
-                    stopped?;
-                    rows
+                        Err(e) => {
+                            stop_error = stopped.err();
+                            failed_rows(&labels(pods), source.kind(), &e.to_string())
+                        }
+                    }
                 }
             };
             let failed = rows
@@ -204,6 +230,14 @@ async fn sweep_cells<B: Backend, S: MetricsSource>(
             progress.cell_done(&cell_summary(&rows), failed);
             store.save_cell(rows)?;
             ran += 1;
+            if let Some(e) = stop_error {
+                // A forced stop that cut the pods' clean-up short is still an interrupt.
+                return Err(if shutdown.is_requested() {
+                    shutdown.interrupted()
+                } else {
+                    e
+                });
+            }
         }
     }
     Ok(ran)

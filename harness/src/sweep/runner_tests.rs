@@ -331,3 +331,27 @@ async fn interrupt_between_cells_then_resume_measures_each_cell_once() {
     );
     assert_eq!(state(&plan), "complete");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_measured_cell_is_kept_when_its_pods_will_not_stop() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let plan = plan(tmp.path(), "time-slicing", "1,2");
+    let b = FakeBackend::new(|_, n| (0..n).map(|_| PodScript::steady(100.0, 0.004)).collect()).failing_stop();
+    let e = sweep(&plan, &b, false, &Recorder::default(), &Shutdown::new())
+        .await
+        .expect_err("the stop failure ends the sweep");
+    assert!(e.to_string().contains("still exist"), "{e}");
+    let rows = cells(&plan);
+    assert_eq!(
+        agg(&rows, Strategy::TimeSlicing, 1).status,
+        CellStatus::Ok,
+        "the measured cell is on disk"
+    );
+    assert_eq!(
+        rows.iter().filter(|r| r.is_aggregate()).count(),
+        1,
+        "nothing launched after it"
+    );
+    assert_eq!(state(&plan), "failed");
+    assert_eq!(log(&b).last().map(String::as_str), Some("restore"));
+}

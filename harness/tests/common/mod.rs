@@ -42,3 +42,58 @@ pub fn children(pid: u32) -> Vec<Child> {
 pub fn alive(pid: u32) -> bool {
     stat(pid).is_some_and(|(_, state, _)| state != 'Z')
 }
+
+/// The gpushare-bench binary under test (the test binaries' `CARGO_BIN_EXE_` path is
+/// passed in: `env!` is per test crate).
+pub fn workload_beside(bench: &str) -> std::path::PathBuf {
+    let p = std::path::Path::new(bench).with_file_name("gpushare-workload");
+    assert!(
+        p.is_file(),
+        "{} is missing: build the workspace first (`make test` does)",
+        p.display()
+    );
+    p
+}
+
+/// A CPU sweep command with short settings, into `out`; time-slicing unless `extra`
+/// names strategies or resumes.
+pub fn cpu_sweep(bench: &str, out: &std::path::Path, extra: &[&str]) -> std::process::Command {
+    let mut c = std::process::Command::new(bench);
+    c.args([
+        "sweep", "--device", "cpu", "--quiet", "--warmup", "1s", "--window", "1s",
+    ])
+    .arg("--out")
+    .arg(out)
+    .arg("--workload-bin")
+    .arg(workload_beside(bench))
+    .args(extra);
+    if !extra.contains(&"--strategies") && !extra.contains(&"--resume") {
+        c.args(["--strategies", "time-slicing"]);
+    }
+    c
+}
+
+/// Polls `f` every 100 ms until it holds; fails the test after `limit`.
+pub fn wait_for(what: &str, limit: std::time::Duration, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    while !f() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// Waits for a child's exit code (None: killed by a signal); kills it and fails the test
+/// after `limit`.
+pub fn wait_exit(child: &mut std::process::Child, limit: std::time::Duration) -> Option<i32> {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            return s.code();
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the harness did not exit within {limit:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

@@ -316,12 +316,17 @@ impl Backend for LocalBackend {
         let before: Vec<Pod> = self.pods.iter().map(PodProcess::pod).collect();
         self.terminate_all(shutdown).await;
         self.pods.clear();
+        // A second signal (forced stop) skips the grace period: quit, then kill at once.
         let grace = if shutdown.is_forced() {
             Duration::ZERO
         } else {
             Duration::from_secs(5)
         };
-        if let Some(Err(e)) = self.mps.take().map(|mut d| d.stop_within(grace)) {
+        if let Some(Err(e)) = self
+            .mps
+            .take()
+            .map(|mut d| d.stop_within(grace, &|| shutdown.is_forced()))
+        {
             return Err(e);
         }
         Ok(before)

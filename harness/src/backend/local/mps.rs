@@ -34,7 +34,12 @@ pub fn dirs_for(run_dir: &Path, cell: &str) -> MpsDirs {
     let base = run_dir.join("mps").join(cell);
     let pipe = base.join("pipe");
     let pipe = if pipe.as_os_str().len() > 80 {
-        std::env::temp_dir().join(format!("gpushare-mps-{}-{cell}", std::process::id()))
+        // Named after the run directory, so two runs (or a run and its resume by another
+        // harness that got the same pid) never share, or stop, each other's daemon.
+        std::env::temp_dir().join(format!(
+            "gpushare-mps-{:016x}-{cell}",
+            fnv1a(run_dir.as_os_str().as_encoded_bytes())
+        ))
     } else {
         pipe
     };
@@ -42,6 +47,13 @@ pub fn dirs_for(run_dir: &Path, cell: &str) -> MpsDirs {
         pipe: pipe.to_string_lossy().into_owned(),
         log: base.join("log").to_string_lossy().into_owned(),
     }
+}
+
+/// FNV-1a, 64 bits: a short, stable name for a path.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// A running MPS control daemon; `quit` is sent on drop if `stop` was not called.
@@ -114,12 +126,13 @@ impl MpsDaemon {
     /// control daemon and its servers, found by their CUDA_MPS_PIPE_DIRECTORY), kills
     /// any that remain, and removes the pipe directory's sockets.
     pub fn stop(&mut self) -> Result<()> {
-        self.stop_within(Duration::from_secs(5))
+        self.stop_within(Duration::from_secs(5), &|| false)
     }
 
     /// [`MpsDaemon::stop`] with another grace period (zero on a forced stop: kill at once
     /// after `quit`).
-    pub fn stop_within(&mut self, grace: Duration) -> Result<()> {
+    /// `forced` is polled while waiting: a second signal cuts the wait short.
+    pub fn stop_within(&mut self, grace: Duration, forced: &dyn Fn() -> bool) -> Result<()> {
         if !self.running {
             return Ok(());
         }
@@ -138,10 +151,18 @@ impl MpsDaemon {
         if let Some(mut stdin) = child.stdin.take() {
             let _ = stdin.write_all(b"quit\n");
         }
-        let _ = child.wait();
+        // The client returns at once from a live daemon; a wedged one must not hang us.
+        let client_deadline = Instant::now() + Duration::from_secs(2).max(grace);
+        while matches!(child.try_wait(), Ok(None)) && Instant::now() < client_deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if matches!(child.try_wait(), Ok(None)) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
         let deadline = Instant::now() + grace;
         let mut left = daemon_pids(&self.dirs.pipe);
-        while !left.is_empty() && Instant::now() < deadline {
+        while !left.is_empty() && Instant::now() < deadline && !forced() {
             std::thread::sleep(Duration::from_millis(50));
             left = daemon_pids(&self.dirs.pipe);
         }
