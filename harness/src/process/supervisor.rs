@@ -136,10 +136,14 @@ pub fn unregister(entry: &Entry) {
     });
 }
 
-/// Keeps the journal in `run_dir` from now on (after any left-overs were cleaned up).
+/// Keeps the journal in `run_dir` from now on (after any left-overs were cleaned up), and
+/// tells the supervisor which run to mark `interrupted` if the harness dies.
 pub fn journal_to(run_dir: &Path) {
     with_registry(|r| {
         r.journal = Some(journal_path(run_dir));
+        if let Ok(json) = serde_json::to_string(&run_dir.to_string_lossy()) {
+            tell(r, &format!("run{json}"));
+        }
         write_journal(r);
     });
 }
@@ -226,10 +230,15 @@ pub fn read_journal(run_dir: &Path) -> Result<Vec<Entry>, String> {
 /// exit quietly; on end of input (the harness died) stop what is left.
 pub fn reap_main(input: impl BufRead) -> i32 {
     let mut entries: Vec<Entry> = Vec::new();
+    let mut run_dir: Option<PathBuf> = None;
     for line in input.lines() {
         let Ok(line) = line else { break };
         if line == "done" {
             return 0;
+        }
+        if let Some(json) = line.strip_prefix("run") {
+            run_dir = serde_json::from_str::<String>(json).ok().map(PathBuf::from);
+            continue;
         }
         let (op, json) = line.split_at(line.len().min(1));
         let Ok(entry) = serde_json::from_str::<Entry>(json) else {
@@ -248,7 +257,36 @@ pub fn reap_main(input: impl BufRead) -> i32 {
             stopped.join(", ")
         );
     }
+    if let Some(dir) = run_dir {
+        mark_interrupted(&dir);
+    }
     0
+}
+
+/// Marks a run whose harness died `interrupted` (it still says `running`), so reports and
+/// `compare` see a partial run; `--resume` continues it. Only `state` and `finished_at`
+/// change; a run.json that does not parse is left as it is.
+fn mark_interrupted(run_dir: &Path) {
+    let path = run_dir.join("run.json");
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return;
+    };
+    // Plain JSON, not the record type: this module sits below `results`.
+    let Ok(serde_json::Value::Object(mut run)) = serde_json::from_str::<serde_json::Value>(&text) else {
+        return;
+    };
+    if run.get("state").and_then(serde_json::Value::as_str) != Some("running") {
+        return;
+    }
+    let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    run.insert("state".into(), "interrupted".into());
+    run.insert("finished_at".into(), now.into());
+    if let Ok(json) = serde_json::to_vec_pretty(&run) {
+        let tmp = path.with_extension("json.tmp");
+        if std::fs::write(&tmp, json).is_ok() {
+            let _ = std::fs::rename(&tmp, &path);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -254,6 +254,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_kubeconfig_that_is_not_one_says_so() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let garbage = dir.path().join("config");
+        std::fs::write(&garbage, [0u8, 159, 146, 150, 255, 10, 1, 2]).expect("write");
+        let e = kubeconfig_summary(&garbage.to_string_lossy()).expect_err("garbage");
+        assert!(e.contains("is not a kubeconfig"), "{e}");
+        let ok = dir.path().join("ok");
+        std::fs::write(
+            &ok,
+            "apiVersion: v1\nkind: Config\ncurrent-context: lab\ncontexts:\n- name: lab\n  context: {cluster: c, user: u}\nclusters: []\nusers: []\n",
+        )
+        .expect("write");
+        assert!(
+            kubeconfig_summary(&ok.to_string_lossy())
+                .expect("valid")
+                .contains("context lab")
+        );
+    }
+
+    #[test]
     fn a_machine_without_a_gpu_fails_with_fixes() {
         let f = Facts {
             inventory: GpuInventory::default(),
