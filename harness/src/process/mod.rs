@@ -68,6 +68,10 @@ pub struct OwnedChild {
 
 impl OwnedChild {
     /// Spawns `cmd` in a new process group. `what` names the child in the error.
+    ///
+    /// PDEATHSIG fires when the *thread* that forked dies, not the process: spawn only
+    /// from the main thread or a runtime worker (they live as long as the harness), never
+    /// from `spawn_blocking`, whose idle threads exit and would take the child with them.
     pub fn spawn(cmd: &mut Command, what: &str) -> Result<Self> {
         // SAFETY: the closure runs in the child between fork and exec and only calls
         // async-signal-safe functions (getppid, prctl, _exit) on plain integers.
