@@ -31,6 +31,8 @@ pub const STOP_GRACE: Duration = Duration::from_secs(1);
 const PHASE_LOADING: u8 = 0;
 const PHASE_INFERRING: u8 = 1;
 const PHASE_DONE: u8 = 2;
+/// The watchdog has committed to ending the process.
+const PHASE_EXITING: u8 = 3;
 
 /// Runs the workload until a stop signal; `Ok` means a clean stop (exit code 0).
 pub fn run(args: &ServeArgs) -> Result<()> {
@@ -59,10 +61,22 @@ pub fn run(args: &ServeArgs) -> Result<()> {
             stop.store(true, Ordering::SeqCst);
             tracing::info!(signal, "stopping");
             tokio::time::sleep(STOP_GRACE).await;
-            let doing = match phase.load(Ordering::SeqCst) {
-                PHASE_LOADING => "while loading the model",
-                PHASE_INFERRING => "during an inference",
-                _ => return,
+            // Whoever moves `phase` first decides: a run that finished (with its own exit
+            // code, e.g. 4) is not overwritten with 0, and a watchdog that committed to
+            // exit is not raced by the engine thread's return.
+            let doing = loop {
+                let now = phase.load(Ordering::SeqCst);
+                let doing = match now {
+                    PHASE_LOADING => "while loading the model",
+                    PHASE_INFERRING => "during an inference",
+                    _ => return,
+                };
+                if phase
+                    .compare_exchange(now, PHASE_EXITING, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+                {
+                    break doing;
+                }
             };
             eprintln!("gpushare-workload: stopped {doing} ({signal})");
             // `_exit`, not `exit`: the engine thread is still inside the model (maybe in
@@ -77,7 +91,8 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     tracing::info!(model = %plan.preset, device = %plan.device, precision = %plan.precision, listen = %args.listen,
         pod = %identity.pod, strategy = %identity.strategy, "loading");
     let result = Engine::build(&plan).and_then(|mut engine| {
-        phase.store(PHASE_INFERRING, Ordering::SeqCst);
+        // Not over a watchdog that already committed to exit.
+        let _ = phase.compare_exchange(PHASE_LOADING, PHASE_INFERRING, Ordering::SeqCst, Ordering::SeqCst);
         engine.set_cancel(stop.clone());
         metrics.set_info(plan.preset, plan.precision, engine.info());
         metrics.gpu_memory_used.set(engine.gpu_memory_used() as i64);
@@ -95,7 +110,12 @@ pub fn run(args: &ServeArgs) -> Result<()> {
             LoadPattern::Poisson { rate } => open_loop(&mut engine, &metrics, &stop, rate, plan.seed, args.max_queue),
         }
     });
-    phase.store(PHASE_DONE, Ordering::SeqCst);
+    if phase.swap(PHASE_DONE, Ordering::SeqCst) == PHASE_EXITING {
+        // The watchdog is ending the process (exit 0 after a stop signal): wait for it.
+        loop {
+            std::thread::park();
+        }
+    }
     // An inference abandoned for a stop signal is a clean stop.
     let result = match result {
         Err(WorkloadError::Cancelled) => Ok(()),
