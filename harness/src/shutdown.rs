@@ -59,11 +59,6 @@ impl Shutdown {
         self.forced.cancelled().await
     }
 
-    /// The token behind [`Shutdown::cancelled`], for APIs that take one.
-    pub fn token(&self) -> &CancellationToken {
-        &self.graceful
-    }
-
     /// The error a wait returns when it was cut short.
     pub fn interrupted(&self) -> BenchError {
         BenchError::Interrupted {

@@ -79,6 +79,8 @@ pub const DEFAULT_WARMUP: Duration = Duration::from_secs(10);
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(5);
 /// Cap default.
 pub const DEFAULT_MAX_CELL: Duration = Duration::from_secs(30);
+/// The shortest window: shorter ones measure scrape jitter.
+pub const MIN_WINDOW: Duration = Duration::from_millis(500);
 /// Readiness default.
 pub const DEFAULT_READY_TIMEOUT: Duration = Duration::from_secs(180);
 /// The Kubernetes workload image.
@@ -170,7 +172,7 @@ impl SweepPlan {
         let warmup = o.warmup.map_or(DEFAULT_WARMUP, |s| s.duration);
         let window = o.window.as_ref().map_or(DEFAULT_WINDOW, |s| s.duration);
         let window_text = o.window.as_ref().map_or("5s".to_string(), |s| s.text.clone());
-        if window < Duration::from_millis(500) {
+        if window < MIN_WINDOW {
             return Err(BenchError::flag(
                 "--window",
                 &window_text,

@@ -205,13 +205,6 @@ pub enum PrometheusSetting {
     Url(String),
 }
 
-impl PrometheusSetting {
-    /// The setting as written on the command line.
-    pub fn text(&self) -> String {
-        self.to_string()
-    }
-}
-
 impl FromStr for PrometheusSetting {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {

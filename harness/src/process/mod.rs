@@ -47,14 +47,10 @@ pub fn signal(pid: u32, sig: i32) -> bool {
 /// everything it started).
 pub fn signal_group(pgid: u32, sig: i32) -> bool {
     match i32::try_from(pgid) {
-        Ok(g) if g > 1 => signal_pid_or_group(-g, sig),
+        // SAFETY: as in `signal`; a negative target names a process group we created.
+        Ok(g) if g > 1 => unsafe { libc::kill(-g, sig) == 0 },
         _ => false,
     }
-}
-
-fn signal_pid_or_group(target: i32, sig: i32) -> bool {
-    // SAFETY: as in `signal`; a negative target names a process group we created.
-    unsafe { libc::kill(target, sig) == 0 }
 }
 
 /// A child in its own process group (a terminal's Ctrl-C reaches only the harness, which
@@ -119,11 +115,6 @@ impl OwnedChild {
     /// The child's pid (also its process group), while it has not been reaped.
     pub fn id(&self) -> Option<u32> {
         self.child.as_ref().and(self.pid)
-    }
-
-    /// Whether the child is still running (not yet reaped).
-    pub fn is_running(&self) -> bool {
-        self.child.is_some()
     }
 
     /// The exit status if the child has exited (it is reaped then).

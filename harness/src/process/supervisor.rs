@@ -100,14 +100,21 @@ fn tell(r: &mut Registry, line: &str) {
     }
 }
 
-fn write_journal(r: &Registry) {
-    let Some(path) = &r.journal else { return };
+/// Writes `value` as JSON to `path` through a temporary file and a rename, so a reader
+/// never sees half a file. (`results::store::write_atomic` sits above this module.)
+fn replace_json(path: &Path, value: &impl Serialize) -> bool {
     let tmp = path.with_extension("json.tmp");
-    let ok = serde_json::to_vec_pretty(&r.entries)
+    serde_json::to_vec_pretty(value)
         .ok()
         .and_then(|bytes| std::fs::write(&tmp, bytes).ok())
-        .and_then(|()| std::fs::rename(&tmp, path).ok());
-    if ok.is_none() {
+        .and_then(|()| std::fs::rename(&tmp, path).ok())
+        .is_some()
+}
+
+fn write_journal(r: &Registry) {
+    if let Some(path) = &r.journal
+        && !replace_json(path, &r.entries)
+    {
         tracing::warn!("cannot write {}", path.display());
     }
 }
@@ -281,12 +288,7 @@ fn mark_interrupted(run_dir: &Path) {
     let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     run.insert("state".into(), "interrupted".into());
     run.insert("finished_at".into(), now.into());
-    if let Ok(json) = serde_json::to_vec_pretty(&run) {
-        let tmp = path.with_extension("json.tmp");
-        if std::fs::write(&tmp, json).is_ok() {
-            let _ = std::fs::rename(&tmp, &path);
-        }
-    }
+    replace_json(&path, &run);
 }
 
 #[cfg(test)]

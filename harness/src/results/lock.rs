@@ -5,7 +5,7 @@
 
 use std::io::{Read, Seek, Write};
 use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::error::{BenchError, Result};
 
@@ -13,7 +13,6 @@ use crate::error::{BenchError, Result};
 #[derive(Debug)]
 pub struct RunLock {
     _file: std::fs::File,
-    path: PathBuf,
 }
 
 impl RunLock {
@@ -47,12 +46,7 @@ impl RunLock {
         let _ = file.set_len(0);
         let _ = file.rewind();
         let _ = writeln!(file, "{}", std::process::id());
-        Ok(Self { _file: file, path })
-    }
-
-    /// The lock file.
-    pub fn path(&self) -> &Path {
-        &self.path
+        Ok(Self { _file: file })
     }
 }
 

@@ -264,7 +264,7 @@ impl PlanRecord {
             stable_windows: plan.measure.stable_windows as u32,
             tolerance: plan.measure.tolerance,
             source,
-            prometheus: plan.prometheus.text(),
+            prometheus: plan.prometheus.to_string(),
             workload_args: plan.workload_args.clone(),
         }
     }
@@ -392,11 +392,11 @@ fn csv_header() -> Result<Vec<u8>> {
 }
 
 /// The longest duration a recorded plan may hold: 7 days, in seconds.
-pub const MAX_RECORDED_SECONDS: f64 = 604_800.0;
+pub const MAX_RECORDED_SECONDS: f64 = crate::config::values::MAX_SPAN.as_secs() as f64;
 
 /// The shortest measurement window a recorded plan may hold, seconds (as `--window`:
 /// shorter windows measure scrape jitter).
-pub const MIN_RECORDED_WINDOW_S: f64 = 0.5;
+pub const MIN_RECORDED_WINDOW_S: f64 = crate::config::plan::MIN_WINDOW.as_millis() as f64 / 1000.0;
 
 /// One line error about a field of a file read back from disk.
 fn bad_field(path: &Path, field: &str, reason: impl std::fmt::Display) -> BenchError {

@@ -49,6 +49,11 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 /// nothing yet, and measuring every cell again loses nothing. Reports need the file:
 /// [`crate::report::RunData::load`] refuses a run directory without one.
 pub fn read_cells(path: &Path) -> Result<Vec<CellRecord>> {
+    read_cells_in(path, None)
+}
+
+/// Reads `cells.jsonl` (missing: no rows yet), refusing rows outside `plan` when given.
+pub fn read_cells_in(path: &Path, plan: Option<&crate::results::record::PlanRecord>) -> Result<Vec<CellRecord>> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -59,7 +64,7 @@ pub fn read_cells(path: &Path) -> Result<Vec<CellRecord>> {
             });
         }
     };
-    parse_cells_jsonl(&text, path, None)
+    parse_cells_jsonl(&text, path, plan)
 }
 
 /// Reads `run.json`.
@@ -123,12 +128,7 @@ impl RunStore {
             });
         }
         // Rows outside the recorded plan are tampering, not cells to keep.
-        let cells_path = dir.join("cells.jsonl");
-        let cells = match std::fs::read_to_string(&cells_path) {
-            Ok(text) => parse_cells_jsonl(&text, &cells_path, Some(&run.plan))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(BenchError::io(format!("reading {}", cells_path.display()))(e)),
-        };
+        let cells = read_cells_in(&dir.join("cells.jsonl"), Some(&run.plan))?;
         std::fs::create_dir_all(dir.join("logs"))
             .map_err(BenchError::io(format!("creating {}/logs", dir.display())))?;
         Ok(Self {
