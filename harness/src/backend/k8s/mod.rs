@@ -7,3 +7,4 @@ pub mod manifests;
 pub mod objects;
 pub mod portforward;
 pub mod session;
+pub mod sim;

@@ -1,0 +1,1538 @@
+//! The simulated cluster's state and its actors, as a discrete-event simulation on a
+//! virtual clock: the API objects (with their field managers), one GPU node, the GPU
+//! operator's operands on it (device plugin, GPU feature discovery, MPS control daemon,
+//! each with its config-manager), the MIG manager, the operator's own label rules, and
+//! the Deployment controller, scheduler and kubelet for the workload's pods.
+//!
+//! Every actor's rule names the upstream file it reproduces (versions as in
+//! UPSTREAM-RULES.md: GPU operator v25.10.1, k8s-device-plugin v0.18.1, mig-parted
+//! v0.13.1). Events are processed in virtual-time order whenever the API is called, so
+//! a harness that sleeps through a chain of crashes and restarts sees the same end state
+//! as one that polled through it.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+
+use serde_json::{Value, json};
+
+use super::fields::Managed;
+use super::gpu::{self, GpuModel, GpuState, PluginConfig, Sharing};
+
+/// Virtual seconds.
+pub type Secs = f64;
+
+/// How long things take, in virtual seconds. The defaults follow the upstream constants
+/// where there is one (named) and a plausible value where there is not (said so).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Timings {
+    /// Informer delay from a label change to the config-manager or MIG manager seeing it.
+    pub informer: Secs,
+    /// Kubelet's projection of a changed ConfigMap into the plugin pod's volume (A5: sync
+    /// period 60 s + cache TTL); GFD's and the MPS daemon's pods lag by their own offsets.
+    pub projection: [Secs; 3],
+    /// Container restart backoff: first delay, doubling, capped (kubelet: 10 s, 300 s).
+    pub backoff: (Secs, Secs),
+    /// Plugin stop, reload and register with the kubelet after a SIGHUP.
+    pub plugin_restart: Secs,
+    /// GFD's relabel after a SIGHUP, through NFD (NFD's latency not read: assumed).
+    pub gfd_relabel: Secs,
+    /// GFD's periodic relabel (`GFD_SLEEP_INTERVAL=60s` in the operator's asset).
+    pub gfd_interval: Secs,
+    /// MPS control daemon start (compute mode, daemons, limits, `.ready`).
+    pub mps_start: Secs,
+    /// The plugin's retry while the MPS daemon is not healthy (`restartTimeout` 30 s).
+    pub mps_retry: Secs,
+    /// A new operand pod until its main container runs.
+    pub operand_start: Secs,
+    /// Operand pod termination.
+    pub operand_stop: Secs,
+    /// The operator's reconcile period (labels it adds when absent).
+    pub operator_reconcile: Secs,
+    /// mig-parted: validate and persist the config, then set `pending`.
+    pub mig_validate: Secs,
+    /// mig-parted: MIG mode change.
+    pub mig_mode: Secs,
+    /// mig-parted: create the GPU and compute instances.
+    pub mig_apply: Secs,
+    /// A workload pod from bound to ready (image present, model loaded).
+    pub pod_ready: Secs,
+    /// A workload pod's termination.
+    pub pod_stop: Secs,
+}
+
+impl Default for Timings {
+    fn default() -> Self {
+        Self {
+            informer: 1.0,
+            projection: [60.0, 75.0, 90.0],
+            backoff: (10.0, 300.0),
+            plugin_restart: 5.0,
+            gfd_relabel: 5.0,
+            gfd_interval: 60.0,
+            mps_start: 8.0,
+            mps_retry: 30.0,
+            operand_start: 15.0,
+            operand_stop: 5.0,
+            operator_reconcile: 30.0,
+            mig_validate: 2.0,
+            mig_mode: 40.0,
+            mig_apply: 20.0,
+            pod_ready: 20.0,
+            pod_stop: 5.0,
+        }
+    }
+}
+
+/// What the simulated cluster starts with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterSpec {
+    /// The GPU node's name.
+    pub node: String,
+    /// Its GPUs.
+    pub gpu: GpuModel,
+    /// How many.
+    pub gpus: u32,
+    /// The operator's namespace.
+    pub operator_namespace: String,
+    /// ClusterPolicy `devicePlugin.config` (name, default); name empty: no config-manager.
+    pub plugin_config: (String, String),
+    /// ClusterPolicy `mig.strategy`.
+    pub mig_strategy: String,
+    /// The device-plugin ConfigMap's data at the start (None: no ConfigMap).
+    pub configmap: Option<BTreeMap<String, String>>,
+    /// Node labels the user had set (e.g. `nvidia.com/device-plugin.config`).
+    pub labels: BTreeMap<String, String>,
+    /// Whether the node carries the `nvidia.com/gpu:NoSchedule` taint.
+    pub gpu_taint: bool,
+    /// Whether the MIG manager may reboot the node (`WITH_REBOOT`).
+    pub with_reboot: bool,
+    /// Durations.
+    pub timings: Timings,
+    /// Kubernetes minor version (1.35 asks `create` on pods/portforward too).
+    pub minor_version: u32,
+}
+
+impl ClusterSpec {
+    /// One H100 80GB node (tainted `nvidia.com/gpu:NoSchedule`) under GPU operator
+    /// v25.10.1, set up as its time-slicing guide does: ClusterPolicy
+    /// `devicePlugin.config {name: device-plugin-config, default: any}` and a ConfigMap
+    /// with the user's key `any` (no sharing).
+    pub fn h100(node: &str) -> Self {
+        Self {
+            node: node.into(),
+            gpu: GpuModel::h100_80gb(),
+            gpus: 1,
+            operator_namespace: "gpu-operator".into(),
+            plugin_config: ("device-plugin-config".into(), "any".into()),
+            mig_strategy: "single".into(),
+            configmap: Some(BTreeMap::from([("any".to_string(), "version: v1\n".to_string())])),
+            labels: BTreeMap::new(),
+            gpu_taint: true,
+            with_reboot: false,
+            timings: Timings::default(),
+            minor_version: 34,
+        }
+    }
+}
+
+/// An object's key: resource (plural), namespace ("" for cluster-scoped), name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Key {
+    /// Plural resource (`pods`).
+    pub resource: String,
+    /// Namespace, or "".
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl Key {
+    /// A key.
+    pub fn new(resource: &str, namespace: &str, name: &str) -> Self {
+        Self {
+            resource: resource.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+/// A stored object.
+#[derive(Debug, Clone)]
+pub struct Object {
+    /// Its JSON.
+    pub value: Value,
+    /// Its field managers.
+    pub managed: Managed,
+}
+
+/// The operator's operands on the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum OperandKind {
+    /// `nvidia-device-plugin-daemonset`.
+    Plugin,
+    /// `gpu-feature-discovery`.
+    Gfd,
+    /// `nvidia-device-plugin-mps-control-daemon`.
+    Mps,
+}
+
+impl OperandKind {
+    fn app(self) -> &'static str {
+        match self {
+            Self::Plugin => "nvidia-device-plugin-daemonset",
+            Self::Gfd => "gpu-feature-discovery",
+            Self::Mps => "nvidia-device-plugin-mps-control-daemon",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The main process of an operand pod.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Process {
+    /// Starting (until the time), with the config it will load.
+    Starting,
+    /// Running with this config.
+    Running(PluginConfig),
+    /// Exited with this error; restarts at the time.
+    Crashed(String),
+}
+
+/// One operand pod and its config-manager.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Operand {
+    /// Which.
+    pub kind: OperandKind,
+    /// Pod name.
+    pub pod: String,
+    /// Created at.
+    pub created: Secs,
+    /// The entry its config symlink points to (None: not yet, `Some("")`: /dev/null).
+    pub linked: Option<String>,
+    /// The config-manager sidecar's last error (it is crash-looping).
+    pub manager_error: Option<String>,
+    /// Consecutive config-manager failures (backoff).
+    pub manager_failures: u32,
+    /// Consecutive process failures (backoff).
+    pub process_failures: u32,
+    /// The main process.
+    pub process: Process,
+    /// Plugin: registered with the kubelet (its resources are advertised).
+    pub registered: bool,
+    /// Being deleted.
+    pub terminating: bool,
+    /// Container restarts that left no error state (the MPS sidecar's panic, H10).
+    pub restarts: u32,
+}
+
+/// Events on the virtual clock.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    /// A config-manager (sidecar or init) reads the label and links the config.
+    ConfigManager(OperandKind, String),
+    /// The main process (re)loads the linked config.
+    Load(OperandKind, String),
+    /// The plugin registers its resources.
+    Register(String),
+    /// GFD writes its labels (through NFD).
+    Relabel(String),
+    /// GFD's periodic relabel.
+    GfdTick,
+    /// The operator's reconcile.
+    OperatorTick,
+    /// An operand pod is gone.
+    OperandGone(OperandKind, String),
+    /// The MIG manager sees the label value.
+    MigLabel(String),
+    /// The next step of the MIG manager's run.
+    MigStep(u64),
+    /// A workload pod finishes starting.
+    PodReady(String),
+    /// A workload pod finishes terminating.
+    PodGone(String),
+}
+
+/// Where the MIG manager's run is.
+#[derive(Debug, Clone, PartialEq)]
+enum MigRun {
+    Idle,
+    /// Waiting for operand pods to go (since when), for this layout.
+    WaitOperands {
+        layout: String,
+        since: Secs,
+        id: u64,
+    },
+    ModeChange {
+        layout: String,
+        id: u64,
+    },
+    Apply {
+        layout: String,
+        id: u64,
+    },
+}
+
+/// Something a test may want to know about a workload pod that the API does not show.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PodFacts {
+    /// Index of the GPU (or MIG parent) its device is on.
+    pub gpu: Option<u32>,
+    /// Replicas the plugin advertised when it was allocated.
+    pub plugin_replicas: Option<u32>,
+    /// Replicas the MPS daemon enforced then (1/replicas of the SMs and memory).
+    pub mps_enforced: Option<u32>,
+    /// Whether its device was a MIG slice.
+    pub mig: bool,
+}
+
+/// The whole simulated cluster.
+#[derive(Debug)]
+pub struct World {
+    /// The spec it started from.
+    pub spec: ClusterSpec,
+    /// Virtual time now.
+    pub now: Secs,
+    /// API objects.
+    pub objects: BTreeMap<Key, Object>,
+    /// resourceVersion counter.
+    pub rv: u64,
+    events: BinaryHeap<Reverse<(u64, u64, Event)>>,
+    seq: u64,
+    /// Operand pods (live and terminating).
+    pub operands: Vec<Operand>,
+    /// ConfigMap data history: (time, data).
+    cm_history: Vec<(Secs, BTreeMap<String, String>)>,
+    /// The GPUs' MIG state.
+    pub gpu_state: GpuState,
+    /// The layout mig-parted last applied (its `assert`).
+    pub mig_applied: String,
+    mig: MigRun,
+    mig_seq: u64,
+    /// What happened, with virtual times (for failing tests' messages).
+    pub log: Vec<String>,
+    /// Facts about workload pods.
+    pub pod_facts: BTreeMap<String, PodFacts>,
+    /// Pod name counter.
+    names: u64,
+    /// Workload pods bound and holding a device: pod → (resource, GPU index).
+    allocations: BTreeMap<String, (String, u32)>,
+}
+
+fn ms(t: Secs) -> u64 {
+    (t * 1000.0).round().max(0.0) as u64
+}
+
+/// The GPU operator's operand label values a MIG change pauses (mig-parted v0.13.1
+/// `reconfigure.go`, step 7).
+const PAUSED: &str = "paused-for-mig-change";
+const DEPLOY_PAUSED: [&str; 5] = [
+    "nvidia.com/gpu.deploy.device-plugin",
+    "nvidia.com/gpu.deploy.gpu-feature-discovery",
+    "nvidia.com/gpu.deploy.dcgm-exporter",
+    "nvidia.com/gpu.deploy.dcgm",
+    "nvidia.com/gpu.deploy.nvsm",
+];
+/// Labels the operator adds when absent (gpu-operator v25.10.1 `state_manager.go`
+/// `addGPUStateLabels`), with `mig-manager` on MIG-capable nodes.
+const DEPLOY_LABELS: [&str; 9] = [
+    "nvidia.com/gpu.deploy.driver",
+    "nvidia.com/gpu.deploy.gpu-feature-discovery",
+    "nvidia.com/gpu.deploy.container-toolkit",
+    "nvidia.com/gpu.deploy.device-plugin",
+    "nvidia.com/gpu.deploy.dcgm",
+    "nvidia.com/gpu.deploy.dcgm-exporter",
+    "nvidia.com/gpu.deploy.node-status-exporter",
+    "nvidia.com/gpu.deploy.operator-validator",
+    "nvidia.com/gpu.deploy.mig-manager",
+];
+/// The label the config-managers watch.
+pub const PLUGIN_LABEL: &str = "nvidia.com/device-plugin.config";
+/// The label the MIG manager watches.
+pub const MIG_LABEL: &str = "nvidia.com/mig.config";
+/// The MIG manager's state label.
+pub const MIG_STATE: &str = "nvidia.com/mig.config.state";
+/// Field manager of the simulated operator components.
+pub const OPERATOR: &str = "gpu-operator";
+
+impl World {
+    /// A cluster as the spec says, with the operands up and settled.
+    pub fn new(spec: ClusterSpec) -> Self {
+        let mut w = Self {
+            now: 0.0,
+            objects: BTreeMap::new(),
+            rv: 1,
+            events: BinaryHeap::new(),
+            seq: 0,
+            operands: Vec::new(),
+            cm_history: Vec::new(),
+            gpu_state: GpuState { mig: None },
+            mig_applied: "all-disabled".into(),
+            mig: MigRun::Idle,
+            mig_seq: 0,
+            log: Vec::new(),
+            pod_facts: BTreeMap::new(),
+            names: 0,
+            allocations: BTreeMap::new(),
+            spec,
+        };
+        let s = w.spec.clone();
+        let ns = s.operator_namespace.clone();
+        for n in [ns.as_str(), "default", "kube-system", "monitoring"] {
+            w.put(
+                Key::new("namespaces", "", n),
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}),
+            );
+        }
+        w.put(
+            Key::new("clusterpolicies", "", "cluster-policy"),
+            json!({
+                "apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
+                "metadata": {"name": "cluster-policy"},
+                "spec": {
+                    "devicePlugin": {"config": {"name": s.plugin_config.0, "default": s.plugin_config.1}},
+                    "mig": {"strategy": s.mig_strategy},
+                    "migManager": {"enabled": true, "config": {"name": "default-mig-parted-config", "default": "all-disabled"}}
+                },
+                "status": {"state": "ready", "namespace": ns}
+            }),
+        );
+        if let Some(data) = &s.configmap
+            && !s.plugin_config.0.is_empty()
+        {
+            w.put(
+                Key::new("configmaps", &ns, &s.plugin_config.0),
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": s.plugin_config.0, "namespace": ns}, "data": data}),
+            );
+            w.cm_history.push((0.0, data.clone()));
+        }
+        let mut labels: BTreeMap<String, String> = s.labels.clone();
+        labels.insert("kubernetes.io/hostname".into(), s.node.clone());
+        let taints = if s.gpu_taint {
+            json!([{"key": "nvidia.com/gpu", "effect": "NoSchedule"}])
+        } else {
+            json!([])
+        };
+        w.put(
+            Key::new("nodes", "", &s.node),
+            json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": s.node, "labels": labels},
+                "spec": {"taints": taints},
+                "status": {"capacity": {"cpu": "64", "memory": "512Gi"}, "allocatable": {"cpu": "64", "memory": "512Gi"}}
+            }),
+        );
+        // The operator's labels, then the operands as they would be after start-up.
+        w.operator_reconcile();
+        w.daemonsets();
+        w.settle(600.0);
+        w.log.clear();
+        w
+    }
+
+    /// Stores an object as the operator would create it.
+    fn put(&mut self, key: Key, value: Value) {
+        self.rv += 1;
+        let mut value = value;
+        value["metadata"]["resourceVersion"] = json!(self.rv.to_string());
+        value["metadata"]["creationTimestamp"] = json!(self.timestamp());
+        value["metadata"]["uid"] = json!(format!("uid-{}", self.rv));
+        let mut managed = Managed::default();
+        let value = managed.merge_patch(&json!({}), &value, OPERATOR);
+        self.objects.insert(key, Object { value, managed });
+    }
+
+    /// RFC 3339 of a virtual time (the simulation starts 2026-01-01T00:00:00Z).
+    pub fn timestamp(&self) -> String {
+        let s = self.now.max(0.0) as u64;
+        format!("2026-01-01T{:02}:{:02}:{:02}Z", (s / 3600) % 24, (s / 60) % 60, s % 60)
+    }
+
+    fn at(&mut self, delay: Secs, e: Event) {
+        self.seq += 1;
+        self.events.push(Reverse((ms(self.now + delay), self.seq, e)));
+    }
+
+    fn note(&mut self, what: String) {
+        self.log.push(format!("t={:.1}s {what}", self.now));
+    }
+
+    /// Runs every event due up to `until`, in order.
+    pub fn advance(&mut self, until: Secs) {
+        while let Some(Reverse((t, _, _))) = self.events.peek() {
+            let t = *t as f64 / 1000.0;
+            if t > until {
+                break;
+            }
+            let Some(Reverse((_, _, e))) = self.events.pop() else {
+                break;
+            };
+            self.now = self.now.max(t);
+            self.handle(e);
+            self.controllers();
+        }
+        self.now = self.now.max(until);
+    }
+
+    /// Lets `secs` of virtual time pass.
+    pub fn settle(&mut self, secs: Secs) {
+        self.advance(self.now + secs);
+    }
+
+    // ----- node -----
+
+    /// The node's labels.
+    pub fn node_labels(&self) -> BTreeMap<String, String> {
+        self.objects
+            .get(&Key::new("nodes", "", &self.spec.node))
+            .and_then(|o| o.value["metadata"]["labels"].as_object())
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn label(&self, k: &str) -> Option<String> {
+        self.node_labels().get(k).cloned()
+    }
+
+    /// Sets (Some) or removes (None) node labels as `manager` (a merge patch), and lets
+    /// the watchers react.
+    pub fn set_labels(&mut self, manager: &str, changes: &[(&str, Option<String>)]) {
+        let key = Key::new("nodes", "", &self.spec.node);
+        let before = self.node_labels();
+        let mut patch = serde_json::Map::new();
+        for (k, v) in changes {
+            patch.insert((*k).into(), v.clone().map_or(Value::Null, Value::String));
+        }
+        self.patch_object(&key, &json!({"metadata": {"labels": patch}}), manager);
+        self.labels_changed(&before);
+    }
+
+    /// Applies a merge patch to a stored object as `manager`.
+    pub fn patch_object(&mut self, key: &Key, patch: &Value, manager: &str) {
+        self.rv += 1;
+        let rv = self.rv;
+        if let Some(o) = self.objects.get_mut(key) {
+            o.value = o.managed.merge_patch(&o.value, patch, manager);
+            o.value["metadata"]["resourceVersion"] = json!(rv.to_string());
+        }
+    }
+
+    /// Reacts to a change of the node's labels (informers: config-managers and the MIG
+    /// manager only on a change of their label's value, k8s-device-plugin v0.18.1
+    /// `cmd/config-manager/main.go` `continuouslySyncConfigChanges`, mig-parted v0.13.1
+    /// `cmd/nvidia-mig-manager/main.go` `ContinuouslySyncMigConfigChanges`).
+    pub fn labels_changed(&mut self, before: &BTreeMap<String, String>) {
+        let after = self.node_labels();
+        let changed = |k: &str| before.get(k) != after.get(k);
+        if changed(PLUGIN_LABEL) && self.config_managers_run() {
+            let delay = self.spec.timings.informer;
+            for o in self.operands.clone() {
+                if !o.terminating && o.manager_error.is_none() {
+                    self.at(delay, Event::ConfigManager(o.kind, o.pod.clone()));
+                }
+            }
+        }
+        if changed(MIG_LABEL)
+            && let Some(v) = after.get(MIG_LABEL).filter(|v| !v.is_empty())
+        {
+            let delay = self.spec.timings.informer;
+            self.at(delay, Event::MigLabel(v.clone()));
+        }
+        self.controllers();
+    }
+
+    /// Whether the ClusterPolicy names a device-plugin config (gpu-operator v25.10.1
+    /// `controllers/object_controls.go` `handleDevicePluginConfig`: otherwise the
+    /// config-manager containers are removed from the operands).
+    fn config_managers_run(&self) -> bool {
+        !self.spec.plugin_config.0.is_empty()
+    }
+
+    /// The node's allocatable extended resources.
+    pub fn allocatable(&self) -> BTreeMap<String, u32> {
+        self.objects
+            .get(&Key::new("nodes", "", &self.spec.node))
+            .and_then(|o| o.value["status"]["allocatable"].as_object())
+            .map(|m| {
+                m.iter()
+                    .filter(|(k, _)| k.starts_with("nvidia.com/"))
+                    .map(|(k, v)| (k.clone(), v.as_str().and_then(|s| s.parse().ok()).unwrap_or(0)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn set_allocatable(&mut self, res: BTreeMap<String, u32>) {
+        if self.allocatable() == res {
+            return;
+        }
+        // H12: a plugin that goes makes its devices unhealthy (allocatable 0, capacity
+        // kept); a registration replaces both.
+        let key = Key::new("nodes", "", &self.spec.node);
+        let mut status = json!({"cpu": "64", "memory": "512Gi"});
+        for (k, v) in &res {
+            status[k] = json!(v.to_string());
+        }
+        let gone: Vec<String> = self
+            .allocatable()
+            .into_keys()
+            .filter(|k| !res.contains_key(k))
+            .collect();
+        for k in &gone {
+            status[k] = json!("0");
+        }
+        if let Some(o) = self.objects.get_mut(&key) {
+            o.value["status"]["allocatable"] = status.clone();
+            if !res.is_empty() {
+                o.value["status"]["capacity"] = status;
+            }
+        }
+        self.rv += 1;
+        self.note(format!("allocatable {res:?}"));
+    }
+
+    // ----- ConfigMap as each operand pod sees it -----
+
+    /// The ConfigMap's data now.
+    pub fn configmap(&self) -> Option<BTreeMap<String, String>> {
+        let key = Key::new("configmaps", &self.spec.operator_namespace, &self.spec.plugin_config.0);
+        self.objects.get(&key).map(|o| {
+            o.value["data"]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+    }
+
+    /// Records a change of the ConfigMap (kubelet projects it into pods later).
+    pub fn configmap_changed(&mut self) {
+        if let Some(data) = self.configmap()
+            && self.cm_history.last().map(|(_, d)| d) != Some(&data)
+        {
+            self.cm_history.push((self.now, data));
+        }
+    }
+
+    /// The files an operand pod's `/available-configs` volume holds now: the ConfigMap as
+    /// of one projection delay ago, or as of the pod's start (A5: a new pod mounts the
+    /// current content; later changes arrive with the kubelet's sync).
+    fn projected(&self, o: &Operand) -> BTreeMap<String, String> {
+        let seen_at = (self.now - self.spec.timings.projection[o.kind.index()]).max(o.created);
+        self.cm_history
+            .iter()
+            .rev()
+            .find(|(t, _)| *t <= seen_at)
+            .map(|(_, d)| d.clone())
+            .unwrap_or_default()
+    }
+
+    // ----- events -----
+
+    fn operand(&self, kind: OperandKind, pod: &str) -> Option<usize> {
+        self.operands.iter().position(|o| o.kind == kind && o.pod == pod)
+    }
+
+    fn handle(&mut self, e: Event) {
+        match e {
+            Event::ConfigManager(kind, pod) => self.config_manager(kind, &pod),
+            Event::Load(kind, pod) => self.load(kind, &pod),
+            Event::Register(pod) => {
+                if let Some(i) = self.operand(OperandKind::Plugin, &pod)
+                    && matches!(self.operands[i].process, Process::Running(_))
+                {
+                    self.register(i);
+                }
+            }
+            Event::Relabel(pod) => self.relabel(&pod),
+            Event::GfdTick => {
+                if let Some(o) = self
+                    .operands
+                    .iter()
+                    .find(|o| o.kind == OperandKind::Gfd && !o.terminating)
+                {
+                    let pod = o.pod.clone();
+                    self.relabel(&pod);
+                }
+                let every = self.spec.timings.gfd_interval;
+                self.at(every, Event::GfdTick);
+            }
+            Event::OperatorTick => {
+                self.operator_reconcile();
+                let every = self.spec.timings.operator_reconcile;
+                self.at(every, Event::OperatorTick);
+            }
+            Event::OperandGone(kind, pod) => {
+                if let Some(i) = self.operand(kind, &pod) {
+                    self.operands.remove(i);
+                    self.objects
+                        .remove(&Key::new("pods", &self.spec.operator_namespace.clone(), &pod));
+                    self.note(format!("{} pod {pod} gone", kind.app()));
+                    if kind == OperandKind::Plugin {
+                        self.set_allocatable(BTreeMap::new());
+                    }
+                }
+            }
+            Event::MigLabel(v) => self.mig_start(v),
+            Event::MigStep(id) => self.mig_step(id),
+            Event::PodReady(name) => self.pod_ready(&name),
+            Event::PodGone(name) => {
+                let ns = self.workload_namespace_of(&name);
+                if let Some(ns) = ns {
+                    self.objects.remove(&Key::new("pods", &ns, &name));
+                    self.allocations.remove(&name);
+                }
+            }
+        }
+    }
+
+    /// The config-manager of an operand pod runs (at pod start as `config-manager-init`,
+    /// then as the sidecar on each label change). k8s-device-plugin v0.18.1
+    /// `cmd/config-manager/main.go`: `updateConfigName` (label → file in the mounted
+    /// ConfigMap: `no configuration files available`, `specified config X does not
+    /// exist`; empty label → `DEFAULT_CONFIG`, else fallback `empty` → /dev/null),
+    /// `updateSymlink` (unchanged target: "Already configured", no signal), then SIGHUP.
+    /// An error exits the container: it restarts with the kubelet's backoff.
+    fn config_manager(&mut self, kind: OperandKind, pod: &str) {
+        let Some(i) = self.operand(kind, pod) else { return };
+        if self.operands[i].terminating {
+            return;
+        }
+        let label = self.label(PLUGIN_LABEL).unwrap_or_default();
+        let files = self.projected(&self.operands[i]);
+        let default = self.spec.plugin_config.1.clone();
+        let chosen: Result<String, String> = if files.is_empty() {
+            Err("no configuration files available".into())
+        } else if !label.is_empty() {
+            if files.contains_key(&label) {
+                Ok(label.clone())
+            } else {
+                Err(format!("specified config {label} does not exist"))
+            }
+        } else if !default.is_empty() {
+            if files.contains_key(&default) {
+                Ok(default)
+            } else {
+                Err("specified config  does not exist".into())
+            }
+        } else {
+            Ok(String::new())
+        };
+        match chosen {
+            Err(e) => {
+                let o = &mut self.operands[i];
+                o.manager_failures += 1;
+                o.manager_error = Some(e.clone());
+                let n = o.manager_failures;
+                let delay = self.backoff(n);
+                self.note(format!(
+                    "{} config-manager in {pod}: {e} (restart in {delay:.0} s)",
+                    kind.app()
+                ));
+                self.at(delay, Event::ConfigManager(kind, pod.to_string()));
+                self.update_operand_pod(kind, pod);
+            }
+            Ok(name) => {
+                let o = &mut self.operands[i];
+                o.manager_error = None;
+                o.manager_failures = 0;
+                let first = o.linked.is_none();
+                let changed = o.linked.as_deref() != Some(name.as_str());
+                o.linked = Some(name.clone());
+                if changed && kind == OperandKind::Mps && !first {
+                    // v0.18.1: the MPS pod's sidecar switches the link, then panics in
+                    // `findPidToSignal` on a kernel thread's empty cmdline (hostPID), and
+                    // after its restart finds "Already configured": the daemon keeps the
+                    // config it started with until its pod is recreated (H10).
+                    o.restarts += 1;
+                    self.note(format!(
+                        "{} config-manager in {pod}: Updating to config: {name}; panic: index out of range [0] with length 0 (daemon keeps its old config)",
+                        kind.app()
+                    ));
+                } else if changed {
+                    self.note(format!(
+                        "{} config-manager in {pod}: Updating to config: {name}",
+                        kind.app()
+                    ));
+                    // SIGHUP (or the first start after config-manager-init).
+                    self.at(0.0, Event::Load(kind, pod.to_string()));
+                }
+                self.update_operand_pod(kind, pod);
+            }
+        }
+    }
+
+    fn backoff(&self, failures: u32) -> Secs {
+        let (base, cap) = self.spec.timings.backoff;
+        (base * 2f64.powi(failures.saturating_sub(1).min(16) as i32)).min(cap)
+    }
+
+    /// The main process (re)loads its config: `cmd/nvidia-device-plugin/main.go`
+    /// `startPlugins`/`loadConfig` (an invalid config exits 1: CrashLoopBackOff),
+    /// `cmd/gpu-feature-discovery/main.go` `start`, `cmd/mps-control-daemon/main.go`
+    /// `startDaemons` (not MPS: "skipping", no daemon).
+    fn load(&mut self, kind: OperandKind, pod: &str) {
+        let Some(i) = self.operand(kind, pod) else { return };
+        if self.operands[i].terminating {
+            return;
+        }
+        let linked = self.operands[i].linked.clone().unwrap_or_default();
+        let text = if linked.is_empty() {
+            String::new()
+        } else {
+            self.projected(&self.operands[i])
+                .get(&linked)
+                .cloned()
+                .unwrap_or_default()
+        };
+        let mig_enabled = self.gpu_state.mig.is_some();
+        let strategy = self.spec.mig_strategy.clone();
+        let parsed = gpu::parse_plugin_config(&text)
+            .and_then(|c| gpu::check_against_gpus(&c, mig_enabled, &strategy).map(|()| c));
+        if kind == OperandKind::Plugin {
+            self.operands[i].registered = false;
+            self.set_allocatable(BTreeMap::new());
+        }
+        match parsed {
+            Err(e) => {
+                let o = &mut self.operands[i];
+                o.process_failures += 1;
+                o.process = Process::Crashed(e.clone());
+                let n = o.process_failures;
+                let delay = self.backoff(n);
+                self.note(format!("{} {pod} exited: {e} (restart in {delay:.0} s)", kind.app()));
+                self.at(delay, Event::Load(kind, pod.to_string()));
+            }
+            Ok(c) => {
+                let o = &mut self.operands[i];
+                o.process_failures = 0;
+                o.process = Process::Running(c.clone());
+                let t = self.spec.timings.clone();
+                match kind {
+                    OperandKind::Plugin => self.at(t.plugin_restart, Event::Register(pod.to_string())),
+                    OperandKind::Gfd => self.at(t.gfd_relabel, Event::Relabel(pod.to_string())),
+                    OperandKind::Mps => {
+                        let what = match c.sharing {
+                            Sharing::Mps { replicas } => format!("MPS daemon enforcing {replicas} replicas"),
+                            _ => "Sharing strategy is not MPS; skipping".into(),
+                        };
+                        self.note(format!("{pod}: {what}"));
+                    }
+                }
+            }
+        }
+        self.update_operand_pod(kind, pod);
+    }
+
+    /// The MPS daemon's enforced replicas, when it is up and serving MPS
+    /// (`cmd/mps-control-daemon/mps/daemon.go` `Start`: ready after start-up).
+    pub fn mps_enforced(&self) -> Option<u32> {
+        self.operands
+            .iter()
+            .find_map(|o| match (&o.process, o.kind, o.terminating) {
+                (Process::Running(c), OperandKind::Mps, false) => match c.sharing {
+                    Sharing::Mps { replicas } => Some(replicas),
+                    _ => None,
+                },
+                _ => None,
+            })
+    }
+
+    /// The plugin registers: with MPS only once the daemon answers (`internal/plugin/mps.go`
+    /// `waitForDaemon`; else "Retrying in 30s").
+    fn register(&mut self, i: usize) {
+        let Process::Running(config) = self.operands[i].process.clone() else {
+            return;
+        };
+        let pod = self.operands[i].pod.clone();
+        if matches!(config.sharing, Sharing::Mps { .. }) && self.mps_enforced().is_none() {
+            self.note(format!("device plugin {pod}: MPS daemon not healthy; Retrying in 30s"));
+            let retry = self.spec.timings.mps_retry;
+            self.at(retry, Event::Register(pod));
+            return;
+        }
+        self.operands[i].registered = true;
+        let strategy = self.spec.mig_strategy.clone();
+        let adv = gpu::advertised(self.spec.gpus, &self.gpu_state, &config, &strategy);
+        self.set_allocatable(adv);
+    }
+
+    /// The config GFD runs with, if it runs.
+    fn gfd_config(&self, pod: &str) -> Option<PluginConfig> {
+        self.operands
+            .iter()
+            .find_map(|o| match (&o.process, o.kind == OperandKind::Gfd && o.pod == pod) {
+                (Process::Running(c), true) => Some(c.clone()),
+                _ => None,
+            })
+    }
+
+    fn relabel(&mut self, pod: &str) {
+        let Some(config) = self.gfd_config(pod) else { return };
+        let strategy = self.spec.mig_strategy.clone();
+        let labels = gpu::gfd_labels(&self.spec.gpu, self.spec.gpus, &self.gpu_state, &config, &strategy);
+        let current = self.node_labels();
+        let mut changes: Vec<(&str, Option<String>)> = Vec::new();
+        // NFD replaces GFD's label set: old MIG-mixed labels go.
+        for k in current.keys() {
+            if (k.starts_with("nvidia.com/gpu.") && !k.starts_with("nvidia.com/gpu.deploy.")
+                || k.starts_with("nvidia.com/mig-"))
+                && !labels.contains_key(k)
+            {
+                changes.push((k.as_str(), None));
+            }
+        }
+        for (k, v) in &labels {
+            if current.get(k) != Some(v) {
+                changes.push((k.as_str(), Some(v.clone())));
+            }
+        }
+        if changes.is_empty() {
+            return;
+        }
+        let owned: Vec<(String, Option<String>)> = changes.iter().map(|(k, v)| ((*k).to_string(), v.clone())).collect();
+        let refs: Vec<(&str, Option<String>)> = owned.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+        self.note(format!(
+            "GFD labels: {}",
+            owned
+                .iter()
+                .map(|(k, v)| format!(
+                    "{}={}",
+                    k.trim_start_matches("nvidia.com/"),
+                    v.as_deref().unwrap_or("-")
+                ))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ));
+        self.set_labels("nfd-master", &refs);
+    }
+
+    /// The operator's node labels: the deploy labels when absent, and `mig.config`
+    /// `all-disabled` on MIG-capable nodes that have none (gpu-operator v25.10.1
+    /// `controllers/state_manager.go`).
+    fn operator_reconcile(&mut self) {
+        let labels = self.node_labels();
+        let mut changes: Vec<(&str, Option<String>)> = Vec::new();
+        let mig_capable = !self.spec.gpu.mig_profiles.is_empty();
+        for k in DEPLOY_LABELS {
+            if k.ends_with("mig-manager") && !mig_capable {
+                continue;
+            }
+            if !labels.contains_key(k) {
+                changes.push((k, Some("true".into())));
+            }
+        }
+        if mig_capable && labels.get(MIG_LABEL).is_none_or(String::is_empty) {
+            changes.push((MIG_LABEL, Some("all-disabled".into())));
+        }
+        if !changes.is_empty() {
+            self.set_labels(OPERATOR, &changes);
+        }
+        if self.events.iter().all(|Reverse((_, _, e))| *e != Event::OperatorTick) {
+            let every = self.spec.timings.operator_reconcile;
+            self.at(every, Event::OperatorTick);
+            let every = self.spec.timings.gfd_interval;
+            self.at(every, Event::GfdTick);
+        }
+    }
+
+    // ----- DaemonSets: operand pods follow the node's labels -----
+
+    /// Operand pods exist while their DaemonSet's node selector matches: the plugin and
+    /// GFD on `nvidia.com/gpu.deploy.{device-plugin,gpu-feature-discovery}=true`, the MPS
+    /// daemon also on `nvidia.com/mps.capable=true` (gpu-operator v25.10.1
+    /// `assets/state-mps-control-daemon/0400_daemonset.yaml`).
+    fn daemonsets(&mut self) {
+        let labels = self.node_labels();
+        let is_true = |k: &str| labels.get(k).map(String::as_str) == Some("true");
+        let want = [
+            (OperandKind::Plugin, is_true("nvidia.com/gpu.deploy.device-plugin")),
+            (OperandKind::Gfd, is_true("nvidia.com/gpu.deploy.gpu-feature-discovery")),
+            (
+                OperandKind::Mps,
+                is_true("nvidia.com/gpu.deploy.device-plugin") && is_true("nvidia.com/mps.capable"),
+            ),
+        ];
+        for (kind, wanted) in want {
+            let live = self.operands.iter().position(|o| o.kind == kind && !o.terminating);
+            match (live, wanted) {
+                (None, true) => {
+                    self.names += 1;
+                    let pod = format!("{}-{:05x}", kind.app(), self.names * 7919 % 0xfffff);
+                    self.operands.push(Operand {
+                        kind,
+                        pod: pod.clone(),
+                        created: self.now,
+                        linked: None,
+                        manager_error: None,
+                        manager_failures: 0,
+                        process_failures: 0,
+                        process: Process::Starting,
+                        registered: false,
+                        terminating: false,
+                        restarts: 0,
+                    });
+                    let ns = self.spec.operator_namespace.clone();
+                    let node = self.spec.node.clone();
+                    self.put(
+                        Key::new("pods", &ns, &pod),
+                        json!({
+                            "apiVersion": "v1", "kind": "Pod",
+                            "metadata": {"name": pod, "namespace": ns, "labels": {"app": kind.app()}},
+                            "spec": {"nodeName": node},
+                            "status": {"phase": "Pending"}
+                        }),
+                    );
+                    self.note(format!("{} pod {pod} created", kind.app()));
+                    let start = self.spec.timings.operand_start;
+                    if self.config_managers_run() {
+                        self.at(start, Event::ConfigManager(kind, pod));
+                    } else {
+                        // No config-manager: the process reads no config file.
+                        if let Some(i) = self.operand(kind, &pod) {
+                            self.operands[i].linked = Some(String::new());
+                        }
+                        self.at(start, Event::Load(kind, pod));
+                    }
+                }
+                (Some(i), false) => {
+                    self.operands[i].terminating = true;
+                    self.operands[i].registered = false;
+                    let pod = self.operands[i].pod.clone();
+                    if kind == OperandKind::Plugin {
+                        self.set_allocatable(BTreeMap::new());
+                    }
+                    let stop = self.spec.timings.operand_stop;
+                    self.note(format!("{} pod {pod} terminating", kind.app()));
+                    self.at(stop, Event::OperandGone(kind, pod));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn update_operand_pod(&mut self, kind: OperandKind, pod: &str) {
+        let Some(i) = self.operand(kind, pod) else { return };
+        let o = self.operands[i].clone();
+        let (phase, ready, waiting) = match (&o.manager_error, &o.process) {
+            (Some(e), _) if o.linked.is_none() => ("Pending", false, Some(("Init:CrashLoopBackOff", e.clone()))),
+            (Some(e), _) => ("Running", false, Some(("CrashLoopBackOff", e.clone()))),
+            (None, Process::Crashed(e)) => ("Running", false, Some(("CrashLoopBackOff", e.clone()))),
+            (None, Process::Running(_)) => ("Running", true, None),
+            (None, Process::Starting) => ("Pending", false, None),
+        };
+        let ns = self.spec.operator_namespace.clone();
+        let key = Key::new("pods", &ns, pod);
+        let mut status = json!({
+            "phase": phase,
+            "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}],
+        });
+        if let Some((reason, message)) = waiting {
+            status["containerStatuses"] = json!([{"name": "main", "ready": false, "restartCount": o.process_failures + o.manager_failures + o.restarts,
+                "state": {"waiting": {"reason": reason, "message": message}}}]);
+        }
+        if let Some(obj) = self.objects.get_mut(&key) {
+            obj.value["status"] = status;
+        }
+    }
+
+    // ----- MIG manager (mig-parted v0.13.1 pkg/mig/reconfigure/reconfigure.go `Run`) -----
+
+    fn mig_start(&mut self, layout: String) {
+        if self.label(MIG_LABEL).as_deref() != Some(layout.as_str()) {
+            return; // superseded
+        }
+        // `assert --valid-config`: the name must exist in the mig-parted config.
+        if gpu::mig_layout(&layout).is_none() {
+            self.note(format!("mig-manager: {layout} is not in the mig-parted config: failed"));
+            self.set_labels("nvidia-mig-manager", &[(MIG_STATE, Some("failed".into()))]);
+            return;
+        }
+        // Already applied: success at once, no `pending` (step 3).
+        if self.mig_applied == layout {
+            self.set_labels("nvidia-mig-manager", &[(MIG_STATE, Some("success".into()))]);
+            return;
+        }
+        self.mig_seq += 1;
+        let id = self.mig_seq;
+        // Step 6 comes after validation and persisting: until then the old state shows.
+        self.mig = MigRun::WaitOperands {
+            layout,
+            since: self.now + self.spec.timings.mig_validate,
+            id,
+        };
+        let d = self.spec.timings.mig_validate;
+        self.at(d, Event::MigStep(id));
+    }
+
+    fn mig_step(&mut self, id: u64) {
+        let labels = self.node_labels();
+        match self.mig.clone() {
+            MigRun::WaitOperands { layout, since, id: run } if run == id => {
+                if labels.get(MIG_STATE).map(String::as_str) != Some("pending") {
+                    self.note(format!("mig-manager: applying {layout}: pending"));
+                    let mut changes: Vec<(&str, Option<String>)> = vec![(MIG_STATE, Some("pending".into()))];
+                    for k in DEPLOY_PAUSED {
+                        if labels.get(k).map(String::as_str) != Some("false") {
+                            changes.push((k, Some(PAUSED.into())));
+                        }
+                    }
+                    self.set_labels("nvidia-mig-manager", &changes);
+                }
+                let gone = !self
+                    .operands
+                    .iter()
+                    .any(|o| matches!(o.kind, OperandKind::Plugin | OperandKind::Gfd));
+                if gone {
+                    self.mig = MigRun::ModeChange { layout, id };
+                    self.at(0.0, Event::MigStep(id));
+                } else if self.now - since > 300.0 {
+                    // Timeout: returns without a state; the node stays pending, paused.
+                    self.note(
+                        "mig-manager: operand pods did not go within 5 min; giving up (state stays pending)".into(),
+                    );
+                    self.mig = MigRun::Idle;
+                } else {
+                    self.at(1.0, Event::MigStep(id));
+                }
+            }
+            MigRun::ModeChange { layout, id: run } if run == id => {
+                let busy = !self.allocations.is_empty();
+                let (_, profile) = gpu::mig_layout(&layout).unwrap_or_default();
+                let want_enabled = profile.is_some();
+                if want_enabled != self.gpu_state.mig.is_some() && busy {
+                    // The mode change fails on a GPU in use (F3); without reboot the
+                    // run goes on to apply, which fails too.
+                    self.mig_fail(&format!("{layout}: GPU in use by workload pods"));
+                    return;
+                }
+                self.mig = MigRun::Apply { layout, id };
+                let d = if want_enabled != self.gpu_state.mig.is_some() {
+                    self.spec.timings.mig_mode
+                } else {
+                    0.0
+                };
+                self.at(d, Event::MigStep(id));
+            }
+            MigRun::Apply { layout, id: run } if run == id => {
+                let (filter, profile) = gpu::mig_layout(&layout).unwrap_or_default();
+                let matches = filter.is_empty() || filter.contains(&self.spec.gpu.pci_device_id);
+                if matches {
+                    match profile {
+                        None => self.gpu_state.mig = None,
+                        Some(p) => {
+                            let Some(count) = self
+                                .spec
+                                .gpu
+                                .mig_profiles
+                                .iter()
+                                .find(|(name, _)| name == p)
+                                .map(|(_, c)| *c)
+                            else {
+                                self.mig_fail(&format!(
+                                    "error setting MIGConfig: profile {p} is not supported by this GPU"
+                                ));
+                                return;
+                            };
+                            self.gpu_state.mig = Some((p.to_string(), count));
+                        }
+                    }
+                }
+                // F4: no matching entry → nothing applied, yet success.
+                self.mig_applied = layout.clone();
+                self.note(format!(
+                    "mig-manager: {layout} applied (GPUs now {:?}): success",
+                    self.gpu_state.mig
+                ));
+                let mut changes: Vec<(&str, Option<String>)> = Vec::new();
+                for k in DEPLOY_PAUSED {
+                    if labels.get(k).map(String::as_str) == Some(PAUSED) {
+                        changes.push((k, Some("true".into())));
+                    }
+                }
+                changes.push((MIG_STATE, Some("success".into())));
+                self.mig = MigRun::Idle;
+                self.set_labels("nvidia-mig-manager", &changes);
+            }
+            _ => {}
+        }
+    }
+
+    fn mig_fail(&mut self, why: &str) {
+        self.note(format!("mig-manager: {why}: failed"));
+        let labels = self.node_labels();
+        let mut changes: Vec<(&str, Option<String>)> = Vec::new();
+        for k in DEPLOY_PAUSED {
+            if labels.get(k).map(String::as_str) == Some(PAUSED) {
+                changes.push((k, Some("true".into())));
+            }
+        }
+        changes.push((MIG_STATE, Some("failed".into())));
+        self.mig = MigRun::Idle;
+        self.set_labels("nvidia-mig-manager", &changes);
+    }
+
+    // ----- workload: Deployment controller, scheduler, kubelet -----
+
+    fn workload_namespace_of(&self, pod: &str) -> Option<String> {
+        self.objects
+            .keys()
+            .find(|k| k.resource == "pods" && k.name == pod)
+            .map(|k| k.namespace.clone())
+    }
+
+    /// Level-triggered controllers, run after every event and every API write.
+    pub fn controllers(&mut self) {
+        self.daemonsets();
+        self.deployments();
+        self.schedule();
+    }
+
+    fn deployments(&mut self) {
+        let deps: Vec<(Key, Value)> = self
+            .objects
+            .iter()
+            .filter(|(k, _)| k.resource == "deployments")
+            .map(|(k, o)| (k.clone(), o.value.clone()))
+            .collect();
+        for (key, d) in &deps {
+            let template = &d["spec"]["template"];
+            let hash = format!("{:08x}", fnv(&template.to_string()));
+            let want = d["spec"]["replicas"].as_u64().unwrap_or(1) as usize;
+            let mine: Vec<(String, Value)> = self
+                .objects
+                .iter()
+                .filter(|(k, o)| {
+                    k.resource == "pods"
+                        && k.namespace == key.namespace
+                        && o.value["metadata"]["ownerReferences"][0]["name"] == json!(key.name)
+                        && o.value["metadata"]["deletionTimestamp"].is_null()
+                })
+                .map(|(k, o)| (k.name.clone(), o.value.clone()))
+                .collect();
+            let (current, stale): (Vec<_>, Vec<_>) = mine
+                .into_iter()
+                .partition(|(_, p)| p["metadata"]["labels"]["pod-template-hash"] == json!(hash));
+            for (name, _) in stale {
+                self.terminate_pod(&key.namespace, &name);
+            }
+            for (name, _) in current.iter().skip(want) {
+                self.terminate_pod(&key.namespace, name);
+            }
+            for _ in current.len()..want {
+                self.names += 1;
+                let name = format!("{}-{hash}-{:05x}", key.name, self.names * 104729 % 0xfffff);
+                let mut labels = template["metadata"]["labels"].clone();
+                labels["pod-template-hash"] = json!(hash);
+                self.put(
+                    Key::new("pods", &key.namespace, &name),
+                    json!({
+                        "apiVersion": "v1", "kind": "Pod",
+                        "metadata": {"name": name, "namespace": key.namespace, "labels": labels,
+                                     "ownerReferences": [{"kind": "ReplicaSet", "name": key.name}]},
+                        "spec": template["spec"].clone(),
+                        "status": {"phase": "Pending"}
+                    }),
+                );
+            }
+        }
+        // Pods whose Deployment is gone (garbage collection).
+        let orphans: Vec<Key> = self
+            .objects
+            .iter()
+            .filter(|(k, o)| {
+                k.resource == "pods"
+                    && o.value["metadata"]["ownerReferences"][0]["kind"] == json!("ReplicaSet")
+                    && o.value["metadata"]["deletionTimestamp"].is_null()
+                    && !deps.iter().any(|(dk, _)| {
+                        dk.namespace == k.namespace
+                            && o.value["metadata"]["ownerReferences"][0]["name"] == json!(dk.name)
+                    })
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in orphans {
+            self.terminate_pod(&k.namespace, &k.name);
+        }
+    }
+
+    /// Starts a pod's termination (graceful: it goes after `pod_stop`).
+    pub fn terminate_pod(&mut self, ns: &str, name: &str) {
+        let ts = self.timestamp();
+        let key = Key::new("pods", ns, name);
+        let Some(o) = self.objects.get_mut(&key) else { return };
+        if !o.value["metadata"]["deletionTimestamp"].is_null() {
+            return;
+        }
+        o.value["metadata"]["deletionTimestamp"] = json!(ts);
+        let bound = !o.value["spec"]["nodeName"].is_null();
+        let d = if bound { self.spec.timings.pod_stop } else { 0.0 };
+        self.at(d, Event::PodGone(name.to_string()));
+    }
+
+    /// The scheduler and the kubelet's admission for unbound workload pods: node
+    /// selector, node affinity (`matchFields metadata.name`), taints and tolerations, and
+    /// the extended resource against allocatable minus what bound pods hold. Admission
+    /// runs the device plugin's `Allocate` (k8s-device-plugin v0.18.1 `internal/rm/rm.go`
+    /// `ValidateRequest`: more than one shared device → UnexpectedAdmissionError, pod
+    /// Failed) and picks a device (`internal/rm/allocate.go` `distributedAlloc`: the GPU
+    /// with the fewest replicas in use).
+    fn schedule(&mut self) {
+        let node = self.spec.node.clone();
+        let labels = self.node_labels();
+        let alloc = self.allocatable();
+        let pending: Vec<(Key, Value)> = self
+            .objects
+            .iter()
+            .filter(|(k, o)| {
+                k.resource == "pods"
+                    && o.value["metadata"]["ownerReferences"][0]["kind"] == json!("ReplicaSet")
+                    && o.value["spec"]["nodeName"].is_null()
+                    && o.value["metadata"]["deletionTimestamp"].is_null()
+                    && o.value["status"]["phase"] == json!("Pending")
+            })
+            .map(|(k, o)| (k.clone(), o.value.clone()))
+            .collect();
+        for (key, pod) in pending {
+            let spec = &pod["spec"];
+            let selector_ok = spec["nodeSelector"]
+                .as_object()
+                .is_none_or(|m| m.iter().all(|(k, v)| labels.get(k).map(String::as_str) == v.as_str()));
+            let affinity_ok =
+                spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+                    .as_array()
+                    .is_none_or(|terms| {
+                        terms.iter().any(|t| {
+                            t["matchFields"].as_array().into_iter().flatten().all(|f| {
+                                f["key"] == json!("metadata.name")
+                                    && f["operator"] == json!("In")
+                                    && f["values"].as_array().is_some_and(|v| v.contains(&json!(node)))
+                            }) && t["matchExpressions"].as_array().into_iter().flatten().all(|e| {
+                                let have = labels.get(e["key"].as_str().unwrap_or_default());
+                                let values = e["values"].as_array().cloned().unwrap_or_default();
+                                match e["operator"].as_str() {
+                                    Some("In") => have.is_some_and(|h| values.contains(&json!(h))),
+                                    Some("Exists") => have.is_some(),
+                                    _ => false,
+                                }
+                            })
+                        })
+                    });
+            let tolerated = self.spec.gpu_taint.then_some(()).is_none_or(|()| {
+                spec["tolerations"].as_array().is_some_and(|ts| {
+                    ts.iter().any(|t| {
+                        (t["key"] == json!("nvidia.com/gpu")
+                            && (t["operator"] == json!("Exists")
+                                || t["operator"].is_null()
+                                || t["operator"] == json!("Equal"))
+                            || t["key"].is_null() && t["operator"] == json!("Exists"))
+                            && (t["effect"].is_null() || t["effect"] == json!("NoSchedule"))
+                    })
+                })
+            });
+            let limits = spec["containers"][0]["resources"]["limits"].clone();
+            let (resource, want) = limits
+                .as_object()
+                .and_then(|m| m.iter().find(|(k, _)| k.starts_with("nvidia.com/")))
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        v.as_u64()
+                            .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+                            .unwrap_or(1),
+                    )
+                })
+                .unwrap_or_default();
+            let used = self.allocations.values().filter(|(r, _)| *r == resource).count() as u64;
+            let free = u64::from(alloc.get(&resource).copied().unwrap_or(0)).saturating_sub(used);
+            let why = if !selector_ok || !affinity_ok {
+                Some("0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector.".to_string())
+            } else if !tolerated {
+                Some("0/1 nodes are available: 1 node(s) had untolerated taint {nvidia.com/gpu: }.".to_string())
+            } else if !resource.is_empty() && free < want {
+                Some(format!("0/1 nodes are available: 1 Insufficient {resource}."))
+            } else {
+                None
+            };
+            let ts = self.timestamp();
+            let Some(obj) = self.objects.get_mut(&key) else {
+                continue;
+            };
+            if let Some(why) = why {
+                obj.value["status"]["conditions"] =
+                    json!([{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": why}]);
+                continue;
+            }
+            obj.value["spec"]["nodeName"] = json!(node);
+            // Admission: the plugin's Allocate.
+            let config = self
+                .operands
+                .iter()
+                .find_map(|o| match (&o.process, o.kind, o.registered) {
+                    (Process::Running(c), OperandKind::Plugin, true) => Some(c.clone()),
+                    _ => None,
+                });
+            let rejected = match &config {
+                None => Some(format!(
+                    "Pod was rejected: Allocate failed due to no healthy devices present; cannot allocate unhealthy devices {resource}, which is unexpected"
+                )),
+                Some(c) => {
+                    let shared_strict = match c.sharing {
+                        Sharing::Mps { .. } => true,
+                        Sharing::TimeSlicing { fail_gt_one, .. } => fail_gt_one,
+                        Sharing::None => false,
+                    };
+                    (shared_strict && want > 1).then(|| {
+                        format!(
+                            "Pod was rejected: Allocate failed due to rpc error: code = Unknown desc = invalid allocation request for \"{resource}\": invalid request: maximum request size for shared resources is 1; found {want}, which is unexpected"
+                        )
+                    })
+                }
+            };
+            if let Some(message) = rejected {
+                // H13: kubelet `rejectPod`, no retry.
+                obj.value["status"] =
+                    json!({"phase": "Failed", "reason": "UnexpectedAdmissionError", "message": message});
+                continue;
+            }
+            obj.value["status"] = json!({
+                "phase": "Running",
+                "podIP": format!("10.0.0.{}", 10 + self.allocations.len()),
+                "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "False"}],
+                "containerStatuses": [{"name": "workload", "ready": false, "restartCount": 0, "state": {"running": {"startedAt": ts}}}]
+            });
+            // distributedAlloc: the GPU with the fewest replicas allocated.
+            let per_gpu = |g: u32| self.allocations.values().filter(|(_, i)| *i == g).count();
+            let gpu = (0..self.spec.gpus).min_by_key(|g| per_gpu(*g)).unwrap_or(0);
+            self.allocations.insert(key.name.clone(), (resource.clone(), gpu));
+            let facts = PodFacts {
+                gpu: Some(gpu),
+                plugin_replicas: config.as_ref().map(PluginConfig::replicas),
+                mps_enforced: match config.as_ref().map(|c| &c.sharing) {
+                    Some(Sharing::Mps { .. }) => self.mps_enforced(),
+                    _ => None,
+                },
+                mig: self.gpu_state.mig.is_some(),
+            };
+            self.pod_facts.insert(key.name.clone(), facts);
+            let d = self.spec.timings.pod_ready;
+            self.at(d, Event::PodReady(key.name.clone()));
+        }
+    }
+
+    fn pod_ready(&mut self, name: &str) {
+        let Some(ns) = self.workload_namespace_of(name) else {
+            return;
+        };
+        if let Some(o) = self.objects.get_mut(&Key::new("pods", &ns, name))
+            && o.value["status"]["phase"] == json!("Running")
+        {
+            o.value["status"]["conditions"][1]["status"] = json!("True");
+            o.value["status"]["containerStatuses"][0]["ready"] = json!(true);
+        }
+    }
+
+    /// Workload pods holding a device now.
+    pub fn allocated(&self) -> BTreeSet<String> {
+        self.allocations.keys().cloned().collect()
+    }
+}
+
+fn fnv(s: &str) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in s.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ts(replicas: u32) -> String {
+        format!(
+            "version: v1\nsharing:\n  timeSlicing:\n    resources:\n      - name: nvidia.com/gpu\n        replicas: {replicas}\n"
+        )
+    }
+
+    fn add_key(w: &mut World, key: &str, text: &str) {
+        let k = Key::new("configmaps", "gpu-operator", "device-plugin-config");
+        w.patch_object(&k, &json!({"data": {key: text}}), "test");
+        w.configmap_changed();
+    }
+
+    #[test]
+    fn a_fresh_node_is_exclusive_with_mig_disabled() {
+        let w = World::new(ClusterSpec::h100("gpu-1"));
+        let l = w.node_labels();
+        assert_eq!(l["nvidia.com/gpu.sharing-strategy"], "none");
+        assert_eq!(l["nvidia.com/gpu.replicas"], "1");
+        assert_eq!(l[MIG_LABEL], "all-disabled");
+        assert_eq!(l[MIG_STATE], "success");
+        assert_eq!(w.allocatable()["nvidia.com/gpu"], 1);
+    }
+
+    #[test]
+    fn one_replica_crash_loops_the_plugin_and_a_new_key_waits_for_the_kubelet() {
+        let mut w = World::new(ClusterSpec::h100("gpu-1"));
+        add_key(&mut w, "ts-1", &ts(1));
+        w.settle(120.0);
+        w.set_labels("harness", &[(PLUGIN_LABEL, Some("ts-1".into()))]);
+        w.settle(600.0);
+        assert_eq!(w.allocatable()["nvidia.com/gpu"], 0, "{}", w.log.join("\n"));
+        assert!(w.log.iter().any(|l| l.contains("number of replicas must be >= 2")));
+        assert_eq!(w.node_labels()["nvidia.com/gpu.sharing-strategy"], "none");
+        // Add and relabel at once: the sidecars fail until the file is projected.
+        w.log.clear();
+        add_key(&mut w, "ts-4", &ts(4));
+        w.set_labels("harness", &[(PLUGIN_LABEL, Some("ts-4".into()))]);
+        w.settle(30.0);
+        assert!(
+            w.log.iter().any(|l| l.contains("specified config ts-4 does not exist")),
+            "{}",
+            w.log.join("\n")
+        );
+        w.settle(600.0);
+        assert_eq!(w.allocatable()["nvidia.com/gpu"], 4, "{}", w.log.join("\n"));
+        assert_eq!(
+            w.node_labels()["nvidia.com/gpu.product"],
+            "NVIDIA-H100-80GB-HBM3-SHARED"
+        );
+    }
+
+    #[test]
+    fn mig_success_comes_before_the_plugin_is_back() {
+        let mut w = World::new(ClusterSpec::h100("gpu-1"));
+        w.set_labels("harness", &[(MIG_LABEL, Some("all-1g.10gb".into()))]);
+        w.settle(1.5);
+        assert_eq!(w.node_labels()[MIG_STATE], "success", "stale success until validation");
+        let mut saw_pending = false;
+        let mut success_before_alloc = false;
+        for _ in 0..600 {
+            w.settle(1.0);
+            let l = w.node_labels();
+            saw_pending |= l[MIG_STATE] == "pending";
+            if saw_pending && l[MIG_STATE] == "success" && w.allocatable().get("nvidia.com/gpu").copied() != Some(7) {
+                success_before_alloc = true;
+            }
+        }
+        assert!(saw_pending && success_before_alloc, "{}", w.log.join("\n"));
+        assert_eq!(w.allocatable()["nvidia.com/gpu"], 7, "{}", w.log.join("\n"));
+        assert_eq!(
+            w.node_labels()["nvidia.com/gpu.product"],
+            "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"
+        );
+    }
+}
