@@ -63,9 +63,11 @@ soak: deps ## (long, not in CI) 100 CPU sweeps hit by a random signal at a rando
 	$(TEST_ENV) $(CARGO) test --locked -p gpushare-bench --test soak -- --ignored --nocapture
 
 .PHONY: validate-manifests
-validate-manifests: deps ## manifests/ against the Kubernetes 1.33 schemas (kubernetes-validate)
-	PYTHONPATH=$(DEPS)/kv $(DEPS)/kv/bin/kubernetes-validate --kubernetes-version 1.33.0 --strict --quiet \
-	  $$(find manifests -name '*.yaml' ! -name kustomization.yaml | sort)
+validate-manifests: deps ## manifests/ against the Kubernetes 1.33 and 1.34 schemas (kubernetes-validate)
+	for v in 1.33.0 1.34.0; do \
+	  PYTHONPATH=$(DEPS)/kv $(DEPS)/kv/bin/kubernetes-validate --kubernetes-version $$v --strict --quiet \
+	    $$(find manifests -name '*.yaml' ! -name kustomization.yaml | sort) || exit 1; \
+	done
 
 .PHONY: manifests
 manifests: ## regenerate manifests/ from the harness's objects

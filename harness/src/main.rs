@@ -166,6 +166,21 @@ async fn run(cli: Cli, shutdown: &Shutdown) -> Result<u8> {
             print_out(format!("results: {}\n", path.display()).as_bytes())?;
             Ok(0)
         }
+        Command::Restore(args) => {
+            let report = gpushare_bench::backend::k8s::session::restore_node(&args, shutdown).await?;
+            let mut text = String::new();
+            for line in &report.undone {
+                text += &format!("undone: {line}\n");
+            }
+            for line in &report.notices {
+                text += &format!("left alone: {line}\n");
+            }
+            if report.undone.is_empty() && report.notices.is_empty() {
+                text += &format!("node {}: nothing to undo\n", args.node);
+            }
+            print_out(text.as_bytes())?;
+            Ok(0)
+        }
         Command::Manifests(args) => {
             gpushare_bench::config::plan::validate_image(&args.image)?;
             let n = manifests::write(&args.out, &args.image, args.check)?;

@@ -50,6 +50,15 @@ pub enum Command {
     Manifests(ManifestsArgs),
     /// Measure the cost of measuring: throughput with /metrics scraped every second vs not.
     Overhead(OverheadArgs),
+    /// Put a Kubernetes GPU node back as a run found it, from the run's journal.
+    ///
+    /// A sweep restores the node itself when it ends, fails or is interrupted; after a
+    /// SIGKILL (or a lost connection) this does it: it deletes the workload Deployment,
+    /// puts back each node label the harness set if it still holds the harness's value,
+    /// removes each device-plugin ConfigMap key the harness added if unchanged since,
+    /// and waits for a MIG layout to go back. Nothing else is touched. `--resume` does the
+    /// same at the end of the resumed run.
+    Restore(RestoreArgs),
     /// (internal) The supervisor a sweep starts: stops what the harness started if it dies.
     #[command(hide = true)]
     Reap,
@@ -74,6 +83,20 @@ pub struct SweepArgs {
     /// No progress bars (CI, scripts); errors still go to stderr.
     #[arg(long, short)]
     pub quiet: bool,
+}
+
+/// `restore` flags.
+#[derive(Debug, Clone, Args)]
+pub struct RestoreArgs {
+    /// The GPU node to put back.
+    #[arg(long)]
+    pub node: String,
+    /// The run directory whose journal to use [default: the newest run under --out
+    /// that still has changes to undo on NODE].
+    pub run_dir: Option<PathBuf>,
+    /// Results directory searched when no run directory is given.
+    #[arg(long, default_value = "results")]
+    pub out: PathBuf,
 }
 
 /// `overhead` flags.

@@ -1,17 +1,31 @@
-//! The Kubernetes backend: switches one GPU node between strategies through the NVIDIA
-//! device plugin's ConfigMap and node labels (or the GPU operator's MIG manager), runs
-//! each cell as the workload Deployment scaled to N and pinned to the node, and puts the
-//! node's labels and ConfigMap back at the end, on failure and on Ctrl-C.
+//! The Kubernetes backend: switches one single-GPU node between strategies through the
+//! GPU operator (the device-plugin ConfigMap its ClusterPolicy names, the node's
+//! `nvidia.com/device-plugin.config` and `nvidia.com/mig.config` labels), runs each cell
+//! as the workload Deployment scaled to N and pinned to the node, and puts back exactly
+//! what it changed, from the restore journal in the run directory.
+//!
+//! The switching rules come from the operator's components (UPSTREAM-RULES.md): a shared
+//! entry needs ≥ 2 replicas (B2); a new ConfigMap key reaches the config-managers only
+//! after the kubelet projects it (A5, D4), so every key is added up front and relabelling
+//! waits for the projection; a switch is done when GFD's labels and the allocatable GPUs
+//! show the entry and stay so (C1, H12); the MPS daemon only takes a new replica count
+//! when its pod is recreated (H10), so MPS cells pass through a non-MPS entry; MIG is
+//! done when mig-parted says `success` *and* GFD shows the MIG devices and a fresh device
+//! plugin serves them (F2, C2, C3), and is turned off (`all-disabled`) before any other
+//! strategy (B6).
 
-use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, Client};
-use serde_json::Value;
+use tokio::time::Instant;
 
+use super::journal::{self, Journal};
 use super::objects::{self, PluginConfigMap, WorkloadSpec};
 use crate::backend::{Backend, Pod as CellPod, PodState, Prepared};
 use crate::domain::Strategy;
@@ -25,23 +39,68 @@ pub struct KubeSettings {
     pub node: String,
     /// What the pods run.
     pub workload: WorkloadSpec,
-    /// The device plugin's ConfigMap.
-    pub plugin: PluginConfigMap,
+    /// The GPU operator's namespace (where the device-plugin ConfigMap and operands live).
+    pub operator_namespace: String,
     /// MIG layout label value (None: chosen from the GPU product).
     pub mig_layout: Option<String>,
+    /// Strategies of the sweep (their ConfigMap keys are added up front).
+    pub strategies: Vec<Strategy>,
     /// Pod counts of the sweep (time-slicing is configured once for the largest).
     pub pods: Vec<u32>,
-    /// Longest wait for the node to switch strategy.
+    /// Longest wait for a device-plugin switch (config-manager back-off, projection).
     pub switch_timeout: Duration,
+    /// Longest wait for a MIG reconfiguration (mig-parted waits up to 5 min for each of
+    /// four operands before it starts, then changes the mode and applies the layout).
+    pub mig_timeout: Duration,
+    /// Wait after adding ConfigMap keys before relabelling: the kubelet projects a
+    /// changed ConfigMap into pods after its sync period plus cache delay (A5).
+    pub projection_wait: Duration,
+    /// How long a switched node's labels and allocatable must hold before it counts as
+    /// switched (a SIGHUPed plugin re-registers a few seconds after the label changes).
+    pub settle: Duration,
     /// Time between polls.
     pub poll: Duration,
+}
+
+impl KubeSettings {
+    /// The production timings for a node and workload.
+    pub fn new(node: &str, workload: WorkloadSpec) -> Self {
+        Self {
+            node: node.into(),
+            workload,
+            operator_namespace: "gpu-operator".into(),
+            mig_layout: None,
+            strategies: Strategy::ALL.to_vec(),
+            pods: vec![1, 3, 5, 7],
+            switch_timeout: Duration::from_secs(900),
+            mig_timeout: Duration::from_secs(1800),
+            projection_wait: Duration::from_secs(120),
+            settle: Duration::from_secs(15),
+            poll: Duration::from_secs(2),
+        }
+    }
+
+    /// Every duration divided by `factor` (tests on a simulated cluster running faster
+    /// than the wall clock).
+    pub fn faster(mut self, factor: f64) -> Self {
+        for d in [
+            &mut self.switch_timeout,
+            &mut self.mig_timeout,
+            &mut self.projection_wait,
+            &mut self.settle,
+            &mut self.poll,
+        ] {
+            *d = d.div_f64(factor);
+        }
+        self
+    }
 }
 
 /// Turns a kube error into one line naming what was being done.
 pub fn kube_error(what: &str, e: kube::Error) -> BenchError {
     let detail = match &e {
         kube::Error::Api(s) if s.code == 403 => format!(
-            "forbidden: {} (the harness's user or service account lacks RBAC permission; manifests/base/rbac.yaml lists what it needs)",
+            "forbidden: {} (the harness's user or service account lacks RBAC permission; manifests/base/rbac.yaml lists what it needs, `gpushare-bench doctor --kubernetes --node NODE` checks it)",
             s.message
         ),
         kube::Error::Api(s) if s.code == 404 => format!("not found: {}", s.message),
@@ -58,6 +117,19 @@ pub fn kube_error(what: &str, e: kube::Error) -> BenchError {
 /// The state of a workload pod (pure).
 pub fn pod_state(pod: &Pod) -> PodState {
     let status = pod.status.as_ref();
+    // Rejected at admission (the device plugin's Allocate failed): Failed, never retried.
+    if status.and_then(|s| s.phase.as_deref()) == Some("Failed") {
+        let s = status.map(|s| (s.reason.clone(), s.message.clone()));
+        let (reason, message) = s.unwrap_or_default();
+        return PodState::Exited {
+            code: None,
+            detail: format!(
+                "{}: {}",
+                reason.as_deref().unwrap_or("Failed"),
+                message.as_deref().unwrap_or("the pod failed")
+            ),
+        };
+    }
     let conditions = status.and_then(|s| s.conditions.as_ref());
     let cond = |t: &str| conditions.and_then(|c| c.iter().find(|c| c.type_ == t));
     if let Some(c) = cond("PodScheduled")
@@ -103,38 +175,110 @@ pub fn pod_state(pod: &Pod) -> PodState {
     }
 }
 
-/// Whether a node shows the expected labels and allocatable GPUs (pure): Ok(true) done,
-/// Ok(false) keep waiting.
-pub fn node_switched(node: &Node, expected: &[(&str, String)], allocatable: Option<u32>) -> bool {
-    let labels = node.metadata.labels.clone().unwrap_or_default();
-    let labels_ok = expected.iter().all(|(k, v)| labels.get(*k) == Some(v));
-    let alloc_ok = allocatable.is_none_or(|want| {
-        node.status
-            .as_ref()
-            .and_then(|s| s.allocatable.as_ref())
-            .and_then(|a| a.get("nvidia.com/gpu"))
-            .is_some_and(|q| q.0 == want.to_string())
-    });
-    labels_ok && alloc_ok
+fn labels_of(node: &Node) -> BTreeMap<String, String> {
+    node.metadata.labels.clone().unwrap_or_default()
 }
 
-/// The node's labels we may change, as we found them.
+/// The node's allocatable count of an extended resource (pure).
+pub fn allocatable(node: &Node, resource: &str) -> Option<u32> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.allocatable.as_ref())
+        .and_then(|a| a.get(resource))
+        .and_then(|q| q.0.parse().ok())
+}
+
+/// Whether the node serves a device-plugin entry (pure): GFD's labels for it
+/// ([`objects::expected_plugin_labels`]) and `gpus × replicas` allocatable GPUs.
+pub fn plugin_switched(node: &Node, strategy: Strategy, replicas: u32, gpus: u32) -> bool {
+    let labels = labels_of(node);
+    let product = labels.get(objects::LABEL_PRODUCT).cloned().unwrap_or_default();
+    if product.contains("-MIG-") {
+        return false;
+    }
+    let expected = objects::expected_plugin_labels(strategy, replicas, &product);
+    let per_gpu = if matches!(strategy, Strategy::TimeSlicing | Strategy::Mps) {
+        replicas
+    } else {
+        1
+    };
+    expected.iter().all(|(k, v)| labels.get(*k) == Some(v))
+        && allocatable(node, "nvidia.com/gpu") == Some(gpus * per_gpu)
+}
+
+/// Whether GFD shows the node's GPUs split by `layout` (pure): with MIG strategy
+/// `single` the product ends in `-MIG-<profile>` and its count is allocatable as
+/// `nvidia.com/gpu`; with `mixed` `nvidia.com/mig-<profile>.count` is allocatable as
+/// `nvidia.com/mig-<profile>` (k8s-device-plugin v0.18.1 `internal/lm/mig-strategy.go`).
+/// `all-disabled`: no MIG labels, and GPUs allocatable again.
+pub fn mig_shown(node: &Node, layout: &str, mig_strategy: &str) -> bool {
+    let labels = labels_of(node);
+    let product = labels.get(objects::LABEL_PRODUCT).map(String::as_str).unwrap_or("");
+    let count = |k: &str| labels.get(k).and_then(|c| c.parse::<u32>().ok()).unwrap_or(0);
+    match objects::mig_profile(layout) {
+        None => {
+            !product.contains("-MIG-")
+                && !labels
+                    .keys()
+                    .any(|k| k.starts_with("nvidia.com/mig-") && k.ends_with(".count"))
+                && allocatable(node, "nvidia.com/gpu").is_some_and(|n| n >= 1)
+        }
+        Some(profile) if mig_strategy == "mixed" => {
+            let n = count(&format!("nvidia.com/mig-{profile}.count"));
+            n >= 1 && allocatable(node, &format!("nvidia.com/mig-{profile}")) == Some(n)
+        }
+        Some(profile) => {
+            let n = count(objects::LABEL_GPU_COUNT);
+            product
+                .trim_end_matches("-SHARED")
+                .ends_with(&format!("-MIG-{profile}"))
+                && n >= 1
+                && allocatable(node, "nvidia.com/gpu") == Some(n)
+        }
+    }
+}
+
+/// What the cluster's GPU operator is set up as (read at open).
 #[derive(Debug, Clone, PartialEq)]
-struct Original {
-    plugin_config: Option<String>,
-    mig_config: Option<String>,
+pub struct OperatorSetup {
+    /// The device-plugin ConfigMap (from the ClusterPolicy).
+    pub plugin: PluginConfigMap,
+    /// ClusterPolicy `mig.strategy` (single, mixed or none).
+    pub mig_strategy: String,
+}
+
+/// How long the last switch took, for the cell's row.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SwitchCost {
+    /// The device-plugin entry the cell ran under (or the MIG layout).
+    pub config: String,
+    /// Time from the first change to the node serving it, seconds (0: already set).
+    pub switch_s: Option<f64>,
+    /// Of which the MIG reconfiguration, seconds.
+    pub mig_s: Option<f64>,
+    /// Time from launch to every pod ready, seconds.
+    pub pods_ready_s: Option<f64>,
+}
+
+/// Where the node is.
+#[derive(Debug, Clone, PartialEq)]
+enum Target {
+    Plugin(Strategy, u32),
+    Mig(String),
 }
 
 /// Pods on one Kubernetes GPU node.
 pub struct KubernetesBackend {
     client: Client,
     s: KubeSettings,
-    original: Option<Original>,
-    node_labels: BTreeMap<String, String>,
-    configured: Option<(Strategy, u32)>,
-    entries: Vec<String>,
-    mig_touched: bool,
+    setup: Option<OperatorSetup>,
+    journal_path: Option<PathBuf>,
+    journal: Option<Journal>,
+    keys_ready: bool,
+    configured: Option<Target>,
     cell: Option<(Strategy, u32)>,
+    launched_at: Option<Instant>,
+    cost: SwitchCost,
 }
 
 impl std::fmt::Debug for KubernetesBackend {
@@ -143,18 +287,70 @@ impl std::fmt::Debug for KubernetesBackend {
     }
 }
 
+/// The ClusterPolicy resource (nvidia.com/v1, cluster-scoped).
+fn cluster_policies(client: Client) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("nvidia.com", "v1", "ClusterPolicy");
+    Api::all_with(client, &ApiResource::from_gvk_with_plural(&gvk, "clusterpolicies"))
+}
+
+/// Reads the GPU operator's ClusterPolicy: the device-plugin ConfigMap it names and its
+/// MIG strategy. No `devicePlugin.config.name` means the operator runs no config-manager
+/// (gpu-operator v25.10.1 `object_controls.go` `handleDevicePluginConfig`): the node label
+/// would do nothing, so that is an error with the fix.
+pub async fn operator_setup(client: Client, operator_namespace: &str) -> Result<OperatorSetup> {
+    let list = cluster_policies(client)
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| kube_error("reading the GPU operator's ClusterPolicy (nvidia.com/v1)", e))?;
+    let cp = match list.items.as_slice() {
+        [cp] => cp,
+        [] => {
+            return Err(BenchError::kube(
+                "no ClusterPolicy (nvidia.com/v1) found: is the NVIDIA GPU operator installed?",
+            ));
+        }
+        many => {
+            return Err(BenchError::kube(format!(
+                "{} ClusterPolicies found; the GPU operator uses one",
+                many.len()
+            )));
+        }
+    };
+    let cp_name = cp.metadata.name.clone().unwrap_or_default();
+    let config = &cp.data["spec"]["devicePlugin"]["config"];
+    let name = config["name"].as_str().unwrap_or_default().to_string();
+    if name.is_empty() {
+        return Err(BenchError::kube(format!(
+            "ClusterPolicy {cp_name} sets no devicePlugin.config.name: the GPU operator then runs no config-manager and the node label nvidia.com/device-plugin.config does nothing; set it (manifests/gpu-operator-clusterpolicy.yaml, or `helm upgrade … --set devicePlugin.config.name=device-plugin-config`)"
+        )));
+    }
+    let default_key = config["default"].as_str().unwrap_or_default().to_string();
+    let mig_strategy = cp.data["spec"]["mig"]["strategy"]
+        .as_str()
+        .unwrap_or("single")
+        .to_string();
+    let plugin = PluginConfigMap {
+        namespace: operator_namespace.into(),
+        name,
+        default_key,
+    };
+    Ok(OperatorSetup { plugin, mig_strategy })
+}
+
 impl KubernetesBackend {
-    /// A backend on an existing client (the kubeconfig's or a test's mock).
+    /// A backend on an existing client (the kubeconfig's, or a simulated cluster's).
     pub fn new(client: Client, s: KubeSettings) -> Self {
         Self {
             client,
             s,
-            original: None,
-            node_labels: BTreeMap::new(),
+            setup: None,
+            journal_path: None,
+            journal: None,
+            keys_ready: false,
             configured: None,
-            entries: Vec::new(),
-            mig_touched: false,
             cell: None,
+            launched_at: None,
+            cost: SwitchCost::default(),
         }
     }
 
@@ -176,6 +372,11 @@ impl KubernetesBackend {
         self.client.clone()
     }
 
+    /// The last switch's cost.
+    pub fn switch_cost(&self) -> &SwitchCost {
+        &self.cost
+    }
+
     fn nodes(&self) -> Api<Node> {
         Api::all(self.client.clone())
     }
@@ -184,62 +385,262 @@ impl KubernetesBackend {
         Api::namespaced(self.client.clone(), &self.s.workload.namespace)
     }
 
-    /// The GPU node's labels (read on first use; the first read also records the
-    /// labels to restore).
-    pub async fn node_labels(&mut self) -> Result<BTreeMap<String, String>> {
-        let node = self
-            .nodes()
-            .get(&self.s.node)
-            .await
-            .map_err(|e| kube_error(&format!("reading node {}", self.s.node), e))?;
-        let labels = node.metadata.labels.unwrap_or_default();
-        if self.original.is_none() {
-            self.original = Some(Original {
-                plugin_config: labels.get(objects::LABEL_PLUGIN_CONFIG).cloned(),
-                mig_config: labels.get(objects::LABEL_MIG_CONFIG).cloned(),
-            });
+    fn setup(&self) -> Result<&OperatorSetup> {
+        self.setup
+            .as_ref()
+            .ok_or_else(|| BenchError::kube("internal: the operator set-up was not read before the sweep"))
+    }
+
+    /// Reads what the sweep depends on and refuses clearly what it cannot handle: the
+    /// ClusterPolicy's device-plugin ConfigMap (which must exist), and a node with
+    /// exactly one GPU. Returns the node's labels.
+    pub async fn check_cluster(&mut self) -> Result<BTreeMap<String, String>> {
+        let setup = operator_setup(self.client.clone(), &self.s.operator_namespace).await?;
+        let cms: Api<ConfigMap> = Api::namespaced(self.client.clone(), &setup.plugin.namespace);
+        match cms.get(&setup.plugin.name).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                return Err(BenchError::kube(format!(
+                    "the ClusterPolicy names device-plugin ConfigMap {}, which does not exist; create it (kubectl apply -f manifests/device-plugin-config.yaml) or pass --operator-namespace",
+                    setup.plugin.id()
+                )));
+            }
+            Err(e) => return Err(kube_error(&format!("reading ConfigMap {}", setup.plugin.id()), e)),
         }
-        self.node_labels = labels.clone();
+        self.setup = Some(setup);
+        let node = self.read_node().await?;
+        let labels = labels_of(&node);
+        let gpus: u32 = labels
+            .get(objects::LABEL_GPU_COUNT)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let product = labels.get(objects::LABEL_PRODUCT).cloned().unwrap_or_default();
+        if gpus > 1 && !product.contains("-MIG-") {
+            return Err(BenchError::kube(format!(
+                "node {} has {gpus} GPUs: the device plugin shares every GPU of a node and spreads replicas across them (k8s-device-plugin v0.18.1 internal/rm/allocate.go distributedAlloc), so N pods would not share one GPU; use a node with one GPU",
+                self.s.node
+            )));
+        }
         Ok(labels)
     }
 
-    async fn label_node(&self, labels: &[(&str, Option<&str>)]) -> Result<()> {
+    /// Uses `dir`'s restore journal (resume: the originals recorded by the first run).
+    pub fn attach_journal(&mut self, dir: &std::path::Path) -> Result<()> {
+        let path = journal::path_in(dir);
+        self.journal = journal::read(&path)?;
+        if let Some(j) = &self.journal
+            && j.node != self.s.node
+        {
+            return Err(BenchError::flag(
+                "--node",
+                &self.s.node,
+                format!("this run changed node {}; resume it with --node {}", j.node, j.node),
+            ));
+        }
+        self.journal_path = Some(path);
+        Ok(())
+    }
+
+    async fn read_node(&self) -> Result<Node> {
+        self.nodes()
+            .get(&self.s.node)
+            .await
+            .map_err(|e| kube_error(&format!("reading node {}", self.s.node), e))
+    }
+
+    /// The journal, created (and written) from the node's current labels on first use.
+    async fn journal(&mut self) -> Result<&mut Journal> {
+        if self.journal.is_none() {
+            let labels = labels_of(&self.read_node().await?);
+            let original = [objects::LABEL_PLUGIN_CONFIG, objects::LABEL_MIG_CONFIG]
+                .iter()
+                .map(|k| ((*k).to_string(), labels.get(*k).cloned()))
+                .collect();
+            let mut j = Journal::new(&self.s.node, &self.setup()?.plugin.id(), original);
+            j.workload_namespace = self.s.workload.namespace.clone();
+            self.write_journal_value(&j)?;
+            self.journal = Some(j);
+        }
+        self.journal
+            .as_mut()
+            .ok_or_else(|| BenchError::kube("internal: no journal"))
+    }
+
+    fn write_journal_value(&self, j: &Journal) -> Result<()> {
+        match &self.journal_path {
+            Some(p) => journal::write(p, j),
+            None => Err(BenchError::kube("internal: no run directory for the restore journal")),
+        }
+    }
+
+    fn save_journal(&self) -> Result<()> {
+        match &self.journal {
+            Some(j) => self.write_journal_value(j),
+            None => Ok(()),
+        }
+    }
+
+    /// Sets a node label, journaled before the patch.
+    async fn set_label(&mut self, key: &str, value: &str) -> Result<()> {
+        let values = self.journal().await?.labels_set.entry(key.into()).or_default();
+        if !values.iter().any(|v| v == value) {
+            values.push(value.into());
+        }
+        self.save_journal()?;
         self.nodes()
             .patch(
                 &self.s.node,
                 &PatchParams::default(),
-                &Patch::Merge(objects::node_label_patch(labels)),
+                &Patch::Merge(objects::node_label_patch(&[(key, Some(value))])),
             )
             .await
             .map(|_| ())
-            .map_err(|e| kube_error(&format!("labelling node {}", self.s.node), e))
+            .map_err(|e| kube_error(&format!("labelling node {} {key}={value}", self.s.node), e))
     }
 
-    async fn wait_node(&self, what: &str, shutdown: &Shutdown, done: impl Fn(&Node) -> Result<bool>) -> Result<()> {
-        let deadline = Instant::now() + self.s.switch_timeout;
-        loop {
-            let node = shutdown
-                .guard(async {
-                    self.nodes()
-                        .get(&self.s.node)
-                        .await
-                        .map_err(|e| kube_error(&format!("reading node {}", self.s.node), e))
-                })
-                .await?;
-            if done(&node)? {
-                return Ok(());
+    /// The entries (key, content) the sweep needs.
+    fn entries(&self) -> Vec<(String, String)> {
+        let mut out = vec![(
+            objects::config_entry_name(Strategy::Exclusive, 1),
+            objects::device_plugin_config(Strategy::Exclusive, 1),
+        )];
+        let max = self.s.pods.iter().copied().max().unwrap_or(1);
+        for &strategy in &self.s.strategies {
+            let replicas: Vec<u32> = match strategy {
+                Strategy::TimeSlicing => vec![objects::sharing_replicas(max)],
+                Strategy::Mps => self.s.pods.iter().map(|&p| objects::sharing_replicas(p)).collect(),
+                _ => Vec::new(),
+            };
+            for r in replicas {
+                let e = (
+                    objects::config_entry_name(strategy, r),
+                    objects::device_plugin_config(strategy, r),
+                );
+                if !out.contains(&e) {
+                    out.push(e);
+                }
             }
-            if Instant::now() > deadline {
-                let labels = node.metadata.labels.unwrap_or_default();
+        }
+        out
+    }
+
+    /// Adds every entry the sweep needs to the ConfigMap in one patch, before the first
+    /// relabel, then waits for the kubelet to project them (a config-manager that sees a
+    /// label before its file exits and backs off, D4). A key that exists with the same
+    /// content is used as is; one with other content is the user's: refused, never
+    /// overwritten.
+    async fn ensure_entries(&mut self, shutdown: &Shutdown) -> Result<()> {
+        if self.keys_ready {
+            return Ok(());
+        }
+        let plugin = self.setup()?.plugin.clone();
+        let cms: Api<ConfigMap> = Api::namespaced(self.client.clone(), &plugin.namespace);
+        let cm = cms
+            .get(&plugin.name)
+            .await
+            .map_err(|e| kube_error(&format!("reading ConfigMap {}", plugin.id()), e))?;
+        let data = cm.data.unwrap_or_default();
+        let mut add = Vec::new();
+        for (key, content) in self.entries() {
+            match data.get(&key) {
+                Some(have) if *have == content => {}
+                Some(_) => {
+                    return Err(BenchError::kube(format!(
+                        "ConfigMap {} already has a key {key} with other content; the harness never changes a key it did not add (rename or remove yours)",
+                        plugin.id()
+                    )));
+                }
+                None => add.push((key, content)),
+            }
+        }
+        if !add.is_empty() {
+            let j = self.journal().await?;
+            for (k, v) in &add {
+                j.keys_added.insert(k.clone(), v.clone());
+            }
+            self.save_journal()?;
+            let patch: Vec<(String, Option<String>)> = add.iter().map(|(k, v)| (k.clone(), Some(v.clone()))).collect();
+            cms.patch(
+                &plugin.name,
+                &PatchParams::default(),
+                &Patch::Merge(objects::configmap_keys_patch(&patch)),
+            )
+            .await
+            .map_err(|e| kube_error(&format!("adding {} entries to ConfigMap {}", add.len(), plugin.id()), e))?;
+            tracing::info!(
+                "added {} entries to {}; waiting {} s for the kubelet to project them",
+                add.len(),
+                plugin.id(),
+                self.s.projection_wait.as_secs()
+            );
+            shutdown.sleep(self.s.projection_wait).await?;
+        }
+        self.keys_ready = true;
+        Ok(())
+    }
+
+    /// Operand pods of the node with `app=<app>` in the operator's namespace:
+    /// (uid, running and ready).
+    async fn operand_pods(&self, app: &str) -> Result<Vec<(String, bool)>> {
+        let ns = &self.setup()?.plugin.namespace;
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        let list = pods
+            .list(&ListParams::default().labels(&format!("app={app}")))
+            .await
+            .map_err(|e| kube_error(&format!("listing {app} pods in {ns}"), e))?;
+        Ok(list
+            .items
+            .iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(self.s.node.as_str()))
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .map(|p| {
+                let ready = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                (p.metadata.uid.clone().unwrap_or_default(), ready)
+            })
+            .collect())
+    }
+
+    /// Polls until `done` has held for `settle` (or the node fails), at most `timeout`.
+    async fn wait_until<F>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        settle: Duration,
+        shutdown: &Shutdown,
+        mut done: F,
+    ) -> Result<()>
+    where
+        F: AsyncFnMut(&Node) -> Result<bool>,
+    {
+        let start = Instant::now();
+        let mut held_since: Option<Instant> = None;
+        loop {
+            let node = shutdown.guard(self.read_node()).await?;
+            if done(&node).await? {
+                let since = *held_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= settle {
+                    return Ok(());
+                }
+            } else {
+                held_since = None;
+            }
+            if start.elapsed() > timeout {
+                let labels = labels_of(&node);
                 let shown: Vec<String> = labels
                     .iter()
-                    .filter(|(k, _)| k.starts_with("nvidia.com/"))
+                    .filter(|(k, _)| k.starts_with("nvidia.com/") && !k.starts_with("nvidia.com/gpu.deploy."))
                     .map(|(k, v)| format!("{k}={v}"))
                     .collect();
+                let operands = self.operand_summary().await;
                 return Err(BenchError::kube(format!(
-                    "node {} did not {what} within {} s (its nvidia.com labels: {})",
+                    "node {} did not {what} within {} s (allocatable nvidia.com/gpu {}; its nvidia.com labels: {}){operands}",
                     self.s.node,
-                    self.s.switch_timeout.as_secs(),
+                    timeout.as_secs(),
+                    allocatable(&node, "nvidia.com/gpu").map_or("absent".into(), |n| n.to_string()),
                     shown.join(", ")
                 )));
             }
@@ -247,74 +648,159 @@ impl KubernetesBackend {
         }
     }
 
-    /// Switches the node's device plugin to `strategy` with `replicas` per GPU.
-    async fn configure_plugin(&mut self, strategy: Strategy, replicas: u32, shutdown: &Shutdown) -> Result<()> {
-        if self.configured == Some((strategy, replicas)) {
+    /// The operator's pods on the node that are not ready, and why (for timeouts).
+    async fn operand_summary(&self) -> String {
+        let Ok(setup) = self.setup() else { return String::new() };
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &setup.plugin.namespace);
+        let Ok(list) = pods.list(&ListParams::default()).await else {
+            return String::new();
+        };
+        let bad: Vec<String> = list
+            .items
+            .iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(self.s.node.as_str()))
+            .filter_map(|p| {
+                let cs = p.status.as_ref()?.container_statuses.as_ref()?;
+                let w = cs.iter().find_map(|c| c.state.as_ref()?.waiting.clone())?;
+                Some(format!(
+                    "{}: {} {}",
+                    p.metadata.name.clone().unwrap_or_default(),
+                    w.reason.unwrap_or_default(),
+                    w.message.unwrap_or_default()
+                ))
+            })
+            .collect();
+        if bad.is_empty() {
+            String::new()
+        } else {
+            format!("; operator pods not ready: {}", bad.join("; "))
+        }
+    }
+
+    fn current_entry(labels: &BTreeMap<String, String>) -> Option<String> {
+        labels.get(objects::LABEL_PLUGIN_CONFIG).cloned()
+    }
+
+    fn mig_active(labels: &BTreeMap<String, String>) -> bool {
+        labels
+            .get(objects::LABEL_MIG_CONFIG)
+            .is_some_and(|v| v != objects::MIG_DISABLED)
+            || labels.get(objects::LABEL_PRODUCT).is_some_and(|p| p.contains("-MIG-"))
+    }
+
+    /// Switches the node's device plugin to `strategy` with `replicas` per GPU: MIG off
+    /// first, and for MPS through a non-MPS entry when an MPS daemon is running (it only
+    /// takes a new replica count when its pod is recreated, H10).
+    async fn switch_plugin(&mut self, strategy: Strategy, replicas: u32, shutdown: &Shutdown) -> Result<()> {
+        let target = Target::Plugin(strategy, replicas);
+        if self.configured.as_ref() == Some(&target) {
+            self.cost = SwitchCost {
+                config: objects::config_entry_name(strategy, replicas),
+                switch_s: Some(0.0),
+                ..SwitchCost::default()
+            };
             return Ok(());
         }
-        let entry = objects::config_entry_name(strategy, replicas);
-        let cms: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.s.plugin.namespace);
-        cms.patch(
-            &self.s.plugin.name,
-            &PatchParams::apply(objects::FIELD_MANAGER),
-            &Patch::Apply(objects::plugin_entry_patch(&self.s.plugin, strategy, replicas)),
-        )
-        .await
-        .map_err(|e| {
-            kube_error(
-                &format!(
-                    "adding entry {entry} to ConfigMap {}/{}",
-                    self.s.plugin.namespace, self.s.plugin.name
-                ),
-                e,
-            )
-        })?;
-        if !self.entries.contains(&entry) {
-            self.entries.push(entry.clone());
+        let start = Instant::now();
+        self.ensure_entries(shutdown).await?;
+        let labels = labels_of(&self.read_node().await?);
+        let mut mig_s = None;
+        if Self::mig_active(&labels) {
+            let t = Instant::now();
+            self.switch_mig(objects::MIG_DISABLED, shutdown).await?;
+            mig_s = Some(t.elapsed().as_secs_f64());
         }
-        self.label_node(&[(objects::LABEL_PLUGIN_CONFIG, Some(&entry))]).await?;
-        let expected = objects::expected_sharing_labels(strategy, replicas);
-        let gpus: u32 = self
-            .node_labels
-            .get(objects::LABEL_GPU_COUNT)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(1);
-        let want = gpus * if strategy == Strategy::Exclusive { 1 } else { replicas };
-        self.wait_node(
-            &format!("switch to {} with {replicas} replica(s)", strategy.name()),
-            shutdown,
-            |n| Ok(node_switched(n, &expected, Some(want))),
-        )
-        .await?;
-        self.configured = Some((strategy, replicas));
+        if strategy == Strategy::Mps && !self.operand_pods(objects::APP_MPS_DAEMON).await?.is_empty() {
+            self.plugin_entry(Strategy::Exclusive, 1, shutdown).await?;
+        }
+        self.plugin_entry(strategy, replicas, shutdown).await?;
+        self.configured = Some(target);
+        self.cost = SwitchCost {
+            config: objects::config_entry_name(strategy, replicas),
+            switch_s: Some(start.elapsed().as_secs_f64()),
+            mig_s,
+            pods_ready_s: None,
+        };
         Ok(())
     }
 
-    async fn configure_mig(&mut self, layout: &str, shutdown: &Shutdown) -> Result<()> {
-        self.label_node(&[(objects::LABEL_MIG_CONFIG, Some(layout))]).await?;
-        self.mig_touched = true;
-        let node = self.s.node.clone();
-        self.wait_node(&format!("apply MIG layout {layout}"), shutdown, |n| {
-            let labels = n.metadata.labels.clone().unwrap_or_default();
-            match labels.get(objects::LABEL_MIG_STATE).map(String::as_str) {
-                Some("success") if labels.get(objects::LABEL_MIG_CONFIG).map(String::as_str) == Some(layout) => Ok(true),
-                Some("failed") => Err(BenchError::kube(format!(
-                    "MIG reconfiguration of node {node} to {layout} failed ({}=failed; see the nvidia-mig-manager logs)",
-                    objects::LABEL_MIG_STATE
-                ))),
-                _ => Ok(false),
+    /// Points the node at one entry and waits until it is served (and, for MPS, by a
+    /// freshly started daemon; after MPS, until the daemon pod is gone).
+    async fn plugin_entry(&mut self, strategy: Strategy, replicas: u32, shutdown: &Shutdown) -> Result<()> {
+        let entry = objects::config_entry_name(strategy, replicas);
+        let daemons_before: BTreeSet<String> = self
+            .operand_pods(objects::APP_MPS_DAEMON)
+            .await?
+            .into_iter()
+            .map(|(uid, _)| uid)
+            .collect();
+        let labels = labels_of(&self.read_node().await?);
+        if Self::current_entry(&labels).as_deref() != Some(entry.as_str()) {
+            self.set_label(objects::LABEL_PLUGIN_CONFIG, &entry).await?;
+        }
+        let gpus = 1;
+        let what = format!("switch to {entry} ({} with {replicas} replica(s))", strategy.name());
+        let settle = self.s.settle;
+        self.wait_until(&what, self.s.switch_timeout, settle, shutdown, async |n: &Node| {
+            if !plugin_switched(n, strategy, replicas, gpus) {
+                return Ok(false);
             }
+            let daemons = self.operand_pods(objects::APP_MPS_DAEMON).await?;
+            Ok(if strategy == Strategy::Mps {
+                daemons
+                    .iter()
+                    .any(|(uid, ready)| *ready && !daemons_before.contains(uid))
+            } else {
+                daemons.is_empty()
+            })
         })
-        .await?;
-        self.configured = Some((Strategy::Mig, 0));
-        Ok(())
+        .await
     }
 
-    fn mig_layout(&self) -> Option<String> {
+    /// Sets the MIG layout and waits until mig-parted reports `success`, GFD shows the
+    /// layout and a device-plugin pod started after the change serves it.
+    async fn switch_mig(&mut self, layout: &str, shutdown: &Shutdown) -> Result<()> {
+        let plugins_before: BTreeSet<String> = self
+            .operand_pods(objects::APP_PLUGIN)
+            .await?
+            .into_iter()
+            .map(|(uid, _)| uid)
+            .collect();
+        let labels = labels_of(&self.read_node().await?);
+        let changed = labels.get(objects::LABEL_MIG_CONFIG).map(String::as_str) != Some(layout);
+        if changed {
+            self.set_label(objects::LABEL_MIG_CONFIG, layout).await?;
+        }
+        let node = self.s.node.clone();
+        let strategy = self.setup()?.mig_strategy.clone();
+        let what = format!("apply MIG layout {layout} (mig-parted, then GFD and the device plugin)");
+        self.wait_until(&what, self.s.mig_timeout, self.s.settle, shutdown, async |n: &Node| {
+            let labels = labels_of(n);
+            match labels.get(objects::LABEL_MIG_STATE).map(String::as_str) {
+                Some("failed") if labels.get(objects::LABEL_MIG_CONFIG).map(String::as_str) == Some(layout) => {
+                    return Err(BenchError::kube(format!(
+                        "the MIG manager could not apply {layout} on node {node} ({}=failed; its log says why: kubectl -n {} logs -l app=nvidia-mig-manager)",
+                        objects::LABEL_MIG_STATE,
+                        self.s.operator_namespace
+                    )));
+                }
+                Some("success") => {}
+                _ => return Ok(false),
+            }
+            if !mig_shown(n, layout, &strategy) {
+                return Ok(false);
+            }
+            let plugins = self.operand_pods(objects::APP_PLUGIN).await?;
+            Ok(plugins.iter().any(|(uid, ready)| *ready && (!changed || !plugins_before.contains(uid))))
+        })
+        .await
+    }
+
+    fn mig_layout(&self, labels: &BTreeMap<String, String>) -> Option<String> {
         self.s.mig_layout.clone().or_else(|| {
-            self.node_labels
+            labels
                 .get(objects::LABEL_PRODUCT)
-                .and_then(|p| objects::default_mig_layout(p))
+                .and_then(|p| objects::default_mig_layout(p.split("-MIG-").next().unwrap_or(p)))
                 .map(String::from)
         })
     }
@@ -322,36 +808,7 @@ impl KubernetesBackend {
     /// Deletes the cell's Deployment and waits (at most 120 s; a forced stop ends the
     /// wait) until its pods are gone.
     async fn delete_deployment(&self, shutdown: &Shutdown) -> Result<()> {
-        let deps: Api<Deployment> = Api::namespaced(self.client.clone(), &self.s.workload.namespace);
-        match deps.delete(objects::APP, &DeleteParams::foreground()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(kube_error("deleting the workload Deployment", e)),
-        }
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let left = self
-                .pods()
-                .list(&ListParams::default().labels(&format!("{}={}", objects::APP_LABEL, objects::APP)))
-                .await
-                .map_err(|e| kube_error("listing workload pods", e))?;
-            if left.items.is_empty() {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(BenchError::kube(format!(
-                    "{} workload pods still exist 120 s after deletion",
-                    left.items.len()
-                )));
-            }
-            if shutdown.is_forced() {
-                return Err(BenchError::kube(format!(
-                    "forced stop: {} workload pods were still terminating",
-                    left.items.len()
-                )));
-            }
-            shutdown.grace(self.s.poll).await;
-        }
+        delete_workload(&self.client, &self.s.workload.namespace, self.s.poll, shutdown).await
     }
 
     async fn cell_pods(&self) -> Result<Vec<CellPod>> {
@@ -365,6 +822,7 @@ impl KubernetesBackend {
             .await
             .map_err(|e| kube_error("listing workload pods", e))?
             .items;
+        list.retain(|p| p.metadata.deletion_timestamp.is_none());
         list.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         Ok(list
             .iter()
@@ -379,6 +837,62 @@ impl KubernetesBackend {
             })
             .collect())
     }
+
+    /// The workload namespace must exist: created when missing if the harness may.
+    async fn ensure_namespace(&self) -> Result<()> {
+        let ns = &self.s.workload.namespace;
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        match api.get(ns).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                let obj: Namespace = serde_json::from_value(objects::namespace(ns))
+                    .map_err(|e| BenchError::kube(format!("internal: namespace object: {e}")))?;
+                match api.create(&PostParams::default(), &obj).await {
+                    Ok(_) => Ok(()),
+                    Err(kube::Error::Api(s)) if s.code == 403 => Err(BenchError::kube(format!(
+                        "namespace {ns} does not exist and the harness may not create it: kubectl create namespace {ns} (or kubectl apply -k manifests/base)"
+                    ))),
+                    Err(e) => Err(kube_error(&format!("creating namespace {ns}"), e)),
+                }
+            }
+            Err(e) => Err(kube_error(&format!("reading namespace {ns}"), e)),
+        }
+    }
+}
+
+/// Deletes the workload Deployment in `ns` and waits (at most 120 s; a forced stop ends
+/// the wait) until its pods are gone.
+pub async fn delete_workload(client: &Client, ns: &str, poll: Duration, shutdown: &Shutdown) -> Result<()> {
+    let deps: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    match deps.delete(objects::APP, &DeleteParams::foreground()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => return Err(kube_error("deleting the workload Deployment", e)),
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let left = pods
+            .list(&ListParams::default().labels(&format!("{}={}", objects::APP_LABEL, objects::APP)))
+            .await
+            .map_err(|e| kube_error("listing workload pods", e))?;
+        if left.items.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(BenchError::kube(format!(
+                "{} workload pods still exist 120 s after deletion",
+                left.items.len()
+            )));
+        }
+        if shutdown.is_forced() {
+            return Err(BenchError::kube(format!(
+                "forced stop: {} workload pods were still terminating",
+                left.items.len()
+            )));
+        }
+        shutdown.grace(poll).await;
+    }
 }
 
 impl Backend for KubernetesBackend {
@@ -387,15 +901,8 @@ impl Backend for KubernetesBackend {
     }
 
     async fn prepare(&mut self, strategy: Strategy, shutdown: &Shutdown) -> Result<Prepared> {
-        let labels = shutdown.guard(self.node_labels()).await?;
-        let ns: Api<Namespace> = Api::all(self.client.clone());
-        ns.patch(
-            &self.s.workload.namespace,
-            &PatchParams::apply(objects::FIELD_MANAGER),
-            &Patch::Apply(objects::namespace(&self.s.workload.namespace)),
-        )
-        .await
-        .map_err(|e| kube_error(&format!("creating namespace {}", self.s.workload.namespace), e))?;
+        shutdown.guard(self.ensure_namespace()).await?;
+        let labels = labels_of(&shutdown.guard(self.read_node()).await?);
         match strategy {
             Strategy::Mig => {
                 if labels.get(objects::LABEL_MIG_CAPABLE).map(String::as_str) != Some("true") {
@@ -406,21 +913,36 @@ impl Backend for KubernetesBackend {
                         labels.get(objects::LABEL_MIG_CAPABLE).map_or("absent", String::as_str)
                     )));
                 }
-                let Some(layout) = self.mig_layout() else {
+                let Some(layout) = self.mig_layout(&labels) else {
                     return Ok(Prepared::Unavailable(format!(
                         "no default MIG layout for {}; pass --mig-layout",
                         labels.get(objects::LABEL_PRODUCT).map_or("this GPU", String::as_str)
                     )));
                 };
-                // The device plugin must expose plain GPUs while the MIG manager works.
-                self.configure_plugin(Strategy::Exclusive, 1, shutdown).await?;
-                self.configure_mig(&layout, shutdown).await?;
+                if self.configured.as_ref() == Some(&Target::Mig(layout.clone())) {
+                    return Ok(Prepared::Ready);
+                }
+                let start = Instant::now();
+                self.ensure_entries(shutdown).await?;
+                // No MPS daemon may hold the GPU, and the plugin must serve plain GPUs
+                // while the MIG manager works (B6: MPS is fatal on MIG devices).
+                self.switch_plugin(Strategy::Exclusive, 1, shutdown).await?;
+                let t = Instant::now();
+                self.switch_mig(&layout, shutdown).await?;
+                self.configured = Some(Target::Mig(layout.clone()));
+                self.cost = SwitchCost {
+                    config: layout,
+                    switch_s: Some(start.elapsed().as_secs_f64()),
+                    mig_s: Some(t.elapsed().as_secs_f64()),
+                    pods_ready_s: None,
+                };
             }
             Strategy::TimeSlicing => {
                 let max = self.s.pods.iter().copied().max().unwrap_or(1);
-                self.configure_plugin(strategy, max, shutdown).await?;
+                self.switch_plugin(strategy, objects::sharing_replicas(max), shutdown)
+                    .await?;
             }
-            Strategy::Exclusive => self.configure_plugin(strategy, 1, shutdown).await?,
+            Strategy::Exclusive => self.switch_plugin(strategy, 1, shutdown).await?,
             // MPS splits threads and memory by replicas: configured per cell in launch.
             Strategy::Mps => {}
         }
@@ -429,14 +951,16 @@ impl Backend for KubernetesBackend {
 
     async fn launch(&mut self, strategy: Strategy, pods: u32, shutdown: &Shutdown) -> Result<Vec<CellPod>> {
         if strategy == Strategy::Mps {
-            self.configure_plugin(strategy, pods, shutdown).await?;
+            self.switch_plugin(strategy, objects::sharing_replicas(pods), shutdown)
+                .await?;
         }
-        let layout = self.mig_layout();
-        let resource = objects::pod_resource(
-            strategy,
-            self.node_labels.get(objects::LABEL_MIG_STRATEGY).map(String::as_str),
-            layout.as_deref(),
-        );
+        let labels = labels_of(&self.read_node().await?);
+        let layout = match &self.configured {
+            Some(Target::Mig(l)) => Some(l.clone()),
+            _ => None,
+        };
+        let resource = objects::pod_resource(strategy, Some(self.setup()?.mig_strategy.as_str()), layout.as_deref());
+        let _ = labels;
         let deps: Api<Deployment> = Api::namespaced(self.client.clone(), &self.s.workload.namespace);
         deps.patch(
             objects::APP,
@@ -451,6 +975,7 @@ impl Backend for KubernetesBackend {
             )
         })?;
         self.cell = Some((strategy, pods));
+        self.launched_at = Some(Instant::now());
         self.cell_pods().await
     }
 
@@ -459,8 +984,16 @@ impl Backend for KubernetesBackend {
         let deadline = Instant::now() + timeout;
         loop {
             let pods = shutdown.guard(self.cell_pods()).await?;
-            let settled = pods.len() >= want && pods.iter().all(|p| p.state != PodState::Starting);
+            // Pending pods keep waiting: the scheduler retries when the plugin
+            // re-registers; only the timeout makes them a `pending` cell.
+            let settled = pods.len() >= want
+                && pods
+                    .iter()
+                    .all(|p| matches!(p.state, PodState::Running | PodState::Exited { .. }));
             if settled {
+                if let Some(t) = self.launched_at {
+                    self.cost.pods_ready_s = Some(t.elapsed().as_secs_f64());
+                }
                 return Ok(pods);
             }
             if Instant::now() > deadline {
@@ -493,49 +1026,193 @@ impl Backend for KubernetesBackend {
     }
 
     async fn restore(&mut self, shutdown: &Shutdown) -> Result<()> {
-        let mut problems = Vec::new();
-        if let Err(e) = self.delete_deployment(shutdown).await {
-            problems.push(e.to_string());
+        let Some(path) = self.journal_path.clone() else {
+            return self.delete_deployment(shutdown).await;
+        };
+        let report = restore_from_journal(&self.client, &path, &self.s, shutdown).await?;
+        for n in &report.notices {
+            tracing::warn!("{n}");
         }
-        if let Some(orig) = self.original.clone() {
-            if self.configured.is_some() || self.mig_touched {
-                let mut labels = vec![(objects::LABEL_PLUGIN_CONFIG, orig.plugin_config.as_deref())];
-                if self.mig_touched {
-                    labels.push((objects::LABEL_MIG_CONFIG, orig.mig_config.as_deref()));
-                }
-                if let Err(e) = self.label_node(&labels).await {
-                    problems.push(e.to_string());
+        self.journal = journal::read(&path)?;
+        self.configured = None;
+        self.keys_ready = false;
+        Ok(())
+    }
+}
+
+/// What a restore did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RestoreReport {
+    /// One line per change undone.
+    pub undone: Vec<String>,
+    /// Things left alone, and why.
+    pub notices: Vec<String>,
+}
+
+/// Undoes what a run's journal says the harness changed, and nothing else: deletes the
+/// workload Deployment, puts back each label that still holds the value the harness set
+/// (waiting for the MIG manager when the MIG layout goes back), removes each ConfigMap
+/// key the harness added whose content is still what it added, and marks the journal
+/// restored. A second restore finds nothing to do.
+pub async fn restore_from_journal(
+    client: &Client,
+    path: &std::path::Path,
+    s: &KubeSettings,
+    shutdown: &Shutdown,
+) -> Result<RestoreReport> {
+    let mut report = RestoreReport::default();
+    let Some(mut j) = journal::read(path)? else {
+        return Ok(report);
+    };
+    let mut problems = Vec::new();
+    let ns = if j.workload_namespace.is_empty() {
+        s.workload.namespace.clone()
+    } else {
+        j.workload_namespace.clone()
+    };
+    if let Err(e) = delete_workload(client, &ns, s.poll, shutdown).await {
+        problems.push(e.to_string());
+    }
+    if !j.has_changes() {
+        return finish(report, problems, &j.node);
+    }
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node = nodes
+        .get(&j.node)
+        .await
+        .map_err(|e| kube_error(&format!("reading node {}", j.node), e))?;
+    let labels = labels_of(&node);
+    let mut patch: Vec<(&str, Option<String>)> = Vec::new();
+    let mut mig_back: Option<String> = None;
+    for (key, set) in &j.labels_set {
+        let original = j.original_labels.get(key).cloned().flatten();
+        let (action, notice) = journal::label_action(original.as_deref(), set, labels.get(key).map(String::as_str));
+        if let Some(n) = notice {
+            report.notices.push(format!("node {} label {key} {n}", j.node));
+        }
+        if let Some(target) = action {
+            report.undone.push(format!(
+                "node {} label {key}: {} → {}",
+                j.node,
+                labels.get(key).map_or("(absent)", String::as_str),
+                target.as_deref().unwrap_or("(removed)")
+            ));
+            if key == objects::LABEL_MIG_CONFIG {
+                mig_back = Some(target.clone().unwrap_or_else(|| objects::MIG_DISABLED.into()));
+            }
+            patch.push((key.as_str(), target));
+        }
+    }
+    if !patch.is_empty() {
+        let refs: Vec<(&str, Option<&str>)> = patch.iter().map(|(k, v)| (*k, v.as_deref())).collect();
+        nodes
+            .patch(
+                &j.node,
+                &PatchParams::default(),
+                &Patch::Merge(objects::node_label_patch(&refs)),
+            )
+            .await
+            .map_err(|e| kube_error(&format!("restoring the labels of node {}", j.node), e))?;
+    }
+    // ConfigMap keys the harness added, still as it added them.
+    let (cm_ns, cm_name) = j
+        .configmap
+        .split_once('/')
+        .unwrap_or(("gpu-operator", j.configmap.as_str()));
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), cm_ns);
+    match cms.get(cm_name).await {
+        Ok(cm) => {
+            let data = cm.data.unwrap_or_default();
+            let mut remove = Vec::new();
+            for (key, added) in &j.keys_added {
+                match data.get(key) {
+                    Some(now) if now == added => remove.push((key.clone(), None)),
+                    Some(_) => report.notices.push(format!(
+                        "ConfigMap {} key {key} was changed since the harness added it; left alone",
+                        j.configmap
+                    )),
+                    None => {}
                 }
             }
-            if !self.entries.is_empty() {
-                let mut data = serde_json::Map::new();
-                for e in &self.entries {
-                    data.insert(e.clone(), Value::Null);
-                }
-                let cms: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.s.plugin.namespace);
-                if let Err(e) = cms
+            if !remove.is_empty() {
+                match cms
                     .patch(
-                        &self.s.plugin.name,
+                        cm_name,
                         &PatchParams::default(),
-                        &Patch::Merge(serde_json::json!({ "data": data })),
+                        &Patch::Merge(objects::configmap_keys_patch(&remove)),
                     )
                     .await
                 {
-                    problems.push(kube_error("removing our entries from the device-plugin ConfigMap", e).to_string());
+                    Ok(_) => report.undone.push(format!(
+                        "ConfigMap {}: removed the {} keys the harness added",
+                        j.configmap,
+                        remove.len()
+                    )),
+                    Err(e) => problems
+                        .push(kube_error(&format!("removing the harness's keys from {}", j.configmap), e).to_string()),
                 }
             }
         }
-        self.configured = None;
-        self.entries.clear();
-        self.mig_touched = false;
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(BenchError::kube(format!(
-                "restoring node {}: {}",
-                self.s.node,
-                problems.join("; ")
-            )))
+        Err(kube::Error::Api(st)) if st.code == 404 => {}
+        Err(e) => problems.push(kube_error(&format!("reading ConfigMap {}", j.configmap), e).to_string()),
+    }
+    // A MIG layout going back is only done when mig-parted says so.
+    if let Some(layout) = mig_back {
+        let deadline = Instant::now() + s.mig_timeout;
+        loop {
+            let n = nodes
+                .get(&j.node)
+                .await
+                .map_err(|e| kube_error(&format!("reading node {}", j.node), e))?;
+            let l = labels_of(&n);
+            let state = l.get(objects::LABEL_MIG_STATE).map(String::as_str);
+            if l.get(objects::LABEL_MIG_CONFIG) == Some(&layout)
+                && state == Some("success")
+                && (objects::mig_profile(&layout).is_some()
+                    || !l.get(objects::LABEL_PRODUCT).is_some_and(|p| p.contains("-MIG-")))
+            {
+                break;
+            }
+            if state == Some("failed") {
+                problems.push(format!(
+                    "the MIG manager failed to put layout {layout} back on node {}",
+                    j.node
+                ));
+                break;
+            }
+            if Instant::now() > deadline {
+                problems.push(format!(
+                    "node {} has not finished going back to MIG layout {layout} after {} s (state {})",
+                    j.node,
+                    s.mig_timeout.as_secs(),
+                    state.unwrap_or("absent")
+                ));
+                break;
+            }
+            if shutdown.is_forced() {
+                problems.push(format!(
+                    "forced stop while node {} was going back to MIG layout {layout}",
+                    j.node
+                ));
+                break;
+            }
+            shutdown.grace(s.poll).await;
         }
+    }
+    if problems.is_empty() {
+        j.restored = true;
+        journal::write(path, &j)?;
+    }
+    finish(report, problems, &j.node)
+}
+
+fn finish(report: RestoreReport, problems: Vec<String>, node: &str) -> Result<RestoreReport> {
+    if problems.is_empty() {
+        Ok(report)
+    } else {
+        Err(BenchError::kube(format!(
+            "restoring node {node}: {}",
+            problems.join("; ")
+        )))
     }
 }

@@ -41,6 +41,8 @@ pub fn files(image: &str) -> Vec<(String, String)> {
         args: ["--model", "yolos-small", "--device", "cuda", "--precision", "bf16"]
             .map(String::from)
             .to_vec(),
+        tolerations: vec![objects::DEFAULT_TOLERATION.to_string()],
+        pull_secrets: Vec::new(),
     };
     let mut out = vec![
         (

@@ -3,8 +3,11 @@
 //! cluster's Prometheus (`portforward`).
 
 pub mod backend;
+pub mod journal;
 pub mod manifests;
 pub mod objects;
 pub mod portforward;
 pub mod session;
 pub mod sim;
+#[cfg(test)]
+mod sim_tests;

@@ -27,6 +27,14 @@ pub const LABEL_MIG_CAPABLE: &str = "nvidia.com/mig.capable";
 pub const LABEL_PRODUCT: &str = "nvidia.com/gpu.product";
 /// Node label: GPUs on the node.
 pub const LABEL_GPU_COUNT: &str = "nvidia.com/gpu.count";
+/// Node label GFD sets to whether the node's config is MPS (the MPS daemon's selector).
+pub const LABEL_MPS_CAPABLE: &str = "nvidia.com/mps.capable";
+/// Pod label of the device plugin's DaemonSet (gpu-operator v25.10.1 assets).
+pub const APP_PLUGIN: &str = "nvidia-device-plugin-daemonset";
+/// Pod label of the MPS control daemon's DaemonSet.
+pub const APP_MPS_DAEMON: &str = "nvidia-device-plugin-mps-control-daemon";
+/// The MIG layout that turns MIG off (the operator's default).
+pub const MIG_DISABLED: &str = "all-disabled";
 /// Label of the workload's pods.
 pub const APP_LABEL: &str = "app.kubernetes.io/name";
 /// Its value.
@@ -36,13 +44,23 @@ pub const CELL_LABEL: &str = "gpushare.dev/cell";
 /// The workload's metrics port.
 pub const METRICS_PORT: u16 = 9400;
 
-/// Where the device plugin's configuration lives (the GPU operator's defaults).
+/// Where the device plugin's configuration lives: the ConfigMap the ClusterPolicy names
+/// in `devicePlugin.config`, in the operator's namespace.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PluginConfigMap {
     /// Namespace of the GPU operator.
     pub namespace: String,
     /// ConfigMap named in ClusterPolicy `devicePlugin.config.name`.
     pub name: String,
+    /// The key ClusterPolicy `devicePlugin.config.default` names (empty: none).
+    pub default_key: String,
+}
+
+impl PluginConfigMap {
+    /// `namespace/name`.
+    pub fn id(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
 }
 
 impl Default for PluginConfigMap {
@@ -50,8 +68,16 @@ impl Default for PluginConfigMap {
         Self {
             namespace: "gpu-operator".into(),
             name: "device-plugin-config".into(),
+            default_key: config_entry_name(Strategy::Exclusive, 1),
         }
     }
+}
+
+/// Replicas per GPU for a shared cell of `pods` pods: the device plugin rejects fewer
+/// than 2 (k8s-device-plugin v0.18.1 `api/config/v1/replicas.go`), so a 1-pod cell runs
+/// with 2 (under MPS the one pod then gets half the SMs and memory; its row says so).
+pub fn sharing_replicas(pods: u32) -> u32 {
+    pods.max(2)
 }
 
 /// The device-plugin config entry for a strategy and replica count.
@@ -79,25 +105,46 @@ pub fn device_plugin_config(strategy: Strategy, replicas: u32) -> String {
     )
 }
 
-/// The node labels GPU feature discovery shows once an entry is active.
-pub fn expected_sharing_labels(strategy: Strategy, replicas: u32) -> Vec<(&'static str, String)> {
-    let sharing = match strategy {
-        Strategy::TimeSlicing => "time-slicing",
-        Strategy::Mps => "mps",
-        _ => "none",
+/// The node labels GPU feature discovery shows once an entry is active on a GPU named
+/// `product` (k8s-device-plugin v0.18.1 `internal/lm/resource.go`: the strategy and the
+/// `-SHARED` suffix only with replicas > 1).
+pub fn expected_plugin_labels(strategy: Strategy, replicas: u32, product: &str) -> Vec<(&'static str, String)> {
+    let (sharing, replicas) = match strategy {
+        Strategy::TimeSlicing => ("time-slicing", replicas),
+        Strategy::Mps => ("mps", replicas),
+        _ => ("none", 1),
     };
-    let replicas = if strategy == Strategy::Exclusive { 1 } else { replicas };
-    vec![(LABEL_SHARING, sharing.into()), (LABEL_REPLICAS, replicas.to_string())]
+    let base = product.trim_end_matches("-SHARED");
+    let product = if replicas > 1 {
+        format!("{base}-SHARED")
+    } else {
+        base.to_string()
+    };
+    vec![
+        (LABEL_SHARING, sharing.into()),
+        (LABEL_REPLICAS, replicas.to_string()),
+        (LABEL_PRODUCT, product),
+    ]
 }
 
-/// The MIG layout for a GPU product: seven of the smallest instance.
+/// The MIG layout for a GPU product: seven of the smallest instance, as the GPU
+/// operator's default mig-parted config names them (gpu-operator v25.10.1
+/// `assets/state-mig-manager/0400_configmap.yaml`: `all-1g.10gb` only matches 80 GB
+/// H100/H800/A100 by PCI id; H100 NVL and GH200 96 GB have 1g.12gb, H200 and GH200
+/// 144 GB 1g.18gb). Product names are GFD's (`NVIDIA-H100-NVL`).
 pub fn default_mig_layout(product: &str) -> Option<&'static str> {
     let p = product.to_uppercase();
-    if p.contains("H200") {
+    if p.contains("GH200") {
+        Some(if p.contains("144") {
+            "all-1g.18gb"
+        } else {
+            "all-1g.12gb"
+        })
+    } else if p.contains("H200") {
         Some("all-1g.18gb")
-    } else if p.contains("H100") && p.contains("94") {
+    } else if p.contains("H100") && (p.contains("NVL") || p.contains("94")) {
         Some("all-1g.12gb")
-    } else if p.contains("H100") || (p.contains("A100") && p.contains("80")) {
+    } else if p.contains("H100") || p.contains("H800") || (p.contains("A100") && p.contains("80")) {
         Some("all-1g.10gb")
     } else if p.contains("A100") {
         Some("all-1g.5gb")
@@ -106,6 +153,13 @@ pub fn default_mig_layout(product: &str) -> Option<&'static str> {
     } else {
         None
     }
+}
+
+/// The MIG profile of a layout (`all-1g.10gb` → `1g.10gb`).
+pub fn mig_profile(layout: &str) -> Option<&str> {
+    layout
+        .strip_prefix("all-")
+        .filter(|p| *p != "disabled" && *p != "enabled")
 }
 
 /// The extended resource a workload pod requests: MIG "mixed" exposes each profile as
@@ -117,14 +171,15 @@ pub fn pod_resource(strategy: Strategy, mig_strategy: Option<&str>, mig_layout: 
     }
 }
 
-/// The ConfigMap patch that adds one entry (server-side apply owns only this key).
-pub fn plugin_entry_patch(cm: &PluginConfigMap, strategy: Strategy, replicas: u32) -> Value {
-    json!({
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": { "name": cm.name, "namespace": cm.namespace },
-        "data": { config_entry_name(strategy, replicas): device_plugin_config(strategy, replicas) }
-    })
+/// A merge patch of the ConfigMap's keys (`None` removes the key). A merge patch, not
+/// server-side apply: an apply that omits a key the same manager applied before removes
+/// it (UPSTREAM-RULES.md H1), and the harness touches only the keys it names.
+pub fn configmap_keys_patch(keys: &[(String, Option<String>)]) -> Value {
+    let mut map = serde_json::Map::new();
+    for (k, v) in keys {
+        map.insert(k.clone(), v.clone().map_or(Value::Null, Value::String));
+    }
+    json!({ "data": map })
 }
 
 /// A merge patch of node labels (`None` removes the label).
@@ -147,6 +202,42 @@ pub struct WorkloadSpec {
     pub node: String,
     /// Workload arguments (`--model …`).
     pub args: Vec<String>,
+    /// Tolerations (`key[=value]:Effect`; default `nvidia.com/gpu:NoSchedule`, the taint
+    /// GPU nodes commonly carry).
+    pub tolerations: Vec<String>,
+    /// Image pull secrets.
+    pub pull_secrets: Vec<String>,
+}
+
+/// The toleration GPU nodes' usual taint needs (every GPU operator operand carries it).
+pub const DEFAULT_TOLERATION: &str = "nvidia.com/gpu:NoSchedule";
+
+/// A toleration from `key[=value][:Effect]` (pure): `Exists` without a value.
+pub fn toleration(spec: &str) -> std::result::Result<Value, String> {
+    let (kv, effect) = match spec.rsplit_once(':') {
+        Some((kv, e)) => (kv, Some(e)),
+        None => (spec, None),
+    };
+    if let Some(e) = effect
+        && !matches!(e, "NoSchedule" | "PreferNoSchedule" | "NoExecute")
+    {
+        return Err(format!("effect {e:?} is not NoSchedule, PreferNoSchedule or NoExecute"));
+    }
+    let (key, value) = match kv.split_once('=') {
+        Some((k, v)) => (k, Some(v)),
+        None => (kv, None),
+    };
+    if key.is_empty() {
+        return Err("the key is empty (use KEY[=VALUE][:EFFECT])".into());
+    }
+    let mut t = match value {
+        Some(v) => json!({ "key": key, "operator": "Equal", "value": v }),
+        None => json!({ "key": key, "operator": "Exists" }),
+    };
+    if let Some(e) = effect {
+        t["effect"] = json!(e);
+    }
+    Ok(t)
 }
 
 /// The workload namespace.
@@ -178,9 +269,14 @@ pub fn deployment(spec: &WorkloadSpec, strategy: Strategy, pods: u32, resource: 
                     }
                 },
                 "spec": {
-                    "nodeSelector": { "kubernetes.io/hostname": spec.node },
+                    // Pinned by the node object's name: `kubernetes.io/hostname` can differ from it.
+                    "affinity": { "nodeAffinity": { "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{ "matchFields": [{ "key": "metadata.name", "operator": "In", "values": [spec.node] }] }]
+                    } } },
+                    "tolerations": spec.tolerations.iter().filter_map(|t| toleration(t).ok()).collect::<Vec<_>>(),
+                    "imagePullSecrets": spec.pull_secrets.iter().map(|s| json!({ "name": s })).collect::<Vec<_>>(),
                     "terminationGracePeriodSeconds": 10,
-                    "securityContext": { "runAsNonRoot": true, "runAsUser": 10001, "runAsGroup": 10001 },
+                    "securityContext": { "runAsNonRoot": true, "runAsUser": 10001, "runAsGroup": 10001, "seccompProfile": { "type": "RuntimeDefault" } },
                     "containers": [{
                         "name": "workload",
                         "image": spec.image,
@@ -196,7 +292,7 @@ pub fn deployment(spec: &WorkloadSpec, strategy: Strategy, pods: u32, resource: 
                             "periodSeconds": 1,
                             "failureThreshold": 600
                         },
-                        "resources": { "limits": { resource: 1 } },
+                        "resources": { "requests": { resource: 1, "cpu": "1", "memory": "2Gi" }, "limits": { resource: 1, "memory": "8Gi" } },
                         "securityContext": { "allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "capabilities": { "drop": ["ALL"] } }
                     }]
                 }
@@ -232,29 +328,39 @@ pub fn pod_monitor(ns: &str) -> Value {
     })
 }
 
-/// Least-privilege RBAC for running the harness in the cluster: read and label nodes;
-/// in the workload namespace manage the Deployment and read pods; in the GPU operator's
-/// namespace edit the device-plugin ConfigMap; in the monitoring namespace port-forward
-/// to Prometheus.
+/// Least-privilege RBAC for the harness (its ServiceAccount `gpushare-bench`; bind the
+/// same roles to a user to run it from outside): get and label nodes, read the
+/// ClusterPolicy; in the workload namespace manage its one Deployment and read pods; in
+/// the GPU operator's namespace edit the one device-plugin ConfigMap and list the
+/// operand pods; in the monitoring namespace port-forward to Prometheus. Verbs follow the
+/// API server's rules (UPSTREAM-RULES.md A1, A2, A4, H5, H6): a server-side apply that
+/// creates the Deployment is also a `create` (carrying its name, so resourceNames holds),
+/// and kube-rs's WebSocket port-forward is a `get` (plus `create` from Kubernetes 1.35).
+/// Last, kube-prometheus's Prometheus may discover pods in the workload namespace (its
+/// own Roles cover only default, kube-system and monitoring: kube-prometheus v0.18.0
+/// `manifests/prometheus-roleSpecificNamespaces.yaml`).
 pub fn rbac(ns: &str, cm: &PluginConfigMap, monitoring_ns: &str) -> Vec<Value> {
     let sa = json!({ "kind": "ServiceAccount", "name": "gpushare-bench", "namespace": ns });
     let role = |name: &str, rns: &str, rules: Value| json!({ "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": { "name": name, "namespace": rns }, "rules": rules });
-    let binding = |name: &str, rns: &str| {
+    let binding = |name: &str, rns: &str, subject: &Value| {
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
             "metadata": { "name": name, "namespace": rns },
             "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name },
-            "subjects": [sa]
+            "subjects": [subject]
         })
     };
+    let prometheus = json!({ "kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": monitoring_ns });
     vec![
         json!({ "apiVersion": "v1", "kind": "ServiceAccount", "metadata": { "name": "gpushare-bench", "namespace": ns } }),
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
             "metadata": { "name": "gpushare-bench-nodes" },
             "rules": [
-                { "apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"] },
-                { "apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "patch"] }
+                // Add `resourceNames: [<your GPU node>]` to narrow this to one node.
+                { "apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"] },
+                { "apiGroups": [""], "resources": ["namespaces"], "resourceNames": [ns], "verbs": ["get"] },
+                { "apiGroups": ["nvidia.com"], "resources": ["clusterpolicies"], "verbs": ["get", "list"] }
             ]
         }),
         json!({
@@ -267,28 +373,39 @@ pub fn rbac(ns: &str, cm: &PluginConfigMap, monitoring_ns: &str) -> Vec<Value> {
             "gpushare-bench-workload",
             ns,
             json!([
-                { "apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "patch", "delete"] },
-                { "apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"] }
+                { "apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": [APP], "verbs": ["get", "create", "patch", "delete"] },
+                { "apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"] }
             ]),
         ),
-        binding("gpushare-bench-workload", ns),
+        binding("gpushare-bench-workload", ns, &sa),
         role(
             "gpushare-bench-device-plugin",
             &cm.namespace,
             json!([
-                { "apiGroups": [""], "resources": ["configmaps"], "resourceNames": [cm.name], "verbs": ["get", "patch"] }
+                { "apiGroups": [""], "resources": ["configmaps"], "resourceNames": [cm.name], "verbs": ["get", "patch"] },
+                { "apiGroups": [""], "resources": ["pods"], "verbs": ["list"] },
+                { "apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": ["gpu-operator"], "verbs": ["get"] }
             ]),
         ),
-        binding("gpushare-bench-device-plugin", &cm.namespace),
+        binding("gpushare-bench-device-plugin", &cm.namespace, &sa),
         role(
             "gpushare-bench-prometheus",
             monitoring_ns,
             json!([
                 { "apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"] },
-                { "apiGroups": [""], "resources": ["pods/portforward"], "verbs": ["create"] }
+                { "apiGroups": [""], "resources": ["pods/portforward"], "verbs": ["get", "create"] }
             ]),
         ),
-        binding("gpushare-bench-prometheus", monitoring_ns),
+        binding("gpushare-bench-prometheus", monitoring_ns, &sa),
+        role(
+            "prometheus-k8s",
+            ns,
+            json!([
+                { "apiGroups": [""], "resources": ["services", "endpoints", "pods"], "verbs": ["get", "list", "watch"] },
+                { "apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"] }
+            ]),
+        ),
+        binding("prometheus-k8s", ns, &prometheus),
     ]
 }
 
@@ -333,7 +450,8 @@ pub fn plugin_configmap(cm: &PluginConfigMap, pods: &[u32]) -> Value {
     );
     for s in [Strategy::TimeSlicing, Strategy::Mps] {
         for &p in pods {
-            data.insert(config_entry_name(s, p), Value::String(device_plugin_config(s, p)));
+            let r = sharing_replicas(p);
+            data.insert(config_entry_name(s, r), Value::String(device_plugin_config(s, r)));
         }
     }
     json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": cm.name, "namespace": cm.namespace }, "data": data })
@@ -346,7 +464,7 @@ pub fn cluster_policy_snippet(cm: &PluginConfigMap) -> Value {
         "kind": "ClusterPolicy",
         "metadata": { "name": "cluster-policy" },
         "spec": {
-            "devicePlugin": { "config": { "name": cm.name, "default": config_entry_name(Strategy::Exclusive, 1) } },
+            "devicePlugin": { "config": { "name": cm.name, "default": cm.default_key } },
             "gfd": { "enabled": true },
             "mig": { "strategy": "single" },
             "migManager": { "enabled": true },
@@ -409,9 +527,18 @@ mod tests {
         assert_eq!(device_plugin_config(Strategy::Exclusive, 5), "version: v1\n");
         assert_eq!(config_entry_name(Strategy::TimeSlicing, 5), "gpushare-time-slicing-5");
         assert_eq!(
-            expected_sharing_labels(Strategy::Exclusive, 7)[1],
-            (LABEL_REPLICAS, "1".to_string())
+            expected_plugin_labels(Strategy::Exclusive, 7, "NVIDIA-H100-80GB-HBM3"),
+            vec![
+                (LABEL_SHARING, "none".to_string()),
+                (LABEL_REPLICAS, "1".to_string()),
+                (LABEL_PRODUCT, "NVIDIA-H100-80GB-HBM3".to_string())
+            ]
         );
+        assert_eq!(
+            expected_plugin_labels(Strategy::Mps, 3, "NVIDIA-H100-80GB-HBM3")[2].1,
+            "NVIDIA-H100-80GB-HBM3-SHARED"
+        );
+        assert_eq!(sharing_replicas(1), 2, "the device plugin rejects replicas: 1");
     }
 
     #[test]
@@ -419,6 +546,12 @@ mod tests {
         assert_eq!(default_mig_layout("NVIDIA-H200"), Some("all-1g.18gb"));
         assert_eq!(default_mig_layout("NVIDIA-H100-80GB-HBM3"), Some("all-1g.10gb"));
         assert_eq!(default_mig_layout("NVIDIA-A100-SXM4-40GB"), Some("all-1g.5gb"));
+        assert_eq!(
+            default_mig_layout("NVIDIA-H100-NVL"),
+            Some("all-1g.12gb"),
+            "no all-1g.10gb entry matches 0x2321"
+        );
+        assert_eq!(default_mig_layout("NVIDIA-GH200-480GB"), Some("all-1g.12gb"));
         assert_eq!(default_mig_layout("Tesla-T4"), None);
         assert_eq!(
             pod_resource(Strategy::Mig, Some("mixed"), Some("all-1g.10gb")),
@@ -438,11 +571,24 @@ mod tests {
             image: "img:1".into(),
             node: "gpu-1".into(),
             args: vec!["--model".into(), "tiny".into()],
+            tolerations: vec![DEFAULT_TOLERATION.into()],
+            pull_secrets: vec!["regcred".into()],
         };
         let d = deployment(&spec, Strategy::Mps, 5, "nvidia.com/gpu");
         assert_eq!(d["spec"]["replicas"], 5);
         let pod = &d["spec"]["template"]["spec"];
-        assert_eq!(pod["nodeSelector"]["kubernetes.io/hostname"], "gpu-1");
+        assert_eq!(
+            pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchFields"]
+                [0]["values"][0],
+            "gpu-1"
+        );
+        assert_eq!(
+            pod["tolerations"][0],
+            json!({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"})
+        );
+        assert_eq!(pod["imagePullSecrets"][0]["name"], "regcred");
+        assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+        assert_eq!(pod["containers"][0]["resources"]["requests"]["nvidia.com/gpu"], 1);
         assert_eq!(pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"], 1);
         assert_eq!(
             pod["containers"][0]["args"],

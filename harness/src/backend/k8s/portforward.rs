@@ -42,6 +42,14 @@ pub async fn to_prometheus(client: Client, namespace: &str, selector: &str, port
                 "no running Prometheus pod matches {selector} in namespace {namespace}; pass --prometheus URL"
             ))
         })?;
+    // One forward now, so that a missing permission (kube-rs's port-forward is a WebSocket
+    // GET: `get` on pods/portforward, plus `create` from Kubernetes 1.35) is an error at
+    // the start naming the permission, not a Prometheus error in the first cell.
+    let probe = pods
+        .portforward(&pod, &[port])
+        .await
+        .map_err(|e| kube_error(&format!("port-forward to Prometheus pod {namespace}/{pod}:{port}"), e))?;
+    drop(probe);
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(BenchError::io("binding the port-forward"))?;

@@ -4,15 +4,19 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
-use super::backend::{KubeSettings, KubernetesBackend};
+use std::path::Path;
+
+use super::backend::{KubeSettings, KubernetesBackend, RestoreReport, restore_from_journal};
+use super::journal;
 use super::objects::{self, PluginConfigMap, WorkloadSpec};
 use crate::backend::Session;
+use crate::config::cli::RestoreArgs;
 use crate::config::plan::{PrometheusSetting, SweepPlan};
 use crate::domain::{DeviceKind, Strategy};
 use crate::error::{BenchError, Result};
 use crate::metrics::prometheus::PromClient;
+use crate::results::lock::RunLock;
 use crate::results::record::PlanRecord;
 use crate::results::store::RunStore;
 use crate::shutdown::Shutdown;
@@ -48,69 +52,94 @@ pub fn inventory_from_labels(labels: &BTreeMap<String, String>) -> GpuInventory 
 }
 
 fn settings(plan: &SweepPlan, node: &str, args: Vec<String>) -> KubeSettings {
-    KubeSettings {
+    let workload = WorkloadSpec {
+        namespace: plan.namespace.clone(),
+        image: plan.image.clone(),
         node: node.to_string(),
-        workload: WorkloadSpec {
-            namespace: plan.namespace.clone(),
-            image: plan.image.clone(),
-            node: node.to_string(),
-            args,
-        },
-        plugin: PluginConfigMap::default(),
-        mig_layout: plan.mig_layout.clone(),
-        pods: plan.pods.clone(),
-        switch_timeout: Duration::from_secs(300),
-        poll: Duration::from_secs(2),
-    }
+        args,
+        tolerations: vec![objects::DEFAULT_TOLERATION.to_string()],
+        pull_secrets: Vec::new(),
+    };
+    let mut s = KubeSettings::new(node, workload);
+    s.mig_layout = plan.mig_layout.clone();
+    s.strategies = plan.strategies.clone();
+    s.pods = plan.pods.clone();
+    s
 }
 
-/// Every object and patch a sweep would apply, as YAML documents (pure).
+/// Every object and patch a sweep would apply, as YAML documents (pure). The ConfigMap
+/// and namespace of the operator are the defaults; the sweep reads them from the
+/// ClusterPolicy.
 pub fn dry_run(plan: &SweepPlan) -> String {
     let node = plan.node.clone().unwrap_or_else(|| "NODE".into());
     let record = PlanRecord::from_plan(plan, DeviceKind::Cuda, crate::domain::Source::Prometheus);
     let s = settings(plan, &node, record.workload_args());
+    let cm = PluginConfigMap::default();
     let doc = |title: String, v: serde_json::Value| {
         format!("# {title}\n{}---\n", serde_yaml_ng::to_string(&v).unwrap_or_default())
     };
-    let mut out = doc(
-        format!("namespace {} (server-side apply)", s.workload.namespace),
-        objects::namespace(&s.workload.namespace),
+    let mut out = format!(
+        "# Reads ClusterPolicy devicePlugin.config (name and default) and mig.strategy; the ConfigMap below is the\n# default {}; a node with more than one GPU is refused. Every change is journaled in the run directory\n# (kubernetes-journal.json) before it is made; restore undoes exactly those.\n",
+        cm.id()
     );
-    let layout = s
-        .mig_layout
-        .clone()
-        .unwrap_or_else(|| "all-1g.10gb (or the product's smallest profile)".into());
+    let max = plan.pods.iter().copied().max().unwrap_or(1);
+    let mut keys: Vec<(String, Option<String>)> = vec![(
+        objects::config_entry_name(Strategy::Exclusive, 1),
+        Some(objects::device_plugin_config(Strategy::Exclusive, 1)),
+    )];
+    for &strategy in &plan.strategies {
+        let replicas: Vec<u32> = match strategy {
+            Strategy::TimeSlicing => vec![objects::sharing_replicas(max)],
+            Strategy::Mps => plan.pods.iter().map(|&p| objects::sharing_replicas(p)).collect(),
+            _ => Vec::new(),
+        };
+        for r in replicas {
+            let k = (
+                objects::config_entry_name(strategy, r),
+                Some(objects::device_plugin_config(strategy, r)),
+            );
+            if !keys.contains(&k) {
+                keys.push(k);
+            }
+        }
+    }
+    out += &doc(
+        format!(
+            "ConfigMap {}: merge patch adding the keys not already there with this content (a key with other content is refused); then wait {} s for the kubelet to project them",
+            cm.id(),
+            s.projection_wait.as_secs()
+        ),
+        objects::configmap_keys_patch(&keys),
+    );
     let plugin = |strategy: Strategy, replicas: u32| {
         let entry = objects::config_entry_name(strategy, replicas);
         doc(
             format!(
-                "ConfigMap {}/{}: add entry {entry} (server-side apply, field manager {})",
-                s.plugin.namespace,
-                s.plugin.name,
-                objects::FIELD_MANAGER
-            ),
-            objects::plugin_entry_patch(&s.plugin, strategy, replicas),
-        ) + &doc(
-            format!(
-                "node {node}: merge patch; then wait for {}",
-                objects::expected_sharing_labels(strategy, replicas)
+                "node {node}: merge patch; then wait until {} and allocatable nvidia.com/gpu = {} hold for {} s",
+                objects::expected_plugin_labels(strategy, replicas, "<product>")
                     .iter()
                     .map(|(k, v)| format!("{k}={v}"))
                     .collect::<Vec<_>>()
-                    .join(", ")
+                    .join(", "),
+                if strategy == Strategy::Exclusive { 1 } else { replicas },
+                s.settle.as_secs()
             ),
             objects::node_label_patch(&[(objects::LABEL_PLUGIN_CONFIG, Some(&entry))]),
         )
     };
+    let layout = s
+        .mig_layout
+        .clone()
+        .unwrap_or_else(|| "all-1g.10gb (the product's smallest profile)".into());
     for &strategy in &plan.strategies {
         match strategy {
             Strategy::Exclusive => out += &plugin(strategy, 1),
-            Strategy::TimeSlicing => out += &plugin(strategy, plan.pods.iter().copied().max().unwrap_or(1)),
+            Strategy::TimeSlicing => out += &plugin(strategy, objects::sharing_replicas(max)),
             Strategy::Mig => {
                 out += &plugin(Strategy::Exclusive, 1);
                 out += &doc(
                     format!(
-                        "node {node}: merge patch; then wait for {}=success",
+                        "node {node}: merge patch; then wait for {}=success, GFD's MIG labels, allocatable MIG devices and a fresh device-plugin pod",
                         objects::LABEL_MIG_STATE
                     ),
                     objects::node_label_patch(&[(objects::LABEL_MIG_CONFIG, Some(&layout))]),
@@ -120,7 +149,11 @@ pub fn dry_run(plan: &SweepPlan) -> String {
         }
         for &pods in &plan.pods {
             if strategy == Strategy::Mps {
-                out += &plugin(strategy, pods);
+                out += &format!(
+                    "# MPS × {pods}: through {} while an MPS daemon runs (it takes a new replica count only when its pod is recreated), then:\n",
+                    objects::config_entry_name(Strategy::Exclusive, 1)
+                );
+                out += &plugin(strategy, objects::sharing_replicas(pods));
             }
             let resource = objects::pod_resource(strategy, None, None);
             out += &doc(
@@ -133,7 +166,9 @@ pub fn dry_run(plan: &SweepPlan) -> String {
         }
     }
     out += &doc(
-        format!("restore node {node}: the labels as they were (null = remove)"),
+        format!(
+            "restore node {node} from the journal: each label the harness set, if it still holds the harness's value"
+        ),
         objects::node_label_patch(&[
             (objects::LABEL_PLUGIN_CONFIG, Some("<original value or null>")),
             (
@@ -143,8 +178,8 @@ pub fn dry_run(plan: &SweepPlan) -> String {
         ]),
     );
     out + &format!(
-        "# restore: remove the entries above from ConfigMap {}/{} (merge patch with null values)\n",
-        s.plugin.namespace, s.plugin.name
+        "# restore: remove from ConfigMap {} only the keys the harness added, if unchanged since (merge patch with null values)\n",
+        cm.id()
     )
 }
 
@@ -159,7 +194,7 @@ pub async fn open(plan: &SweepPlan, resume: Option<&str>, shutdown: &Shutdown) -
     let mut backend = shutdown
         .guard(KubernetesBackend::connect(settings(plan, &node, Vec::new())))
         .await?;
-    let labels = shutdown.guard(backend.node_labels()).await?;
+    let labels = shutdown.guard(backend.check_cluster()).await?;
     let inventory = inventory_from_labels(&labels);
     if inventory.gpus.is_empty() {
         return Err(BenchError::kube(format!(
@@ -170,6 +205,7 @@ pub async fn open(plan: &SweepPlan, resume: Option<&str>, shutdown: &Shutdown) -
     let short = inventory.gpus.first().map_or("gpu".into(), |g| g.short_name());
     let env = || host::environment(&inventory, &format!("image {} on node {node}", plan.image), None);
     let store = RunStore::open_or_create(plan, resume, DeviceKind::Cuda, &short, env)?;
+    backend.attach_journal(store.dir())?;
     let recorded = store.run().plan.clone();
     let mut notes = Vec::new();
     if resume.is_some() {
@@ -206,6 +242,50 @@ pub async fn open(plan: &SweepPlan, resume: Option<&str>, shutdown: &Shutdown) -
         notes,
         keep_alive,
     })
+}
+
+/// `gpushare-bench restore --node NODE [RUN_DIR]`: undoes a run's changes to the node
+/// from its journal (the newest under `--out` with changes left on NODE when no run
+/// directory is given). Refused while a sweep holds the run.
+pub async fn restore_node(args: &RestoreArgs, shutdown: &Shutdown) -> Result<RestoreReport> {
+    let path = match &args.run_dir {
+        Some(dir) => journal::path_in(dir),
+        None => journal::find_open(&args.out, &args.node)?.ok_or_else(|| {
+            BenchError::flag(
+                "--node",
+                &args.node,
+                format!(
+                    "no run under {} has changes to undo on this node (pass the run directory)",
+                    args.out.display()
+                ),
+            )
+        })?,
+    };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let j = journal::read(&path)?.ok_or_else(|| BenchError::Results {
+        path: path.clone(),
+        reason: "no Kubernetes journal here: this run changed no cluster".into(),
+    })?;
+    if j.node != args.node {
+        return Err(BenchError::flag(
+            "--node",
+            &args.node,
+            format!("{} journals node {}, not this one", path.display(), j.node),
+        ));
+    }
+    // A sweep running on this run directory holds its lock.
+    let _lock = RunLock::acquire(dir)?;
+    let workload = WorkloadSpec {
+        namespace: j.workload_namespace.clone(),
+        image: String::new(),
+        node: j.node.clone(),
+        args: Vec::new(),
+        tolerations: Vec::new(),
+        pull_secrets: Vec::new(),
+    };
+    let s = KubeSettings::new(&j.node, workload);
+    let client = shutdown.guard(KubernetesBackend::connect(s.clone())).await?.client();
+    restore_from_journal(&client, &path, &s, shutdown).await
 }
 
 #[cfg(test)]

@@ -48,6 +48,8 @@ pub struct Identity {
 
 struct Shared {
     world: World,
+    /// Virtual seconds added to the clock (a test that lets time pass jumps it ahead).
+    skipped: f64,
     authz: Authorizer,
     tokens: BTreeMap<String, Identity>,
     /// Requests served, for tests: (method, path, status).
@@ -107,6 +109,7 @@ impl SimCluster {
         );
         let shared = Arc::new(Mutex::new(Shared {
             world,
+            skipped: 0.0,
             authz: Authorizer::from_objects(rbac),
             tokens,
             requests: Vec::new(),
@@ -155,11 +158,18 @@ impl SimCluster {
         self.shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Runs `f` on the world, advanced to now (test setup and assertions).
+    /// Runs `f` on the world, advanced to now (test setup and assertions). Virtual time
+    /// `f` lets pass (`World::settle`) moves the clock ahead for everyone.
     pub fn with<R>(&self, f: impl FnOnce(&mut World) -> R) -> R {
         let mut s = self.lock();
-        s.world.advance(self.clock.now());
-        f(&mut s.world)
+        let now = self.clock.now() + s.skipped;
+        s.world.advance(now);
+        let out = f(&mut s.world);
+        let ahead = s.world.now - now;
+        if ahead > 0.0 {
+            s.skipped += ahead;
+        }
+        out
     }
 
     /// Requests served so far: (method, path, status).
@@ -207,7 +217,8 @@ async fn serve(listener: TcpListener, shared: Arc<Mutex<Shared>>, clock: Clock) 
                     let token = header("authorization").trim_start_matches("Bearer ").to_string();
                     let response = {
                         let mut s = shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                        s.world.advance(clock.now());
+                        let now = clock.now() + s.skipped;
+                        s.world.advance(now);
                         let response = match s.tokens.get(&token).cloned() {
                             None => api::ApiResponse {
                                 code: 401,

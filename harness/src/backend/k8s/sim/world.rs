@@ -308,9 +308,9 @@ pub struct World {
     cm_history: Vec<(Secs, BTreeMap<String, String>)>,
     /// The GPUs' MIG state.
     pub gpu_state: GpuState,
-    /// The layout mig-parted last applied (its `assert`).
-    pub mig_applied: String,
     mig: MigRun,
+    /// A label value that arrived while a run was going (handled after it).
+    mig_queued: bool,
     mig_seq: u64,
     /// What happened, with virtual times (for failing tests' messages).
     pub log: Vec<String>,
@@ -370,8 +370,8 @@ impl World {
             operands: Vec::new(),
             cm_history: Vec::new(),
             gpu_state: GpuState { mig: None },
-            mig_applied: "all-disabled".into(),
             mig: MigRun::Idle,
+            mig_queued: false,
             mig_seq: 0,
             log: Vec::new(),
             pod_facts: BTreeMap::new(),
@@ -431,6 +431,25 @@ impl World {
         w.settle(600.0);
         w.log.clear();
         w
+    }
+
+    /// Creates a namespace (as `kubectl apply -k manifests/base` would).
+    pub fn add_namespace(&mut self, name: &str) {
+        self.put(
+            Key::new("namespaces", "", name),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
+        );
+    }
+
+    /// Creates a running, ready pod (Prometheus, say) on the node.
+    pub fn add_running_pod(&mut self, ns: &str, name: &str, labels: Value) {
+        let node = self.spec.node.clone();
+        self.put(
+            Key::new("pods", ns, name),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns, "labels": labels},
+                   "spec": {"nodeName": node},
+                   "status": {"phase": "Running", "podIP": "10.0.9.9", "conditions": [{"type": "Ready", "status": "True"}]}}),
+        );
     }
 
     /// Stores an object as the operator would create it.
@@ -620,6 +639,7 @@ impl World {
         if let Some(data) = self.configmap()
             && self.cm_history.last().map(|(_, d)| d) != Some(&data)
         {
+            self.note(format!("ConfigMap keys now {:?}", data.keys().collect::<Vec<_>>()));
             self.cm_history.push((self.now, data));
         }
     }
@@ -1048,7 +1068,26 @@ impl World {
 
     // ----- MIG manager (mig-parted v0.13.1 pkg/mig/reconfigure/reconfigure.go `Run`) -----
 
+    /// `nvidia-mig-parted assert`: every GPU matching the layout's device filter is in
+    /// the layout (a layout no GPU matches fails the assert, F4).
+    fn mig_asserts(&self, layout: &str) -> bool {
+        let Some((filter, profile)) = gpu::mig_layout(layout) else {
+            return false;
+        };
+        if !filter.is_empty() && !filter.contains(&self.spec.gpu.pci_device_id) {
+            return false;
+        }
+        self.gpu_state.mig.as_ref().map(|(p, _)| p.as_str()) == profile
+    }
+
+    /// The MIG manager's loop handles one label value at a time: a value that arrives
+    /// during a run waits for it (`main.go`: `migConfig.Get()` then `reconfigure`), and
+    /// the latest value is what runs next.
     fn mig_start(&mut self, layout: String) {
+        if self.mig != MigRun::Idle {
+            self.mig_queued = true;
+            return;
+        }
         if self.label(MIG_LABEL).as_deref() != Some(layout.as_str()) {
             return; // superseded
         }
@@ -1059,7 +1098,7 @@ impl World {
             return;
         }
         // Already applied: success at once, no `pending` (step 3).
-        if self.mig_applied == layout {
+        if self.mig_asserts(&layout) {
             self.set_labels("nvidia-mig-manager", &[(MIG_STATE, Some("success".into()))]);
             return;
         }
@@ -1073,6 +1112,16 @@ impl World {
         };
         let d = self.spec.timings.mig_validate;
         self.at(d, Event::MigStep(id));
+    }
+
+    /// A run ended: the value that arrived meanwhile is next.
+    fn mig_done(&mut self) {
+        self.mig = MigRun::Idle;
+        if std::mem::take(&mut self.mig_queued)
+            && let Some(v) = self.label(MIG_LABEL).filter(|v| !v.is_empty())
+        {
+            self.at(0.0, Event::MigLabel(v));
+        }
     }
 
     fn mig_step(&mut self, id: u64) {
@@ -1149,7 +1198,6 @@ impl World {
                     }
                 }
                 // F4: no matching entry → nothing applied, yet success.
-                self.mig_applied = layout.clone();
                 self.note(format!(
                     "mig-manager: {layout} applied (GPUs now {:?}): success",
                     self.gpu_state.mig
@@ -1161,8 +1209,8 @@ impl World {
                     }
                 }
                 changes.push((MIG_STATE, Some("success".into())));
-                self.mig = MigRun::Idle;
                 self.set_labels("nvidia-mig-manager", &changes);
+                self.mig_done();
             }
             _ => {}
         }
@@ -1178,8 +1226,8 @@ impl World {
             }
         }
         changes.push((MIG_STATE, Some("failed".into())));
-        self.mig = MigRun::Idle;
         self.set_labels("nvidia-mig-manager", &changes);
+        self.mig_done();
     }
 
     // ----- workload: Deployment controller, scheduler, kubelet -----

@@ -1,0 +1,492 @@
+//! The Kubernetes backend through the simulated cluster (`sim`): whole sweeps with the
+//! RBAC of `manifests/base/rbac.yaml`, kills mid-switch, resume and restore, refused
+//! set-ups. Metrics are synthetic (the simulated pods serve none): these tests are about
+//! what the harness does to the cluster, not about numbers.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::backend::{KubeSettings, KubernetesBackend, restore_from_journal};
+use super::journal;
+use super::objects::{self, WorkloadSpec};
+use super::sim::{ClusterSpec, SimCluster};
+use crate::backend::Session;
+use crate::config::options::SweepOptions;
+use crate::config::plan::{MeasureSettings, SweepPlan};
+use crate::domain::{DeviceKind, Source, Strategy};
+use crate::error::Result;
+use crate::metrics::{MetricsSource, PodSnapshot, Target};
+use crate::results::record::{Environment, RunRecord};
+use crate::results::store::RunStore;
+use crate::shutdown::Shutdown;
+use crate::stats::Histogram;
+use crate::sweep::SweepOutcome;
+use crate::sweep::progress::Progress;
+use crate::sweep::runner::run_with_source;
+use crate::telemetry::NoTelemetry;
+
+/// Virtual seconds per wall-clock second.
+const SPEED: f64 = 200.0;
+
+/// The RBAC objects of `manifests/base/rbac.yaml` (the committed file, which a test keeps
+/// equal to what `gpushare-bench manifests` writes).
+fn manifest_rbac() -> Vec<Value> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/base/rbac.yaml");
+    let text = std::fs::read_to_string(&path).expect("manifests/base/rbac.yaml");
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).expect("YAML document"))
+        .collect()
+}
+
+/// Every pod serves 100 inferences/s of 10 ms from its first scrape on.
+#[derive(Default)]
+struct SteadyMetrics {
+    first: Mutex<HashMap<String, Instant>>,
+}
+
+impl MetricsSource for SteadyMetrics {
+    fn kind(&self) -> Source {
+        Source::Scrape
+    }
+
+    async fn snapshot(&self, targets: &[Target]) -> Result<Vec<(String, Result<PodSnapshot>)>> {
+        let now = Instant::now();
+        let mut first = self.first.lock().expect("lock");
+        Ok(targets
+            .iter()
+            .map(|t| {
+                let t0 = *first.entry(t.pod.clone()).or_insert(now);
+                let count = ((now - t0).as_secs_f64() * 100.0).floor();
+                let latency = Histogram {
+                    buckets: vec![(0.01, count), (f64::INFINITY, count)],
+                    sum: count * 0.01,
+                    count,
+                };
+                (
+                    t.pod.clone(),
+                    Ok(PodSnapshot {
+                        at: now,
+                        latency,
+                        errors: 0.0,
+                    }),
+                )
+            })
+            .collect())
+    }
+}
+
+struct Quiet;
+
+impl Progress for Quiet {
+    fn sweep_start(&self, _: u64, _: u64) {}
+    fn cell_start(&self, _: Strategy, _: u32) {}
+    fn phase(&self, _: &str) {}
+    fn window(&self, _: usize, _: f64, _: f64, _: bool) {}
+    fn cell_done(&self, _: &str, _: bool) {}
+    fn message(&self, _: &str) {}
+    fn finish(&self) {}
+}
+
+fn plan(dir: &Path, strategies: &str, pods: &str) -> SweepPlan {
+    let o: SweepOptions = toml::from_str(&format!(
+        "backend = \"kubernetes\"\nnode = \"gpu-1\"\nstrategies = \"{strategies}\"\npods = \"{pods}\"\nrun_id = \"sim\"\nout = \"{}\"\n",
+        dir.display()
+    ))
+    .expect("options");
+    SweepPlan::from_options(o).expect("plan")
+}
+
+fn settings(plan: &SweepPlan) -> KubeSettings {
+    let workload = WorkloadSpec {
+        namespace: plan.namespace.clone(),
+        image: plan.image.clone(),
+        node: "gpu-1".into(),
+        args: vec!["--model".into(), "yolos-small".into()],
+        tolerations: vec![objects::DEFAULT_TOLERATION.into()],
+        pull_secrets: Vec::new(),
+    };
+    let mut s = KubeSettings::new("gpu-1", workload);
+    s.strategies = plan.strategies.clone();
+    s.pods = plan.pods.clone();
+    s.faster(SPEED)
+}
+
+/// Opens a session as `k8s::session::open` does (check the cluster, create or reopen
+/// the run, attach its journal) on the simulator's client.
+async fn session(sim: &SimCluster, plan: &SweepPlan, resume: bool) -> Result<Session<KubernetesBackend>> {
+    let mut backend = KubernetesBackend::new(sim.client(), settings(plan));
+    backend.check_cluster().await?;
+    let store = if resume {
+        RunStore::open(&plan.out, "sim")?
+    } else {
+        RunStore::create(
+            &plan.out,
+            RunRecord::new("sim".into(), plan, DeviceKind::Cuda, Environment::default()),
+        )?
+    };
+    backend.attach_journal(store.dir())?;
+    Ok(Session {
+        backend,
+        settings: MeasureSettings {
+            ready_timeout: Duration::from_secs_f64(600.0 / SPEED),
+            warmup: Duration::ZERO,
+            window: Duration::from_millis(30),
+            max_cell: Duration::from_millis(300),
+            stable_windows: 2,
+            tolerance: 0.5,
+        },
+        metrics: crate::config::plan::PrometheusSetting::Off,
+        store,
+        telemetry: Arc::new(NoTelemetry),
+        notes: Vec::new(),
+        keep_alive: Vec::new(),
+    })
+}
+
+async fn sweep(sim: &SimCluster, plan: &SweepPlan, resume: bool) -> Result<SweepOutcome> {
+    let shutdown = Shutdown::new();
+    let s = session(sim, plan, resume).await?;
+    run_with_source(s, &SteadyMetrics::default(), &Quiet, &shutdown).await
+}
+
+/// The label mig-parted adds when a node without it goes through a MIG change: it
+/// pauses `nvidia.com/gpu.deploy.nvsm` and sets it back to `true` whatever it was, unless
+/// `false` (mig-parted v0.13.1 `pkg/mig/reconfigure/reconfigure.go` `maybeSetPaused`,
+/// `maybeSetTrue`). The harness did not set it and does not remove it.
+const MIG_MANAGER_ADDS: &str = "nvidia.com/gpu.deploy.nvsm";
+
+/// The node's labels and the device-plugin ConfigMap, after the operator has settled.
+fn state(sim: &SimCluster) -> (BTreeMap<String, String>, Option<BTreeMap<String, String>>) {
+    sim.with(|w| {
+        w.settle(900.0);
+        let mut labels = w.node_labels();
+        if labels.get(MIG_MANAGER_ADDS).map(String::as_str) == Some("true") {
+            labels.remove(MIG_MANAGER_ADDS);
+        }
+        (labels, w.configmap())
+    })
+}
+
+/// A cluster where `kubectl apply -k manifests/base` has run (namespace and RBAC).
+async fn start(spec: ClusterSpec) -> SimCluster {
+    let sim = SimCluster::start(spec, &manifest_rbac(), SPEED)
+        .await
+        .expect("simulator");
+    sim.with(|w| w.add_namespace("gpushare-bench"));
+    sim
+}
+
+/// Checks every cell was measured (not pending or failed) and what the pods ran on.
+fn check_cells(sim: &SimCluster, dir: &Path, cells: usize) {
+    let text = std::fs::read_to_string(dir.join("sim/cells.jsonl")).expect("cells");
+    let rows: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).expect("row")).collect();
+    let agg: Vec<&Value> = rows.iter().filter(|r| r["pod"] == "all").collect();
+    assert_eq!(agg.len(), cells, "{}", sim.log());
+    for r in &agg {
+        assert_eq!(r["status"], "ok", "{r}\n{}", sim.log());
+    }
+    sim.with(|w| {
+        for (pod, f) in &w.pod_facts {
+            assert_eq!(f.gpu, Some(0), "{pod}");
+            if let (Some(plugin), Some(daemon)) = (f.plugin_replicas, f.mps_enforced) {
+                assert_eq!(
+                    plugin, daemon,
+                    "{pod}: the MPS daemon enforced 1/{daemon} while the plugin advertised {plugin}"
+                );
+            }
+        }
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_sweep_in_both_directions_leaves_the_node_as_it_began() {
+    for order in ["time-slicing,mps,mig,exclusive", "exclusive,mig,mps,time-slicing"] {
+        let sim = start(ClusterSpec::h100("gpu-1")).await;
+        let before = state(&sim);
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = plan(dir.path(), order, "1,3,5,7");
+        let outcome = sweep(&sim, &p, false)
+            .await
+            .unwrap_or_else(|e| panic!("{order}: {e}\n{}", sim.log()));
+        assert_eq!((outcome.measured, outcome.failed), (16, 0), "{}", sim.log());
+        check_cells(&sim, dir.path(), 16);
+        let facts = sim.with(|w| w.pod_facts.clone());
+        assert!(facts.values().any(|f| f.mig) && facts.values().any(|f| f.mps_enforced.is_some()));
+        assert_eq!(
+            state(&sim),
+            before,
+            "{order}: node or ConfigMap not as they began\n{}",
+            sim.log()
+        );
+        let j = journal::read(&dir.path().join("sim").join(journal::FILE))
+            .expect("journal")
+            .expect("exists");
+        assert!(j.restored && !j.has_changes());
+    }
+}
+
+/// Resolves when the run's journal satisfies `f` (the harness journals each change
+/// before making it).
+async fn journal_shows(path: &Path, f: impl Fn(&journal::Journal) -> bool) {
+    loop {
+        if let Ok(Some(j)) = journal::read(path)
+            && f(&j)
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Runs a sweep until `when` holds for its journal, then drops it: no restore runs, as
+/// when the harness is killed with SIGKILL (the run directory's lock goes with it).
+async fn kill_when(sim: &SimCluster, plan: &SweepPlan, when: impl Fn(&journal::Journal) -> bool) {
+    let path = plan.out.join("sim").join(journal::FILE);
+    tokio::select! {
+        r = sweep(sim, plan, false) => panic!("the sweep ended before the kill: {r:?}\n{}", sim.log()),
+        () = journal_shows(&path, when) => {}
+    }
+    // The label patch that follows the journal entry reaches the cluster or not; either
+    // way the node is mid-switch now.
+}
+
+fn user_labelled(spec: ClusterSpec) -> ClusterSpec {
+    let mut spec = spec;
+    spec.labels.insert(objects::LABEL_PLUGIN_CONFIG.into(), "any".into());
+    spec
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_mig_switch_then_resumed_restores_the_original_labels_from_the_journal() {
+    let sim = start(user_labelled(ClusterSpec::h100("gpu-1"))).await;
+    let before = state(&sim);
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = plan(dir.path(), "time-slicing,mig,exclusive", "1,3");
+    kill_when(&sim, &p, |j| j.labels_set.contains_key(objects::LABEL_MIG_CONFIG)).await;
+    let mid = sim.with(|w| w.node_labels());
+    assert_ne!(mid.get(objects::LABEL_PLUGIN_CONFIG).map(String::as_str), Some("any"));
+    // Resume: the originals come from the journal, not from the node as it is now.
+    let outcome = sweep(&sim, &p, true)
+        .await
+        .unwrap_or_else(|e| panic!("resume: {e}\n{}", sim.log()));
+    assert_eq!(outcome.failed, 0);
+    check_cells(&sim, dir.path(), 6);
+    assert_eq!(state(&sim), before, "{}", sim.log());
+    // `restore --node` afterwards has nothing left to do.
+    let path = dir.path().join("sim").join(journal::FILE);
+    let report = restore_from_journal(&sim.client(), &path, &settings(&p), &Shutdown::new())
+        .await
+        .expect("restore");
+    assert!(report.undone.is_empty(), "{report:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_mps_switch_then_restore_node_puts_back_only_what_the_harness_changed() {
+    let mut spec = user_labelled(ClusterSpec::h100("gpu-1"));
+    // The user had already installed manifests/device-plugin-config.yaml's exclusive key.
+    if let Some(cm) = spec.configmap.as_mut() {
+        cm.insert(
+            objects::config_entry_name(Strategy::Exclusive, 1),
+            objects::device_plugin_config(Strategy::Exclusive, 1),
+        );
+    }
+    let sim = start(spec).await;
+    let before = state(&sim);
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = plan(dir.path(), "mps", "1,3");
+    kill_when(&sim, &p, |j| {
+        j.labels_set
+            .get(objects::LABEL_PLUGIN_CONFIG)
+            .is_some_and(|v| v.last().map(String::as_str) == Some("gpushare-mps-3"))
+    })
+    .await;
+    let path = dir.path().join("sim").join(journal::FILE);
+    let j = journal::read(&path).expect("journal").expect("exists");
+    assert!(
+        !j.keys_added.contains_key("gpushare-exclusive"),
+        "a key the user had is not the harness's: {j:?}"
+    );
+    let report = restore_from_journal(&sim.client(), &path, &settings(&p), &Shutdown::new())
+        .await
+        .unwrap_or_else(|e| panic!("restore: {e}\n{}", sim.log()));
+    assert!(!report.undone.is_empty());
+    assert_eq!(state(&sim), before, "{}", sim.log());
+    let again = restore_from_journal(&sim.client(), &path, &settings(&p), &Shutdown::new())
+        .await
+        .expect("second restore");
+    assert!(again.undone.is_empty(), "{again:?}");
+}
+
+async fn open_error(sim: &SimCluster) -> String {
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = plan(dir.path(), "exclusive", "1");
+    match session(sim, &p, false).await {
+        Ok(_) => String::from("(opened)"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_two_gpu_node_and_a_cluster_policy_without_a_config_name_are_refused() {
+    let mut spec = ClusterSpec::h100("gpu-1");
+    spec.gpus = 2;
+    let err = open_error(&start(spec).await).await;
+    assert!(err.contains("has 2 GPUs") && err.contains("distributedAlloc"), "{err}");
+    let mut spec = ClusterSpec::h100("gpu-1");
+    spec.plugin_config = (String::new(), String::new());
+    let err = open_error(&start(spec).await).await;
+    assert!(
+        err.contains("devicePlugin.config.name") && err.contains("does nothing"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_config_name_is_followed_when_rbac_allows_it() {
+    let mut spec = ClusterSpec::h100("gpu-1");
+    spec.plugin_config = ("time-slicing-config".into(), "any".into());
+    // The committed manifests grant device-plugin-config only: a clear 403.
+    let sim = start(spec.clone()).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = plan(dir.path(), "exclusive,time-slicing", "1,3");
+    let err = sweep(&sim, &p, false)
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        err.contains("time-slicing-config") && err.contains("forbidden"),
+        "{err}"
+    );
+    // RBAC written for that name (`objects::rbac` with the ClusterPolicy's ConfigMap).
+    let cm = objects::PluginConfigMap {
+        namespace: "gpu-operator".into(),
+        name: "time-slicing-config".into(),
+        default_key: "any".into(),
+    };
+    let sim = SimCluster::start(spec, &objects::rbac("gpushare-bench", &cm, "monitoring"), SPEED)
+        .await
+        .expect("simulator");
+    sim.with(|w| w.add_namespace("gpushare-bench"));
+    let before = state(&sim);
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = plan(dir.path(), "exclusive,time-slicing", "1,3");
+    sweep(&sim, &p, false)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
+    check_cells(&sim, dir.path(), 4);
+    assert_eq!(state(&sim), before, "{}", sim.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_key_with_the_harness_name_and_other_content_is_refused_untouched() {
+    let mut spec = ClusterSpec::h100("gpu-1");
+    if let Some(cm) = spec.configmap.as_mut() {
+        cm.insert("gpushare-time-slicing-3".into(), "version: v1\n# mine\n".into());
+    }
+    let sim = start(spec).await;
+    let before = state(&sim);
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = plan(dir.path(), "time-slicing", "1,3");
+    let err = sweep(&sim, &p, false)
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        err.contains("gpushare-time-slicing-3") && err.contains("never changes a key"),
+        "{err}"
+    );
+    assert_eq!(state(&sim), before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_old_workload_role_cannot_create_the_deployment_by_server_side_apply() {
+    // manifests/base/rbac.yaml before this change: no `create` on deployments.
+    let mut rbac = manifest_rbac();
+    for o in &mut rbac {
+        if o["metadata"]["name"] == "gpushare-bench-workload" && o["kind"] == "Role" {
+            o["rules"][0]["verbs"] = serde_json::json!(["get", "list", "patch", "delete"]);
+        }
+    }
+    let sim = SimCluster::start(ClusterSpec::h100("gpu-1"), &rbac, SPEED)
+        .await
+        .expect("simulator");
+    sim.with(|w| w.add_namespace("gpushare-bench"));
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = plan(dir.path(), "exclusive", "1");
+    // The cell fails with the API server's message in its row; the sweep goes on.
+    let outcome = sweep(&sim, &p, false).await.expect("sweep");
+    assert_eq!(outcome.failed, 1);
+    let rows = std::fs::read_to_string(dir.path().join("sim/cells.jsonl")).expect("cells");
+    assert!(
+        rows.contains("deployments.apps \\\"gpushare-workload\\\" is forbidden") && rows.contains("cannot create"),
+        "{rows}"
+    );
+}
+
+#[test]
+fn kube_prometheus_can_discover_the_workload_pods_only_with_the_manifests_role() {
+    use super::sim::rbac::{Attributes, Authorizer, service_account_user};
+    // kube-prometheus v0.18.0 grants prometheus-k8s these namespaces only
+    // (manifests/prometheus-roleSpecificNamespaces.yaml, …RoleBindingSpecificNamespaces.yaml).
+    let stock: Vec<Value> = ["default", "kube-system", "monitoring"]
+        .iter()
+        .flat_map(|ns| {
+            [
+                serde_json::json!({"kind": "Role", "metadata": {"name": "prometheus-k8s", "namespace": ns},
+                    "rules": [{"apiGroups": [""], "resources": ["services", "endpoints", "pods"], "verbs": ["get", "list", "watch"]}]}),
+                serde_json::json!({"kind": "RoleBinding", "metadata": {"name": "prometheus-k8s", "namespace": ns},
+                    "roleRef": {"kind": "Role", "name": "prometheus-k8s"},
+                    "subjects": [{"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"}]}),
+            ]
+        })
+        .collect();
+    let list_pods = Attributes {
+        verb: "list".into(),
+        group: String::new(),
+        resource: "pods".into(),
+        subresource: String::new(),
+        namespace: "gpushare-bench".into(),
+        name: String::new(),
+    };
+    let prom = service_account_user("monitoring", "prometheus-k8s");
+    assert!(!Authorizer::from_objects(&stock).allows(&prom, &[], &list_pods));
+    let with_ours: Vec<Value> = stock.into_iter().chain(manifest_rbac()).collect();
+    assert!(Authorizer::from_objects(&with_ours).allows(&prom, &[], &list_pods));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_port_forward_the_role_does_not_grant_fails_with_the_rbac_message() {
+    let mut rbac = manifest_rbac();
+    for o in &mut rbac {
+        if o["metadata"]["name"] == "gpushare-bench-prometheus" && o["kind"] == "Role" {
+            // The Role before this change: `create` only, which kube-rs's WebSocket GET never uses.
+            o["rules"][1]["verbs"] = serde_json::json!(["create"]);
+        }
+    }
+    let sim = SimCluster::start(ClusterSpec::h100("gpu-1"), &rbac, SPEED)
+        .await
+        .expect("simulator");
+    sim.with(|w| {
+        w.add_running_pod(
+            "monitoring",
+            "prometheus-k8s-0",
+            serde_json::json!({"app.kubernetes.io/name": "prometheus"}),
+        )
+    });
+    let err = super::portforward::to_prometheus(sim.client(), "monitoring", "app.kubernetes.io/name=prometheus", 9090)
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        err.contains("forbidden") && err.contains("cannot get resource \"pods/portforward\""),
+        "{err}"
+    );
+}

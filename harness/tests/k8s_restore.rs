@@ -1,0 +1,148 @@
+//! `gpushare-bench restore --node NODE`, the real binary, against the simulated cluster
+//! (`backend::k8s::sim`) through a kubeconfig: a run that changed the node and was
+//! killed before restoring is put back from its journal, a second restore finds nothing
+//! to do, and a wrong node is one clear error.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use gpushare_bench::backend::Backend;
+use gpushare_bench::backend::k8s::backend::{KubeSettings, KubernetesBackend};
+use gpushare_bench::backend::k8s::objects::{self, WorkloadSpec};
+use gpushare_bench::backend::k8s::sim::{ClusterSpec, HARNESS_TOKEN, SimCluster};
+use gpushare_bench::domain::Strategy;
+use gpushare_bench::shutdown::Shutdown;
+use serde_json::Value;
+
+const SPEED: f64 = 200.0;
+
+fn rbac() -> Vec<Value> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/base/rbac.yaml");
+    let text = std::fs::read_to_string(path).expect("rbac.yaml");
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).expect("document"))
+        .collect()
+}
+
+fn kubeconfig(dir: &Path, url: &str) -> std::path::PathBuf {
+    let path = dir.join("kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: sim\n  cluster:\n    server: {url}\nusers:\n- name: harness\n  user:\n    token: {HARNESS_TOKEN}\ncontexts:\n- name: sim\n  context:\n    cluster: sim\n    user: harness\n    namespace: default\ncurrent-context: sim\n"
+        ),
+    )
+    .expect("kubeconfig");
+    path
+}
+
+/// Runs the binary (blocking, off the runtime that serves the simulated API).
+async fn bench(args: Vec<String>, kubeconfig: std::path::PathBuf) -> (i32, String, String) {
+    tokio::task::spawn_blocking(move || {
+        let out = Command::new(env!("CARGO_BIN_EXE_gpushare-bench"))
+            .args(&args)
+            .env("KUBECONFIG", kubeconfig)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .output()
+            .expect("run gpushare-bench");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    })
+    .await
+    .expect("join")
+}
+
+fn state(sim: &SimCluster) -> (BTreeMap<String, String>, Option<BTreeMap<String, String>>) {
+    sim.with(|w| {
+        w.settle(900.0);
+        (w.node_labels(), w.configmap())
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restore_node_puts_back_a_killed_runs_changes_from_its_journal() {
+    let sim = SimCluster::start(ClusterSpec::h100("gpu-1"), &rbac(), SPEED)
+        .await
+        .expect("simulator");
+    sim.with(|w| w.add_namespace("gpushare-bench"));
+    let before = state(&sim);
+    let tmp = tempfile::tempdir().expect("tmp");
+    let run = tmp.path().join("run-1");
+    std::fs::create_dir_all(&run).expect("run dir");
+    // A run switches the node to time-slicing, then dies without restoring.
+    {
+        let workload = WorkloadSpec {
+            namespace: "gpushare-bench".into(),
+            image: "gpushare-workload:test".into(),
+            node: "gpu-1".into(),
+            args: Vec::new(),
+            tolerations: vec![objects::DEFAULT_TOLERATION.into()],
+            pull_secrets: Vec::new(),
+        };
+        let mut s = KubeSettings::new("gpu-1", workload);
+        s.strategies = vec![Strategy::TimeSlicing];
+        s.pods = vec![1, 3];
+        let mut b = KubernetesBackend::new(sim.client(), s.faster(SPEED));
+        b.check_cluster().await.expect("cluster");
+        b.attach_journal(&run).expect("journal");
+        b.prepare(Strategy::TimeSlicing, &Shutdown::new())
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
+    }
+    let changed = state(&sim);
+    assert_eq!(
+        changed.0.get(objects::LABEL_PLUGIN_CONFIG).map(String::as_str),
+        Some("gpushare-time-slicing-3")
+    );
+    let kc = kubeconfig(tmp.path(), &sim.url());
+    let out = tmp.path().display().to_string();
+    let (code, stdout, stderr) = bench(
+        vec![
+            "restore".into(),
+            "--node".into(),
+            "gpu-1".into(),
+            "--out".into(),
+            out.clone(),
+        ],
+        kc.clone(),
+    )
+    .await;
+    assert_eq!(code, 0, "{stdout}{stderr}\n{}", sim.log());
+    assert!(
+        stdout.contains("undone: node gpu-1 label nvidia.com/device-plugin.config"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("removed the 2 keys the harness added"), "{stdout}");
+    assert_eq!(state(&sim), before, "{}", sim.log());
+    // Nothing left: a second restore of the same run says so.
+    let (code, stdout, _) = bench(
+        vec![
+            "restore".into(),
+            "--node".into(),
+            "gpu-1".into(),
+            run.display().to_string(),
+        ],
+        kc.clone(),
+    )
+    .await;
+    assert_eq!((code, stdout.trim()), (0, "node gpu-1: nothing to undo"));
+    let (code, _, stderr) = bench(
+        vec![
+            "restore".into(),
+            "--node".into(),
+            "gpu-2".into(),
+            run.display().to_string(),
+        ],
+        kc,
+    )
+    .await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("--node") && stderr.contains("journals node gpu-1"),
+        "{stderr}"
+    );
+}
