@@ -154,7 +154,33 @@ async fn run(cli: Cli, shutdown: &Shutdown) -> Result<u8> {
     match cli.command {
         Command::Sweep(args) => run_sweep(*args, shutdown).await,
         Command::Reap => Ok(0),
-        Command::Doctor => {
+        Command::Doctor(args) if args.kubernetes => {
+            use gpushare_bench::tools::k8s_doctor;
+            let target = k8s_doctor::Target {
+                node: args.node.clone().unwrap_or_default(),
+                operator_namespace: args.operator_namespace.clone(),
+                namespace: args.namespace.clone(),
+                monitoring_namespace: args.monitoring_namespace.clone(),
+            };
+            let client = shutdown
+                .guard(async {
+                    kube::Client::try_default().await.map_err(|e| {
+                        gpushare_bench::backend::k8s::backend::kube_error(
+                            "connecting to the cluster (kubeconfig or in-cluster config)",
+                            e,
+                        )
+                    })
+                })
+                .await?;
+            let facts = shutdown
+                .guard(async { Ok(k8s_doctor::gather(&client, &target).await) })
+                .await?;
+            let checks = k8s_doctor::checks(&facts);
+            let text: String = checks.iter().map(|c| format!("{c}\n")).collect();
+            print_out(text.as_bytes())?;
+            Ok(u8::from(checks.iter().any(|c| c.verdict == doctor::Verdict::Fail)))
+        }
+        Command::Doctor(_) => {
             let checks = doctor::checks(&doctor::gather());
             let text: String = checks.iter().map(|c| format!("{c}\n")).collect();
             print_out(text.as_bytes())?;

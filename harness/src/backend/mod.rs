@@ -55,6 +55,19 @@ pub struct Pod {
     pub state: PodState,
 }
 
+/// How a backend set the last launched cell up (recorded in its aggregate row).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CellSetup {
+    /// Seconds from the first change for the cell to the node serving it.
+    pub switch_s: Option<f64>,
+    /// Of which the MIG reconfiguration, seconds.
+    pub mig_reconfigure_s: Option<f64>,
+    /// Seconds from launch to every pod ready.
+    pub pods_ready_s: Option<f64>,
+    /// What a reader should know (the configuration the cell ran under).
+    pub note: Option<String>,
+}
+
 /// Where pods run.
 #[allow(async_fn_in_trait)] // used generically on one task; no Send bounds needed
 pub trait Backend {
@@ -79,6 +92,11 @@ pub trait Backend {
 
     /// Puts the machine or node back as it was found.
     async fn restore(&mut self, shutdown: &Shutdown) -> Result<()>;
+
+    /// How the last launched cell was set up (None: nothing to record).
+    fn cell_setup(&self) -> Option<CellSetup> {
+        None
+    }
 }
 
 /// A backend ready to run a sweep's cells: what each backend's `session::open` returns

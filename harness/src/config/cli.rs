@@ -45,7 +45,13 @@ pub enum Command {
     /// Compare two runs cell by cell; exit code 1 when a cell regressed.
     Compare(CompareArgs),
     /// Check the GPU, driver, CUDA libraries, MPS, MIG, NVML, Prometheus and Kubernetes.
-    Doctor,
+    ///
+    /// With --kubernetes --node NODE: every prerequisite of a Kubernetes sweep on that
+    /// node, one line each with its fix (cluster, node and its GPU count, the GPU
+    /// operator's ClusterPolicy and device-plugin ConfigMap, operator and plugin versions,
+    /// MIG manager, DCGM exporter, whether Prometheus may scrape the workload namespace,
+    /// and every permission the sweep uses, asked with SelfSubjectAccessReview).
+    Doctor(DoctorArgs),
     /// Write manifests/ from the objects the Kubernetes backend applies.
     Manifests(ManifestsArgs),
     /// Measure the cost of measuring: throughput with /metrics scraped every second vs not.
@@ -83,6 +89,26 @@ pub struct SweepArgs {
     /// No progress bars (CI, scripts); errors still go to stderr.
     #[arg(long, short)]
     pub quiet: bool,
+}
+
+/// `doctor` flags.
+#[derive(Debug, Clone, Args)]
+pub struct DoctorArgs {
+    /// Check a Kubernetes GPU node instead of this machine (needs --node).
+    #[arg(long, requires = "node")]
+    pub kubernetes: bool,
+    /// The GPU node.
+    #[arg(long)]
+    pub node: Option<String>,
+    /// The GPU operator's namespace.
+    #[arg(long, default_value = "gpu-operator")]
+    pub operator_namespace: String,
+    /// The workload namespace.
+    #[arg(long, default_value = "gpushare-bench")]
+    pub namespace: String,
+    /// kube-prometheus's namespace.
+    #[arg(long, default_value = "monitoring")]
+    pub monitoring_namespace: String,
 }
 
 /// `restore` flags.

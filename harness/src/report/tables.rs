@@ -20,6 +20,8 @@ pub struct Metric {
     pub value: fn(&CellRecord) -> Option<f64>,
     /// Decimals.
     pub decimals: usize,
+    /// Shown only when some cell has a value (what only one backend records).
+    pub optional: bool,
 }
 
 impl std::fmt::Debug for Metric {
@@ -29,54 +31,83 @@ impl std::fmt::Debug for Metric {
 }
 
 /// The report's tables, in order: mean latency first, as in the reference study.
-pub const METRICS: [Metric; 8] = [
+pub const METRICS: [Metric; 11] = [
     Metric {
         title: "Mean inference latency",
         unit: "ms",
         value: |c| c.mean_s.map(|v| v * 1e3),
         decimals: 2,
+        optional: false,
     },
     Metric {
         title: "Median (p50) latency",
         unit: "ms",
         value: |c| c.p50_s.map(|v| v * 1e3),
         decimals: 2,
+        optional: false,
     },
     Metric {
         title: "p99 latency",
         unit: "ms",
         value: |c| c.p99_s.map(|v| v * 1e3),
         decimals: 2,
+        optional: false,
     },
     Metric {
         title: "Aggregate throughput",
         unit: "inferences/s",
         value: |c| c.throughput_per_s,
         decimals: 1,
+        optional: false,
     },
     Metric {
         title: "Speed-up vs 1 pod",
         unit: "× aggregate throughput",
         value: |c| c.speedup_vs_1pod,
         decimals: 2,
+        optional: false,
     },
     Metric {
         title: "Fairness (Jain's index over pods)",
         unit: "1 = equal shares",
         value: |c| c.fairness,
         decimals: 3,
+        optional: false,
     },
     Metric {
         title: "Energy per inference",
         unit: "J",
         value: |c| c.energy_j_per_inference,
         decimals: 3,
+        optional: false,
     },
     Metric {
         title: "GPU utilisation",
         unit: "%",
         value: |c| c.gpu_util_pct,
         decimals: 0,
+        optional: false,
+    },
+    Metric {
+        title: "Switch to the cell's configuration (Kubernetes)",
+        unit: "s, first change to the node serving it",
+        value: |c| c.switch_s,
+        decimals: 0,
+        optional: true,
+    },
+    Metric {
+        title: "MIG reconfiguration (Kubernetes)",
+        unit: "s, of the switch",
+        value: |c| c.mig_reconfigure_s,
+        decimals: 0,
+        optional: true,
+    },
+    Metric {
+        title: "Pods ready after launch",
+        unit: "s",
+        value: |c| c.pods_ready_s,
+        decimals: 1,
+        optional: true,
     },
 ];
 
@@ -147,6 +178,13 @@ pub fn all(data: &RunData) -> Tables {
     }
     let tables = METRICS
         .iter()
+        .filter(|m| {
+            !m.optional
+                || data.strategies().into_iter().any(|s| {
+                    pods.iter()
+                        .any(|&p| data.aggregate(s, p).and_then(|a| (m.value)(a)).is_some())
+                })
+        })
         .map(|m| Table {
             title: m.title.to_string(),
             unit: m.unit.to_string(),

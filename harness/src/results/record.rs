@@ -85,6 +85,17 @@ pub struct CellRecord {
     pub precision: String,
     /// When the cell's measurement started (RFC 3339, UTC).
     pub started_at: String,
+    /// Kubernetes: seconds from the first change for this cell to the node serving its
+    /// configuration (0 when it already did; aggregate rows).
+    #[serde(default)]
+    pub switch_s: Option<f64>,
+    /// Kubernetes: of which the MIG reconfiguration (mig-parted to a fresh device
+    /// plugin), seconds.
+    #[serde(default)]
+    pub mig_reconfigure_s: Option<f64>,
+    /// Seconds from launching the cell's pods to all of them ready (Kubernetes).
+    #[serde(default)]
+    pub pods_ready_s: Option<f64>,
 }
 
 impl CellRecord {
@@ -129,6 +140,9 @@ impl CellRecord {
             model: String::new(),
             precision: String::new(),
             started_at: String::new(),
+            switch_s: None,
+            mig_reconfigure_s: None,
+            pods_ready_s: None,
         }
     }
 

@@ -224,6 +224,23 @@ async fn sweep_cells<B: Backend, S: MetricsSource>(
                     }
                 }
             };
+            let mut rows = rows;
+            if prepared == Prepared::Ready
+                && let Some(setup) = backend.cell_setup()
+            {
+                for r in rows.iter_mut().filter(|r| r.is_aggregate()) {
+                    r.switch_s = setup.switch_s;
+                    r.mig_reconfigure_s = setup.mig_reconfigure_s;
+                    r.pods_ready_s = setup.pods_ready_s;
+                    if let Some(n) = &setup.note {
+                        r.note = if r.note.is_empty() {
+                            n.clone()
+                        } else {
+                            format!("{}; {n}", r.note)
+                        };
+                    }
+                }
+            }
             let failed = rows
                 .iter()
                 .any(|r| r.is_aggregate() && r.status == crate::domain::CellStatus::Failed);

@@ -2,4 +2,5 @@
 //! does measuring cost?).
 
 pub mod doctor;
+pub mod k8s_doctor;
 pub mod overhead;

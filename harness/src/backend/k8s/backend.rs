@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 use super::journal::{self, Journal};
 use super::objects::{self, PluginConfigMap, WorkloadSpec};
-use crate::backend::{Backend, Pod as CellPod, PodState, Prepared};
+use crate::backend::{Backend, CellSetup, Pod as CellPod, PodState, Prepared};
 use crate::domain::Strategy;
 use crate::error::{BenchError, Result};
 use crate::shutdown::Shutdown;
@@ -277,8 +277,13 @@ pub struct KubernetesBackend {
     keys_ready: bool,
     configured: Option<Target>,
     cell: Option<(Strategy, u32)>,
+    cell_launched: Option<(Strategy, u32)>,
     launched_at: Option<Instant>,
     cost: SwitchCost,
+    /// Whether `cost` was already recorded for a cell.
+    cost_used: bool,
+    /// The extended resource the cell's pods request.
+    resource: String,
 }
 
 impl std::fmt::Debug for KubernetesBackend {
@@ -349,8 +354,11 @@ impl KubernetesBackend {
             keys_ready: false,
             configured: None,
             cell: None,
+            cell_launched: None,
             launched_at: None,
             cost: SwitchCost::default(),
+            cost_used: false,
+            resource: String::new(),
         }
     }
 
@@ -699,6 +707,7 @@ impl KubernetesBackend {
                 switch_s: Some(0.0),
                 ..SwitchCost::default()
             };
+            self.cost_used = false;
             return Ok(());
         }
         let start = Instant::now();
@@ -721,6 +730,7 @@ impl KubernetesBackend {
             mig_s,
             pods_ready_s: None,
         };
+        self.cost_used = false;
         Ok(())
     }
 
@@ -936,6 +946,7 @@ impl Backend for KubernetesBackend {
                     mig_s: Some(t.elapsed().as_secs_f64()),
                     pods_ready_s: None,
                 };
+                self.cost_used = false;
             }
             Strategy::TimeSlicing => {
                 let max = self.s.pods.iter().copied().max().unwrap_or(1);
@@ -949,18 +960,45 @@ impl Backend for KubernetesBackend {
         Ok(Prepared::Ready)
     }
 
+    fn cell_setup(&self) -> Option<CellSetup> {
+        let (strategy, pods) = self.cell_launched?;
+        let note = match (strategy, &self.configured) {
+            (Strategy::Mps, Some(Target::Plugin(_, r))) if *r != pods => format!(
+                "device-plugin entry {} ({r} MPS replicas: the plugin rejects fewer than 2, so each pod was limited to 1/{r} of the SMs and memory)",
+                self.cost.config
+            ),
+            (Strategy::TimeSlicing, Some(Target::Plugin(_, r))) => {
+                format!("device-plugin entry {} ({r} time-slicing replicas)", self.cost.config)
+            }
+            (Strategy::Mig, _) => format!("MIG layout {}", self.cost.config),
+            _ => format!("device-plugin entry {}", self.cost.config),
+        };
+        Some(CellSetup {
+            switch_s: self.cost.switch_s,
+            mig_reconfigure_s: self.cost.mig_s,
+            pods_ready_s: self.cost.pods_ready_s,
+            note: Some(note),
+        })
+    }
+
     async fn launch(&mut self, strategy: Strategy, pods: u32, shutdown: &Shutdown) -> Result<Vec<CellPod>> {
+        self.cell_launched = Some((strategy, pods));
         if strategy == Strategy::Mps {
             self.switch_plugin(strategy, objects::sharing_replicas(pods), shutdown)
                 .await?;
+        } else if self.cost_used {
+            // Prepared once for the strategy: this cell did not switch.
+            self.cost.switch_s = Some(0.0);
+            self.cost.mig_s = None;
         }
-        let labels = labels_of(&self.read_node().await?);
+        self.cost_used = true;
+        self.cost.pods_ready_s = None;
         let layout = match &self.configured {
             Some(Target::Mig(l)) => Some(l.clone()),
             _ => None,
         };
         let resource = objects::pod_resource(strategy, Some(self.setup()?.mig_strategy.as_str()), layout.as_deref());
-        let _ = labels;
+        self.resource = resource.clone();
         let deps: Api<Deployment> = Api::namespaced(self.client.clone(), &self.s.workload.namespace);
         deps.patch(
             objects::APP,
@@ -984,12 +1022,24 @@ impl Backend for KubernetesBackend {
         let deadline = Instant::now() + timeout;
         loop {
             let pods = shutdown.guard(self.cell_pods()).await?;
-            // Pending pods keep waiting: the scheduler retries when the plugin
-            // re-registers; only the timeout makes them a `pending` cell.
-            let settled = pods.len() >= want
-                && pods
-                    .iter()
-                    .all(|p| matches!(p.state, PodState::Running | PodState::Exited { .. }));
+            // A pending pod keeps waiting while the node has room for it (the scheduler
+            // retries when a restarting plugin re-registers); once the others hold every
+            // allocatable device (exclusive × N) it stays pending, as the cell records.
+            let others_settled = pods.iter().all(|p| {
+                matches!(
+                    p.state,
+                    PodState::Running | PodState::Exited { .. } | PodState::Pending(_)
+                )
+            });
+            let pending = pods.iter().filter(|p| matches!(p.state, PodState::Pending(_))).count();
+            let full = if pending > 0 && others_settled {
+                let node = shutdown.guard(self.read_node()).await?;
+                let running = pods.iter().filter(|p| p.state == PodState::Running).count();
+                allocatable(&node, &self.resource).is_some_and(|n| running >= n as usize)
+            } else {
+                false
+            };
+            let settled = pods.len() >= want && others_settled && (pending == 0 || full);
             if settled {
                 if let Some(t) = self.launched_at {
                     self.cost.pods_ready_s = Some(t.elapsed().as_secs_f64());

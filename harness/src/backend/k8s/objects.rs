@@ -374,7 +374,9 @@ pub fn rbac(ns: &str, cm: &PluginConfigMap, monitoring_ns: &str) -> Vec<Value> {
             ns,
             json!([
                 { "apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": [APP], "verbs": ["get", "create", "patch", "delete"] },
-                { "apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"] }
+                { "apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"] },
+                // `doctor --kubernetes`: is kube-prometheus's Role there?
+                { "apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"], "resourceNames": ["prometheus-k8s"], "verbs": ["get"] }
             ]),
         ),
         binding("gpushare-bench-workload", ns, &sa),

@@ -189,6 +189,23 @@ fn check_cells(sim: &SimCluster, dir: &Path, cells: usize) {
     assert_eq!(agg.len(), cells, "{}", sim.log());
     for r in &agg {
         assert_eq!(r["status"], "ok", "{r}\n{}", sim.log());
+        // What switching cost is recorded per cell.
+        assert!(r["switch_s"].is_number() && r["pods_ready_s"].is_number(), "{r}");
+        assert!(
+            r["note"]
+                .as_str()
+                .is_some_and(|n| n.contains("device-plugin entry") || n.contains("MIG layout")),
+            "{r}"
+        );
+    }
+    if let Some(mig1) = agg.iter().find(|r| r["strategy"] == "mig" && r["pods"] == 1) {
+        assert!(mig1["mig_reconfigure_s"].as_f64().is_some_and(|s| s > 0.0), "{mig1}");
+    }
+    if let Some(mps1) = agg.iter().find(|r| r["strategy"] == "mps" && r["pods"] == 1) {
+        assert!(
+            mps1["note"].as_str().is_some_and(|n| n.contains("2 MPS replicas")),
+            "{mps1}"
+        );
     }
     sim.with(|w| {
         for (pod, f) in &w.pod_facts {

@@ -63,6 +63,8 @@ fn kind_of(group: &str, resource: &str) -> Option<(&'static str, &'static str, b
         ("", "pods") => ("Pod", "v1", true),
         ("apps", "deployments") => ("Deployment", "apps/v1", true),
         ("nvidia.com", "clusterpolicies") => ("ClusterPolicy", "nvidia.com/v1", false),
+        ("rbac.authorization.k8s.io", "roles") => ("Role", "rbac.authorization.k8s.io/v1", true),
+        ("rbac.authorization.k8s.io", "rolebindings") => ("RoleBinding", "rbac.authorization.k8s.io/v1", true),
         ("authorization.k8s.io", "selfsubjectaccessreviews") => {
             ("SelfSubjectAccessReview", "authorization.k8s.io/v1", false)
         }
@@ -179,6 +181,17 @@ fn with_meta(o: &Object) -> Value {
 /// Handles one request as `user` (with `groups`) against the world (already advanced to
 /// now).
 pub fn handle(world: &mut World, authz: &Authorizer, user: &str, groups: &[&str], req: &ApiRequest) -> ApiResponse {
+    // Discovery of the server's version is open to every authenticated user
+    // (system:public-info-viewer).
+    if req.method == "GET" && req.path == "/version" {
+        return ok(
+            200,
+            json!({"major": "1", "minor": world.spec.minor_version.to_string(),
+                   "gitVersion": format!("v1.{}.0-sim", world.spec.minor_version),
+                   "gitCommit": "", "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z",
+                   "goVersion": "go1.24", "compiler": "gc", "platform": "linux/amd64"}),
+        );
+    }
     let Some(a) = attributes(req) else {
         return status(
             404,

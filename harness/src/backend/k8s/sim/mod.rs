@@ -97,7 +97,8 @@ impl SimCluster {
     /// objects (the harness is ServiceAccount `gpushare-bench/gpushare-bench`, token
     /// [`HARNESS_TOKEN`]), virtual time `speed` × wall time.
     pub async fn start(spec: ClusterSpec, rbac: &[Value], speed: f64) -> std::io::Result<Self> {
-        let world = World::new(spec);
+        let mut world = World::new(spec);
+        world.add_rbac(rbac);
         let base = world.now;
         let mut tokens = BTreeMap::new();
         tokens.insert(

@@ -186,6 +186,15 @@ impl OperandKind {
         }
     }
 
+    /// The main container's name (gpu-operator v25.10.1 assets, H14).
+    fn container(self) -> &'static str {
+        match self {
+            Self::Plugin => "nvidia-device-plugin",
+            Self::Gfd => "gpu-feature-discovery",
+            Self::Mps => "mps-control-daemon-ctr",
+        }
+    }
+
     fn index(self) -> usize {
         self as usize
     }
@@ -425,6 +434,21 @@ impl World {
                 "status": {"capacity": {"cpu": "64", "memory": "512Gi"}, "allocatable": {"cpu": "64", "memory": "512Gi"}}
             }),
         );
+        // The operator itself, and its node-level operands other than the plugin's three.
+        let node = s.node.clone();
+        w.put(
+            Key::new("deployments", &ns, "gpu-operator"),
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "gpu-operator", "namespace": ns},
+                   "spec": {"replicas": 1, "template": {"spec": {"containers": [{"name": "gpu-operator", "image": "nvcr.io/nvidia/gpu-operator:v25.10.1"}]}}}}),
+        );
+        for app in ["nvidia-mig-manager", "nvidia-dcgm-exporter"] {
+            w.put(
+                Key::new("pods", &ns, &format!("{app}-sim0")),
+                json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("{app}-sim0"), "namespace": ns, "labels": {"app": app}},
+                       "spec": {"nodeName": node, "containers": [{"name": app, "image": format!("nvcr.io/nvidia/{app}:sim")}]},
+                       "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}),
+            );
+        }
         // The operator's labels, then the operands as they would be after start-up.
         w.operator_reconcile();
         w.daemonsets();
@@ -450,6 +474,20 @@ impl World {
                    "spec": {"nodeName": node},
                    "status": {"phase": "Running", "podIP": "10.0.9.9", "conditions": [{"type": "Ready", "status": "True"}]}}),
         );
+    }
+
+    /// Stores RBAC objects (Roles, RoleBindings…) so that they can be read back.
+    pub fn add_rbac(&mut self, objects: &[Value]) {
+        for o in objects {
+            let resource = match o["kind"].as_str() {
+                Some("Role") => "roles",
+                Some("RoleBinding") => "rolebindings",
+                _ => continue,
+            };
+            let ns = o["metadata"]["namespace"].as_str().unwrap_or_default().to_string();
+            let name = o["metadata"]["name"].as_str().unwrap_or_default().to_string();
+            self.put(Key::new(resource, &ns, &name), o.clone());
+        }
     }
 
     /// Stores an object as the operator would create it.
@@ -1009,7 +1047,7 @@ impl World {
                         json!({
                             "apiVersion": "v1", "kind": "Pod",
                             "metadata": {"name": pod, "namespace": ns, "labels": {"app": kind.app()}},
-                            "spec": {"nodeName": node},
+                            "spec": {"nodeName": node, "containers": [{"name": kind.container(), "image": "nvcr.io/nvidia/k8s-device-plugin:v0.18.1"}]},
                             "status": {"phase": "Pending"}
                         }),
                     );

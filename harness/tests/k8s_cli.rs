@@ -1,7 +1,8 @@
-//! `gpushare-bench restore --node NODE`, the real binary, against the simulated cluster
-//! (`backend::k8s::sim`) through a kubeconfig: a run that changed the node and was
-//! killed before restoring is put back from its journal, a second restore finds nothing
-//! to do, and a wrong node is one clear error.
+//! The real binary's Kubernetes commands against the simulated cluster
+//! (`backend::k8s::sim`) through a kubeconfig: `restore --node` puts back a killed run's
+//! changes from its journal (a second restore finds nothing to do, a wrong node is one
+//! clear error); `doctor --kubernetes --node` passes on a ready cluster and names each
+//! missing prerequisite with its fix.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -144,5 +145,72 @@ async fn restore_node_puts_back_a_killed_runs_changes_from_its_journal() {
     assert!(
         stderr.contains("--node") && stderr.contains("journals node gpu-1"),
         "{stderr}"
+    );
+}
+
+async fn doctor(sim: &SimCluster, tmp: &Path) -> (i32, String) {
+    let kc = kubeconfig(tmp, &sim.url());
+    let (code, stdout, stderr) = bench(
+        vec!["doctor".into(), "--kubernetes".into(), "--node".into(), "gpu-1".into()],
+        kc,
+    )
+    .await;
+    (code, format!("{stdout}{stderr}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_kubernetes_passes_a_ready_cluster_and_names_what_is_missing() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let sim = SimCluster::start(ClusterSpec::h100("gpu-1"), &rbac(), SPEED)
+        .await
+        .expect("simulator");
+    sim.with(|w| w.add_namespace("gpushare-bench"));
+    let (code, out) = doctor(&sim, tmp.path()).await;
+    assert_eq!(code, 0, "{out}");
+    for line in [
+        "ok    cluster                API server v1.34.0-sim",
+        "ok    node                   gpu-1: 1 × NVIDIA-H100-80GB-HBM3; taints nvidia.com/gpu:NoSchedule",
+        "ok    ClusterPolicy          devicePlugin.config.name device-plugin-config (default key any), mig.strategy single",
+        "ok    GPU operator           nvcr.io/nvidia/gpu-operator:v25.10.1",
+        "ok    Prometheus scrape      Role prometheus-k8s in gpushare-bench",
+        "ok    permissions            all ",
+    ] {
+        assert!(out.contains(line), "missing {line:?} in\n{out}");
+    }
+    // A 2-GPU node, no config name in the ClusterPolicy, the old workload Role.
+    let mut spec = ClusterSpec::h100("gpu-1");
+    spec.gpus = 2;
+    spec.plugin_config = (String::new(), String::new());
+    let mut old = rbac();
+    for o in &mut old {
+        if o["metadata"]["name"] == "gpushare-bench-workload" && o["kind"] == "Role" {
+            o["rules"][0]["verbs"] = serde_json::json!(["get", "list", "patch", "delete"]);
+        }
+    }
+    let sim = SimCluster::start(spec, &old, SPEED).await.expect("simulator");
+    let (code, out) = doctor(&sim, tmp.path()).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("FAIL  node                   gpu-1: 2 × NVIDIA-H100-80GB-HBM3 — 2 GPUs"),
+        "{out}"
+    );
+    assert!(
+        out.contains("FAIL  ClusterPolicy") && out.contains("devicePlugin.config.name"),
+        "{out}"
+    );
+    let mut spec = ClusterSpec::h100("gpu-1");
+    spec.configmap = None;
+    let sim = SimCluster::start(spec, &old, SPEED).await.expect("simulator");
+    let (code, out) = doctor(&sim, tmp.path()).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("FAIL  device-plugin config   ConfigMap gpu-operator/device-plugin-config does not exist"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "FAIL  permission             denied: create apps/deployments gpushare-workload in gpushare-bench"
+        ),
+        "{out}"
     );
 }

@@ -1,0 +1,426 @@
+//! `gpushare-bench doctor --kubernetes --node NODE`: one line per prerequisite of a
+//! Kubernetes sweep, each failure with its fix. Facts are gathered from the cluster
+//! ([`gather`], the thin shell); the verdicts are a pure function of them ([`checks`]).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::rbac::v1::Role;
+use kube::api::{ListParams, PostParams};
+use kube::{Api, Client};
+use serde_json::Value;
+
+use super::doctor::{Check, Verdict};
+use crate::backend::k8s::backend::{kube_error, operator_setup};
+use crate::backend::k8s::objects::{self, PluginConfigMap};
+
+/// Where to look.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Target {
+    /// The GPU node.
+    pub node: String,
+    /// The GPU operator's namespace.
+    pub operator_namespace: String,
+    /// The workload namespace.
+    pub namespace: String,
+    /// kube-prometheus's namespace.
+    pub monitoring_namespace: String,
+}
+
+/// One permission the sweep needs, and whether the user has it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Permission {
+    /// `verb resource[/name] in namespace`.
+    pub what: String,
+    /// Allowed (or why it could not be asked).
+    pub allowed: Result<bool, String>,
+}
+
+/// What the cluster says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Facts {
+    /// Where.
+    pub target: Target,
+    /// The API server's version.
+    pub server: Result<String, String>,
+    /// The device-plugin ConfigMap the ClusterPolicy names (or why not), with its keys.
+    pub plugin_config: Result<(PluginConfigMap, Option<Vec<String>>), String>,
+    /// ClusterPolicy spec (None: none readable).
+    pub cluster_policy: Option<Value>,
+    /// The operator Deployment's image.
+    pub operator_image: Result<Option<String>, String>,
+    /// Images of the device-plugin pods on the node.
+    pub plugin_images: Result<Vec<String>, String>,
+    /// Pods on the node by app label: MIG manager, DCGM exporter.
+    pub operand_pods: BTreeMap<String, Result<usize, String>>,
+    /// Whether the Role kube-prometheus needs exists in the workload namespace.
+    pub prometheus_role: Result<bool, String>,
+    /// Every permission the sweep uses.
+    pub permissions: Vec<Permission>,
+    /// The node's labels and taints.
+    pub node: Result<(BTreeMap<String, String>, Vec<String>), String>,
+}
+
+/// The permissions the sweep needs: the rules `manifests/base/rbac.yaml` grants the
+/// harness (pure), as (verb, group, resource, subresource, namespace, name).
+pub fn required(t: &Target, cm: &PluginConfigMap) -> Vec<(String, String, String, String, String, String)> {
+    let mut out = Vec::new();
+    for o in objects::rbac(&t.namespace, cm, &t.monitoring_namespace) {
+        let kind = o["kind"].as_str().unwrap_or_default();
+        if kind != "Role" && kind != "ClusterRole" {
+            continue;
+        }
+        // kube-prometheus's Role is not the harness's.
+        if o["metadata"]["name"] == "prometheus-k8s" {
+            continue;
+        }
+        let ns = o["metadata"]["namespace"].as_str().unwrap_or_default().to_string();
+        for rule in o["rules"].as_array().into_iter().flatten() {
+            let list = |k: &str| -> Vec<String> {
+                rule[k]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+                    .unwrap_or_default()
+            };
+            let names = list("resourceNames");
+            for group in list("apiGroups") {
+                for resource in list("resources") {
+                    let (res, sub) = resource.split_once('/').unwrap_or((&resource, ""));
+                    for verb in list("verbs") {
+                        let name = if res == "nodes" {
+                            t.node.clone()
+                        } else {
+                            names.first().cloned().unwrap_or_default()
+                        };
+                        out.push((verb, group.clone(), res.to_string(), sub.to_string(), ns.clone(), name));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn version_of(image: &str) -> &str {
+    image.rsplit_once(':').map_or("", |(_, v)| v)
+}
+
+/// The verdicts (pure).
+pub fn checks(f: &Facts) -> Vec<Check> {
+    use Verdict::{Fail, Warn};
+    let c = |name, verdict, detail: String| Check { name, verdict, detail };
+    let t = &f.target;
+    let mut out = Vec::new();
+    out.push(match &f.server {
+        Ok(v) => c("cluster", Verdict::Ok, format!("API server {v}")),
+        Err(e) => c("cluster", Fail, format!("{e} (check KUBECONFIG / the current context)")),
+    });
+    out.push(match &f.node {
+        Ok((labels, taints)) => {
+            let gpus: u32 = labels
+                .get(objects::LABEL_GPU_COUNT)
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(0);
+            let product = labels.get(objects::LABEL_PRODUCT).cloned().unwrap_or_default();
+            let verdict = if gpus == 1 || (gpus > 1 && product.contains("-MIG-")) { Verdict::Ok } else { Fail };
+            let hint = match gpus {
+                0 => " — no nvidia.com/gpu.count label: is GPU feature discovery running there?".to_string(),
+                1 => String::new(),
+                _ if product.contains("-MIG-") => " (MIG slices of one GPU)".into(),
+                n => format!(" — {n} GPUs: the device plugin spreads replicas across them, so the sweep refuses this node; use a 1-GPU node"),
+            };
+            let taint = if taints.is_empty() {
+                String::new()
+            } else {
+                format!("; taints {} (the pods tolerate {})", taints.join(", "), objects::DEFAULT_TOLERATION)
+            };
+            c("node", verdict, format!("{}: {gpus} × {product}{hint}{taint}", t.node))
+        }
+        Err(e) => c("node", Fail, e.clone()),
+    });
+    match &f.plugin_config {
+        Ok((cm, keys)) => {
+            out.push(c(
+                "ClusterPolicy",
+                Verdict::Ok,
+                format!(
+                    "devicePlugin.config.name {} (default key {}), mig.strategy {}",
+                    cm.name,
+                    if cm.default_key.is_empty() {
+                        "none"
+                    } else {
+                        cm.default_key.as_str()
+                    },
+                    f.cluster_policy
+                        .as_ref()
+                        .and_then(|p| p["mig"]["strategy"].as_str())
+                        .unwrap_or("single")
+                ),
+            ));
+            out.push(match keys {
+                None => c(
+                    "device-plugin config",
+                    Fail,
+                    format!("ConfigMap {} does not exist: kubectl apply -f manifests/device-plugin-config.yaml", cm.id()),
+                ),
+                Some(keys) if !cm.default_key.is_empty() && !keys.contains(&cm.default_key) => c(
+                    "device-plugin config",
+                    Fail,
+                    format!(
+                        "ConfigMap {} lacks the default key {}: config-manager-init fails on every GPU node at its next start; add the key",
+                        cm.id(),
+                        cm.default_key
+                    ),
+                ),
+                Some(keys) => c("device-plugin config", Verdict::Ok, format!("ConfigMap {} with {} keys", cm.id(), keys.len())),
+            });
+        }
+        Err(e) => out.push(c("ClusterPolicy", Fail, e.clone())),
+    }
+    out.push(match &f.operator_image {
+        Ok(Some(image)) => {
+            let v = version_of(image);
+            c(
+                "GPU operator",
+                if v.starts_with("v25.") || v.starts_with("v26.") {
+                    Verdict::Ok
+                } else {
+                    Warn
+                },
+                format!("{image} (the rules the harness follows were read from v25.10.1)"),
+            )
+        }
+        Ok(None) => c(
+            "GPU operator",
+            Warn,
+            format!(
+                "no Deployment gpu-operator in {}: version unknown (pass --operator-namespace)",
+                t.operator_namespace
+            ),
+        ),
+        Err(e) => c("GPU operator", Warn, e.clone()),
+    });
+    out.push(match &f.plugin_images {
+        Ok(images) if images.is_empty() => c(
+            "device plugin",
+            Fail,
+            format!(
+                "no {} pod on {}: is the node labelled nvidia.com/gpu.deploy.device-plugin=true?",
+                objects::APP_PLUGIN,
+                t.node
+            ),
+        ),
+        Ok(images) => c(
+            "device plugin",
+            Verdict::Ok,
+            format!("{} (rules read from v0.18.1)", images.join(", ")),
+        ),
+        Err(e) => c("device plugin", Fail, e.clone()),
+    });
+    for (app, name, what) in [
+        ("nvidia-mig-manager", "MIG manager", "MIG cells will be unavailable"),
+        ("nvidia-dcgm-exporter", "DCGM exporter", "GPU telemetry will be empty"),
+    ] {
+        out.push(match f.operand_pods.get(app) {
+            Some(Ok(n)) if *n > 0 => c(name, Verdict::Ok, format!("{n} pod(s) on {}", t.node)),
+            Some(Ok(_)) => c(name, Warn, format!("no {app} pod on {}: {what}", t.node)),
+            Some(Err(e)) => c(name, Warn, e.clone()),
+            None => c(name, Warn, "not checked".into()),
+        });
+    }
+    out.push(match &f.prometheus_role {
+        Ok(true) => c("Prometheus scrape", Verdict::Ok, format!("Role prometheus-k8s in {}", t.namespace)),
+        Ok(false) => c(
+            "Prometheus scrape",
+            Fail,
+            format!(
+                "no Role prometheus-k8s in {}: kube-prometheus may only discover pods in default, kube-system and monitoring; kubectl apply -f manifests/base/rbac.yaml",
+                t.namespace
+            ),
+        ),
+        Err(e) => c("Prometheus scrape", Warn, e.clone()),
+    });
+    let denied: Vec<&Permission> = f.permissions.iter().filter(|p| p.allowed != Ok(true)).collect();
+    if f.permissions.is_empty() {
+        out.push(c("permissions", Warn, "not checked (no ClusterPolicy read)".into()));
+    } else if denied.is_empty() {
+        out.push(c(
+            "permissions",
+            Verdict::Ok,
+            format!("all {} the sweep uses", f.permissions.len()),
+        ));
+    } else {
+        for p in denied {
+            out.push(c(
+                "permission",
+                Fail,
+                match &p.allowed {
+                    Ok(_) => format!("denied: {} (manifests/base/rbac.yaml grants it)", p.what),
+                    Err(e) => format!("{}: {e}", p.what),
+                },
+            ));
+        }
+    }
+    out
+}
+
+async fn may(client: &Client, r: &(String, String, String, String, String, String)) -> Permission {
+    let (verb, group, resource, sub, ns, name) = r;
+    let what = format!(
+        "{verb} {}{}{}{}",
+        if group.is_empty() {
+            String::new()
+        } else {
+            format!("{group}/")
+        },
+        resource,
+        if sub.is_empty() {
+            String::new()
+        } else {
+            format!("/{sub}")
+        },
+        if name.is_empty() {
+            String::new()
+        } else {
+            format!(" {name}")
+        }
+    ) + &if ns.is_empty() {
+        String::new()
+    } else {
+        format!(" in {ns}")
+    };
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.clone()),
+                group: Some(group.clone()),
+                resource: Some(resource.clone()),
+                subresource: (!sub.is_empty()).then(|| sub.clone()),
+                namespace: (!ns.is_empty()).then(|| ns.clone()),
+                name: (!name.is_empty()).then(|| name.clone()),
+                ..ResourceAttributes::default()
+            }),
+            ..SelfSubjectAccessReviewSpec::default()
+        },
+        ..SelfSubjectAccessReview::default()
+    };
+    let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    let allowed = api
+        .create(&PostParams::default(), &review)
+        .await
+        .map(|r| r.status.is_some_and(|s| s.allowed))
+        .map_err(|e| kube_error("asking a SelfSubjectAccessReview", e).to_string());
+    Permission { what, allowed }
+}
+
+/// Gathers the facts (each failure is a fact, not an error).
+pub async fn gather(client: &Client, t: &Target) -> Facts {
+    let err = |what: &str, e: kube::Error| kube_error(what, e).to_string();
+    let server = client
+        .apiserver_version()
+        .await
+        .map(|v| v.git_version)
+        .map_err(|e| err("reaching the API server", e));
+    let node = Api::<Node>::all(client.clone())
+        .get(&t.node)
+        .await
+        .map(|n| {
+            let labels = n.metadata.labels.unwrap_or_default();
+            let taints = n
+                .spec
+                .and_then(|s| s.taints)
+                .unwrap_or_default()
+                .iter()
+                .map(|t| format!("{}:{}", t.key, t.effect))
+                .collect();
+            (labels, taints)
+        })
+        .map_err(|e| err(&format!("reading node {}", t.node), e));
+    let plugin_config = match operator_setup(client.clone(), &t.operator_namespace).await {
+        Ok(setup) => {
+            let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &setup.plugin.namespace);
+            match cms.get(&setup.plugin.name).await {
+                Ok(cm) => Ok((setup.plugin, Some(cm.data.unwrap_or_default().into_keys().collect()))),
+                Err(kube::Error::Api(s)) if s.code == 404 => Ok((setup.plugin, None)),
+                Err(e) => Err(err(&format!("reading ConfigMap {}", setup.plugin.id()), e)),
+            }
+        }
+        Err(e) => Err(e.to_string()),
+    };
+    let cluster_policy = kube::Api::<kube::core::DynamicObject>::all_with(
+        client.clone(),
+        &kube::core::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("nvidia.com", "v1", "ClusterPolicy"),
+            "clusterpolicies",
+        ),
+    )
+    .list(&ListParams::default())
+    .await
+    .ok()
+    .and_then(|l| l.items.into_iter().next())
+    .map(|cp| cp.data["spec"].clone());
+    let operator_image = match Api::<Deployment>::namespaced(client.clone(), &t.operator_namespace)
+        .get("gpu-operator")
+        .await
+    {
+        Ok(d) => Ok(d
+            .spec
+            .and_then(|s| s.template.spec)
+            .and_then(|s| s.containers.first().and_then(|c| c.image.clone()))),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        Err(e) => Err(err("reading the gpu-operator Deployment", e)),
+    };
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &t.operator_namespace);
+    let on_node = |list: Vec<Pod>| -> Vec<Pod> {
+        list.into_iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(t.node.as_str()))
+            .collect()
+    };
+    let plugin_images = pods
+        .list(&ListParams::default().labels(&format!("app={}", objects::APP_PLUGIN)))
+        .await
+        .map(|l| {
+            on_node(l.items)
+                .iter()
+                .filter_map(|p| p.spec.as_ref()?.containers.first()?.image.clone())
+                .collect()
+        })
+        .map_err(|e| err("listing device-plugin pods", e));
+    let mut operand_pods = BTreeMap::new();
+    for app in ["nvidia-mig-manager", "nvidia-dcgm-exporter"] {
+        let n = pods
+            .list(&ListParams::default().labels(&format!("app={app}")))
+            .await
+            .map(|l| on_node(l.items).len())
+            .map_err(|e| err(&format!("listing {app} pods"), e));
+        operand_pods.insert(app.to_string(), n);
+    }
+    let prometheus_role = match Api::<Role>::namespaced(client.clone(), &t.namespace)
+        .get("prometheus-k8s")
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => Err(err(&format!("reading Role prometheus-k8s in {}", t.namespace), e)),
+    };
+    let mut permissions = Vec::new();
+    if let Ok((cm, _)) = &plugin_config {
+        for r in required(t, cm) {
+            permissions.push(may(client, &r).await);
+        }
+    }
+    Facts {
+        target: t.clone(),
+        server,
+        plugin_config,
+        cluster_policy,
+        operator_image,
+        plugin_images,
+        operand_pods,
+        prometheus_role,
+        permissions,
+        node,
+    }
+}
