@@ -107,6 +107,12 @@ async fn finish<B: Backend>(
         };
         r.finished_at = Some(now_rfc3339());
     })?;
+    if let (Err(_), Err(r)) = (&result, &restored) {
+        // The sweep's error is what the exit reports; the failed restore must not be lost.
+        progress.message(&format!(
+            "restoring failed too, the machine or node may still be changed: {r}"
+        ));
+    }
     progress.finish();
     let cells_run = result?;
     restored?;

@@ -416,8 +416,27 @@ impl KubernetesBackend {
             Err(e) => return Err(kube_error(&format!("reading ConfigMap {}", setup.plugin.id()), e)),
         }
         self.setup = Some(setup);
-        let node = self.read_node().await?;
-        let labels = labels_of(&node);
+        // GFD's labels are gone while GFD is down (a MIG change pauses it; NFD drops the
+        // labels of a GFD that exited): wait for them while that is why.
+        let deadline = Instant::now() + self.s.mig_timeout;
+        let labels = loop {
+            let labels = labels_of(&self.read_node().await?);
+            let gfd_paused = labels
+                .get("nvidia.com/gpu.deploy.gpu-feature-discovery")
+                .is_some_and(|v| v == "paused-for-mig-change");
+            let mig_pending = labels.get(objects::LABEL_MIG_STATE).is_some_and(|v| v == "pending");
+            if labels.contains_key(objects::LABEL_GPU_COUNT)
+                || !(gfd_paused || mig_pending)
+                || Instant::now() > deadline
+            {
+                break labels;
+            }
+            tracing::info!(
+                "node {}: a MIG change is under way; waiting for GPU feature discovery's labels",
+                self.s.node
+            );
+            tokio::time::sleep(self.s.poll).await;
+        };
         let gpus: u32 = labels
             .get(objects::LABEL_GPU_COUNT)
             .and_then(|c| c.parse().ok())
@@ -490,7 +509,9 @@ impl KubernetesBackend {
 
     /// Sets a node label, journaled before the patch.
     async fn set_label(&mut self, key: &str, value: &str) -> Result<()> {
-        let values = self.journal().await?.labels_set.entry(key.into()).or_default();
+        let j = self.journal().await?;
+        j.restored = false;
+        let values = j.labels_set.entry(key.into()).or_default();
         if !values.iter().any(|v| v == value) {
             values.push(value.into());
         }
@@ -563,6 +584,7 @@ impl KubernetesBackend {
         }
         if !add.is_empty() {
             let j = self.journal().await?;
+            j.restored = false;
             for (k, v) in &add {
                 j.keys_added.insert(k.clone(), v.clone());
             }
@@ -789,9 +811,10 @@ impl KubernetesBackend {
             match labels.get(objects::LABEL_MIG_STATE).map(String::as_str) {
                 Some("failed") if labels.get(objects::LABEL_MIG_CONFIG).map(String::as_str) == Some(layout) => {
                     return Err(BenchError::kube(format!(
-                        "the MIG manager could not apply {layout} on node {node} ({}=failed; its log says why: kubectl -n {} logs -l app=nvidia-mig-manager)",
+                        "the MIG manager could not apply {layout} on node {node} ({}=failed; its log says why: kubectl -n {} logs -l app=nvidia-mig-manager){}",
                         objects::LABEL_MIG_STATE,
-                        self.s.operator_namespace
+                        self.s.operator_namespace,
+                        paused_note(&labels)
                     )));
                 }
                 Some("success") => {}
@@ -833,6 +856,13 @@ impl KubernetesBackend {
             .map_err(|e| kube_error("listing workload pods", e))?
             .items;
         list.retain(|p| p.metadata.deletion_timestamp.is_none());
+        // The ReplicaSet replaces a pod rejected at admission (Failed pods are not
+        // active): the rejected one counts only while its replacement is missing.
+        let failed = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed");
+        let active = list.iter().filter(|p| !failed(p)).count();
+        if active >= pods as usize {
+            list.retain(|p| !failed(p));
+        }
         list.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         Ok(list
             .iter()
@@ -999,6 +1029,12 @@ impl Backend for KubernetesBackend {
         };
         let resource = objects::pod_resource(strategy, Some(self.setup()?.mig_strategy.as_str()), layout.as_deref());
         self.resource = resource.clone();
+        let j = self.journal().await?;
+        if !j.deployment || j.restored {
+            j.deployment = true;
+            j.restored = false;
+            self.save_journal()?;
+        }
         let deps: Api<Deployment> = Api::namespaced(self.client.clone(), &self.s.workload.namespace);
         deps.patch(
             objects::APP,
@@ -1120,11 +1156,13 @@ pub async fn restore_from_journal(
     } else {
         j.workload_namespace.clone()
     };
-    if let Err(e) = delete_workload(client, &ns, s.poll, shutdown).await {
-        problems.push(e.to_string());
-    }
     if !j.has_changes() {
         return finish(report, problems, &j.node);
+    }
+    if j.deployment
+        && let Err(e) = delete_workload(client, &ns, s.poll, shutdown).await
+    {
+        problems.push(e.to_string());
     }
     let nodes: Api<Node> = Api::all(client.clone());
     let node = nodes
@@ -1206,9 +1244,35 @@ pub async fn restore_from_journal(
         Err(kube::Error::Api(st)) if st.code == 404 => {}
         Err(e) => problems.push(kube_error(&format!("reading ConfigMap {}", j.configmap), e).to_string()),
     }
-    // A MIG layout going back is only done when mig-parted says so.
+    // A MIG layout going back is done when mig-parted says so *after* seeing it (a
+    // `success` or `failed` left from before is stale), GFD shows it and a device-plugin
+    // pod started after the change serves it.
     if let Some(layout) = mig_back {
+        let mig_strategy = operator_setup(client.clone(), cm_ns)
+            .await
+            .map(|o| o.mig_strategy)
+            .unwrap_or_else(|_| "single".into());
+        let fresh = |list: &[Pod]| -> Vec<String> {
+            list.iter()
+                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(j.node.as_str()))
+                .filter(|p| {
+                    p.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+                })
+                .filter_map(|p| p.metadata.uid.clone())
+                .collect()
+        };
+        let operands: Api<Pod> = Api::namespaced(client.clone(), cm_ns);
+        let plugin_pods = ListParams::default().labels(&format!("app={}", objects::APP_PLUGIN));
+        let before: Vec<String> = operands
+            .list(&plugin_pods)
+            .await
+            .map(|l| fresh(&l.items))
+            .unwrap_or_default();
         let deadline = Instant::now() + s.mig_timeout;
+        let mut saw_pending = false;
         loop {
             let n = nodes
                 .get(&j.node)
@@ -1216,26 +1280,35 @@ pub async fn restore_from_journal(
                 .map_err(|e| kube_error(&format!("reading node {}", j.node), e))?;
             let l = labels_of(&n);
             let state = l.get(objects::LABEL_MIG_STATE).map(String::as_str);
-            if l.get(objects::LABEL_MIG_CONFIG) == Some(&layout)
-                && state == Some("success")
-                && (objects::mig_profile(&layout).is_some()
-                    || !l.get(objects::LABEL_PRODUCT).is_some_and(|p| p.contains("-MIG-")))
-            {
-                break;
+            saw_pending |= state == Some("pending");
+            if state == Some("success") && mig_shown(&n, &layout, &mig_strategy) {
+                let now: Vec<String> = operands
+                    .list(&plugin_pods)
+                    .await
+                    .map(|l| fresh(&l.items))
+                    .unwrap_or_default();
+                if now.iter().any(|u| !before.contains(u)) {
+                    report
+                        .undone
+                        .push(format!("node {}: MIG layout {layout} applied again", j.node));
+                    break;
+                }
             }
-            if state == Some("failed") {
+            if state == Some("failed") && saw_pending {
                 problems.push(format!(
-                    "the MIG manager failed to put layout {layout} back on node {}",
-                    j.node
+                    "the MIG manager failed to put layout {layout} back on node {} (kubectl -n {cm_ns} logs -l app=nvidia-mig-manager){}",
+                    j.node,
+                    paused_note(&l)
                 ));
                 break;
             }
             if Instant::now() > deadline {
                 problems.push(format!(
-                    "node {} has not finished going back to MIG layout {layout} after {} s (state {})",
+                    "node {} has not finished going back to MIG layout {layout} after {} s (state {}){}",
                     j.node,
                     s.mig_timeout.as_secs(),
-                    state.unwrap_or("absent")
+                    state.unwrap_or("absent"),
+                    paused_note(&l)
                 ));
                 break;
             }
@@ -1254,6 +1327,24 @@ pub async fn restore_from_journal(
         journal::write(path, &j)?;
     }
     finish(report, problems, &j.node)
+}
+
+/// Deploy labels mig-parted left paused (v0.13.1 `reconfigure.go`: after its first
+/// successful change a later failure no longer restores them, `NoRestartK8sDaemonsetsOnExit`).
+fn paused_note(labels: &BTreeMap<String, String>) -> String {
+    let paused: Vec<&str> = labels
+        .iter()
+        .filter(|(k, v)| k.starts_with("nvidia.com/gpu.deploy.") && v.as_str() == "paused-for-mig-change")
+        .map(|(k, _)| k.as_str())
+        .collect();
+    if paused.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; {} still paused-for-mig-change: the device plugin and GFD stay down until they are set back to true",
+            paused.join(", ")
+        )
+    }
 }
 
 fn finish(report: RestoreReport, problems: Vec<String>, node: &str) -> Result<RestoreReport> {

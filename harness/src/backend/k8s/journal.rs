@@ -35,6 +35,9 @@ pub struct Journal {
     /// ConfigMap keys the harness added, with the content it added (keys that existed
     /// before are never added, changed or removed).
     pub keys_added: BTreeMap<String, String>,
+    /// Whether the harness applied its workload Deployment (restore deletes it).
+    #[serde(default)]
+    pub deployment: bool,
     /// Whether everything above has been undone.
     pub restored: bool,
 }
@@ -49,13 +52,14 @@ impl Journal {
             original_labels,
             labels_set: BTreeMap::new(),
             keys_added: BTreeMap::new(),
+            deployment: false,
             restored: false,
         }
     }
 
     /// Whether the harness changed anything that is not yet undone.
     pub fn has_changes(&self) -> bool {
-        !self.restored && (!self.labels_set.is_empty() || !self.keys_added.is_empty())
+        !self.restored && (self.deployment || !self.labels_set.is_empty() || !self.keys_added.is_empty())
     }
 }
 

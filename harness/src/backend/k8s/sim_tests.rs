@@ -154,6 +154,21 @@ async fn sweep(sim: &SimCluster, plan: &SweepPlan, resume: bool) -> Result<Sweep
     run_with_source(s, &SteadyMetrics::default(), &Quiet, &shutdown).await
 }
 
+/// Asks for a stop (Ctrl-C) when the first cell is done.
+struct StopAfterFirst(Shutdown);
+
+impl Progress for StopAfterFirst {
+    fn sweep_start(&self, _: u64, _: u64) {}
+    fn cell_start(&self, _: Strategy, _: u32) {}
+    fn phase(&self, _: &str) {}
+    fn window(&self, _: usize, _: f64, _: f64, _: bool) {}
+    fn cell_done(&self, _: &str, _: bool) {
+        self.0.request(libc::SIGINT);
+    }
+    fn message(&self, _: &str) {}
+    fn finish(&self) {}
+}
+
 /// The label mig-parted adds when a node without it goes through a MIG change: it
 /// pauses `nvidia.com/gpu.deploy.nvsm` and sets it back to `true` whatever it was, unless
 /// `false` (mig-parted v0.13.1 `pkg/mig/reconfigure/reconfigure.go` `maybeSetPaused`,
@@ -172,8 +187,12 @@ fn state(sim: &SimCluster) -> (BTreeMap<String, String>, Option<BTreeMap<String,
     })
 }
 
-/// A cluster where `kubectl apply -k manifests/base` has run (namespace and RBAC).
+/// A cluster where `kubectl apply -k manifests/base` has run (namespace and RBAC). The
+/// operator's periodic relabelling is off, so that a label the harness wrongly removed
+/// stays removed.
 async fn start(spec: ClusterSpec) -> SimCluster {
+    let mut spec = spec;
+    spec.timings.operator_reconcile = 1e9;
     let sim = SimCluster::start(spec, &manifest_rbac(), SPEED)
         .await
         .expect("simulator");
@@ -207,17 +226,42 @@ fn check_cells(sim: &SimCluster, dir: &Path, cells: usize) {
             "{mps1}"
         );
     }
+    // Every pod ran under its own cell's configuration.
+    let max = sim.with(|w| {
+        w.pod_facts
+            .values()
+            .filter_map(|f| f.cell.rsplit_once('-').and_then(|(_, n)| n.parse::<u32>().ok()))
+            .max()
+            .unwrap_or(1)
+    });
     sim.with(|w| {
         for (pod, f) in &w.pod_facts {
-            assert_eq!(f.gpu, Some(0), "{pod}");
-            if let (Some(plugin), Some(daemon)) = (f.plugin_replicas, f.mps_enforced) {
+            let (strategy, n) = f.cell.rsplit_once('-').expect("cell label");
+            let n: u32 = n.parse().expect("pods");
+            let (replicas, mig) = match strategy {
+                "mps" => (objects::sharing_replicas(n), false),
+                "time-slicing" => (objects::sharing_replicas(max), false),
+                "mig" => (1, true),
+                _ => (1, false),
+            };
+            assert_eq!(
+                (f.plugin_replicas, f.mig),
+                (Some(replicas), mig),
+                "{pod} of cell {}",
+                f.cell
+            );
+            if strategy == "mps" {
                 assert_eq!(
-                    plugin, daemon,
-                    "{pod}: the MPS daemon enforced 1/{daemon} while the plugin advertised {plugin}"
+                    f.mps_enforced,
+                    Some(replicas),
+                    "{pod}: the MPS daemon did not enforce the plugin's {replicas} replicas"
                 );
             }
         }
     });
+    // Keys were projected before the relabel: no config-manager ever missed its file.
+    let log = sim.log();
+    assert!(!log.contains("does not exist"), "{log}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -506,4 +550,58 @@ async fn a_port_forward_the_role_does_not_grant_fails_with_the_rbac_message() {
         err.contains("forbidden") && err.contains("cannot get resource \"pods/portforward\""),
         "{err}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interrupted_then_resumed_restores_at_the_end_of_the_resumed_run() {
+    let sim = start(user_labelled(ClusterSpec::h100("gpu-1"))).await;
+    let before = state(&sim);
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = plan(dir.path(), "time-slicing,mps", "1,3");
+    let shutdown = Shutdown::new();
+    let s = session(&sim, &p, false).await.expect("session");
+    let result = run_with_source(
+        s,
+        &SteadyMetrics::default(),
+        &StopAfterFirst(shutdown.clone()),
+        &shutdown,
+    )
+    .await;
+    assert!(matches!(&result, Err(e) if e.is_interrupt()), "{result:?}");
+    assert_eq!(state(&sim), before, "Ctrl-C restores\n{}", sim.log());
+    // The resumed run changes the node again, and must put it back again.
+    sweep(&sim, &p, true)
+        .await
+        .unwrap_or_else(|e| panic!("resume: {e}\n{}", sim.log()));
+    assert_eq!(state(&sim), before, "the resumed run restores\n{}", sim.log());
+    let j = journal::read(&dir.path().join("sim").join(journal::FILE))
+        .expect("journal")
+        .expect("exists");
+    assert!(j.restored && !j.has_changes(), "{j:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn from_kubernetes_1_35_the_port_forward_also_needs_create() {
+    let mut spec = ClusterSpec::h100("gpu-1");
+    spec.minor_version = 35;
+    let mut rbac = manifest_rbac();
+    for o in &mut rbac {
+        if o["metadata"]["name"] == "gpushare-bench-prometheus" && o["kind"] == "Role" {
+            o["rules"][1]["verbs"] = serde_json::json!(["get"]);
+        }
+    }
+    let sim = SimCluster::start(spec, &rbac, SPEED).await.expect("simulator");
+    sim.with(|w| {
+        w.add_running_pod(
+            "monitoring",
+            "prometheus-k8s-0",
+            serde_json::json!({"app.kubernetes.io/name": "prometheus"}),
+        )
+    });
+    let err = super::portforward::to_prometheus(sim.client(), "monitoring", "app.kubernetes.io/name=prometheus", 9090)
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("cannot create resource \"pods/portforward\""), "{err}");
 }

@@ -251,6 +251,8 @@ enum Event {
     Relabel(String),
     /// GFD's periodic relabel.
     GfdTick,
+    /// NFD drops GFD's labels after GFD exited (it removes its features.d file).
+    GfdLabelsGone,
     /// The operator's reconcile.
     OperatorTick,
     /// An operand pod is gone.
@@ -296,6 +298,8 @@ pub struct PodFacts {
     pub mps_enforced: Option<u32>,
     /// Whether its device was a MIG slice.
     pub mig: bool,
+    /// Its `gpushare.dev/cell` label (`mps-3`).
+    pub cell: String,
 }
 
 /// The whole simulated cluster.
@@ -320,6 +324,10 @@ pub struct World {
     mig: MigRun,
     /// A label value that arrived while a run was going (handled after it).
     mig_queued: bool,
+    /// mig-parted's package global `NoRestartK8sDaemonsetsOnExit`: set by the first
+    /// successful restart of the operands and never reset in the manager's process, so a
+    /// later failure leaves the deploy labels paused (v0.13.1 `reconfigure.go`).
+    mig_no_restart: bool,
     mig_seq: u64,
     /// What happened, with virtual times (for failing tests' messages).
     pub log: Vec<String>,
@@ -381,6 +389,7 @@ impl World {
             gpu_state: GpuState { mig: None },
             mig: MigRun::Idle,
             mig_queued: false,
+            mig_no_restart: false,
             mig_seq: 0,
             log: Vec::new(),
             pod_facts: BTreeMap::new(),
@@ -730,7 +739,25 @@ impl World {
                 let every = self.spec.timings.operator_reconcile;
                 self.at(every, Event::OperatorTick);
             }
+            Event::GfdLabelsGone => {
+                let gfd_running = self
+                    .operands
+                    .iter()
+                    .any(|o| o.kind == OperandKind::Gfd && !o.terminating && matches!(o.process, Process::Running(_)));
+                if !gfd_running {
+                    let gone: Vec<String> = self.node_labels().into_keys().filter(|k| is_gfd_label(k)).collect();
+                    if !gone.is_empty() {
+                        self.note("NFD: GFD's labels removed (GFD is not running)".into());
+                        let changes: Vec<(&str, Option<String>)> = gone.iter().map(|k| (k.as_str(), None)).collect();
+                        self.set_labels("nfd-master", &changes);
+                    }
+                }
+            }
             Event::OperandGone(kind, pod) => {
+                if kind == OperandKind::Gfd {
+                    let d = self.spec.timings.gfd_relabel;
+                    self.at(d, Event::GfdLabelsGone);
+                }
                 if let Some(i) = self.operand(kind, &pod) {
                     self.operands.remove(i);
                     self.objects
@@ -817,6 +844,15 @@ impl World {
                         "{} config-manager in {pod}: Updating to config: {name}; panic: index out of range [0] with length 0 (daemon keeps its old config)",
                         kind.app()
                     ));
+                } else if changed && !first && matches!(o.process, Process::Crashed(_)) {
+                    // The link switches, then `findPidToSignal` finds no process: the
+                    // sidecar exits and, restarted, finds "Already configured". The
+                    // process takes the new file at its own crash-loop restart.
+                    o.restarts += 1;
+                    self.note(format!(
+                        "{} config-manager in {pod}: Updating to config: {name}; error finding pid: no process found",
+                        kind.app()
+                    ));
                 } else if changed {
                     self.note(format!(
                         "{} config-manager in {pod}: Updating to config: {name}",
@@ -870,6 +906,10 @@ impl World {
                 let delay = self.backoff(n);
                 self.note(format!("{} {pod} exited: {e} (restart in {delay:.0} s)", kind.app()));
                 self.at(delay, Event::Load(kind, pod.to_string()));
+                if kind == OperandKind::Gfd {
+                    let d = self.spec.timings.gfd_relabel;
+                    self.at(d, Event::GfdLabelsGone);
+                }
             }
             Ok(c) => {
                 let o = &mut self.operands[i];
@@ -943,10 +983,7 @@ impl World {
         let mut changes: Vec<(&str, Option<String>)> = Vec::new();
         // NFD replaces GFD's label set: old MIG-mixed labels go.
         for k in current.keys() {
-            if (k.starts_with("nvidia.com/gpu.") && !k.starts_with("nvidia.com/gpu.deploy.")
-                || k.starts_with("nvidia.com/mig-"))
-                && !labels.contains_key(k)
-            {
+            if is_gfd_label(k) && !labels.contains_key(k) {
                 changes.push((k.as_str(), None));
             }
         }
@@ -1247,6 +1284,7 @@ impl World {
                     }
                 }
                 changes.push((MIG_STATE, Some("success".into())));
+                self.mig_no_restart = true;
                 self.set_labels("nvidia-mig-manager", &changes);
                 self.mig_done();
             }
@@ -1258,9 +1296,11 @@ impl World {
         self.note(format!("mig-manager: {why}: failed"));
         let labels = self.node_labels();
         let mut changes: Vec<(&str, Option<String>)> = Vec::new();
-        for k in DEPLOY_PAUSED {
-            if labels.get(k).map(String::as_str) == Some(PAUSED) {
-                changes.push((k, Some("true".into())));
+        if !self.mig_no_restart {
+            for k in DEPLOY_PAUSED {
+                if labels.get(k).map(String::as_str) == Some(PAUSED) {
+                    changes.push((k, Some("true".into())));
+                }
             }
         }
         changes.push((MIG_STATE, Some("failed".into())));
@@ -1303,6 +1343,8 @@ impl World {
                         && k.namespace == key.namespace
                         && o.value["metadata"]["ownerReferences"][0]["name"] == json!(key.name)
                         && o.value["metadata"]["deletionTimestamp"].is_null()
+                        // `FilterActivePods`: a Failed pod is replaced, not counted.
+                        && o.value["status"]["phase"] != json!("Failed")
                 })
                 .map(|(k, o)| (k.name.clone(), o.value.clone()))
                 .collect();
@@ -1509,6 +1551,10 @@ impl World {
                     _ => None,
                 },
                 mig: self.gpu_state.mig.is_some(),
+                cell: pod["metadata"]["labels"]["gpushare.dev/cell"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
             };
             self.pod_facts.insert(key.name.clone(), facts);
             let d = self.spec.timings.pod_ready;
@@ -1532,6 +1578,18 @@ impl World {
     pub fn allocated(&self) -> BTreeSet<String> {
         self.allocations.keys().cloned().collect()
     }
+}
+
+/// Whether a node label is one GFD publishes (k8s-device-plugin v0.18.1 `internal/lm`);
+/// GFD removes its features file on exit (`cmd/gpu-feature-discovery/main.go` `run`), so
+/// NFD drops them while GFD is down.
+fn is_gfd_label(k: &str) -> bool {
+    (k.starts_with("nvidia.com/gpu.") && !k.starts_with("nvidia.com/gpu.deploy."))
+        || k.starts_with("nvidia.com/mig-")
+        || matches!(
+            k,
+            "nvidia.com/mig.capable" | "nvidia.com/mps.capable" | "nvidia.com/mig.strategy"
+        )
 }
 
 fn fnv(s: &str) -> u32 {
@@ -1579,7 +1637,8 @@ mod tests {
         w.settle(600.0);
         assert_eq!(w.allocatable()["nvidia.com/gpu"], 0, "{}", w.log.join("\n"));
         assert!(w.log.iter().any(|l| l.contains("number of replicas must be >= 2")));
-        assert_eq!(w.node_labels()["nvidia.com/gpu.sharing-strategy"], "none");
+        // GFD crash-loops too and removes its features file: NFD drops its labels.
+        assert_eq!(w.node_labels().get("nvidia.com/gpu.sharing-strategy"), None);
         // Add and relabel at once: the sidecars fail until the file is projected.
         w.log.clear();
         add_key(&mut w, "ts-4", &ts(4));
