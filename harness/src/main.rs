@@ -96,6 +96,10 @@ fn clap_error(e: clap::Error) -> ExitCode {
                 ),
             }
         }
+        (ErrorKind::MissingRequiredArgument, _, _) => match e.get(ContextKind::InvalidArg) {
+            Some(ContextValue::Strings(args)) => format!("missing {}", args.join(", ")),
+            _ => "a required argument is missing".to_string(),
+        },
         _ => {
             let full = e.to_string();
             full.lines()

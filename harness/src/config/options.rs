@@ -79,6 +79,17 @@ pub struct SweepOptions {
     /// Kubernetes: the workload image [default: gpushare-workload:0.1.0, built from workload/Dockerfile].
     #[arg(long)]
     pub image: Option<String>,
+    /// Kubernetes: a toleration of the workload pods, KEY[=VALUE][:EFFECT] (repeatable) [default: nvidia.com/gpu:NoSchedule, the taint GPU nodes commonly carry].
+    #[arg(long = "toleration")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<String>,
+    /// Kubernetes: an image pull secret of the workload pods (repeatable).
+    #[arg(long = "image-pull-secret")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<String>,
+    /// Kubernetes: the GPU operator's namespace, where the ClusterPolicy's device-plugin ConfigMap lives [default: gpu-operator].
+    #[arg(long)]
+    pub operator_namespace: Option<String>,
     /// Kubernetes: the MIG layout label value [default: seven of the smallest instance, e.g. all-1g.10gb].
     #[arg(long)]
     pub mig_layout: Option<String>,

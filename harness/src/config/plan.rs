@@ -66,6 +66,12 @@ pub struct SweepPlan {
     pub image: String,
     /// Kubernetes: MIG layout (None: from the GPU product).
     pub mig_layout: Option<String>,
+    /// Kubernetes: tolerations of the workload pods (`KEY[=VALUE][:EFFECT]`).
+    pub tolerations: Vec<String>,
+    /// Kubernetes: image pull secrets of the workload pods.
+    pub image_pull_secrets: Vec<String>,
+    /// Kubernetes: the GPU operator's namespace.
+    pub operator_namespace: String,
     /// Kubernetes: where the Prometheus pod to port-forward to lives.
     pub prometheus_pod: (String, String),
 }
@@ -219,6 +225,16 @@ impl SweepPlan {
         if let Some(image) = &o.image {
             validate_image(image)?;
         }
+        for t in &o.tolerations {
+            crate::backend::k8s::objects::toleration(t)
+                .map_err(|reason| BenchError::flag("--toleration", t, reason))?;
+        }
+        for s in &o.image_pull_secrets {
+            validate_k8s_name("--image-pull-secret", s, true)?;
+        }
+        if let Some(ns) = &o.operator_namespace {
+            validate_k8s_name("--operator-namespace", ns, false)?;
+        }
         if let Some(layout) = &o.mig_layout {
             // A label value (k8s.io/apimachinery `IsValidLabelValue`).
             let ok = layout.len() <= 63
@@ -271,6 +287,13 @@ impl SweepPlan {
             base_port,
             image: o.image.unwrap_or_else(|| DEFAULT_IMAGE.into()),
             mig_layout: o.mig_layout,
+            tolerations: if o.tolerations.is_empty() {
+                vec![crate::backend::k8s::objects::DEFAULT_TOLERATION.to_string()]
+            } else {
+                o.tolerations
+            },
+            image_pull_secrets: o.image_pull_secrets,
+            operator_namespace: o.operator_namespace.unwrap_or_else(|| "gpu-operator".into()),
             prometheus_pod: (
                 o.prometheus_namespace.unwrap_or_else(|| "monitoring".into()),
                 o.prometheus_selector

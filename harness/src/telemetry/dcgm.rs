@@ -30,7 +30,18 @@ impl Telemetry for DcgmTelemetry {
         );
         let q = |m: &str, agg: &str| format!("{agg}(DCGM_FI_DEV_{m}{sel})");
         self.handle.block_on(async {
-            let util = self.client.value(&q("GPU_UTIL", "avg")).await.ok()?;
+            // DCGM_FI_DEV_GPU_UTIL is not supported on MIG instances (dcgm-exporter
+            // maintainers, NVIDIA/dcgm-exporter#216, UPSTREAM-RULES.md E8): there the
+            // graphics-engine activity (a 0–1 ratio, in the operator's default
+            // collectors) stands in for it.
+            let util = match self.client.value(&q("GPU_UTIL", "avg")).await {
+                Ok(u) => u,
+                Err(_) => self
+                    .client
+                    .value(&format!("avg(DCGM_FI_PROF_GR_ENGINE_ACTIVE{sel}) * 100"))
+                    .await
+                    .ok()?,
+            };
             let mem_mib = self.client.value(&q("FB_USED", "sum")).await.ok()?;
             let power = self.client.value(&q("POWER_USAGE", "sum")).await.ok()?;
             let energy = self.client.value(&q("TOTAL_ENERGY_CONSUMPTION", "sum")).await.ok();

@@ -57,10 +57,11 @@ fn settings(plan: &SweepPlan, node: &str, args: Vec<String>) -> KubeSettings {
         image: plan.image.clone(),
         node: node.to_string(),
         args,
-        tolerations: vec![objects::DEFAULT_TOLERATION.to_string()],
-        pull_secrets: Vec::new(),
+        tolerations: plan.tolerations.clone(),
+        pull_secrets: plan.image_pull_secrets.clone(),
     };
     let mut s = KubeSettings::new(node, workload);
+    s.operator_namespace = plan.operator_namespace.clone();
     s.mig_layout = plan.mig_layout.clone();
     s.strategies = plan.strategies.clone();
     s.pods = plan.pods.clone();
