@@ -792,15 +792,19 @@ impl KubernetesBackend {
     /// Sets the MIG layout and waits until mig-parted reports `success`, GFD shows the
     /// layout and a device-plugin pod started after the change serves it.
     async fn switch_mig(&mut self, layout: &str, shutdown: &Shutdown) -> Result<()> {
-        let plugins_before: BTreeSet<String> = self
-            .operand_pods(objects::APP_PLUGIN)
-            .await?
-            .into_iter()
-            .map(|(uid, _)| uid)
-            .collect();
-        let labels = labels_of(&self.read_node().await?);
-        let changed = labels.get(objects::LABEL_MIG_CONFIG).map(String::as_str) != Some(layout);
-        if changed {
+        let uids = |pods: Vec<(String, bool)>| -> BTreeSet<String> { pods.into_iter().map(|(uid, _)| uid).collect() };
+        let plugins_before = uids(self.operand_pods(objects::APP_PLUGIN).await?);
+        let gfd_before = uids(self.operand_pods(objects::APP_GFD).await?);
+        let before = self.read_node().await?;
+        let labels = labels_of(&before);
+        // Already in the layout: mig-parted answers `success` at once and restarts nothing.
+        let already = mig_shown(&before, layout, &self.setup()?.mig_strategy);
+        let changed = labels.get(objects::LABEL_MIG_CONFIG).map(String::as_str) != Some(layout) && !already;
+        // mig-parted reports `success` with nothing changed when no entry of the layout
+        // matches the GPU (F4): fresh operands that still show whole GPUs say so.
+        let mut unsplit_since: Option<Instant> = None;
+        let give_up_after = self.s.settle * 3;
+        if labels.get(objects::LABEL_MIG_CONFIG).map(String::as_str) != Some(layout) {
             self.set_label(objects::LABEL_MIG_CONFIG, layout).await?;
         }
         let node = self.s.node.clone();
@@ -820,11 +824,25 @@ impl KubernetesBackend {
                 Some("success") => {}
                 _ => return Ok(false),
             }
+            let plugins = self.operand_pods(objects::APP_PLUGIN).await?;
+            let fresh_plugin = plugins.iter().any(|(uid, ready)| *ready && (!changed || !plugins_before.contains(uid)));
             if !mig_shown(n, layout, &strategy) {
+                let product = labels.get(objects::LABEL_PRODUCT).cloned().unwrap_or_default();
+                let gfd = self.operand_pods(objects::APP_GFD).await?;
+                let fresh_gfd = gfd.iter().any(|(uid, ready)| *ready && !gfd_before.contains(uid));
+                if changed && objects::mig_profile(layout).is_some() && fresh_plugin && fresh_gfd && !product.is_empty() && !product.contains("-MIG-") {
+                    let since = *unsplit_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > give_up_after {
+                        return Err(BenchError::kube(format!(
+                            "the MIG manager reported success for {layout} on node {node}, but its GPUs are still whole ({product}): no entry of that layout matches this GPU (mig-parted applies nothing then); pass --mig-layout with a layout for it (H100 NVL and GH200: all-1g.12gb, H200: all-1g.18gb)"
+                        )));
+                    }
+                } else {
+                    unsplit_since = None;
+                }
                 return Ok(false);
             }
-            let plugins = self.operand_pods(objects::APP_PLUGIN).await?;
-            Ok(plugins.iter().any(|(uid, ready)| *ready && (!changed || !plugins_before.contains(uid))))
+            Ok(fresh_plugin)
         })
         .await
     }
@@ -1271,6 +1289,8 @@ pub async fn restore_from_journal(
             .await
             .map(|l| fresh(&l.items))
             .unwrap_or_default();
+        // GPUs already in the layout (the harness's change never took): nothing restarts.
+        let already = mig_shown(&node, &layout, &mig_strategy);
         let deadline = Instant::now() + s.mig_timeout;
         let mut saw_pending = false;
         loop {
@@ -1287,7 +1307,7 @@ pub async fn restore_from_journal(
                     .await
                     .map(|l| fresh(&l.items))
                     .unwrap_or_default();
-                if now.iter().any(|u| !before.contains(u)) {
+                if already || now.iter().any(|u| !before.contains(u)) {
                     report
                         .undone
                         .push(format!("node {}: MIG layout {layout} applied again", j.node));

@@ -31,6 +31,8 @@ pub const LABEL_GPU_COUNT: &str = "nvidia.com/gpu.count";
 pub const LABEL_MPS_CAPABLE: &str = "nvidia.com/mps.capable";
 /// Pod label of the device plugin's DaemonSet (gpu-operator v25.10.1 assets).
 pub const APP_PLUGIN: &str = "nvidia-device-plugin-daemonset";
+/// Pod label of GPU feature discovery's DaemonSet.
+pub const APP_GFD: &str = "gpu-feature-discovery";
 /// Pod label of the MPS control daemon's DaemonSet.
 pub const APP_MPS_DAEMON: &str = "nvidia-device-plugin-mps-control-daemon";
 /// The MIG layout that turns MIG off (the operator's default).

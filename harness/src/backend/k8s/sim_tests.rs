@@ -113,6 +113,7 @@ fn settings(plan: &SweepPlan) -> KubeSettings {
     let mut s = KubeSettings::new("gpu-1", workload);
     s.strategies = plan.strategies.clone();
     s.pods = plan.pods.clone();
+    s.mig_layout = plan.mig_layout.clone();
     s.faster(SPEED)
 }
 
@@ -288,6 +289,20 @@ async fn the_default_sweep_in_both_directions_leaves_the_node_as_it_began() {
             .expect("journal")
             .expect("exists");
         assert!(j.restored && !j.has_changes());
+        // The report shows what switching cost.
+        let data = crate::report::RunData::load(&dir.path().join("sim")).expect("run data");
+        let titles: Vec<String> = crate::report::tables::all(&data)
+            .tables
+            .into_iter()
+            .map(|t| t.title)
+            .collect();
+        for t in [
+            "Switch to the cell's configuration (Kubernetes)",
+            "MIG reconfiguration (Kubernetes)",
+            "Pods ready after launch",
+        ] {
+            assert!(titles.iter().any(|x| x == t), "{t} missing from {titles:?}");
+        }
     }
 }
 
@@ -604,4 +619,50 @@ async fn from_kubernetes_1_35_the_port_forward_also_needs_create() {
         .map(|e| e.to_string())
         .unwrap_or_default();
     assert!(err.contains("cannot create resource \"pods/portforward\""), "{err}");
+}
+
+fn mig_plan(dir: &Path, layout: Option<&str>) -> SweepPlan {
+    let layout = layout.map(|l| format!("mig_layout = \"{l}\"\n")).unwrap_or_default();
+    let o: SweepOptions = toml::from_str(&format!(
+        "backend = \"kubernetes\"\nnode = \"gpu-1\"\nstrategies = \"mig\"\npods = \"1,3\"\nrun_id = \"sim\"\nout = \"{}\"\n{layout}",
+        dir.display()
+    ))
+    .expect("options");
+    SweepPlan::from_options(o).expect("plan")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h100_nvl_gets_its_own_layout_and_a_layout_that_matches_nothing_is_named() {
+    let mut spec = ClusterSpec::h100("gpu-1");
+    spec.gpu = super::sim::gpu::GpuModel::h100_nvl();
+    // The default layout for NVIDIA-H100-NVL is all-1g.12gb (no all-1g.10gb entry matches 0x2321).
+    let sim = start(spec.clone()).await;
+    let before = state(&sim);
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = mig_plan(dir.path(), None);
+    sweep(&sim, &p, false)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
+    check_cells(&sim, dir.path(), 2);
+    assert_eq!(state(&sim), before, "{}", sim.log());
+    // all-1g.10gb on an NVL: mig-parted says success and changes nothing (F4).
+    let sim = start(spec).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = mig_plan(dir.path(), Some("all-1g.10gb"));
+    let before = state(&sim);
+    let t = std::time::Instant::now();
+    let err = sweep(&sim, &p, false)
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        err.contains("still whole") && err.contains("no entry of that layout matches"),
+        "{err}"
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs_f64(1800.0 / SPEED),
+        "named before the MIG timeout"
+    );
+    assert_eq!(state(&sim), before, "restored after the failure\n{}", sim.log());
 }
