@@ -119,16 +119,12 @@ pub fn checks(f: &Facts) -> Vec<Check> {
     });
     out.push(match &f.node {
         Ok((labels, taints)) => {
-            let gpus: u32 = labels
-                .get(objects::LABEL_GPU_COUNT)
-                .and_then(|c| c.parse().ok())
-                .unwrap_or(0);
+            let gpus = objects::physical_gpus(labels);
             let product = labels.get(objects::LABEL_PRODUCT).cloned().unwrap_or_default();
-            let verdict = if gpus == 1 || (gpus > 1 && product.contains("-MIG-")) { Verdict::Ok } else { Fail };
+            let verdict = if gpus == 1 { Verdict::Ok } else { Fail };
             let hint = match gpus {
                 0 => " — no nvidia.com/gpu.count label: is GPU feature discovery running there?".to_string(),
                 1 => String::new(),
-                _ if product.contains("-MIG-") => " (MIG slices of one GPU)".into(),
                 n => format!(" — {n} GPUs: the device plugin spreads replicas across them, so the sweep refuses this node; use a 1-GPU node"),
             };
             let taint = if taints.is_empty() {

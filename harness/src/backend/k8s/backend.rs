@@ -437,12 +437,8 @@ impl KubernetesBackend {
             );
             tokio::time::sleep(self.s.poll).await;
         };
-        let gpus: u32 = labels
-            .get(objects::LABEL_GPU_COUNT)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        let product = labels.get(objects::LABEL_PRODUCT).cloned().unwrap_or_default();
-        if gpus > 1 && !product.contains("-MIG-") {
+        let gpus = objects::physical_gpus(&labels);
+        if gpus > 1 {
             return Err(BenchError::kube(format!(
                 "node {} has {gpus} GPUs: the device plugin shares every GPU of a node and spreads replicas across them (k8s-device-plugin v0.18.1 internal/rm/allocate.go distributedAlloc), so N pods would not share one GPU; use a node with one GPU",
                 self.s.node

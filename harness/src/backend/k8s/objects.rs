@@ -157,6 +157,26 @@ pub fn default_mig_layout(product: &str) -> Option<&'static str> {
     }
 }
 
+/// Physical GPUs behind GFD's labels (pure): `nvidia.com/gpu.count`, or under the MIG
+/// `single` strategy (where it counts MIG devices: product `…-MIG-<profile>`) that count
+/// over the instances of the profile per GPU (`1g` → 7, 4 on an A30's `1g.6gb`; `2g` →
+/// 3, `3g` → 2, `4g`/`7g` → 1).
+pub fn physical_gpus(labels: &std::collections::BTreeMap<String, String>) -> u32 {
+    let count: u32 = labels.get(LABEL_GPU_COUNT).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let product = labels.get(LABEL_PRODUCT).map(String::as_str).unwrap_or("");
+    let Some((_, profile)) = product.split_once("-MIG-") else {
+        return count;
+    };
+    let per_gpu = match profile.split('.').next().unwrap_or("") {
+        "1g" if profile.starts_with("1g.6gb") => 4,
+        "1g" => 7,
+        "2g" => 3,
+        "3g" => 2,
+        _ => 1,
+    };
+    count.div_ceil(per_gpu)
+}
+
 /// The MIG profile of a layout (`all-1g.10gb` → `1g.10gb`).
 pub fn mig_profile(layout: &str) -> Option<&str> {
     layout
@@ -543,6 +563,22 @@ mod tests {
             "NVIDIA-H100-80GB-HBM3-SHARED"
         );
         assert_eq!(sharing_replicas(1), 2, "the device plugin rejects replicas: 1");
+    }
+
+    #[test]
+    fn physical_gpus_under_mig_single() {
+        let l = |c: &str, p: &str| {
+            [
+                (LABEL_GPU_COUNT.to_string(), c.to_string()),
+                (LABEL_PRODUCT.to_string(), p.to_string()),
+            ]
+            .into_iter()
+            .collect()
+        };
+        assert_eq!(physical_gpus(&l("1", "NVIDIA-H100-80GB-HBM3")), 1);
+        assert_eq!(physical_gpus(&l("7", "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb")), 1);
+        assert_eq!(physical_gpus(&l("14", "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb")), 2);
+        assert_eq!(physical_gpus(&l("8", "NVIDIA-A30-MIG-1g.6gb")), 2);
     }
 
     #[test]

@@ -666,3 +666,62 @@ async fn an_h100_nvl_gets_its_own_layout_and_a_layout_that_matches_nothing_is_na
     );
     assert_eq!(state(&sim), before, "restored after the failure\n{}", sim.log());
 }
+
+/// Every change the journal records is a point where a SIGKILL can land: between the
+/// journal entry and its patch, or after the patch. Killed at each, then `restore --node`
+/// (its library function), the node ends as it began.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_at_every_journaled_change_restore_puts_the_node_back() {
+    // How many changes a whole run journals.
+    let count = |j: &journal::Journal| {
+        j.labels_set.values().map(Vec::len).sum::<usize>() + j.keys_added.len() + usize::from(j.deployment)
+    };
+    let sim = start(user_labelled(ClusterSpec::h100("gpu-1"))).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = plan(dir.path(), "mps,mig,time-slicing", "1,3");
+    sweep(&sim, &p, false)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
+    let full = journal::read(&dir.path().join("sim").join(journal::FILE))
+        .expect("journal")
+        .expect("exists");
+    let total = count(&full);
+    assert!(total >= 5, "{full:?}");
+    for k in 1..=total {
+        let sim = start(user_labelled(ClusterSpec::h100("gpu-1"))).await;
+        let before = state(&sim);
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = plan(dir.path(), "mps,mig,time-slicing", "1,3");
+        kill_when(&sim, &p, |j| count(j) >= k).await;
+        let path = dir.path().join("sim").join(journal::FILE);
+        restore_from_journal(&sim.client(), &path, &settings(&p), &Shutdown::new())
+            .await
+            .unwrap_or_else(|e| panic!("kill after change {k}: restore: {e}\n{}", sim.log()));
+        assert_eq!(state(&sim), before, "kill after change {k} of {total}\n{}", sim.log());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_without_the_gpu_toleration_stay_pending_on_a_tainted_node() {
+    let sim = start(ClusterSpec::h100("gpu-1")).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = plan(dir.path(), "exclusive", "1");
+    let mut s = session(&sim, &p, false).await.expect("session");
+    s.backend = {
+        let mut st = settings(&p);
+        st.workload.tolerations = vec!["dedicated=ml:NoSchedule".into()];
+        let mut b = KubernetesBackend::new(sim.client(), st);
+        b.check_cluster().await.expect("cluster");
+        b.attach_journal(s.store.dir()).expect("journal");
+        b
+    };
+    let outcome = run_with_source(s, &SteadyMetrics::default(), &Quiet, &Shutdown::new())
+        .await
+        .expect("sweep");
+    assert_eq!(outcome.measured, 1);
+    let rows = std::fs::read_to_string(dir.path().join("sim/cells.jsonl")).expect("cells");
+    assert!(
+        rows.contains("\"status\":\"pending\"") && rows.contains("untolerated taint"),
+        "{rows}"
+    );
+}

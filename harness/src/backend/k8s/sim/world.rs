@@ -1459,10 +1459,10 @@ impl World {
             let tolerated = self.spec.gpu_taint.then_some(()).is_none_or(|()| {
                 spec["tolerations"].as_array().is_some_and(|ts| {
                     ts.iter().any(|t| {
+                        // The taint has no value: `Exists`, or `Equal` (the default
+                        // operator) with an empty value, tolerates it.
                         (t["key"] == json!("nvidia.com/gpu")
-                            && (t["operator"] == json!("Exists")
-                                || t["operator"].is_null()
-                                || t["operator"] == json!("Equal"))
+                            && (t["operator"] == json!("Exists") || t["value"].as_str().unwrap_or_default().is_empty())
                             || t["key"].is_null() && t["operator"] == json!("Exists"))
                             && (t["effect"].is_null() || t["effect"] == json!("NoSchedule"))
                     })
