@@ -170,7 +170,11 @@ pub fn checks(f: &Facts) -> Vec<Check> {
                         cm.default_key
                     ),
                 ),
-                Some(keys) => c("device-plugin config", Verdict::Ok, format!("ConfigMap {} with {} keys", cm.id(), keys.len())),
+                Some(keys) => c(
+                    "device-plugin config",
+                    Verdict::Ok,
+                    format!("ConfigMap {} with {} key(s)", cm.id(), keys.len()),
+                ),
             });
         }
         Err(e) => out.push(c("ClusterPolicy", Fail, e.clone())),
@@ -343,7 +347,7 @@ pub async fn gather(client: &Client, t: &Target) -> Facts {
                 Err(e) => Err(err(&format!("reading ConfigMap {}", setup.plugin.id()), e)),
             }
         }
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(e.to_string().trim_start_matches("Kubernetes: ").to_string()),
     };
     let cluster_policy = kube::Api::<kube::core::DynamicObject>::all_with(
         client.clone(),
@@ -401,11 +405,17 @@ pub async fn gather(client: &Client, t: &Target) -> Facts {
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
         Err(e) => Err(err(&format!("reading Role prometheus-k8s in {}", t.namespace), e)),
     };
+    // Without a readable ClusterPolicy the permissions are asked for the default ConfigMap.
+    let cm = match &plugin_config {
+        Ok((cm, _)) => cm.clone(),
+        Err(_) => PluginConfigMap {
+            namespace: t.operator_namespace.clone(),
+            ..PluginConfigMap::default()
+        },
+    };
     let mut permissions = Vec::new();
-    if let Ok((cm, _)) = &plugin_config {
-        for r in required(t, cm) {
-            permissions.push(may(client, &r).await);
-        }
+    for r in required(t, &cm) {
+        permissions.push(may(client, &r).await);
     }
     Facts {
         target: t.clone(),
