@@ -162,14 +162,17 @@ impl MetricsSource for PrometheusSource {
             promql::sample_time("inference_time_seconds_count", &sel),
             promql::raw("inference_errors_total", &sel),
         ];
+        // One evaluation time for every series: queried concurrently without it, the
+        // buckets, sum and count could come from two different scrapes.
+        let at = epoch_now();
         let (b, s, c, t, e) = tokio::join!(
-            self.client.query(&q[0], None),
-            self.client.query(&q[1], None),
-            self.client.query(&q[2], None),
-            self.client.query(&q[3], None),
-            self.client.query(&q[4], None),
+            self.client.query(&q[0], Some(at)),
+            self.client.query(&q[1], Some(at)),
+            self.client.query(&q[2], Some(at)),
+            self.client.query(&q[3], Some(at)),
+            self.client.query(&q[4], Some(at)),
         );
-        let snaps = snapshots_from_series(&b?, &s?, &c?, &t?, &e?, epoch_now(), Instant::now());
+        let snaps = snapshots_from_series(&b?, &s?, &c?, &t?, &e?, at, Instant::now());
         Ok(targets
             .iter()
             .map(|t| {
@@ -183,5 +186,56 @@ impl MetricsSource for PrometheusSource {
                 (t.pod.clone(), r)
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod evaluation_time_tests {
+    use std::sync::{Arc, Mutex};
+
+    use bytes::Bytes;
+    use http_body_util::Full;
+    use hyper::service::service_fn;
+    use hyper_util::rt::TokioIo;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn every_series_of_a_snapshot_is_read_at_one_evaluation_time() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let times: Arc<Mutex<Vec<Option<String>>>> = Arc::default();
+        let seen = times.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                        let time = form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes())
+                            .find(|(k, _)| k == "time")
+                            .map(|(_, v)| v.into_owned());
+                        seen.lock().expect("lock").push(time);
+                        async {
+                            Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(Bytes::from_static(
+                                br#"{"status":"success","data":{"resultType":"vector","result":[]}}"#,
+                            ))))
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        let source = PrometheusSource::connect(&url);
+        let targets = [Target {
+            pod: "pod-0".into(),
+            url: "http://127.0.0.1:9/metrics".into(),
+        }];
+        let snaps = source.snapshot(&targets).await.expect("the source answers");
+        assert!(snaps[0].1.is_err(), "no series for the pod is a per-pod error");
+        let times = times.lock().expect("lock").clone();
+        assert_eq!(times.len(), 5, "buckets, sum, count, sample time, errors");
+        assert!(times[0].is_some() && times.iter().all(|t| *t == times[0]), "{times:?}");
     }
 }
