@@ -13,24 +13,31 @@ use crate::backend::DeviceInfo;
 use crate::config::{Precision, Preset};
 use crate::error::{Result, WorkloadError};
 
-/// Histogram buckets per decade. 10^(1/25) = 1.0965: neighbouring upper bounds differ
-/// by under 10%, so `histogram_quantile`'s linear interpolation inside a bucket is off
-/// by at most that bucket's width (usually far less).
-pub const BUCKETS_PER_DECADE: i32 = 25;
-/// Smallest bucket bound: 10 µs.
-pub const MIN_BUCKET_EXP: i32 = -5;
-/// Largest bucket bound: 100 s (then +Inf).
-pub const MAX_BUCKET_EXP: i32 = 2;
+/// Buckets per doubling: the bounds are those of a Prometheus native histogram of
+/// schema 5, 2^(k/32), so a native-histogram user sees the same edges. Neighbouring
+/// bounds differ by 2^(1/32) = 1.0219: a quantile interpolated inside its bucket is off
+/// by at most 2.2% of its value.
+pub const BUCKETS_PER_DOUBLING: i32 = 32;
+/// Smallest bucket bound: 2^-17 s = 7.6 µs.
+pub const MIN_BUCKET_EXP2: i32 = -17;
+/// Largest bucket bound: 2^6 s = 64 s (then +Inf).
+pub const MAX_BUCKET_EXP2: i32 = 6;
 
-/// Log-spaced upper bounds from 10 µs to 100 s, each rounded to 4 significant digits
-/// so the exposition stays readable.
+/// The relative width of every bucket, upper / lower bound − 1 (the quantiles'
+/// resolution).
+pub fn bucket_resolution() -> f64 {
+    2f64.powf(1.0 / BUCKETS_PER_DOUBLING as f64) - 1.0
+}
+
+/// Upper bounds 2^(k/32) from 2^-17 s to 2^6 s (737 buckets before +Inf), exact powers
+/// of two at every 32nd.
 pub fn latency_buckets() -> Vec<f64> {
-    let n = (MAX_BUCKET_EXP - MIN_BUCKET_EXP) * BUCKETS_PER_DECADE;
-    (0..=n)
-        .map(|i| {
-            let v = 10f64.powf(MIN_BUCKET_EXP as f64 + i as f64 / BUCKETS_PER_DECADE as f64);
-            format!("{v:.3e}").parse::<f64>().unwrap_or(v)
-        })
+    let (lo, hi) = (
+        MIN_BUCKET_EXP2 * BUCKETS_PER_DOUBLING,
+        MAX_BUCKET_EXP2 * BUCKETS_PER_DOUBLING,
+    );
+    (lo..=hi)
+        .map(|k| 2f64.powf(k as f64 / BUCKETS_PER_DOUBLING as f64))
         .collect()
 }
 
@@ -191,15 +198,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn buckets_are_log_spaced_within_ten_percent() {
+    fn buckets_are_native_histogram_schema_5_bounds() {
         let b = latency_buckets();
-        assert_eq!(b.first().copied(), Some(1e-5));
-        assert_eq!(b.last().copied(), Some(100.0));
-        assert_eq!(b.len(), 176);
+        assert_eq!(b.first().copied(), Some(2f64.powi(-17)));
+        assert_eq!(b.last().copied(), Some(64.0));
+        assert_eq!(b.len(), 737);
+        assert!(b.contains(&1.0) && b.contains(&0.001953125), "powers of two are exact");
         for w in b.windows(2) {
             let ratio = w[1] / w[0];
-            assert!(ratio > 1.0 && ratio <= 1.1, "{} → {} ratio {ratio}", w[0], w[1]);
+            assert!(
+                (ratio - 1.0 - bucket_resolution()).abs() < 1e-9,
+                "{} → {} ratio {ratio}",
+                w[0],
+                w[1]
+            );
         }
+        assert!(bucket_resolution() < 0.025);
     }
 
     #[test]
@@ -234,11 +248,15 @@ mod tests {
         assert!(text.contains("# TYPE inference_time_seconds histogram"), "{text}");
         assert!(has("inference_time_seconds_count", &id, "1"), "{text}");
         assert!(
-            has("inference_time_seconds_bucket", &[id[0], id[1], r#"le="0.01318""#], "1"),
+            has(
+                "inference_time_seconds_bucket",
+                &[id[0], id[1], r#"le="0.012312350352405363""#],
+                "1"
+            ),
             "{text}"
         );
         assert!(
-            has("inference_time_seconds_bucket", &[r#"le="0.01202""#], "0"),
+            has("inference_time_seconds_bucket", &[r#"le="0.012048522073499537""#], "0"),
             "{text}"
         );
         assert!(

@@ -212,11 +212,26 @@ pub fn all(data: &RunData) -> Tables {
                 .collect(),
         })
         .collect();
-    let reading = if data.strategies().contains(&crate::domain::Strategy::Exclusive) && pods.iter().any(|p| *p > 1) {
+    let mut reading = if data.strategies().contains(&crate::domain::Strategy::Exclusive) && pods.iter().any(|p| *p > 1)
+    {
         vec![EXCLUSIVE_READING.to_string()]
     } else {
         Vec::new()
     };
+    let resolution = data
+        .strategies()
+        .into_iter()
+        .flat_map(|s| {
+            pods.iter()
+                .filter_map(move |&p| data.aggregate(s, p).and_then(|a| a.quantile_resolution))
+        })
+        .reduce(f64::max);
+    if let Some(r) = resolution {
+        reading.push(format!(
+            "The p50 and p99 are interpolated inside the workload's histogram buckets: each can be off by up to {:.1}% of its value (the widest bucket they fell in; the `quantile_resolution` column gives it per cell). Differences smaller than that are not resolved.",
+            r * 100.0
+        ));
+    }
     Tables { tables, notes, reading }
 }
 

@@ -47,6 +47,10 @@ pub struct CellRecord {
     pub p90_s: Option<f64>,
     /// 99th percentile latency, seconds.
     pub p99_s: Option<f64>,
+    /// Resolution of p50/p90/p99: the relative width of the widest histogram bucket they
+    /// were interpolated in (0.0219 = ±2.2%).
+    #[serde(default)]
+    pub quantile_resolution: Option<f64>,
     /// Failed or dropped inferences during the measurement.
     pub errors: Option<u64>,
     /// Jain's fairness index over the requested pods' throughput (aggregate rows).
@@ -121,6 +125,7 @@ impl CellRecord {
             p50_s: None,
             p90_s: None,
             p99_s: None,
+            quantile_resolution: None,
             errors: None,
             fairness: None,
             gpu_util_pct: None,

@@ -60,6 +60,30 @@ impl Histogram {
         }
     }
 
+    /// The resolution of the q-quantile: the relative width (upper / lower bound − 1)
+    /// of the bucket it was interpolated in, so how far it can be from the true value.
+    /// None when it falls in the first bucket or above the last finite bound.
+    pub fn resolution_at(&self, q: f64) -> Option<f64> {
+        let v = self.quantile(q);
+        if !v.is_finite() {
+            return None;
+        }
+        let b = &self.buckets;
+        let i = b.iter().position(|(ub, _)| *ub >= v)?;
+        if i == 0 || !b[i].0.is_finite() || b[i - 1].0 <= 0.0 {
+            return None;
+        }
+        Some(b[i].0 / b[i - 1].0 - 1.0)
+    }
+
+    /// The coarsest resolution of the p50, p90 and p99 (what the rows' quantiles carry).
+    pub fn quantile_resolution(&self) -> Option<f64> {
+        [0.5, 0.9, 0.99]
+            .iter()
+            .filter_map(|&q| self.resolution_at(q))
+            .reduce(f64::max)
+    }
+
     /// The q-quantile as Prometheus' `histogram_quantile(q, …)` computes it.
     pub fn quantile(&self, q: f64) -> f64 {
         if q.is_nan() {
@@ -107,6 +131,25 @@ impl Histogram {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_quantile_states_the_width_of_the_bucket_it_fell_in() {
+        // Buckets 1, 2, 4 ms (ratio 2) then +Inf: p50 in (1, 2] ms, resolution 100%.
+        let h = Histogram {
+            buckets: vec![(0.001, 0.0), (0.002, 10.0), (0.004, 10.0), (f64::INFINITY, 10.0)],
+            sum: 0.015,
+            count: 10.0,
+        };
+        assert_eq!(h.resolution_at(0.5), Some(1.0));
+        assert_eq!(h.quantile_resolution(), Some(1.0));
+        // All in the first bucket: no lower bound, no stated resolution.
+        let first = Histogram {
+            buckets: vec![(0.001, 5.0), (f64::INFINITY, 5.0)],
+            sum: 0.004,
+            count: 5.0,
+        };
+        assert_eq!(first.resolution_at(0.5), None);
+    }
 
     fn h(buckets: &[(f64, f64)]) -> Histogram {
         Histogram {

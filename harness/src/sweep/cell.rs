@@ -197,6 +197,7 @@ pub fn cell_rows(
                 row.p50_s = finite(d.quantile(0.5));
                 row.p90_s = finite(d.quantile(0.9));
                 row.p99_s = finite(d.quantile(0.99));
+                row.quantile_resolution = d.quantile_resolution();
                 row.errors = Some(errs.max(0.0) as u64);
                 row.duration_s = Some(secs);
                 total_tput += d.count / secs;
@@ -244,6 +245,7 @@ pub fn cell_rows(
         agg.p50_s = finite(h.quantile(0.5));
         agg.p90_s = finite(h.quantile(0.9));
         agg.p99_s = finite(h.quantile(0.99));
+        agg.quantile_resolution = h.quantile_resolution();
         agg.errors = Some(total_errors as u64);
         agg.fairness = jain_index(&effective);
         agg.duration_s = Some(cell_secs);
