@@ -37,7 +37,8 @@ pub struct CellRecord {
     pub status: CellStatus,
     /// Inferences completed during the measurement.
     pub inferences: Option<u64>,
-    /// Inferences per second (aggregate: summed over pods).
+    /// Inferences per second (a pod: over its own measured interval; the aggregate: all
+    /// pods' inferences over the cell's measured time, the time base fairness uses).
     pub throughput_per_s: Option<f64>,
     /// Exact mean latency (Δsum / Δcount), seconds.
     pub mean_s: Option<f64>,
@@ -79,8 +80,12 @@ pub struct CellRecord {
     pub windows: Option<u32>,
     /// Window-to-window spread of throughput, (max − min) / mean over all windows.
     pub throughput_spread: Option<f64>,
-    /// Window-to-window spread of the median latency.
+    /// Window-to-window spread of the median latency (moves in bucket steps).
     pub p50_spread: Option<f64>,
+    /// Window-to-window spread of the mean latency (what the stability rule judges,
+    /// with throughput).
+    #[serde(default)]
+    pub mean_spread: Option<f64>,
     /// Exit code of a pod that stopped on its own.
     pub exit_code: Option<i32>,
     /// Model preset.
@@ -141,6 +146,7 @@ impl CellRecord {
             windows: None,
             throughput_spread: None,
             p50_spread: None,
+            mean_spread: None,
             exit_code: None,
             model: String::new(),
             precision: String::new(),

@@ -1,12 +1,16 @@
 //! When to stop measuring a cell: the last `n` windows agree within a tolerance on
-//! throughput and median latency (max − min ≤ tol × mean, for each).
+//! throughput and mean latency (max − min ≤ tol × mean, for each). Both are exact
+//! (counts over time, Δsum/Δcount); a median read from histogram buckets moves in bucket
+//! steps and could hardly fail the test.
 
 /// What one measurement window of a cell saw, summed over its pods.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct WindowStat {
     /// Inferences per second in the window.
     pub throughput: f64,
-    /// Median latency in the window, seconds.
+    /// Mean latency in the window (Δsum/Δcount), seconds.
+    pub mean: f64,
+    /// Median latency in the window, seconds (shown, not judged).
     pub p50: f64,
 }
 
@@ -24,27 +28,31 @@ pub fn relative_spread(values: &[f64]) -> f64 {
     (max - min) / mean
 }
 
-/// Whether the last `n` windows agree within `tol` (0.05 = 5%) on both measures.
+/// Whether the last `n` windows agree within `tol` (0.05 = 5%) on throughput and mean.
 pub fn stable(windows: &[WindowStat], n: usize, tol: f64) -> bool {
     if n == 0 || windows.len() < n {
         return false;
     }
     let last = &windows[windows.len() - n..];
     let tput: Vec<f64> = last.iter().map(|w| w.throughput).collect();
-    let p50: Vec<f64> = last.iter().map(|w| w.p50).collect();
+    let mean: Vec<f64> = last.iter().map(|w| w.mean).collect();
     let ok = |v: &[f64]| {
         let s = relative_spread(v);
         s.is_finite() && s <= tol
     };
-    ok(&tput) && ok(&p50)
+    ok(&tput) && ok(&mean)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn w(t: f64, p: f64) -> WindowStat {
-        WindowStat { throughput: t, p50: p }
+    fn w(t: f64, m: f64) -> WindowStat {
+        WindowStat {
+            throughput: t,
+            mean: m,
+            p50: f64::NAN,
+        }
     }
 
     #[test]
@@ -55,6 +63,25 @@ mod tests {
         // Throughput agrees, latency does not (10% apart).
         let jumpy = [w(100.0, 0.010), w(100.0, 0.011), w(100.0, 0.010)];
         assert!(!stable(&jumpy, 3, 0.05));
+        // A median that jumps a bucket while the exact mean holds is stable.
+        let bucket_step = [
+            WindowStat {
+                throughput: 100.0,
+                mean: 0.0100,
+                p50: 0.0098,
+            },
+            WindowStat {
+                throughput: 100.0,
+                mean: 0.0101,
+                p50: 0.0108,
+            },
+            WindowStat {
+                throughput: 100.0,
+                mean: 0.0100,
+                p50: 0.0098,
+            },
+        ];
+        assert!(stable(&bucket_step, 3, 0.05));
         // Only the last n count.
         let settling = [w(50.0, 0.02), w(100.0, 0.010), w(101.0, 0.0101), w(99.0, 0.0099)];
         assert!(stable(&settling, 3, 0.05));

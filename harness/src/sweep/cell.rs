@@ -174,6 +174,7 @@ pub fn cell_rows(
     let (mut total_tput, mut total_errors, mut total_inf) = (0.0, 0.0, 0u64);
     let mut effective = Vec::new();
     let mut statuses = Vec::new();
+    let mut layout_mismatch = Vec::new();
     for name in order {
         let t = &tracked[name];
         let (status, exit_code, note) = pod_status(&t.state, &t.problem);
@@ -206,7 +207,17 @@ pub fn cell_rows(
                 effective.push(if cell_secs > 0.0 { d.count / cell_secs } else { 0.0 });
                 match total.as_mut() {
                     Some(h) => {
-                        h.add(&d);
+                        // Histograms with other bucket bounds cannot be summed: the pod's
+                        // own row keeps its quantiles; the cell's leave it out, and say so.
+                        if !h.add(&d) {
+                            layout_mismatch.push(name.clone());
+                            row.note = [row.note.as_str(), "its histogram has other bucket bounds than the cell's first pod: left out of the cell's quantiles and mean"]
+                                .iter()
+                                .filter(|n| !n.is_empty())
+                                .copied()
+                                .collect::<Vec<_>>()
+                                .join("; ");
+                        }
                     }
                     None => total = Some(d),
                 }
@@ -228,6 +239,12 @@ pub fn cell_rows(
     {
         notes.push(format!("{} {}: {}", r.pod, r.status, r.note));
     }
+    if !layout_mismatch.is_empty() {
+        notes.push(format!(
+            "{} left out of the cell's quantiles and mean: other histogram bucket bounds",
+            layout_mismatch.join(", ")
+        ));
+    }
     if !windows.is_empty() && !stable(windows, settings.stable_windows, settings.tolerance) {
         notes.push(format!(
             "did not settle within {} s (last {} windows differ by more than {}%)",
@@ -240,7 +257,13 @@ pub fn cell_rows(
     agg.started_at = started_at.clone();
     if let Some(h) = total.filter(|h| h.count > 0.0) {
         agg.inferences = Some(total_inf);
-        agg.throughput_per_s = Some(total_tput);
+        // One time base for the cell: every pod's inferences over the cell's measured
+        // time, as fairness counts them (a pod that died mid-cell adds only what it did).
+        agg.throughput_per_s = Some(if cell_secs > 0.0 {
+            total_inf as f64 / cell_secs
+        } else {
+            total_tput
+        });
         agg.mean_s = finite(h.mean());
         agg.p50_s = finite(h.quantile(0.5));
         agg.p90_s = finite(h.quantile(0.9));
@@ -252,6 +275,8 @@ pub fn cell_rows(
         agg.windows = Some(windows.len() as u32);
         let tputs: Vec<f64> = windows.iter().map(|w| w.throughput).collect();
         let p50s: Vec<f64> = windows.iter().map(|w| w.p50).collect();
+        let means: Vec<f64> = windows.iter().map(|w| w.mean).collect();
+        agg.mean_spread = finite(relative_spread(&means));
         agg.throughput_spread = finite(relative_spread(&tputs));
         agg.p50_spread = finite(relative_spread(&p50s));
         agg.gpu_util_pct = summary.util_pct;
@@ -259,7 +284,7 @@ pub fn cell_rows(
         agg.power_w = summary.power_w;
         agg.energy_j_per_inference = summary.energy_j.map(|e| e / total_inf.max(1) as f64);
         if let Some(base) = baseline {
-            agg.speedup_vs_1pod = base.throughput_per_s.map(|b| total_tput / b);
+            agg.speedup_vs_1pod = base.throughput_per_s.zip(agg.throughput_per_s).map(|(b, t)| t / b);
             agg.slowdown_vs_1pod = match (agg.mean_s, base.mean_s) {
                 (Some(m), Some(b)) if b > 0.0 => Some(m / b),
                 _ => None,
@@ -276,6 +301,99 @@ pub fn cell_rows(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn snap(at: tokio::time::Instant, bounds: &[f64], count: f64) -> PodSnapshot {
+        PodSnapshot {
+            at,
+            latency: Histogram {
+                buckets: bounds
+                    .iter()
+                    .map(|&b| (b, count))
+                    .chain([(f64::INFINITY, count)])
+                    .collect(),
+                sum: count * 0.001,
+                count,
+            },
+            errors: 0.0,
+        }
+    }
+
+    fn measured(pods: &[(&str, f64, f64, &[f64])]) -> Measured {
+        // (name, seconds between its first and last snapshot, inferences, bucket bounds)
+        let t0 = tokio::time::Instant::now();
+        let tracked = pods
+            .iter()
+            .map(|(n, secs, count, bounds)| {
+                (
+                    n.to_string(),
+                    Tracked {
+                        first: Some(snap(t0, bounds, 0.0)),
+                        last: Some(snap(t0 + Duration::from_secs_f64(*secs), bounds, *count)),
+                        state: PodState::Running,
+                        problem: None,
+                    },
+                )
+            })
+            .collect();
+        Measured {
+            order: pods.iter().map(|p| p.0.to_string()).collect(),
+            tracked,
+            windows: Vec::new(),
+            measured: Duration::from_secs(10),
+            summary: TelemetrySummary::default(),
+            started_at: String::new(),
+        }
+    }
+
+    fn labels() -> CellLabels {
+        CellLabels {
+            run_id: "r".into(),
+            strategy: Strategy::Mps,
+            pods: 2,
+            model: "tiny".into(),
+            precision: "fp32".into(),
+            device: DeviceKind::Cpu,
+        }
+    }
+
+    fn settings() -> MeasureSettings {
+        MeasureSettings {
+            ready_timeout: Duration::from_secs(1),
+            warmup: Duration::ZERO,
+            window: Duration::from_secs(1),
+            max_cell: Duration::from_secs(10),
+            stable_windows: 3,
+            tolerance: 0.05,
+        }
+    }
+
+    #[test]
+    fn the_cell_throughput_and_fairness_share_one_time_base() {
+        // Two pods at 100/s; one was only measured for 2 of the cell's 10 s.
+        let m = measured(&[("a", 10.0, 1000.0, &[0.002]), ("b", 2.0, 200.0, &[0.002])]);
+        let rows = cell_rows(&m, &labels(), Source::Scrape, &settings(), None);
+        let agg = rows.last().expect("aggregate");
+        assert_eq!(
+            agg.throughput_per_s,
+            Some(120.0),
+            "1200 inferences in 10 s, not 100 + 100"
+        );
+        assert_eq!(
+            rows[1].throughput_per_s,
+            Some(100.0),
+            "the pod's own row keeps its own rate"
+        );
+    }
+
+    #[test]
+    fn a_pod_with_other_buckets_is_named_not_silently_dropped() {
+        let m = measured(&[("a", 10.0, 1000.0, &[0.002]), ("b", 10.0, 1000.0, &[0.001, 0.002])]);
+        let rows = cell_rows(&m, &labels(), Source::Scrape, &settings(), None);
+        assert!(rows[1].note.contains("other bucket bounds"), "{}", rows[1].note);
+        let agg = rows.last().expect("aggregate");
+        assert!(agg.note.contains("b left out of the cell's quantiles"), "{}", agg.note);
+        assert_eq!(agg.throughput_per_s, Some(200.0), "its inferences still count");
+    }
 
     #[test]
     fn aggregate_status_rules() {

@@ -1,5 +1,5 @@
 //! Measuring one launched cell: wait for readiness, warm up (discarded), then windows
-//! until the last few agree on throughput and median latency, or the cap. Every wait
+//! until the last few agree on throughput and mean latency, or the cap. Every wait
 //! ends at a stop request. The rows come from [`crate::sweep::cell::cell_rows`].
 
 use std::collections::HashMap;
@@ -136,12 +136,14 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
                 }
             }
             let p50 = window_hist.as_ref().map_or(f64::NAN, |h| h.quantile(0.5));
+            let mean = window_hist.as_ref().map_or(f64::NAN, |h| h.mean());
             windows.push(WindowStat {
                 throughput: window_tput,
+                mean,
                 p50,
             });
             let is_stable = stable(&windows, settings.stable_windows, settings.tolerance);
-            progress.window(windows.len(), window_tput, p50, is_stable);
+            progress.window(windows.len(), window_tput, mean, is_stable);
             measured = t0.elapsed();
             if (windows.len() >= settings.stable_windows && is_stable)
                 || measured + settings.window > settings.max_cell + Duration::from_millis(500)

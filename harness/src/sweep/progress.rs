@@ -15,8 +15,8 @@ pub trait Progress {
     fn cell_start(&self, strategy: Strategy, pods: u32);
     /// What the cell is doing.
     fn phase(&self, text: &str);
-    /// A measurement window ended.
-    fn window(&self, n: usize, throughput: f64, p50: f64, stable: bool);
+    /// A measurement window ended: its throughput and mean latency (seconds).
+    fn window(&self, n: usize, throughput: f64, mean: f64, stable: bool);
     /// A cell ended with this one-line summary (`failed`: the cell could not be measured).
     fn cell_done(&self, summary: &str, failed: bool);
     /// Something the user should read.
@@ -118,10 +118,10 @@ impl Progress for Bars {
     fn phase(&self, text: &str) {
         self.cell.set_message(text.to_string());
     }
-    fn window(&self, n: usize, throughput: f64, p50: f64, stable: bool) {
+    fn window(&self, n: usize, throughput: f64, mean: f64, stable: bool) {
         self.cell.set_message(format!(
-            "window {n}: {throughput:.1} inf/s, p50 {:.2} ms{}",
-            p50 * 1e3,
+            "window {n}: {throughput:.1} inf/s, mean {:.2} ms{}",
+            mean * 1e3,
             if stable { ", stable" } else { "" }
         ));
     }
