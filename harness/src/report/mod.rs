@@ -182,6 +182,29 @@ mod tests {
     }
 
     #[test]
+    fn quantile_tables_state_their_resolution() {
+        let old = tables::all(&fixture());
+        assert!(
+            old.tables.iter().all(|t| !t.unit.contains("resolution")),
+            "an older run has none to state"
+        );
+        let mut data = fixture();
+        for c in &mut data.cells {
+            c.quantile_resolution = Some(0.0219);
+        }
+        let t = tables::all(&data);
+        let unit = |title: &str| t.tables.iter().find(|x| x.title == title).map(|x| x.unit.clone());
+        assert_eq!(unit("p99 latency").as_deref(), Some("ms, resolution ±2.2%"));
+        assert_eq!(unit("Median (p50) latency").as_deref(), Some("ms, resolution ±2.2%"));
+        assert_eq!(
+            unit("Mean inference latency").as_deref(),
+            Some("ms"),
+            "the mean is exact"
+        );
+        assert!(t.reading.iter().any(|r| r.contains("off by up to 2.2%")));
+    }
+
+    #[test]
     fn a_partial_run_is_marked_in_html_and_markdown() {
         let complete = render(&fixture()).expect("render");
         assert!(!complete.html.contains("PARTIAL") && !complete.markdown.contains("PARTIAL"));

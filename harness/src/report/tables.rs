@@ -176,6 +176,15 @@ pub fn all(data: &RunData) -> Tables {
             }
         }
     }
+    // The coarsest quantile resolution of the run's cells (None: an older run).
+    let resolution = data
+        .strategies()
+        .into_iter()
+        .flat_map(|s| {
+            pods.iter()
+                .filter_map(move |&p| data.aggregate(s, p).and_then(|a| a.quantile_resolution))
+        })
+        .reduce(f64::max);
     let tables = METRICS
         .iter()
         .filter(|m| {
@@ -187,7 +196,12 @@ pub fn all(data: &RunData) -> Tables {
         })
         .map(|m| Table {
             title: m.title.to_string(),
-            unit: m.unit.to_string(),
+            unit: match resolution {
+                Some(r) if m.title.contains("p50") || m.title.contains("p99") => {
+                    format!("{}, resolution ±{:.1}%", m.unit, r * 100.0)
+                }
+                _ => m.unit.to_string(),
+            },
             columns: pods
                 .iter()
                 .map(|p| format!("{p} pod{}", if *p == 1 { "" } else { "s" }))
@@ -218,14 +232,6 @@ pub fn all(data: &RunData) -> Tables {
     } else {
         Vec::new()
     };
-    let resolution = data
-        .strategies()
-        .into_iter()
-        .flat_map(|s| {
-            pods.iter()
-                .filter_map(move |&p| data.aggregate(s, p).and_then(|a| a.quantile_resolution))
-        })
-        .reduce(f64::max);
     if let Some(r) = resolution {
         reading.push(format!(
             "The p50 and p99 are interpolated inside the workload's histogram buckets: each can be off by up to {:.1}% of its value (the widest bucket they fell in; the `quantile_resolution` column gives it per cell). Differences smaller than that are not resolved.",
