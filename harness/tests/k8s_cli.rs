@@ -11,6 +11,7 @@ use std::process::Command;
 use gpushare_bench::backend::Backend;
 use gpushare_bench::backend::k8s::backend::{KubeSettings, KubernetesBackend};
 use gpushare_bench::backend::k8s::objects::{self, WorkloadSpec};
+use gpushare_bench::backend::k8s::sim::rbac::{objects_from_yaml, with_rule_verbs};
 use gpushare_bench::backend::k8s::sim::{ClusterSpec, HARNESS_TOKEN, SimCluster};
 use gpushare_bench::domain::Strategy;
 use gpushare_bench::shutdown::Shutdown;
@@ -21,9 +22,7 @@ const SPEED: f64 = 200.0;
 fn rbac() -> Vec<Value> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/base/rbac.yaml");
     let text = std::fs::read_to_string(path).expect("rbac.yaml");
-    serde_yaml_ng::Deserializer::from_str(&text)
-        .map(|d| serde::Deserialize::deserialize(d).expect("document"))
-        .collect()
+    objects_from_yaml(&text).expect("YAML documents")
 }
 
 fn kubeconfig(dir: &Path, url: &str) -> std::path::PathBuf {
@@ -181,12 +180,12 @@ async fn doctor_kubernetes_passes_a_ready_cluster_and_names_what_is_missing() {
     let mut spec = ClusterSpec::h100("gpu-1");
     spec.gpus = 2;
     spec.plugin_config = (String::new(), String::new());
-    let mut old = rbac();
-    for o in &mut old {
-        if o["metadata"]["name"] == "gpushare-bench-workload" && o["kind"] == "Role" {
-            o["rules"][0]["verbs"] = serde_json::json!(["get", "list", "patch", "delete"]);
-        }
-    }
+    let old = with_rule_verbs(
+        rbac(),
+        "gpushare-bench-workload",
+        0,
+        &["get", "list", "patch", "delete"],
+    );
     let sim = SimCluster::start(spec, &old, SPEED).await.expect("simulator");
     let (code, out) = doctor(&sim, tmp.path()).await;
     assert_eq!(code, 1, "{out}");

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use super::backend::{KubeSettings, KubernetesBackend, restore_from_journal};
 use super::journal;
 use super::objects::{self, WorkloadSpec};
+use super::sim::rbac::with_rule_verbs;
 use super::sim::{ClusterSpec, SimCluster};
 use crate::backend::Session;
 use crate::config::options::SweepOptions;
@@ -38,9 +39,7 @@ const SPEED: f64 = 200.0;
 fn manifest_rbac() -> Vec<Value> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/base/rbac.yaml");
     let text = std::fs::read_to_string(&path).expect("manifests/base/rbac.yaml");
-    serde_yaml_ng::Deserializer::from_str(&text)
-        .map(|d| serde::Deserialize::deserialize(d).expect("YAML document"))
-        .collect()
+    super::sim::rbac::objects_from_yaml(&text).expect("YAML documents")
 }
 
 /// Every pod serves 100 inferences/s of 10 ms from its first scrape on.
@@ -484,12 +483,12 @@ async fn a_user_key_with_the_harness_name_and_other_content_is_refused_untouched
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_old_workload_role_cannot_create_the_deployment_by_server_side_apply() {
     // manifests/base/rbac.yaml before this change: no `create` on deployments.
-    let mut rbac = manifest_rbac();
-    for o in &mut rbac {
-        if o["metadata"]["name"] == "gpushare-bench-workload" && o["kind"] == "Role" {
-            o["rules"][0]["verbs"] = serde_json::json!(["get", "list", "patch", "delete"]);
-        }
-    }
+    let rbac = with_rule_verbs(
+        manifest_rbac(),
+        "gpushare-bench-workload",
+        0,
+        &["get", "list", "patch", "delete"],
+    );
     let sim = SimCluster::start(ClusterSpec::h100("gpu-1"), &rbac, SPEED)
         .await
         .expect("simulator");
@@ -539,28 +538,12 @@ fn kube_prometheus_can_discover_the_workload_pods_only_with_the_manifests_role()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_port_forward_the_role_does_not_grant_fails_with_the_rbac_message() {
-    let mut rbac = manifest_rbac();
-    for o in &mut rbac {
-        if o["metadata"]["name"] == "gpushare-bench-prometheus" && o["kind"] == "Role" {
-            // The Role before this change: `create` only, which kube-rs's WebSocket GET never uses.
-            o["rules"][1]["verbs"] = serde_json::json!(["create"]);
-        }
-    }
+    // The Role before this change: `create` only, which kube-rs's WebSocket GET never uses.
+    let rbac = with_rule_verbs(manifest_rbac(), "gpushare-bench-prometheus", 1, &["create"]);
     let sim = SimCluster::start(ClusterSpec::h100("gpu-1"), &rbac, SPEED)
         .await
         .expect("simulator");
-    sim.with(|w| {
-        w.add_running_pod(
-            "monitoring",
-            "prometheus-k8s-0",
-            serde_json::json!({"app.kubernetes.io/name": "prometheus"}),
-        )
-    });
-    let err = super::portforward::to_prometheus(sim.client(), "monitoring", "app.kubernetes.io/name=prometheus", 9090)
-        .await
-        .err()
-        .map(|e| e.to_string())
-        .unwrap_or_default();
+    let err = port_forward_error(&sim).await;
     assert!(
         err.contains("forbidden") && err.contains("cannot get resource \"pods/portforward\""),
         "{err}"
@@ -599,25 +582,9 @@ async fn interrupted_then_resumed_restores_at_the_end_of_the_resumed_run() {
 async fn from_kubernetes_1_35_the_port_forward_also_needs_create() {
     let mut spec = ClusterSpec::h100("gpu-1");
     spec.minor_version = 35;
-    let mut rbac = manifest_rbac();
-    for o in &mut rbac {
-        if o["metadata"]["name"] == "gpushare-bench-prometheus" && o["kind"] == "Role" {
-            o["rules"][1]["verbs"] = serde_json::json!(["get"]);
-        }
-    }
+    let rbac = with_rule_verbs(manifest_rbac(), "gpushare-bench-prometheus", 1, &["get"]);
     let sim = SimCluster::start(spec, &rbac, SPEED).await.expect("simulator");
-    sim.with(|w| {
-        w.add_running_pod(
-            "monitoring",
-            "prometheus-k8s-0",
-            serde_json::json!({"app.kubernetes.io/name": "prometheus"}),
-        )
-    });
-    let err = super::portforward::to_prometheus(sim.client(), "monitoring", "app.kubernetes.io/name=prometheus", 9090)
-        .await
-        .err()
-        .map(|e| e.to_string())
-        .unwrap_or_default();
+    let err = port_forward_error(&sim).await;
     assert!(err.contains("cannot create resource \"pods/portforward\""), "{err}");
 }
 
@@ -724,4 +691,20 @@ async fn pods_without_the_gpu_toleration_stay_pending_on_a_tainted_node() {
         rows.contains("\"status\":\"pending\"") && rows.contains("untolerated taint"),
         "{rows}"
     );
+}
+
+/// The error of a port-forward to a running Prometheus pod in `monitoring` (empty if none).
+async fn port_forward_error(sim: &SimCluster) -> String {
+    sim.with(|w| {
+        w.add_running_pod(
+            "monitoring",
+            "prometheus-k8s-0",
+            serde_json::json!({"app.kubernetes.io/name": "prometheus"}),
+        )
+    });
+    super::portforward::to_prometheus(sim.client(), "monitoring", "app.kubernetes.io/name=prometheus", 9090)
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default()
 }

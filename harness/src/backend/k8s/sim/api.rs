@@ -4,6 +4,8 @@
 //! patch, server-side apply (a create through apply is authorised as `create` too, A2:
 //! `endpoints/handlers/patch.go`), delete, SelfSubjectAccessReview, and the port-forward
 //! upgrade's authorisation (A4: `get`, plus `create` from 1.35).
+//! The kubernetes files were read from a code index at the commits UPSTREAM-RULES.md
+//! names (H); which release they belong to was not identified.
 
 use std::collections::BTreeMap;
 

@@ -1,7 +1,8 @@
 //! Field ownership of server-side apply and JSON merge patches, as the API server keeps
-//! it in `metadata.managedFields` (kubernetes-sigs/structured-merge-diff v4,
-//! `merge/update.go` `Updater.Apply` / `Updater.Update`; rules as in the Kubernetes
-//! docs "Server-Side Apply", see UPSTREAM-RULES.md A2/H1):
+//! it in `metadata.managedFields` (kubernetes-sigs/structured-merge-diff v6.3.0, the
+//! same in substance as v4.4.1: `merge/update.go` `Updater.Apply` / `Updater.Update`;
+//! the conflict text from kubernetes `managedfields/internal/conflict.go`; see
+//! UPSTREAM-RULES.md A2, H1–H4):
 //!
 //! - an apply by manager M sets the fields of its configuration and M owns exactly
 //!   those afterwards; a field M applied before and omits now is removed from the

@@ -130,7 +130,6 @@ pub fn parse_plugin_config(text: &str) -> Result<PluginConfig, String> {
         sharing: Sharing::None,
         renamed: false,
     };
-    // `SharingStrategy`: MPS first, then time-slicing (sharing.go).
     for key in ["timeSlicing", "mps"] {
         let Some(section) = v.get("sharing").and_then(|s| s.get(key)) else {
             continue;
@@ -167,10 +166,9 @@ pub fn parse_plugin_config(text: &str) -> Result<PluginConfig, String> {
             continue;
         }
         out.renamed = section.get("renameByDefault").and_then(Value::as_bool).unwrap_or(false);
+        // `mps` is read after `timeSlicing`, so it wins as in `SharingStrategy`.
         out.sharing = if key == "mps" {
             Sharing::Mps { replicas }
-        } else if matches!(out.sharing, Sharing::Mps { .. }) {
-            out.sharing
         } else {
             Sharing::TimeSlicing {
                 replicas,

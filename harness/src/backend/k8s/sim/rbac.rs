@@ -7,6 +7,8 @@
 //! resourceNames never matches a request without a name (list, watch, create by POST);
 //! the denial text follows `responsewriters.forbiddenMessage`. See UPSTREAM-RULES.md
 //! A1, A2, H2.
+//! The kubernetes files were read from a code index at the commits UPSTREAM-RULES.md
+//! names (H); which release they belong to was not identified.
 
 use serde_json::Value;
 
@@ -194,6 +196,24 @@ impl Authorizer {
                 && g.rules.iter().any(|r| r.allows(a))
         })
     }
+}
+
+/// The RBAC objects of a multi-document YAML file (`manifests/base/rbac.yaml`).
+pub fn objects_from_yaml(text: &str) -> Result<Vec<Value>, String> {
+    serde_yaml_ng::Deserializer::from_str(text)
+        .map(|d| serde::Deserialize::deserialize(d).map_err(|e| e.to_string()))
+        .collect()
+}
+
+/// `objects` with the verbs of rule `rule` of Role `role` replaced (tests: an older or
+/// narrower grant than the manifests').
+pub fn with_rule_verbs(mut objects: Vec<Value>, role: &str, rule: usize, verbs: &[&str]) -> Vec<Value> {
+    for o in &mut objects {
+        if o["metadata"]["name"] == role && o["kind"] == "Role" {
+            o["rules"][rule]["verbs"] = serde_json::json!(verbs);
+        }
+    }
+    objects
 }
 
 #[cfg(test)]

@@ -30,7 +30,8 @@ pub struct Timings {
     /// Kubelet's projection of a changed ConfigMap into the plugin pod's volume (A5: sync
     /// period 60 s + cache TTL); GFD's and the MPS daemon's pods lag by their own offsets.
     pub projection: [Secs; 3],
-    /// Container restart backoff: first delay, doubling, capped (kubelet: 10 s, 300 s).
+    /// Container restart backoff: first delay, doubling, capped (the documented
+    /// CrashLoopBackOff 10 s and 300 s; the kubelet's code was not read).
     pub backoff: (Secs, Secs),
     /// Plugin stop, reload and register with the kubelet after a SIGHUP.
     pub plugin_restart: Secs,
@@ -1317,7 +1318,10 @@ impl World {
             .map(|k| k.namespace.clone())
     }
 
-    /// Level-triggered controllers, run after every event and every API write.
+    /// Level-triggered controllers, run after every event and every API write. The
+    /// Deployment controller is reduced to one ReplicaSet per template hash that replaces
+    /// stale and Failed pods (`FilterActivePods`, UPSTREAM-RULES.md H13; the controller's
+    /// code was not read beyond that).
     pub fn controllers(&mut self) {
         self.daemonsets();
         self.deployments();
@@ -1410,7 +1414,9 @@ impl World {
 
     /// The scheduler and the kubelet's admission for unbound workload pods: node
     /// selector, node affinity (`matchFields metadata.name`), taints and tolerations, and
-    /// the extended resource against allocatable minus what bound pods hold. Admission
+    /// the extended resource against allocatable minus what bound pods hold. These are
+    /// the documented Kubernetes semantics; kube-scheduler's plugins were not read, and
+    /// the Unschedulable messages follow their usual form, not their source. Admission
     /// runs the device plugin's `Allocate` (k8s-device-plugin v0.18.1 `internal/rm/rm.go`
     /// `ValidateRequest`: more than one shared device → UnexpectedAdmissionError, pod
     /// Failed) and picks a device (`internal/rm/allocate.go` `distributedAlloc`: the GPU
