@@ -96,7 +96,7 @@ fn tampered_cells_are_refused_naming_file_line_and_field() {
                 }
                 true
             },
-            "line 3: duplicate row (strategy exclusive, pods 1, pod \"all\"), first on line 2",
+            "line 3: duplicate row (strategy exclusive, pods 1, repeat 1, pod \"all\"), first on line 2",
         ),
         (
             "no-aggregate",
@@ -231,7 +231,7 @@ fn an_empty_run_exports_the_csv_header_and_is_marked_partial() {
     let text = String::from_utf8(out.stdout).expect("utf-8");
     assert_eq!(text.lines().count(), 1, "{text}");
     assert!(
-        text.starts_with("run_id,strategy,pods,pod,status,inferences,throughput_per_s,"),
+        text.starts_with("run_id,strategy,pods,repeat,pod,status,inferences,throughput_per_s,"),
         "{text}"
     );
     let md = bench(&["export", "--format", "markdown"], &[&run]);

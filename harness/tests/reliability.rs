@@ -222,6 +222,8 @@ fn hostile_values_are_one_line_and_exit_2() {
         (vec!["sweep", "--window", "7000000000000000000s"], "bad --window"),
         (vec!["sweep", "--prometheus", "http://"], "bad --prometheus `http://`"),
         (vec!["sweep", "--device", "gpu"], "bad --device `gpu`"),
+        (vec!["sweep", "--repeat", "0"], "bad --repeat `0`: expected 1 to 100"),
+        (vec!["sweep", "--repeat", "many"], "--repeat"),
         (vec!["overhead", "--precision", "int8"], "bad --precision `int8`"),
         (vec!["overhead", "--interval", "500000000000y"], "bad --interval"),
         (

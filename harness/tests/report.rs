@@ -52,7 +52,7 @@ fn csv_and_markdown_match_their_golden_files() {
     // same rows as cells.jsonl.
     let mut reader = csv::Reader::from_reader(csv.as_bytes());
     let header: Vec<String> = reader.headers().expect("header").iter().map(str::to_string).collect();
-    assert_eq!(&header[..5], &["run_id", "strategy", "pods", "pod", "status"]);
+    assert_eq!(&header[..6], &["run_id", "strategy", "pods", "repeat", "pod", "status"]);
     let rows: Vec<csv::StringRecord> = reader.records().collect::<Result<_, _>>().expect("rows");
     assert_eq!(rows.len(), 64);
     let tput = header.iter().position(|h| h == "throughput_per_s").expect("column");

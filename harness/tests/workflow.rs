@@ -70,3 +70,26 @@ fn a_regression_fails_the_nightly_compare_step() {
     assert_ne!(run_step(&step, 1), 0, "compare exited 1, the step must fail: {step}");
     assert_eq!(run_step(&step, 0), 0);
 }
+
+#[test]
+fn the_nightly_sweeps_three_repeats_against_a_committed_three_repeat_baseline() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.github/workflows/nightly-perf.yml");
+    let wf: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&path).expect("workflow")).expect("YAML");
+    let steps = wf["jobs"]["sweep"]["steps"].as_array().expect("steps");
+    let sweep = steps
+        .iter()
+        .filter_map(|s| s["run"].as_str())
+        .find(|r| r.contains("make bench-all"))
+        .expect("the sweep step");
+    assert!(sweep.contains("--repeat 3"), "{sweep}");
+    let baseline = wf["jobs"]["sweep"]["env"]["BASELINE"].as_str().expect("BASELINE");
+    let default = baseline
+        .split("|| '")
+        .nth(1)
+        .and_then(|s| s.split('\'').next())
+        .expect("a default baseline");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(default);
+    let data = gpushare_bench::report::RunData::load(&dir).expect("the committed baseline loads");
+    assert_eq!(data.run.plan.repeat, 3, "{default}");
+    assert!(data.run.is_complete(), "{default}: {}", data.run.state);
+}

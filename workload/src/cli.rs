@@ -106,6 +106,11 @@ pub struct ServeArgs {
     /// Extra GPU memory to allocate and touch at start, e.g. 8GiB (models memory-hungry workloads).
     #[arg(long, default_value = "0", value_parser = parse_size_arg)]
     pub reserve_memory: u64,
+    /// Host-side work added to every inference, inside its timed latency, e.g. 0.2ms: a
+    /// busy wait on the CPU after the GPU pass returns (models pre- and post-processing;
+    /// plants a known slowdown to test a regression check). 0 adds nothing.
+    #[arg(long, default_value = "0", value_parser = parse_delay_arg)]
+    pub add_latency: std::time::Duration,
     /// Inferences run and discarded before /healthz turns 200.
     #[arg(long, default_value_t = 5)]
     pub warmup: usize,
@@ -166,6 +171,10 @@ parsed_arg!(PresetArg, Preset);
 parsed_arg!(PrecisionArg, Precision);
 parsed_arg!(DeviceArg, Device);
 parsed_arg!(LoadArg, LoadPattern);
+
+fn parse_delay_arg(s: &str) -> std::result::Result<std::time::Duration, String> {
+    crate::size::parse_delay(s).map_err(|e| e.to_string())
+}
 
 fn parse_size_arg(s: &str) -> std::result::Result<u64, String> {
     parse_bytes(s).map_err(|e| e.to_string())

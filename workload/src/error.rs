@@ -32,6 +32,14 @@ pub enum WorkloadError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A delay such as `--add-latency` did not parse.
+    #[error("bad --add-latency `{value}`: {reason} (examples: 0, 200us, 0.2ms, 1.5ms)")]
+    BadDelay {
+        /// The value given.
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// Any other combination of arguments that cannot work.
     #[error("{0}")]
     BadArgument(String),
@@ -167,6 +175,7 @@ impl WorkloadError {
             | UnknownDevice(_)
             | BadLoad { .. }
             | BadSize { .. }
+            | BadDelay { .. }
             | BadArgument(_)
             | Listen { .. }
             | WeightsDir { .. }

@@ -106,8 +106,18 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         metrics.ready.set(1);
         tracing::info!(device_name = %engine.info().name, gflop = engine.flops() / 1e9, "ready");
         match args.load.0 {
-            LoadPattern::Closed => closed_loop(&mut engine, &metrics, &stop),
-            LoadPattern::Poisson { rate } => open_loop(&mut engine, &metrics, &stop, rate, plan.seed, args.max_queue),
+            LoadPattern::Closed => closed_loop(&mut engine, &metrics, &stop, args.add_latency),
+            LoadPattern::Poisson { rate } => open_loop(
+                &mut engine,
+                &metrics,
+                &stop,
+                OpenLoop {
+                    rate,
+                    seed: plan.seed,
+                    max_queue: args.max_queue,
+                    add_latency: args.add_latency,
+                },
+            ),
         }
     });
     if phase.swap(PHASE_DONE, Ordering::SeqCst) == PHASE_EXITING {
@@ -147,25 +157,53 @@ async fn wait_for_signal() -> &'static str {
     }
 }
 
-fn closed_loop(engine: &mut Engine, metrics: &WorkloadMetrics, stop: &AtomicBool) -> Result<()> {
+/// Host-side work of `d` after an inference: a busy wait, as pre- and post-processing
+/// keep a CPU busy, and exact where a sleep would overshoot by the timer slack (≈50 µs).
+/// Waits longer than 2 ms sleep most of the way first.
+pub fn host_work(d: Duration) {
+    if d.is_zero() {
+        return;
+    }
+    let end = Instant::now() + d;
+    if d > Duration::from_millis(2) {
+        std::thread::sleep(d - Duration::from_millis(1));
+    }
+    while Instant::now() < end {
+        std::hint::spin_loop();
+    }
+}
+
+fn closed_loop(engine: &mut Engine, metrics: &WorkloadMetrics, stop: &AtomicBool, add: Duration) -> Result<()> {
     while !stop.load(Ordering::Relaxed) {
         let t0 = Instant::now();
         engine.infer()?;
+        host_work(add);
         metrics.inference_time.observe(t0.elapsed().as_secs_f64());
     }
     Ok(())
 }
 
+/// An open loop's settings.
+struct OpenLoop {
+    /// Arrivals per second.
+    rate: f64,
+    /// Seed of the arrival schedule.
+    seed: u64,
+    /// Most requests waiting.
+    max_queue: usize,
+    /// Host-side work per inference.
+    add_latency: Duration,
+}
+
 /// Poisson arrivals; one engine serves them first come, first served. Latency runs from
 /// a request's scheduled arrival to its completion, so it includes queueing.
-fn open_loop(
-    engine: &mut Engine,
-    metrics: &WorkloadMetrics,
-    stop: &AtomicBool,
-    rate: f64,
-    seed: u64,
-    max_queue: usize,
-) -> Result<()> {
+fn open_loop(engine: &mut Engine, metrics: &WorkloadMetrics, stop: &AtomicBool, o: OpenLoop) -> Result<()> {
+    let OpenLoop {
+        rate,
+        seed,
+        max_queue,
+        add_latency,
+    } = o;
     let start = Instant::now();
     let mut schedule = ArrivalSchedule::new(rate, seed ^ 0xA11);
     let mut queue: VecDeque<f64> = VecDeque::new();
@@ -184,6 +222,7 @@ fn open_loop(
         match queue.pop_front() {
             Some(arrival) => {
                 engine.infer()?;
+                host_work(add_latency);
                 metrics.inference_time.observe(start.elapsed().as_secs_f64() - arrival);
             }
             None => {

@@ -1,4 +1,5 @@
-//! Byte sizes on the command line: `0`, `1000000`, `512MiB`, `2GiB`, `1.5GB`.
+//! Sizes on the command line: bytes (`0`, `1000000`, `512MiB`, `2GiB`, `1.5GB`) and short
+//! durations (`0`, `200us`, `0.2ms`, `1.5ms`, `0.01s`).
 
 use crate::error::WorkloadError;
 
@@ -37,9 +38,60 @@ pub fn parse_bytes(text: &str) -> Result<u64, WorkloadError> {
     Ok(bytes.round() as u64)
 }
 
+/// The longest delay `--add-latency` accepts: 10 s (a slower workload is a different
+/// workload, not a planted slowdown).
+pub const MAX_DELAY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Parses a short duration: a number and a unit (`ns`, `us` or `µs`, `ms`, `s`); a bare
+/// `0` is no delay. At most [`MAX_DELAY`].
+pub fn parse_delay(text: &str) -> Result<std::time::Duration, WorkloadError> {
+    let bad = |reason: &str| WorkloadError::BadDelay {
+        value: text.to_string(),
+        reason: reason.to_string(),
+    };
+    let trimmed = text.trim();
+    let split = trimmed
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(split);
+    if number.is_empty() {
+        return Err(bad("no number"));
+    }
+    let value: f64 = number.parse().map_err(|_| bad("not a number"))?;
+    let scale = match unit.trim() {
+        "" if value == 0.0 => 0.0,
+        "" => return Err(bad("give a unit: ns, us, ms or s (e.g. 0.2ms)")),
+        "ns" => 1e-9,
+        "us" | "µs" => 1e-6,
+        "ms" => 1e-3,
+        "s" => 1.0,
+        _ => return Err(bad("unknown unit: use ns, us, ms or s")),
+    };
+    let seconds = value * scale;
+    if !seconds.is_finite() || seconds > MAX_DELAY.as_secs_f64() {
+        return Err(bad("longer than 10s"));
+    }
+    Ok(std::time::Duration::from_secs_f64(seconds))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_delays_and_names_bad_ones() {
+        use std::time::Duration;
+        assert_eq!(parse_delay("0").ok(), Some(Duration::ZERO));
+        assert_eq!(parse_delay("200us").ok(), Some(Duration::from_micros(200)));
+        assert_eq!(parse_delay("200µs").ok(), Some(Duration::from_micros(200)));
+        assert_eq!(parse_delay("0.2ms").ok(), Some(Duration::from_micros(200)));
+        assert_eq!(parse_delay("1.5ms").ok(), Some(Duration::from_micros(1500)));
+        assert_eq!(parse_delay("2s").ok(), Some(Duration::from_secs(2)));
+        for bad in ["", "ms", "5", "0.2 parsecs", "11s", "-1ms", "1.2.3ms"] {
+            let err = parse_delay(bad).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(err.contains(&format!("`{bad}`")), "{bad}: {err}");
+        }
+    }
 
     #[test]
     fn parses_units() {

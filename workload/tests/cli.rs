@@ -267,6 +267,12 @@ fn bad_arguments_get_one_line_and_exit_2() {
     );
     one_line_error(&run(&["--reserve-memory", "lots"]), 2, "`lots`");
     one_line_error(
+        &run(&["--add-latency", "5"]),
+        2,
+        "bad --add-latency `5`: give a unit: ns, us, ms or s (e.g. 0.2ms)",
+    );
+    one_line_error(&run(&["--add-latency", "1h"]), 2, "bad --add-latency `1h`");
+    one_line_error(
         &run(&["--model", "tiny", "--device", "cpu", "--listen", "nowhere"]),
         2,
         "IP:PORT",

@@ -179,6 +179,9 @@ pub enum ExportFormat {
     Json,
     /// The report's tables.
     Markdown,
+    /// One row per cell (repeats combined): each metric's mean and the half-width of its
+    /// 95% interval over repeats (`_ci95`), beside the within-cell spreads (CSV).
+    Summary,
 }
 
 /// `export` flags.
@@ -198,7 +201,7 @@ pub struct CompareArgs {
     pub baseline: PathBuf,
     /// The run to judge.
     pub candidate: PathBuf,
-    /// A change counts when it is worse by more than this and than the windows' noise.
+    /// A change counts when it is worse by more than this, than the noise (between repeats when both runs repeated the cell, else the window-to-window spread) and, for p99, than the quantile resolution.
     #[arg(long, default_value = "5%")]
     pub threshold: String,
 }

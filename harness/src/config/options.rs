@@ -48,6 +48,9 @@ pub struct SweepOptions {
     /// Most measurement time per cell [default: 30s].
     #[arg(long)]
     pub max_cell: Option<Span>,
+    /// Passes over the whole plan, each in a rotated strategy order; every cell then reports the mean over passes ± a 95% interval [default: 1].
+    #[arg(long)]
+    pub repeat: Option<u32>,
     /// Longest wait for pods to become ready [default: 180s].
     #[arg(long)]
     pub ready_timeout: Option<Span>,

@@ -44,6 +44,8 @@ pub struct SweepPlan {
     pub device: DeviceChoice,
     /// Samples per inference.
     pub batch: u32,
+    /// Passes over the whole plan (1 to 100).
+    pub repeat: u32,
     /// Measurement settings.
     pub measure: MeasureSettings,
     /// Results directory.
@@ -175,6 +177,14 @@ impl SweepPlan {
         if !(1..=4096).contains(&batch) {
             return Err(BenchError::flag("--batch", &batch.to_string(), "expected 1 to 4096"));
         }
+        let repeat = o.repeat.unwrap_or(1);
+        if !(1..=crate::results::record::MAX_REPEAT).contains(&repeat) {
+            return Err(BenchError::flag(
+                "--repeat",
+                &repeat.to_string(),
+                format!("expected 1 to {}", crate::results::record::MAX_REPEAT),
+            ));
+        }
         let warmup = o.warmup.map_or(DEFAULT_WARMUP, |s| s.duration);
         let window = o.window.as_ref().map_or(DEFAULT_WINDOW, |s| s.duration);
         let window_text = o.window.as_ref().map_or("5s".to_string(), |s| s.text.clone());
@@ -269,6 +279,7 @@ impl SweepPlan {
             precision: o.precision,
             device,
             batch,
+            repeat,
             measure: MeasureSettings {
                 ready_timeout,
                 warmup,

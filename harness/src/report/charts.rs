@@ -1,7 +1,10 @@
 //! Charts with plotters' SVG backend (no fonts or bitmaps needed): latency vs pods per
 //! strategy (mean line, p50–p99 band), aggregate throughput, per-pod throughput
-//! (fairness), GPU utilisation and energy per inference. Each strategy has its own
+//! (fairness), GPU utilisation and energy per inference; with repeats, every point is
+//! the mean over them with its 95% interval as an error bar. Each strategy has its own
 //! colour, marker and dash pattern, so the charts survive greyscale printing.
+
+use std::borrow::Cow;
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -76,6 +79,8 @@ struct LineChart<'a> {
     title: String,
     y_label: &'a str,
     series: Vec<(Strategy, Vec<(f64, f64)>)>,
+    /// (pods, low, high) of the 95% interval over repeats at each point of a series.
+    errors: Vec<(Strategy, Band)>,
     bands: Vec<(Strategy, Band)>,
     scatter: Vec<(Strategy, Vec<(f64, f64)>)>,
 }
@@ -86,6 +91,7 @@ fn draw(data: &RunData, chart: LineChart<'_>) -> Result<Option<(String, String)>
         .iter()
         .flat_map(|(_, v)| v.iter().map(|p| p.1))
         .chain(chart.bands.iter().flat_map(|(_, v)| v.iter().map(|p| p.2)))
+        .chain(chart.errors.iter().flat_map(|(_, v)| v.iter().map(|p| p.2)))
         .chain(chart.scatter.iter().flat_map(|(_, v)| v.iter().map(|p| p.1)))
         .filter(|v| v.is_finite())
         .collect();
@@ -148,6 +154,14 @@ fn draw(data: &RunData, chart: LineChart<'_>) -> Result<Option<(String, String)>
                 .label(s.title())
                 .legend(legend_entry!(mk, col, true));
         }
+        for (s, bars) in &chart.errors {
+            let (col, _, _) = look(*s);
+            c.draw_series(
+                bars.iter()
+                    .map(|&(x, lo, hi)| ErrorBar::new_vertical(x, lo, (lo + hi) / 2.0, hi, col.stroke_width(1), 8)),
+            )
+            .map_err(err)?;
+        }
         for (s, pts) in &chart.scatter {
             let (col, mk, _) = look(*s);
             draw_markers!(c, pts, mk, col)
@@ -166,14 +180,14 @@ fn draw(data: &RunData, chart: LineChart<'_>) -> Result<Option<(String, String)>
     Ok(Some((chart.file.to_string(), svg)))
 }
 
-fn ok_aggregates(data: &RunData, s: Strategy) -> Vec<&CellRecord> {
-    let mut v: Vec<&CellRecord> = data
-        .cells
-        .iter()
-        .filter(|c| c.strategy == s && c.is_aggregate() && c.status == CellStatus::Ok)
-        .collect();
-    v.sort_by_key(|c| c.pods);
-    v
+/// The cells of a strategy that measured, by pod count (combined over repeats).
+fn ok_aggregates(data: &RunData, s: Strategy) -> Vec<Cow<'_, CellRecord>> {
+    let mut pods = data.run.plan.pods.clone();
+    pods.sort_unstable();
+    pods.into_iter()
+        .filter_map(|p| data.aggregate(s, p))
+        .filter(|c| c.status == CellStatus::Ok)
+        .collect()
 }
 
 fn series(data: &RunData, f: fn(&CellRecord) -> Option<f64>) -> Vec<(Strategy, Vec<(f64, f64)>)> {
@@ -183,10 +197,29 @@ fn series(data: &RunData, f: fn(&CellRecord) -> Option<f64>) -> Vec<(Strategy, V
             (
                 s,
                 ok_aggregates(data, s)
-                    .into_iter()
+                    .iter()
                     .filter_map(|c| f(c).map(|v| (c.pods as f64, v)))
                     .collect::<Vec<_>>(),
             )
+        })
+        .filter(|(_, v)| !v.is_empty())
+        .collect()
+}
+
+/// The 95% intervals over repeats of a series' points (none in a run of one repeat).
+fn error_bars(data: &RunData, f: fn(&CellRecord) -> Option<f64>) -> Vec<(Strategy, Band)> {
+    data.strategies()
+        .into_iter()
+        .map(|s| {
+            let bars: Band = ok_aggregates(data, s)
+                .iter()
+                .filter_map(|c| {
+                    let i = data.interval(s, c.pods, f)?;
+                    let h = i.half_width?;
+                    Some((c.pods as f64, i.mean - h, i.mean + h))
+                })
+                .collect();
+            (s, bars)
         })
         .filter(|(_, v)| !v.is_empty())
         .collect()
@@ -201,7 +234,7 @@ pub fn all(data: &RunData) -> Result<Vec<(String, String)>> {
         .iter()
         .map(|&s| {
             let pts: Band = ok_aggregates(data, s)
-                .into_iter()
+                .iter()
                 .filter_map(|c| Some((c.pods as f64, c.p50_s? * 1e3, c.p99_s? * 1e3)))
                 .collect();
             (s, pts)
@@ -214,6 +247,7 @@ pub fn all(data: &RunData) -> Result<Vec<(String, String)>> {
             title: "Inference latency vs pods: mean (line), p50–p99 (band)".into(),
             y_label: "latency per inference (ms)",
             series: series(data, |c| c.mean_s.map(|v| v * 1e3)),
+            errors: error_bars(data, |c| c.mean_s.map(|v| v * 1e3)),
             bands,
             scatter: Vec::new(),
         },
@@ -222,6 +256,7 @@ pub fn all(data: &RunData) -> Result<Vec<(String, String)>> {
             title: "Aggregate throughput vs pods".into(),
             y_label: "inferences per second (all pods)",
             series: series(data, |c| c.throughput_per_s),
+            errors: error_bars(data, |c| c.throughput_per_s),
             bands: Vec::new(),
             scatter: Vec::new(),
         },
@@ -230,6 +265,7 @@ pub fn all(data: &RunData) -> Result<Vec<(String, String)>> {
             title: "Per-pod throughput (spread = unfairness)".into(),
             y_label: "inferences per second (one pod)",
             series: Vec::new(),
+            errors: Vec::new(),
             bands: Vec::new(),
             scatter: strategies
                 .iter()
@@ -252,6 +288,7 @@ pub fn all(data: &RunData) -> Result<Vec<(String, String)>> {
             title: "GPU utilisation vs pods".into(),
             y_label: "GPU utilisation (%)",
             series: series(data, |c| c.gpu_util_pct),
+            errors: error_bars(data, |c| c.gpu_util_pct),
             bands: Vec::new(),
             scatter: Vec::new(),
         },
@@ -260,6 +297,7 @@ pub fn all(data: &RunData) -> Result<Vec<(String, String)>> {
             title: "GPU energy per inference vs pods".into(),
             y_label: "energy per inference (J)",
             series: series(data, |c| c.energy_j_per_inference),
+            errors: error_bars(data, |c| c.energy_j_per_inference),
             bands: Vec::new(),
             scatter: Vec::new(),
         },

@@ -1,14 +1,23 @@
 //! `compare BASELINE CANDIDATE`: per cell, the change in mean latency, p99 and aggregate
 //! throughput, flagged as a regression only when it is worse by more than the threshold
-//! *and* by more than the window-to-window noise either run saw in that cell. A cell of
-//! the baseline that the candidate lacks fails as `missing`; runs of different models,
-//! precisions, batches, devices or GPUs are not compared at all.
+//! *and* by more than the noise *and*, for p99, by more than the quantiles' resolution.
+//!
+//! The noise is the between-run noise when both runs repeated the cell (`--repeat`):
+//! half the width of Welch's 95% interval of the difference of the two means over
+//! repeats. Otherwise it is what the runs recorded: the larger window-to-window spread
+//! of the two cells (of the exact per-window mean for latency, of throughput). The
+//! resolution of a p99 change is the sum of the two cells' quantile resolutions: each
+//! p99 can be off by its own.
+//!
+//! A cell of the baseline that the candidate lacks fails as `missing`; runs of different
+//! models, precisions, batches, devices or GPUs are not compared at all.
 
 use std::ops::Deref;
 
 use crate::domain::{CellStatus, Strategy};
 use crate::error::{BenchError, Result};
 use crate::results::record::CellRecord;
+use crate::stats::interval::welch_half_width;
 
 use super::RunData;
 
@@ -27,6 +36,37 @@ pub enum Verdict {
     NotMeasured,
 }
 
+/// Where a cell's noise comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoiseSource {
+    /// Both runs repeated the cell: Welch's 95% interval of the difference of means.
+    Repeats,
+    /// A run measured the cell once: the window-to-window spreads the two runs recorded.
+    Windows,
+}
+
+/// The noise of one cell's changes, relative to the baseline (0.02 = 2%).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Noise {
+    /// Of the mean latency.
+    pub mean: f64,
+    /// Of p99 (noise, not resolution).
+    pub p99: f64,
+    /// Of aggregate throughput.
+    pub throughput: f64,
+    /// Of p99: the two cells' quantile resolutions added (0 when a run records none).
+    pub resolution: f64,
+    /// Where the noise comes from.
+    pub source: NoiseSource,
+}
+
+impl Noise {
+    /// The largest of the noises and the resolution: the column `compare` prints.
+    pub fn largest(&self) -> f64 {
+        self.mean.max(self.p99).max(self.throughput).max(self.resolution)
+    }
+}
+
 /// One compared cell.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CellComparison {
@@ -40,8 +80,8 @@ pub struct CellComparison {
     pub p99: Option<f64>,
     /// Relative change of aggregate throughput (−0.1 = 10% fewer inferences/s).
     pub throughput: Option<f64>,
-    /// Noise: the larger window-to-window spread of the two runs (latency, throughput).
-    pub noise: (f64, f64),
+    /// The noise each change is judged against.
+    pub noise: Noise,
     /// Why this cell fails: its regressions, or that the candidate lacks it (empty: it
     /// passes).
     pub regressions: Vec<String>,
@@ -112,19 +152,53 @@ fn rel(base: Option<f64>, cand: Option<f64>) -> Option<f64> {
     }
 }
 
-fn compare_cell(b: &CellRecord, c: &CellRecord, threshold: f64) -> CellComparison {
-    let noise_lat = b.p50_spread.unwrap_or(0.0).max(c.p50_spread.unwrap_or(0.0));
-    let noise_tput = b
-        .throughput_spread
-        .unwrap_or(0.0)
-        .max(c.throughput_spread.unwrap_or(0.0));
+/// The noise of a cell's changes: between repeats when both runs repeated it, else the
+/// window spreads the two cells recorded; the p99 resolution either way.
+fn noise(base: &RunData, cand: &RunData, b: &CellRecord, c: &CellRecord) -> Noise {
+    let (s, p) = (b.strategy, b.pods);
+    let resolution = b.quantile_resolution.unwrap_or(0.0) + c.quantile_resolution.unwrap_or(0.0);
+    let between = |f: fn(&CellRecord) -> Option<f64>| -> Option<f64> {
+        let (ib, ic) = (base.interval(s, p, f)?, cand.interval(s, p, f)?);
+        let h = welch_half_width(&ib, &ic)?;
+        (ib.mean > 0.0).then(|| h / ib.mean)
+    };
+    if let (Some(mean), Some(p99), Some(throughput)) = (
+        between(|r| r.mean_s),
+        between(|r| r.p99_s),
+        between(|r| r.throughput_per_s),
+    ) {
+        return Noise {
+            mean,
+            p99,
+            throughput,
+            resolution,
+            source: NoiseSource::Repeats,
+        };
+    }
+    // The exact per-window mean's spread; runs recorded before it, the median's.
+    let lat = |r: &CellRecord| r.mean_spread.or(r.p50_spread).unwrap_or(0.0);
+    let latency = lat(b).max(lat(c));
+    Noise {
+        mean: latency,
+        p99: latency,
+        throughput: b
+            .throughput_spread
+            .unwrap_or(0.0)
+            .max(c.throughput_spread.unwrap_or(0.0)),
+        resolution,
+        source: NoiseSource::Windows,
+    }
+}
+
+fn compare_cell(base: &RunData, cand: &RunData, b: &CellRecord, c: &CellRecord, threshold: f64) -> CellComparison {
+    let noise = noise(base, cand, b, c);
     let mut out = CellComparison {
         strategy: b.strategy,
         pods: b.pods,
         mean: rel(b.mean_s, c.mean_s),
         p99: rel(b.p99_s, c.p99_s),
         throughput: rel(b.throughput_per_s, c.throughput_per_s),
-        noise: (noise_lat, noise_tput),
+        noise,
         regressions: Vec::new(),
         status: (b.status != c.status).then(|| format!("{} → {}", b.status, c.status)),
         verdict: Verdict::Ok,
@@ -147,13 +221,23 @@ fn compare_cell(b: &CellRecord, c: &CellRecord, threshold: f64) -> CellCompariso
     if out.status.is_some() {
         out.verdict = Verdict::StatusChanged;
     }
-    let worse = |change: Option<f64>, noise: f64, what: &str, out: &mut Vec<String>| {
+    let source = match noise.source {
+        NoiseSource::Repeats => "between repeats",
+        NoiseSource::Windows => "within cells",
+    };
+    let worse = |change: Option<f64>, noise: f64, resolution: f64, what: &str, out: &mut Vec<String>| {
         if let Some(x) = change
             && x > threshold
             && x > noise
+            && x > resolution
         {
+            let res = if resolution > 0.0 {
+                format!(", resolution ±{:.1}%", resolution * 100.0)
+            } else {
+                String::new()
+            };
             out.push(format!(
-                "{what} {:+.1}% (threshold {:.1}%, noise {:.1}%)",
+                "{what} {:+.1}% (threshold {:.1}%, noise ±{:.1}% {source}{res})",
                 x * 100.0,
                 threshold * 100.0,
                 noise * 100.0
@@ -161,9 +245,15 @@ fn compare_cell(b: &CellRecord, c: &CellRecord, threshold: f64) -> CellCompariso
         }
     };
     let mut r = Vec::new();
-    worse(out.mean, noise_lat, "mean latency", &mut r);
-    worse(out.p99, noise_lat, "p99 latency", &mut r);
-    worse(out.throughput.map(|t| -t), noise_tput, "throughput drop", &mut r);
+    worse(out.mean, noise.mean, 0.0, "mean latency", &mut r);
+    worse(out.p99, noise.p99, noise.resolution, "p99 latency", &mut r);
+    worse(
+        out.throughput.map(|t| -t),
+        noise.throughput,
+        0.0,
+        "throughput drop",
+        &mut r,
+    );
     if !r.is_empty() {
         out.verdict = Verdict::Regression;
     }
@@ -184,7 +274,13 @@ fn missing_cell(b: &CellRecord, cand: &RunData) -> CellComparison {
         mean: None,
         p99: None,
         throughput: None,
-        noise: (b.p50_spread.unwrap_or(0.0), b.throughput_spread.unwrap_or(0.0)),
+        noise: Noise {
+            mean: b.mean_spread.or(b.p50_spread).unwrap_or(0.0),
+            p99: b.mean_spread.or(b.p50_spread).unwrap_or(0.0),
+            throughput: b.throughput_spread.unwrap_or(0.0),
+            resolution: b.quantile_resolution.unwrap_or(0.0),
+            source: NoiseSource::Windows,
+        },
         regressions: vec![why],
         status: None,
         verdict: Verdict::Missing,
@@ -245,15 +341,16 @@ pub fn compare_runs(base: &RunData, cand: &RunData, threshold: f64) -> Result<Co
     })
 }
 
-/// One row per aggregate cell of the baseline: compared when the candidate has it,
-/// `missing` (a failure) when it does not.
+/// One row per cell of the baseline (in its plan's order; repeats combined): compared
+/// when the candidate has it, `missing` (a failure) when it does not.
 fn rows(base: &RunData, cand: &RunData, threshold: f64) -> Vec<CellComparison> {
-    base.cells
-        .iter()
-        .filter(|c| c.is_aggregate())
+    base.strategies()
+        .into_iter()
+        .flat_map(|s| base.run.plan.pods.iter().map(move |&p| (s, p)))
+        .filter_map(|(s, p)| base.aggregate(s, p))
         .map(|b| match cand.aggregate(b.strategy, b.pods) {
-            Some(c) => compare_cell(b, c, threshold),
-            None => missing_cell(b, cand),
+            Some(c) => compare_cell(base, cand, &b, &c, threshold),
+            None => missing_cell(&b, cand),
         })
         .collect()
 }
@@ -286,7 +383,7 @@ pub fn render(rows: &[CellComparison]) -> String {
             pct(r.mean),
             pct(r.p99),
             pct(r.throughput),
-            r.noise.0.max(r.noise.1) * 100.0
+            r.noise.largest() * 100.0
         ));
     }
     s
@@ -413,5 +510,81 @@ mod tests {
         let mut bf = h100.clone();
         bf.run.plan.precision = "fp32".into();
         assert!(compare_runs(&h100, &bf, 0.05).is_err());
+    }
+
+    /// The fixture as a run of three repeats: every row copied per repeat with its
+    /// latencies times `factors[r]` and its throughput divided by it.
+    fn repeated(data: &RunData, factors: [f64; 3]) -> RunData {
+        let mut out = data.clone();
+        out.run.plan.repeat = 3;
+        out.cells = factors
+            .iter()
+            .enumerate()
+            .flat_map(|(i, f)| {
+                data.cells.iter().map(move |c| CellRecord {
+                    repeat: i as u32 + 1,
+                    mean_s: c.mean_s.map(|v| v * f),
+                    p99_s: c.p99_s.map(|v| v * f),
+                    throughput_per_s: c.throughput_per_s.map(|v| v / f),
+                    ..c.clone()
+                })
+            })
+            .collect();
+        out
+    }
+
+    #[test]
+    fn with_repeats_the_between_run_interval_decides() {
+        let base = repeated(&fixture("h100-run"), [1.0, 1.01, 0.99]);
+        let same = repeated(&fixture("h100-run"), [1.005, 0.995, 1.0]);
+        let c = compare_runs(&base, &same, 0.05).expect("comparable");
+        assert_eq!(c.failures(), 0, "{}", render(&c));
+        assert!(
+            c.rows
+                .iter()
+                .filter(|r| r.verdict == Verdict::Ok)
+                .all(|r| r.noise.source == NoiseSource::Repeats)
+        );
+        // A planted 10% slowdown is flagged against a ±~2% interval, both directions
+        // of the same pair pass.
+        let slow = repeated(&fixture("h100-run"), [1.10, 1.11, 1.09]);
+        let c = compare_runs(&base, &slow, 0.05).expect("comparable");
+        assert_eq!(c.failures(), 12, "{}", render(&c));
+        let text = render(&c);
+        assert!(
+            text.contains("REGRESSION: mean latency +10.0% (threshold 5.0%, noise ±"),
+            "{text}"
+        );
+        assert!(text.contains("% between repeats)"), "{text}");
+        assert_eq!(compare_runs(&slow, &base, 0.05).expect("comparable").failures(), 0);
+        // The same 10% inside repeats that scatter by ±30% is not a regression.
+        let wild = repeated(&fixture("h100-run"), [0.7, 1.0, 1.3]);
+        let wilder = repeated(&fixture("h100-run"), [0.8, 1.1, 1.4]);
+        let c = compare_runs(&wild, &wilder, 0.05).expect("comparable");
+        assert_eq!(c.failures(), 0, "{}", render(&c));
+    }
+
+    #[test]
+    fn a_p99_change_inside_the_quantile_resolution_is_not_a_regression() {
+        let mut base = fixture("h100-run");
+        for c in &mut base.cells {
+            c.quantile_resolution = Some(0.05);
+            c.mean_spread = Some(0.001);
+        }
+        let mut cand = base.clone();
+        for c in &mut cand.cells {
+            c.p99_s = c.p99_s.map(|v| v * 1.08);
+        }
+        // 8% is above the 5% threshold and the 0.1% noise, but inside ±5% + ±5%.
+        let c = compare_runs(&base, &cand, 0.05).expect("comparable");
+        assert_eq!(c.failures(), 0, "{}", render(&c));
+        for c in &mut cand.cells {
+            c.p99_s = c.p99_s.map(|v| v * 1.1);
+        }
+        let c = compare_runs(&base, &cand, 0.05).expect("comparable");
+        assert_eq!(c.failures(), 12, "{}", render(&c));
+        assert!(
+            render(&c).contains("p99 latency +18.8% (threshold 5.0%, noise ±0.1% within cells, resolution ±10.0%)")
+        );
     }
 }

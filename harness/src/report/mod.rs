@@ -8,12 +8,15 @@ pub mod export;
 pub mod html;
 pub mod tables;
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use crate::domain::{DeviceKind, Strategy};
 use crate::error::{BenchError, Result};
 use crate::results::record::{CellRecord, RunRecord, parse_cells_jsonl};
+use crate::results::repeats::{combine, interval};
 use crate::results::store::read_run;
+use crate::stats::interval::Interval;
 
 /// A run as the reports see it.
 #[derive(Debug, Clone, PartialEq)]
@@ -65,33 +68,61 @@ impl RunData {
         if self.run.is_complete() {
             return None;
         }
-        let planned = self.run.plan.strategies.len() * self.run.plan.pods.len();
-        let measured = self
-            .run
-            .plan
-            .strategies
-            .iter()
-            .flat_map(|&s| self.run.plan.pods.iter().map(move |&p| (s, p)))
-            .filter(|&(s, p)| self.aggregate(s, p).is_some())
-            .count();
+        let plan = &self.run.plan;
+        let planned = plan.strategies.len() * plan.pods.len() * plan.repeat as usize;
+        // Rows read back are inside the plan (checked at load), one aggregate per cell.
+        let measured = self.cells.iter().filter(|c| c.is_aggregate()).count();
+        let repeats = if plan.repeat > 1 {
+            format!(
+                " ({} repeats of {} cells)",
+                plan.repeat,
+                plan.strategies.len() * plan.pods.len()
+            )
+        } else {
+            String::new()
+        };
         Some(format!(
-            "PARTIAL RUN: run.json says state {:?}, not \"complete\"; {measured} of {planned} cells are on disk, the others were never measured",
+            "PARTIAL RUN: run.json says state {:?}, not \"complete\"; {measured} of {planned} cells{repeats} are on disk, the others were never measured",
             self.run.state
         ))
     }
 
-    /// The aggregate row of a cell.
-    pub fn aggregate(&self, strategy: Strategy, pods: u32) -> Option<&CellRecord> {
-        self.cells
-            .iter()
-            .find(|c| c.strategy == strategy && c.pods == pods && c.is_aggregate())
+    /// The aggregate row of a cell: the row itself in a run of one repeat, the rows of
+    /// every repeat combined ([`combine`]: means over the repeats that measured it) in a
+    /// run of several.
+    pub fn aggregate(&self, strategy: Strategy, pods: u32) -> Option<Cow<'_, CellRecord>> {
+        let rows = self.repeats(strategy, pods);
+        match rows.as_slice() {
+            [] => None,
+            [one] => Some(Cow::Borrowed(*one)),
+            _ => combine(&rows).map(Cow::Owned),
+        }
     }
 
-    /// The per-pod rows of a cell.
-    pub fn pod_rows(&self, strategy: Strategy, pods: u32) -> impl Iterator<Item = &CellRecord> {
-        self.cells
+    /// The aggregate rows of a cell, one per repeat, in repeat order.
+    pub fn repeats(&self, strategy: Strategy, pods: u32) -> Vec<&CellRecord> {
+        let mut rows: Vec<&CellRecord> = self
+            .cells
             .iter()
-            .filter(move |c| c.strategy == strategy && c.pods == pods && !c.is_aggregate())
+            .filter(|c| c.strategy == strategy && c.pods == pods && c.is_aggregate())
+            .collect();
+        rows.sort_by_key(|c| c.repeat);
+        rows
+    }
+
+    /// A metric of a cell over its repeats: mean and 95% interval (None: not measured).
+    pub fn interval(
+        &self,
+        strategy: Strategy,
+        pods: u32,
+        metric: impl Fn(&CellRecord) -> Option<f64>,
+    ) -> Option<Interval> {
+        interval(&self.repeats(strategy, pods), metric)
+    }
+
+    /// Passes over the plan the run asked for (`--repeat`).
+    pub fn planned_repeats(&self) -> u32 {
+        self.run.plan.repeat
     }
 
     /// Strategies in plan order.
@@ -137,6 +168,8 @@ pub struct Report {
     pub markdown: String,
     /// (file name, SVG) of each chart.
     pub charts: Vec<(String, String)>,
+    /// summary.csv: one row per cell, repeats combined with their intervals.
+    pub summary_csv: Vec<u8>,
 }
 
 /// Renders everything (pure).
@@ -147,6 +180,7 @@ pub fn render(data: &RunData) -> Result<Report> {
         html: html::page(data, &tables, &charts),
         markdown: tables::markdown(data, &tables),
         charts,
+        summary_csv: export::summary::csv(data)?,
     })
 }
 
@@ -168,6 +202,7 @@ pub fn write(run_dir: &Path, out: &Path) -> Result<PathBuf> {
         crate::results::store::write_atomic(&dir.join(name), svg.as_bytes())?;
     }
     crate::results::store::write_atomic(&dir.join("summary.md"), report.markdown.as_bytes())?;
+    crate::results::store::write_atomic(&dir.join("summary.csv"), &report.summary_csv)?;
     let index = dir.join("index.html");
     crate::results::store::write_atomic(&index, report.html.as_bytes())?;
     Ok(index)
@@ -202,6 +237,37 @@ mod tests {
             "the mean is exact"
         );
         assert!(t.reading.iter().any(|r| r.contains("off by up to 2.2%")));
+    }
+
+    #[test]
+    fn charts_of_a_repeated_run_carry_error_bars() {
+        let once = fixture();
+        let mut thrice = fixture();
+        thrice.run.plan.repeat = 3;
+        thrice.cells = [0.97, 1.0, 1.03]
+            .iter()
+            .enumerate()
+            .flat_map(|(i, f)| {
+                once.cells.iter().map(move |c| CellRecord {
+                    repeat: i as u32 + 1,
+                    throughput_per_s: c.throughput_per_s.map(|v| v * f),
+                    ..c.clone()
+                })
+            })
+            .collect();
+        let svg = |d: &RunData| {
+            charts::all(d)
+                .expect("charts")
+                .into_iter()
+                .find(|(n, _)| n == "throughput.svg")
+                .map(|(_, s)| s)
+                .expect("throughput chart")
+        };
+        let lines = |s: &str| s.matches("<line").count() + s.matches("<polyline").count();
+        // Three strategies × four pod counts measured: one bar of three strokes each.
+        let (a, b) = (svg(&once), svg(&thrice));
+        assert!(lines(&b) >= lines(&a) + 12, "{} vs {}", lines(&a), lines(&b));
+        assert!(render(&thrice).expect("render").html.contains("3 passes over the plan"));
     }
 
     #[test]

@@ -31,7 +31,7 @@ impl std::fmt::Debug for Metric {
 }
 
 /// The report's tables, in order: mean latency first, as in the reference study.
-pub const METRICS: [Metric; 11] = [
+pub const METRICS: [Metric; 12] = [
     Metric {
         title: "Mean inference latency",
         unit: "ms",
@@ -86,6 +86,13 @@ pub const METRICS: [Metric; 11] = [
         unit: "%",
         value: |c| c.gpu_util_pct,
         decimals: 0,
+        optional: false,
+    },
+    Metric {
+        title: "Within-cell throughput spread",
+        unit: "%, (max − min) / mean over the cell's windows",
+        value: |c| c.throughput_spread.map(|v| v * 100.0),
+        decimals: 1,
         optional: false,
     },
     Metric {
@@ -191,7 +198,7 @@ pub fn all(data: &RunData) -> Tables {
             !m.optional
                 || data.strategies().into_iter().any(|s| {
                     pods.iter()
-                        .any(|&p| data.aggregate(s, p).and_then(|a| (m.value)(a)).is_some())
+                        .any(|&p| data.aggregate(s, p).and_then(|a| (m.value)(&a)).is_some())
                 })
         })
         .map(|m| Table {
@@ -215,8 +222,16 @@ pub fn all(data: &RunData) -> Tables {
                         .map(|&p| match data.aggregate(s, p) {
                             None => Cell::Missing,
                             Some(a) if a.status != CellStatus::Ok => Cell::Status(a.status, cell_notes[&(s, p)]),
-                            Some(a) => match (m.value)(a) {
-                                Some(v) if v.is_finite() => Cell::Value(format!("{v:.prec$}", prec = m.decimals)),
+                            Some(a) => match (m.value)(&a) {
+                                Some(v) if v.is_finite() => {
+                                    let half = data.interval(s, p, m.value).and_then(|i| i.half_width);
+                                    Cell::Value(match half {
+                                        Some(h) if h.is_finite() => {
+                                            format!("{v:.prec$} ± {h:.prec$}", prec = m.decimals)
+                                        }
+                                        _ => format!("{v:.prec$}", prec = m.decimals),
+                                    })
+                                }
                                 _ => Cell::Empty,
                             },
                         })
@@ -232,6 +247,13 @@ pub fn all(data: &RunData) -> Tables {
     } else {
         Vec::new()
     };
+    if data.planned_repeats() > 1 {
+        reading.push(format!(
+            "The run made {} passes over the plan (--repeat), each in a rotated strategy order so that drift over time does not line up with one strategy. Each number is the {}; a cell measured in one repeat only shows its value alone. The within-cell throughput spread is the noise inside one measurement; the interval is the noise between repeats, usually the larger.",
+            data.planned_repeats(),
+            crate::stats::interval::METHOD
+        ));
+    }
     if let Some(r) = resolution {
         reading.push(format!(
             "The p50 and p99 are interpolated inside the workload's histogram buckets: each can be off by up to {:.1}% of its value (the widest bucket they fell in; the `quantile_resolution` column gives it per cell). Differences smaller than that are not resolved.",

@@ -31,6 +31,9 @@ pub struct CellRecord {
     pub strategy: Strategy,
     /// Pods requested in this cell.
     pub pods: u32,
+    /// Which pass over the plan measured it, from 1 (`--repeat N`: 1 to N).
+    #[serde(default = "first_repeat")]
+    pub repeat: u32,
     /// Pod name, or `all`.
     pub pod: String,
     /// Outcome.
@@ -107,6 +110,14 @@ pub struct CellRecord {
     pub pods_ready_s: Option<f64>,
 }
 
+/// The repeat of a row or plan recorded before `--repeat` existed: the only one.
+fn first_repeat() -> u32 {
+    1
+}
+
+/// The most `--repeat` accepts.
+pub const MAX_REPEAT: u32 = 100;
+
 impl CellRecord {
     /// A row that names its cell and pod and holds no measurement (every number empty,
     /// labels empty): what a sweep fills in, and the CSV header's probe.
@@ -122,6 +133,7 @@ impl CellRecord {
             run_id: String::new(),
             strategy,
             pods,
+            repeat: 1,
             pod: pod.to_string(),
             status,
             inferences: None,
@@ -253,6 +265,9 @@ pub struct PlanRecord {
     pub prometheus: String,
     /// Extra arguments given to every workload pod.
     pub workload_args: Vec<String>,
+    /// Passes over the whole plan (`--repeat`), each in a rotated strategy order.
+    #[serde(default = "first_repeat")]
+    pub repeat: u32,
 }
 
 impl PlanRecord {
@@ -291,6 +306,7 @@ impl PlanRecord {
             source,
             prometheus: plan.prometheus.to_string(),
             workload_args: plan.workload_args.clone(),
+            repeat: plan.repeat,
         }
     }
 
@@ -532,6 +548,13 @@ impl PlanRecord {
                 ),
             ));
         }
+        if !(1..=MAX_REPEAT).contains(&self.repeat) {
+            return Err(bad_field(
+                path,
+                "plan.repeat",
+                format!("{} is outside 1 to {MAX_REPEAT}", self.repeat),
+            ));
+        }
         if !(self.tolerance > 0.0 && self.tolerance < 1.0) {
             return Err(bad_field(
                 path,
@@ -581,19 +604,21 @@ impl RunRecord {
 }
 
 /// Parses `cells.jsonl` text and checks every row as strictly as flags: numbers finite
-/// and non-negative (but `exit_code`), pods 1 to 64, no two rows for one (strategy,
-/// pods, pod), an aggregate row (`pod = "all"`) for every cell and no more pod rows than
-/// pods; with `plan`, every row's strategy and pods inside it. Errors name `path`, the
-/// line and the field.
+/// and non-negative (but `exit_code`), pods 1 to 64, repeat from 1, no two rows for one
+/// (strategy, pods, repeat, pod), an aggregate row (`pod = "all"`) for every cell and no
+/// more pod rows than pods; with `plan`, every row's strategy, pods and repeat inside it.
+/// Errors name `path`, the line and the field.
 pub fn parse_cells_jsonl(text: &str, path: &Path, plan: Option<&PlanRecord>) -> Result<Vec<CellRecord>> {
     let at = |line: usize, reason: String| BenchError::Results {
         path: path.to_path_buf(),
         reason: format!("line {line}: {reason}"),
     };
     let mut rows = Vec::new();
-    let mut seen: HashMap<(Strategy, u32, &str), usize> = HashMap::new();
+    // A cell: (strategy, pods, repeat).
+    type Key = (Strategy, u32, u32);
+    let mut seen: HashMap<(Key, &str), usize> = HashMap::new();
     // Per cell: the first pod row's line, pod rows, and whether the aggregate is there.
-    let mut cells: Vec<((Strategy, u32), usize, u32, bool)> = Vec::new();
+    let mut cells: Vec<(Key, usize, u32, bool)> = Vec::new();
     for (i, l) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let line = i + 1;
         let row: CellRecord = serde_json::from_str(l).map_err(|e| at(line, e.to_string()))?;
@@ -615,20 +640,29 @@ pub fn parse_cells_jsonl(text: &str, path: &Path, plan: Option<&PlanRecord>) -> 
                     format!("pods {} is not in run.json's plan ({})", row.pods, listed(&plan.pods)),
                 ));
             }
+            if row.repeat > plan.repeat {
+                return Err(at(
+                    line,
+                    format!(
+                        "repeat {} is beyond run.json's plan (repeat {})",
+                        row.repeat, plan.repeat
+                    ),
+                ));
+            }
         }
         rows.push((line, row));
     }
     for (line, row) in &rows {
-        if let Some(first) = seen.insert((row.strategy, row.pods, row.pod.as_str()), *line) {
+        if let Some(first) = seen.insert(((row.strategy, row.pods, row.repeat), row.pod.as_str()), *line) {
             return Err(at(
                 *line,
                 format!(
-                    "duplicate row (strategy {}, pods {}, pod {:?}), first on line {first}",
-                    row.strategy, row.pods, row.pod
+                    "duplicate row (strategy {}, pods {}, repeat {}, pod {:?}), first on line {first}",
+                    row.strategy, row.pods, row.repeat, row.pod
                 ),
             ));
         }
-        let key = (row.strategy, row.pods);
+        let key = (row.strategy, row.pods, row.repeat);
         let i = match cells.iter().position(|(k, ..)| *k == key) {
             Some(i) => i,
             None => {
@@ -642,18 +676,20 @@ pub fn parse_cells_jsonl(text: &str, path: &Path, plan: Option<&PlanRecord>) -> 
             cells[i].2 += 1;
         }
     }
-    for ((strategy, pods), line, pod_rows, aggregate) in cells {
+    for ((strategy, pods, repeat), line, pod_rows, aggregate) in cells {
+        let cell = if repeat == 1 {
+            format!("cell {strategy} × {pods} pods")
+        } else {
+            format!("cell {strategy} × {pods} pods (repeat {repeat})")
+        };
         if !aggregate {
             return Err(at(
                 line,
-                format!("cell {strategy} × {pods} pods has pod rows but no aggregate row (pod \"{ALL_PODS}\")"),
+                format!("{cell} has pod rows but no aggregate row (pod \"{ALL_PODS}\")"),
             ));
         }
         if pod_rows > pods {
-            return Err(at(
-                line,
-                format!("cell {strategy} × {pods} pods has {pod_rows} pod rows"),
-            ));
+            return Err(at(line, format!("{cell} has {pod_rows} pod rows")));
         }
     }
     Ok(rows.into_iter().map(|(_, r)| r).collect())
@@ -666,6 +702,9 @@ fn check_row(row: &CellRecord) -> std::result::Result<(), String> {
     }
     if row.pod.trim().is_empty() {
         return Err("pod is empty".into());
+    }
+    if !(1..=MAX_REPEAT).contains(&row.repeat) {
+        return Err(format!("repeat {} is outside 1 to {MAX_REPEAT}", row.repeat));
     }
     // Every number of the record, by its serde name, so a field added later is checked
     // too; `exit_code` may be negative (a signal). JSON has no NaN or infinity, and
@@ -722,7 +761,7 @@ mod tests {
         let path = Path::new("results/r/run.json");
         assert!(fixture_run().validate(path).is_ok());
         type Tamper = fn(&mut RunRecord);
-        let cases: [(&str, Tamper); 15] = [
+        let cases: [(&str, Tamper); 16] = [
             ("plan.warmup_s: -5 is not a duration", |r| r.plan.warmup_s = -5.0),
             ("plan.max_cell_s: 1e300 is not a duration", |r| {
                 r.plan.max_cell_s = 1e300
@@ -741,6 +780,7 @@ mod tests {
                 |r| r.plan.max_cell_s = 14.0,
             ),
             ("plan.tolerance: -1 is not a fraction", |r| r.plan.tolerance = -1.0),
+            ("plan.repeat: 0 is outside 1 to 100", |r| r.plan.repeat = 0),
             ("plan.tolerance: 1 is not a fraction", |r| r.plan.tolerance = 1.0),
             ("run_id: \"../..\" is not a plain directory name", |r| {
                 r.run_id = "../..".into()
@@ -815,7 +855,7 @@ mod tests {
         let dup = format!("{good}{}\n", good.lines().nth(1).expect("line 2"));
         let e = parse_err(&dup, None);
         assert!(
-            e.contains("line 65: duplicate row (strategy exclusive, pods 1, pod \"all\"), first on line 2"),
+            e.contains("line 65: duplicate row (strategy exclusive, pods 1, repeat 1, pod \"all\"), first on line 2"),
             "{e}"
         );
         let no_aggregate: String = good
@@ -840,6 +880,31 @@ mod tests {
             e.contains("line 1: pods 9 is not in run.json's plan (1, 3, 5, 7)"),
             "{e}"
         );
+        // A repeat the plan did not ask for, or none at all.
+        let e = parse_err(&tampered_lines(&[1, 2], |v| v["repeat"] = 2.into()), Some(&plan));
+        assert!(
+            e.contains("line 1: repeat 2 is beyond run.json's plan (repeat 1)"),
+            "{e}"
+        );
+        let e = parse_err(&tampered(4, |v| v["repeat"] = 0.into()), None);
+        assert!(e.contains("line 4: repeat 0 is outside 1 to 100"), "{e}");
+        // The same cell in two repeats is two cells.
+        let twice: String = format!(
+            "{good}{}",
+            tampered_lines(&[1, 2], |v| v["repeat"] = 2.into())
+                .lines()
+                .take(2)
+                .map(|l| format!("{l}\n"))
+                .collect::<String>()
+        );
+        let mut two = plan.clone();
+        two.repeat = 2;
+        assert_eq!(
+            parse_cells_jsonl(&twice, Path::new("x"), Some(&two))
+                .map(|c| c.len())
+                .ok(),
+            Some(66)
+        );
         let mut narrow = plan.clone();
         narrow.strategies.retain(|s| *s != Strategy::Mig);
         let e = parse_err(&good, Some(&narrow));
@@ -855,7 +920,10 @@ mod tests {
         let full = String::from_utf8(cells_csv(&cells).expect("csv")).expect("utf-8");
         let empty = String::from_utf8(cells_csv(&[]).expect("csv")).expect("utf-8");
         let header = full.lines().next().expect("header");
-        assert!(header.starts_with("run_id,strategy,pods,pod,status,"), "{header}");
+        assert!(
+            header.starts_with("run_id,strategy,pods,repeat,pod,status,"),
+            "{header}"
+        );
         assert_eq!(empty, format!("{header}\n"));
     }
 }

@@ -184,18 +184,16 @@ impl RunStore {
         &self.cells
     }
 
-    /// Whether a cell is already on disk.
-    pub fn has_cell(&self, strategy: Strategy, pods: u32) -> bool {
-        self.cells
-            .iter()
-            .any(|c| c.strategy == strategy && c.pods == pods && c.is_aggregate())
+    /// Whether a cell of a repeat is already on disk.
+    pub fn has_cell(&self, repeat: u32, strategy: Strategy, pods: u32) -> bool {
+        self.aggregate(repeat, strategy, pods).is_some()
     }
 
-    /// The aggregate row of a cell.
-    pub fn aggregate(&self, strategy: Strategy, pods: u32) -> Option<&CellRecord> {
+    /// The aggregate row of a cell of a repeat.
+    pub fn aggregate(&self, repeat: u32, strategy: Strategy, pods: u32) -> Option<&CellRecord> {
         self.cells
             .iter()
-            .find(|c| c.strategy == strategy && c.pods == pods && c.is_aggregate())
+            .find(|c| c.repeat == repeat && c.strategy == strategy && c.pods == pods && c.is_aggregate())
     }
 
     /// Updates run.json (state, unavailable strategies, finish time).
@@ -207,11 +205,14 @@ impl RunStore {
     /// Appends one cell's rows and rewrites the cell files atomically.
     pub fn save_cell(&mut self, rows: Vec<CellRecord>) -> Result<()> {
         if let Some(first) = rows.first()
-            && self.has_cell(first.strategy, first.pods)
+            && self.has_cell(first.repeat, first.strategy, first.pods)
         {
             return Err(BenchError::Results {
                 path: self.dir.clone(),
-                reason: format!("cell {} × {} pods is already saved", first.strategy, first.pods),
+                reason: format!(
+                    "cell {} × {} pods (repeat {}) is already saved",
+                    first.strategy, first.pods, first.repeat
+                ),
             });
         }
         self.cells.extend(rows);

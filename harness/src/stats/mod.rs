@@ -1,7 +1,9 @@
-//! Statistics of a cell: histogram deltas and quantiles, fairness, window stability.
+//! Statistics of a cell: histogram deltas and quantiles, fairness, window stability;
+//! and between cells: intervals over repeats.
 
 pub mod fairness;
 pub mod histogram;
+pub mod interval;
 pub mod stability;
 
 pub use fairness::jain_index;

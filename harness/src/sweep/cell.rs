@@ -23,6 +23,8 @@ pub struct CellLabels {
     pub strategy: Strategy,
     /// Pods requested.
     pub pods: u32,
+    /// Which pass over the plan, from 1.
+    pub repeat: u32,
     /// Model preset.
     pub model: String,
     /// Precision.
@@ -39,6 +41,7 @@ pub fn empty_row(l: &CellLabels, pod: &str, status: CellStatus, source: Source, 
         model: l.model.clone(),
         precision: l.precision.clone(),
         started_at: now_rfc3339(),
+        repeat: l.repeat,
         ..CellRecord::unmeasured(l.strategy, l.pods, pod, status, source, l.device)
     }
 }
@@ -350,6 +353,7 @@ mod tests {
             run_id: "r".into(),
             strategy: Strategy::Mps,
             pods: 2,
+            repeat: 1,
             model: "tiny".into(),
             precision: "fp32".into(),
             device: DeviceKind::Cpu,

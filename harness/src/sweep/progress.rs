@@ -11,8 +11,8 @@ use crate::domain::Strategy;
 pub trait Progress {
     /// A sweep of `cells` cells begins (`done` already on disk when resuming).
     fn sweep_start(&self, cells: u64, done: u64);
-    /// A cell begins.
-    fn cell_start(&self, strategy: Strategy, pods: u32);
+    /// A cell begins; `pass` is (repeat, of repeats) when the plan repeats.
+    fn cell_start(&self, strategy: Strategy, pods: u32, pass: Option<(u32, u32)>);
     /// What the cell is doing.
     fn phase(&self, text: &str);
     /// A measurement window ended: its throughput and mean latency (seconds).
@@ -25,13 +25,18 @@ pub trait Progress {
     fn finish(&self);
 }
 
+/// " (repeat 2 of 3)" when the plan repeats.
+fn pass_tag(pass: Option<(u32, u32)>) -> String {
+    pass.map(|(r, n)| format!(" (repeat {r} of {n})")).unwrap_or_default()
+}
+
 /// No output except messages and failed cells (to stderr); for CI and scripts.
 #[derive(Debug, Default)]
 pub struct Quiet;
 
 impl Progress for Quiet {
     fn sweep_start(&self, _: u64, _: u64) {}
-    fn cell_start(&self, _: Strategy, _: u32) {}
+    fn cell_start(&self, _: Strategy, _: u32, _: Option<(u32, u32)>) {}
     fn phase(&self, _: &str) {}
     fn window(&self, _: usize, _: f64, _: f64, _: bool) {}
     fn cell_done(&self, summary: &str, failed: bool) {
@@ -54,8 +59,8 @@ impl Progress for Lines {
     fn sweep_start(&self, cells: u64, done: u64) {
         eprintln!("sweep: {cells} cells, {done} already on disk");
     }
-    fn cell_start(&self, strategy: Strategy, pods: u32) {
-        eprintln!("cell: {} × {pods} pod(s)", strategy.title());
+    fn cell_start(&self, strategy: Strategy, pods: u32, pass: Option<(u32, u32)>) {
+        eprintln!("cell: {} × {pods} pod(s){}", strategy.title(), pass_tag(pass));
     }
     fn phase(&self, _: &str) {}
     fn window(&self, _: usize, _: f64, _: f64, _: bool) {}
@@ -107,11 +112,12 @@ impl Progress for Bars {
         self.sweep.set_position(done);
         self.sweep.reset_eta();
     }
-    fn cell_start(&self, strategy: Strategy, pods: u32) {
+    fn cell_start(&self, strategy: Strategy, pods: u32, pass: Option<(u32, u32)>) {
         self.cell.set_prefix(format!(
-            "{} × {pods} pod{}:",
+            "{} × {pods} pod{}{}:",
             strategy.title(),
-            if pods == 1 { "" } else { "s" }
+            if pods == 1 { "" } else { "s" },
+            pass_tag(pass)
         ));
         self.cell.set_message("");
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::backend::{Backend, Prepared, Session};
 use crate::config::plan::{MeasureSettings, PrometheusSetting};
-use crate::domain::CellStatus;
+use crate::domain::{CellStatus, Strategy};
 use crate::error::{BenchError, Result};
 use crate::metrics::MetricsSource;
 use crate::metrics::prometheus::PrometheusSource;
@@ -137,131 +137,154 @@ async fn sweep_cells<B: Backend, S: MetricsSource>(
     shutdown: &Shutdown,
 ) -> Result<usize> {
     let plan = store.run().plan.clone();
-    let total = (plan.strategies.len() * plan.pods.len()) as u64;
-    let done = plan
-        .strategies
-        .iter()
-        .flat_map(|s| plan.pods.iter().map(move |p| (*s, *p)))
-        .filter(|(s, p)| store.has_cell(*s, *p))
-        .count() as u64;
+    let repeats = plan.repeat.max(1);
+    let passes: Vec<(u32, Vec<Strategy>)> = (1..=repeats).map(|r| (r, rotated(&plan.strategies, r))).collect();
+    let total = (plan.strategies.len() * plan.pods.len()) as u64 * u64::from(repeats);
+    let done = store.cells().iter().filter(|c| c.is_aggregate()).count() as u64;
     progress.sweep_start(total, done);
     let mut ran = 0;
-    for &strategy in &plan.strategies {
-        if shutdown.is_requested() {
-            return Err(shutdown.interrupted());
+    for (repeat, order) in &passes {
+        let repeat = *repeat;
+        if repeats > 1
+            && order
+                .iter()
+                .any(|s| plan.pods.iter().any(|p| !store.has_cell(repeat, *s, *p)))
+        {
+            progress.message(&format!(
+                "repeat {repeat} of {repeats}: {}",
+                order.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")
+            ));
         }
-        if plan.pods.iter().all(|p| store.has_cell(strategy, *p)) {
-            continue;
-        }
-        let run_id = store.run().run_id.clone();
-        let labels = |pods| CellLabels {
-            run_id: run_id.clone(),
-            strategy,
-            pods,
-            model: plan.model.clone(),
-            precision: plan.precision.clone(),
-            device: plan.device,
-        };
-        let prepared = backend.prepare(strategy, shutdown).await?;
-        if let Prepared::Unavailable(reason) = &prepared {
-            progress.message(&format!("{} unavailable: {reason}", strategy.title()));
-            store.update_run(|r| {
-                if !r.unavailable.iter().any(|u| u.strategy == strategy) {
-                    r.unavailable.push(Unavailable {
-                        strategy,
-                        reason: reason.clone(),
-                    });
-                }
-            })?;
-        }
-        for &pods in &plan.pods {
-            if store.has_cell(strategy, pods) {
-                continue;
-            }
-            // A stop asked for between cells launches nothing more.
+        for &strategy in order {
             if shutdown.is_requested() {
                 return Err(shutdown.interrupted());
             }
-            progress.cell_start(strategy, pods);
-            // A failure to stop the cell's pods ends the sweep, but only after the cell's
-            // rows are on disk: a measured cell is never lost.
-            let mut stop_error = None;
-            let rows = match &prepared {
-                Prepared::Unavailable(reason) => unavailable_rows(&labels(pods), source.kind(), reason),
-                Prepared::Ready => {
-                    let launched = backend.launch(strategy, pods, shutdown).await;
-                    let measured = match launched {
-                        Ok(_) => {
-                            let baseline = store.aggregate(strategy, 1).cloned();
-                            measure_cell(
-                                backend,
-                                source,
-                                telemetry.clone(),
-                                settings,
-                                &labels(pods),
-                                baseline.as_ref(),
-                                progress,
-                                shutdown,
-                            )
-                            .await
-                        }
-                        Err(e) => Err(e),
-                    };
-                    // Pods stop before anything else happens, whatever the outcome.
-                    let stopped = backend.stop_pods(shutdown).await;
-                    match measured {
-                        Ok(rows) => {
-                            stop_error = stopped.err();
-                            rows
-                        }
-                        Err(e) if e.is_interrupt() => {
-                            if let Err(se) = stopped {
-                                tracing::warn!("stopping the cell's pods after the interrupt: {se}");
-                            }
-                            return Err(e);
-                        }
-                        // Without its metrics source nothing more can be measured.
-                        Err(e @ BenchError::Prometheus { .. }) => return Err(e),
-                        // A cell that could not start is an outcome, not the end of the sweep.
-                        Err(e) => {
-                            stop_error = stopped.err();
-                            failed_rows(&labels(pods), source.kind(), &e.to_string())
-                        }
-                    }
-                }
-            };
-            let mut rows = rows;
-            if prepared == Prepared::Ready
-                && let Some(setup) = backend.cell_setup()
-            {
-                for r in rows.iter_mut().filter(|r| r.is_aggregate()) {
-                    r.switch_s = setup.switch_s;
-                    r.mig_reconfigure_s = setup.mig_reconfigure_s;
-                    r.pods_ready_s = setup.pods_ready_s;
-                    if let Some(n) = &setup.note {
-                        r.note = if r.note.is_empty() {
-                            n.clone()
-                        } else {
-                            format!("{}; {n}", r.note)
-                        };
-                    }
-                }
+            if plan.pods.iter().all(|p| store.has_cell(repeat, strategy, *p)) {
+                continue;
             }
-            let failed = rows
-                .iter()
-                .any(|r| r.is_aggregate() && r.status == crate::domain::CellStatus::Failed);
-            progress.cell_done(&cell_summary(&rows), failed);
-            store.save_cell(rows)?;
-            ran += 1;
-            if let Some(e) = stop_error {
-                // A forced stop that cut the pods' clean-up short is still an interrupt.
-                return Err(if shutdown.is_requested() {
-                    shutdown.interrupted()
-                } else {
-                    e
-                });
+            let run_id = store.run().run_id.clone();
+            let labels = |pods| CellLabels {
+                run_id: run_id.clone(),
+                strategy,
+                pods,
+                repeat,
+                model: plan.model.clone(),
+                precision: plan.precision.clone(),
+                device: plan.device,
+            };
+            let prepared = backend.prepare(strategy, shutdown).await?;
+            if let Prepared::Unavailable(reason) = &prepared {
+                progress.message(&format!("{} unavailable: {reason}", strategy.title()));
+                store.update_run(|r| {
+                    if !r.unavailable.iter().any(|u| u.strategy == strategy) {
+                        r.unavailable.push(Unavailable {
+                            strategy,
+                            reason: reason.clone(),
+                        });
+                    }
+                })?;
+            }
+            for &pods in &plan.pods {
+                if store.has_cell(repeat, strategy, pods) {
+                    continue;
+                }
+                // A stop asked for between cells launches nothing more.
+                if shutdown.is_requested() {
+                    return Err(shutdown.interrupted());
+                }
+                progress.cell_start(strategy, pods, (repeats > 1).then_some((repeat, repeats)));
+                // A failure to stop the cell's pods ends the sweep, but only after the cell's
+                // rows are on disk: a measured cell is never lost.
+                let mut stop_error = None;
+                let rows = match &prepared {
+                    Prepared::Unavailable(reason) => unavailable_rows(&labels(pods), source.kind(), reason),
+                    Prepared::Ready => {
+                        let launched = backend.launch(strategy, pods, shutdown).await;
+                        let measured = match launched {
+                            Ok(_) => {
+                                let baseline = store.aggregate(repeat, strategy, 1).cloned();
+                                measure_cell(
+                                    backend,
+                                    source,
+                                    telemetry.clone(),
+                                    settings,
+                                    &labels(pods),
+                                    baseline.as_ref(),
+                                    progress,
+                                    shutdown,
+                                )
+                                .await
+                            }
+                            Err(e) => Err(e),
+                        };
+                        // Pods stop before anything else happens, whatever the outcome.
+                        let stopped = backend.stop_pods(shutdown).await;
+                        match measured {
+                            Ok(rows) => {
+                                stop_error = stopped.err();
+                                rows
+                            }
+                            Err(e) if e.is_interrupt() => {
+                                if let Err(se) = stopped {
+                                    tracing::warn!("stopping the cell's pods after the interrupt: {se}");
+                                }
+                                return Err(e);
+                            }
+                            // Without its metrics source nothing more can be measured.
+                            Err(e @ BenchError::Prometheus { .. }) => return Err(e),
+                            // A cell that could not start is an outcome, not the end of the sweep.
+                            Err(e) => {
+                                stop_error = stopped.err();
+                                failed_rows(&labels(pods), source.kind(), &e.to_string())
+                            }
+                        }
+                    }
+                };
+                let mut rows = rows;
+                if prepared == Prepared::Ready
+                    && let Some(setup) = backend.cell_setup()
+                {
+                    for r in rows.iter_mut().filter(|r| r.is_aggregate()) {
+                        r.switch_s = setup.switch_s;
+                        r.mig_reconfigure_s = setup.mig_reconfigure_s;
+                        r.pods_ready_s = setup.pods_ready_s;
+                        if let Some(n) = &setup.note {
+                            r.note = if r.note.is_empty() {
+                                n.clone()
+                            } else {
+                                format!("{}; {n}", r.note)
+                            };
+                        }
+                    }
+                }
+                let failed = rows
+                    .iter()
+                    .any(|r| r.is_aggregate() && r.status == crate::domain::CellStatus::Failed);
+                progress.cell_done(&cell_summary(&rows), failed);
+                store.save_cell(rows)?;
+                ran += 1;
+                if let Some(e) = stop_error {
+                    // A forced stop that cut the pods' clean-up short is still an interrupt.
+                    return Err(if shutdown.is_requested() {
+                        shutdown.interrupted()
+                    } else {
+                        e
+                    });
+                }
             }
         }
     }
     Ok(ran)
+}
+
+/// The strategies of pass `repeat` (from 1): the plan's order rotated left by
+/// `repeat − 1`, so that over the passes every strategy runs early and late, and slow
+/// drift (heat, power caps, other tenants) does not line up with one strategy.
+pub fn rotated(strategies: &[Strategy], repeat: u32) -> Vec<Strategy> {
+    let mut v = strategies.to_vec();
+    if !v.is_empty() {
+        let k = (repeat.saturating_sub(1) as usize) % v.len();
+        v.rotate_left(k);
+    }
+    v
 }

@@ -58,7 +58,7 @@ struct Recorder {
 
 impl Progress for Recorder {
     fn sweep_start(&self, _: u64, _: u64) {}
-    fn cell_start(&self, _: Strategy, _: u32) {}
+    fn cell_start(&self, _: Strategy, _: u32, _: Option<(u32, u32)>) {}
     fn phase(&self, _: &str) {}
     fn window(&self, _: usize, _: f64, _: f64, _: bool) {}
     fn cell_done(&self, summary: &str, _failed: bool) {
@@ -354,4 +354,108 @@ async fn a_measured_cell_is_kept_when_its_pods_will_not_stop() {
     );
     assert_eq!(state(&plan), "failed");
     assert_eq!(log(&b).last().map(String::as_str), Some("restore"));
+}
+
+/// A plan with `--repeat`.
+fn repeated(dir: &std::path::Path, strategies: &str, pods: &str, repeat: u32) -> SweepPlan {
+    SweepPlan {
+        repeat,
+        ..plan(dir, strategies, pods)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn repeats_rotate_the_strategies_resume_midway_and_keep_their_own_baselines() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let tmp = tempfile::tempdir().expect("tmp");
+    let plan = repeated(tmp.path(), "exclusive,time-slicing,mps", "1,3", 3);
+    // Every 1-pod launch makes pods faster from then on: a speed-up taken against
+    // another repeat's 1-pod cell would not be exactly 3.
+    let ones = Arc::new(AtomicU32::new(0));
+    let scripts = {
+        let ones = ones.clone();
+        move |_: Strategy, n: u32| {
+            let k = if n == 1 {
+                ones.fetch_add(1, Ordering::SeqCst) + 1
+            } else {
+                ones.load(Ordering::SeqCst)
+            };
+            (0..n).map(|_| PodScript::steady(50.0 * f64::from(k), 0.004)).collect()
+        }
+    };
+    let shutdown = Shutdown::new();
+    let progress = Recorder {
+        stop_after: Some((8, shutdown.clone())),
+        ..Recorder::default()
+    };
+    let b = FakeBackend::new(scripts.clone());
+    let e = sweep(&plan, &b, false, &progress, &shutdown)
+        .await
+        .expect_err("interrupted in repeat 2");
+    assert!(e.is_interrupt());
+    let prepared = |b: &FakeBackend| -> Vec<String> {
+        log(b)
+            .into_iter()
+            .filter_map(|l| l.strip_prefix("prepare ").map(str::to_string))
+            .collect()
+    };
+    // Repeat 1 in plan order, repeat 2 rotated by one; stopped after its
+    // time-slicing × 3 cell (the 8th).
+    assert_eq!(prepared(&b), ["exclusive", "time-slicing", "mps", "time-slicing"]);
+    let first = cells(&plan);
+    assert_eq!(first.iter().filter(|r| r.is_aggregate()).count(), 8);
+    assert_eq!(state(&plan), "interrupted");
+
+    let b2 = FakeBackend::new(scripts);
+    let out = sweep(&plan, &b2, true, &Recorder::default(), &Shutdown::new())
+        .await
+        .expect("resume");
+    assert_eq!(out.cells_run, 10, "18 cells, 8 on disk");
+    // The rest of repeat 2 (mps, then exclusive), then repeat 3 rotated by two.
+    assert_eq!(prepared(&b2), ["mps", "exclusive", "mps", "exclusive", "time-slicing"]);
+    assert_eq!(
+        log(&b2)
+            .iter()
+            .filter(|l| l.starts_with("launch"))
+            .take(2)
+            .cloned()
+            .collect::<Vec<_>>(),
+        ["launch mps 1", "launch mps 3"]
+    );
+    let rows = cells(&plan);
+    for repeat in 1..=3 {
+        for s in [Strategy::Exclusive, Strategy::TimeSlicing, Strategy::Mps] {
+            let three: Vec<&CellRecord> = rows
+                .iter()
+                .filter(|r| r.repeat == repeat && r.strategy == s && r.pods == 3 && r.is_aggregate())
+                .collect();
+            assert_eq!(three.len(), 1, "{s} × 3, repeat {repeat}");
+            assert_eq!(three[0].speedup_vs_1pod, Some(3.0), "{s} × 3, repeat {repeat}");
+        }
+    }
+    assert_eq!(state(&plan), "complete");
+
+    // The report combines the repeats: means with their interval.
+    let data = crate::report::RunData::load(&plan.out.join("fake")).expect("load");
+    let ts3 = data.aggregate(Strategy::TimeSlicing, 3).expect("cell");
+    assert_eq!(ts3.repeat, crate::results::repeats::COMBINED);
+    let i = data
+        .interval(Strategy::TimeSlicing, 3, |r| r.throughput_per_s)
+        .expect("interval");
+    assert_eq!(i.n, 3);
+    assert!((ts3.throughput_per_s.expect("throughput") - i.mean).abs() < 1e-9);
+    assert!(i.half_width.is_some_and(|h| h > 0.0), "the repeats differ: {i:?}");
+    let tables = crate::report::tables::all(&data);
+    let tput = tables
+        .tables
+        .iter()
+        .find(|t| t.title == "Aggregate throughput")
+        .expect("table");
+    assert!(
+        tput.rows.iter().all(|(_, cells)| cells
+            .iter()
+            .all(|c| matches!(c, crate::report::tables::Cell::Value(v) if v.contains(" ± ")))),
+        "{tput:?}"
+    );
+    assert!(tables.reading.iter().any(|r| r.contains("3 passes over the plan")));
 }

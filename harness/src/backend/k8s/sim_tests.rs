@@ -83,7 +83,7 @@ struct Quiet;
 
 impl Progress for Quiet {
     fn sweep_start(&self, _: u64, _: u64) {}
-    fn cell_start(&self, _: Strategy, _: u32) {}
+    fn cell_start(&self, _: Strategy, _: u32, _: Option<(u32, u32)>) {}
     fn phase(&self, _: &str) {}
     fn window(&self, _: usize, _: f64, _: f64, _: bool) {}
     fn cell_done(&self, _: &str, _: bool) {}
@@ -159,7 +159,7 @@ struct StopAfterFirst(Shutdown);
 
 impl Progress for StopAfterFirst {
     fn sweep_start(&self, _: u64, _: u64) {}
-    fn cell_start(&self, _: Strategy, _: u32) {}
+    fn cell_start(&self, _: Strategy, _: u32, _: Option<(u32, u32)>) {}
     fn phase(&self, _: &str) {}
     fn window(&self, _: usize, _: f64, _: f64, _: bool) {}
     fn cell_done(&self, _: &str, _: bool) {

@@ -4,6 +4,8 @@
 //! not `complete`) is marked: the Markdown opens with a PARTIAL RUN line and the JSON
 //! carries run.json, state included; CSV rows are the cells on disk, nothing more.
 
+pub mod summary;
+
 use crate::config::cli::ExportFormat;
 use crate::error::{BenchError, Result};
 use crate::report::RunData;
@@ -64,11 +66,25 @@ impl Exporter for Markdown {
     }
 }
 
+/// One row per cell, repeats combined: means and 95% intervals (CSV).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Summary;
+
+impl Exporter for Summary {
+    fn name(&self) -> &'static str {
+        "summary"
+    }
+    fn export(&self, data: &RunData) -> Result<Vec<u8>> {
+        summary::csv(data)
+    }
+}
+
 /// The exporter of a format.
 pub fn for_format(format: ExportFormat) -> Box<dyn Exporter> {
     match format {
         ExportFormat::Csv => Box::new(Csv),
         ExportFormat::Json => Box::new(Json),
         ExportFormat::Markdown => Box::new(Markdown),
+        ExportFormat::Summary => Box::new(Summary),
     }
 }
