@@ -41,6 +41,24 @@ bench-all: ## release build, the default sweep (all strategies × 1,3,5,7 pods),
 	dir=$$(printf '%s\n' "$$out" | sed -n 's/^results: //p' | tail -n 1); \
 	$(BENCH_BIN) report "$$dir"
 
+# compare-check: does `compare` cry wolf on this machine, and does it see a slowdown?
+COMPARE_CHECK_OUT ?= results/compare-check-$(shell date -u +%Y%m%dT%H%M%SZ)
+COMPARE_CHECK_FLAGS ?= --strategies exclusive,mps --pods 1,3 --repeat 2 --warmup 3s --window 2s --max-cell 12s --quiet
+PLANTED_LATENCY ?= 0.2ms
+
+.PHONY: compare-check
+compare-check: ## two identical short sweeps and one with --add-latency $(PLANTED_LATENCY): compare passes both ways, flags the planted one
+	@if [ ! -x $(BUNDLE)/gpushare-bench ] && [ ! -x target/release/gpushare-bench ]; then $(MAKE) --no-print-directory build; fi
+	$(BENCH_BIN) sweep $(COMPARE_CHECK_FLAGS) --out $(COMPARE_CHECK_OUT) --run-id same-a
+	$(BENCH_BIN) sweep $(COMPARE_CHECK_FLAGS) --out $(COMPARE_CHECK_OUT) --run-id same-b
+	$(BENCH_BIN) sweep $(COMPARE_CHECK_FLAGS) --out $(COMPARE_CHECK_OUT) --run-id planted --workload-arg=--add-latency --workload-arg=$(PLANTED_LATENCY)
+	@set +e; d=$(COMPARE_CHECK_OUT); \
+	for pair in "same-a same-b" "same-b same-a" "same-a planted" "planted same-a"; do \
+	  set -- $$pair; echo "== compare $$1 $$2"; $(BENCH_BIN) compare $$d/$$1 $$d/$$2; echo "exit $$?"; \
+	done | tee $$d/compare.log; \
+	exits=$$(sed -n 's/^exit //p' $$d/compare.log | tr '\n' ' '); echo "exits: $$exits(want 0 0 1 0)"; \
+	test "$$exits" = "0 0 1 0 "
+
 .PHONY: report
 report: ## render a run: make report RUN=results/<run-id>
 	@if [ -z "$(RUN)" ]; then echo "usage: make report RUN=results/<run-id>" >&2; exit 2; fi
