@@ -2,12 +2,15 @@
 //! throughput, flagged as a regression only when it is worse by more than the threshold
 //! *and* by more than the noise *and*, for p99, by more than the quantiles' resolution.
 //!
-//! The noise is the between-run noise when both runs repeated the cell (`--repeat`):
-//! half the width of Welch's 95% interval of the difference of the two means over
-//! repeats. Otherwise it is what the runs recorded: the larger window-to-window spread
-//! of the two cells (of the exact per-window mean for latency, of throughput). The
-//! resolution of a p99 change is the sum of the two cells' quantile resolutions: each
-//! p99 can be off by its own.
+//! The noise is the between-run noise when a run repeated the cell (`--repeat`): half
+//! the width of the 95% interval of the difference of the two means — Welch's when both
+//! repeated it, else with the repeated run's variance standing for both. Otherwise it is
+//! what the runs recorded: the larger window-to-window spread of the two cells (of the
+//! exact per-window mean for latency, of throughput). The resolution of a p99 change is
+//! the sum of the two cells' quantile resolutions: each p99 can be off by its own. A
+//! run that records no resolution (made before the workload's finer buckets) has p99
+//! values that are bucket bounds up to 9.6% apart: its p99 changes are shown, never
+//! judged, and a notice says so.
 //!
 //! A cell of the baseline that the candidate lacks fails as `missing`; runs of different
 //! models, precisions, batches, devices or GPUs are not compared at all.
@@ -17,7 +20,7 @@ use std::ops::Deref;
 use crate::domain::{CellStatus, Strategy};
 use crate::error::{BenchError, Result};
 use crate::results::record::CellRecord;
-use crate::stats::interval::welch_half_width;
+use crate::stats::interval::difference_half_width;
 
 use super::RunData;
 
@@ -39,7 +42,7 @@ pub enum Verdict {
 /// Where a cell's noise comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NoiseSource {
-    /// Both runs repeated the cell: Welch's 95% interval of the difference of means.
+    /// A run repeated the cell: the 95% interval of the difference of means over repeats.
     Repeats,
     /// A run measured the cell once: the window-to-window spreads the two runs recorded.
     Windows,
@@ -159,7 +162,7 @@ fn noise(base: &RunData, cand: &RunData, b: &CellRecord, c: &CellRecord) -> Nois
     let resolution = b.quantile_resolution.unwrap_or(0.0) + c.quantile_resolution.unwrap_or(0.0);
     let between = |f: fn(&CellRecord) -> Option<f64>| -> Option<f64> {
         let (ib, ic) = (base.interval(s, p, f)?, cand.interval(s, p, f)?);
-        let h = welch_half_width(&ib, &ic)?;
+        let h = difference_half_width(&ib, &ic)?;
         (ib.mean > 0.0).then(|| h / ib.mean)
     };
     if let (Some(mean), Some(p99), Some(throughput)) = (
@@ -246,7 +249,9 @@ fn compare_cell(base: &RunData, cand: &RunData, b: &CellRecord, c: &CellRecord, 
     };
     let mut r = Vec::new();
     worse(out.mean, noise.mean, 0.0, "mean latency", &mut r);
-    worse(out.p99, noise.p99, noise.resolution, "p99 latency", &mut r);
+    if b.quantile_resolution.is_some() && c.quantile_resolution.is_some() {
+        worse(out.p99, noise.p99, noise.resolution, "p99 latency", &mut r);
+    }
     worse(
         out.throughput.map(|t| -t),
         noise.throughput,
@@ -335,10 +340,19 @@ pub fn compare_runs(base: &RunData, cand: &RunData, threshold: f64) -> Result<Co
             ));
         }
     }
-    Ok(Comparison {
-        rows: rows(base, cand, threshold),
-        notices,
-    })
+    let rows = rows(base, cand, threshold);
+    for (which, run) in [("baseline", base), ("candidate", cand)] {
+        let unresolved = run.cells.iter().any(|c| {
+            c.is_aggregate() && c.status == CellStatus::Ok && c.p99_s.is_some() && c.quantile_resolution.is_none()
+        });
+        if unresolved {
+            notices.push(format!(
+                "p99 changes are not judged: the {which} {} records no quantile resolution (a run made before the workload's schema-5 buckets, whose p99 are bucket bounds up to 9.6% apart)",
+                run.dir.display()
+            ));
+        }
+    }
+    Ok(Comparison { rows, notices })
 }
 
 /// One row per cell of the baseline (in its plan's order; repeats combined): compared
@@ -419,7 +433,14 @@ mod tests {
     fn identical_runs_pass_and_cells_measured_in_neither_are_a_dash() {
         let base = fixture("h100-run");
         let c = compare_runs(&base, &base, 0.05).expect("comparable");
-        assert_eq!((c.rows.len(), c.failures(), c.notices.len()), (16, 0, 0));
+        assert_eq!((c.rows.len(), c.failures(), c.notices.len()), (16, 0, 2));
+        // The fixture was made before quantile resolutions were recorded.
+        assert!(
+            c.notices[0].starts_with("p99 changes are not judged: the baseline ")
+                && c.notices[1].starts_with("p99 changes are not judged: the candidate "),
+            "{:?}",
+            c.notices
+        );
         let mig: Vec<_> = c.rows.iter().filter(|r| r.strategy == Strategy::Mig).collect();
         assert_eq!(mig.len(), 4);
         assert!(mig.iter().all(|r| r.verdict == Verdict::NotMeasured));
@@ -470,9 +491,10 @@ mod tests {
         cand.cells.retain(|c| c.strategy != Strategy::Mig);
         let c = compare_runs(&base, &cand, 0.05).expect("comparable");
         assert_eq!(c.failures(), 4);
-        assert_eq!(c.notices.len(), 1);
+        let partial: Vec<&String> = c.notices.iter().filter(|n| n.contains("partial")).collect();
+        assert_eq!(partial.len(), 1);
         assert!(
-            c.notices[0].starts_with("candidate ") && c.notices[0].contains("is a partial run (state \"interrupted\""),
+            partial[0].starts_with("candidate ") && partial[0].contains("is a partial run (state \"interrupted\""),
             "{:?}",
             c.notices
         );
@@ -562,6 +584,39 @@ mod tests {
         let wilder = repeated(&fixture("h100-run"), [0.8, 1.1, 1.4]);
         let c = compare_runs(&wild, &wilder, 0.05).expect("comparable");
         assert_eq!(c.failures(), 0, "{}", render(&c));
+    }
+
+    #[test]
+    fn a_p99_without_a_recorded_resolution_is_shown_but_not_judged() {
+        let base = fixture("h100-run");
+        let mut cand = base.clone();
+        for c in &mut cand.cells {
+            c.p99_s = c.p99_s.map(|v| v * 1.3);
+            c.quantile_resolution = Some(0.022);
+        }
+        let c = compare_runs(&base, &cand, 0.05).expect("comparable");
+        assert_eq!(c.failures(), 0, "{}", render(&c));
+        assert!(c.rows.iter().filter_map(|r| r.p99).all(|x| (x - 0.3).abs() < 1e-9));
+        assert_eq!(c.notices.len(), 1, "{:?}", c.notices);
+    }
+
+    #[test]
+    fn a_single_run_against_a_repeated_one_borrows_its_variance() {
+        let once = fixture("h100-run");
+        let thrice = repeated(&once, [0.99, 1.0, 1.01]);
+        let c = compare_runs(&once, &thrice, 0.05).expect("comparable");
+        let row = c
+            .rows
+            .iter()
+            .find(|r| r.strategy == Strategy::Mps && r.pods == 3)
+            .expect("row");
+        assert_eq!(row.noise.source, NoiseSource::Repeats);
+        // s = 1% of the mean: t(0.975, 2) · 1% · √(1 + 1/3) ≈ 4.97%.
+        assert!(
+            (row.noise.mean - 0.043027 * (4.0f64 / 3.0).sqrt()).abs() < 1e-4,
+            "{:?}",
+            row.noise
+        );
     }
 
     #[test]

@@ -100,6 +100,18 @@ pub fn welch_half_width(a: &Interval, b: &Interval) -> Option<f64> {
     Some(t975(df) * se2.sqrt())
 }
 
+/// Half the width of the 95% interval of `b.mean − a.mean` when at least one side was
+/// repeated: Welch's when both were ([`welch_half_width`]); when only one was, its
+/// variance stands for both (the other is one draw of the same process):
+/// t(0.975, n − 1)·s·√(1/na + 1/nb). None when neither was repeated.
+pub fn difference_half_width(a: &Interval, b: &Interval) -> Option<f64> {
+    if a.n >= 2 && b.n >= 2 {
+        return welch_half_width(a, b);
+    }
+    let known = [a, b].into_iter().find(|i| i.n >= 2)?;
+    Some(t975((known.n - 1) as f64) * (known.variance * (1.0 / a.n as f64 + 1.0 / b.n as f64)).sqrt())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,5 +169,18 @@ mod tests {
         let want = t975(4.0) * (2.0f64 / 3.0).sqrt();
         assert!((welch_half_width(&c, &d).expect("n = 3") - want).abs() < 1e-12);
         assert_eq!(welch_half_width(&Interval::of(&[1.0]).expect("one"), &c), None);
+    }
+
+    #[test]
+    fn a_single_run_against_repeats_borrows_their_variance() {
+        let one = Interval::of(&[10.0]).expect("one");
+        let three = Interval::of(&[10.0, 12.0, 14.0]).expect("three");
+        // s = 2: t(0.975, 2) · 2 · √(1 + 1/3), in either order.
+        let want = 4.3027 * 2.0 * (4.0f64 / 3.0).sqrt();
+        for (a, b) in [(&one, &three), (&three, &one)] {
+            assert!((difference_half_width(a, b).expect("one side repeated") - want).abs() < 1e-9);
+        }
+        assert_eq!(difference_half_width(&one, &one), None);
+        assert_eq!(difference_half_width(&three, &three), welch_half_width(&three, &three));
     }
 }

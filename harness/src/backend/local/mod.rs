@@ -217,7 +217,7 @@ impl Backend for LocalBackend {
         }
         let logs = self.run_dir.join("logs");
         for p in plan {
-            let log = logs.join(format!("{}-{pods}p-{}.log", strategy.name(), p.name));
+            let log = free_log_path(&logs, &format!("{}-{pods}p-{}", strategy.name(), p.name));
             if let Some(reason) = p.pending {
                 self.pods.push(PodProcess {
                     name: p.name,
@@ -336,4 +336,18 @@ impl Backend for LocalBackend {
         // Nothing was changed on the machine; only our own processes to stop.
         self.stop_pods(shutdown).await.map(|_| ())
     }
+}
+
+/// `DIR/BASE.log`, or `DIR/BASE.2.log`, `DIR/BASE.3.log`, … when a launch of the same
+/// pod of the same cell wrote one before (the passes of `--repeat`, a cell measured again
+/// after a resume): every launch keeps its own log.
+fn free_log_path(dir: &Path, base: &str) -> PathBuf {
+    let first = dir.join(format!("{base}.log"));
+    if !first.exists() {
+        return first;
+    }
+    (2u32..)
+        .map(|k| dir.join(format!("{base}.{k}.log")))
+        .find(|p| !p.exists())
+        .unwrap_or(first)
 }
