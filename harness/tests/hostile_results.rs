@@ -348,10 +348,24 @@ fn to_dev_full(args: &[&str], dirs: &[&Path]) -> Output {
 #[test]
 fn a_full_stdout_is_one_error_line_not_a_panic_or_exit_0() {
     let run = fixture("h100-run");
-    for format in ["csv", "json", "markdown"] {
+    for format in ["csv", "json", "markdown", "summary"] {
         let o = to_dev_full(&["export", "--format", format], &[&run]);
         assert_refused(&o, &["writing to stdout", "No space left on device"]);
     }
-    let o = to_dev_full(&["compare"], &[&run, &run]);
+    // compare's notices (this fixture records no quantile resolution) come first, on
+    // lines of their own; the error is the one line after them.
+    let mut o = to_dev_full(&["compare"], &[&run, &run]);
+    let err = stderr(&o);
+    let notices = err
+        .lines()
+        .filter(|l| l.starts_with("gpushare-bench: p99 changes are not judged"))
+        .count();
+    assert_eq!(notices, 2, "{err}");
+    o.stderr = err
+        .lines()
+        .filter(|l| !l.starts_with("gpushare-bench: p99 changes are not judged"))
+        .map(|l| format!("{l}\n"))
+        .collect::<String>()
+        .into_bytes();
     assert_refused(&o, &["writing to stdout", "No space left on device"]);
 }
