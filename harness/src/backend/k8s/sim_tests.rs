@@ -708,3 +708,47 @@ async fn port_forward_error(sim: &SimCluster) -> String {
         .map(|e| e.to_string())
         .unwrap_or_default()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeats_switch_the_node_in_each_rotated_order_and_leave_it_as_it_began() {
+    let sim = start(ClusterSpec::h100("gpu-1")).await;
+    let before = state(&sim);
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = SweepPlan {
+        repeat: 2,
+        ..plan(dir.path(), "time-slicing,mps,mig", "1,3")
+    };
+    let outcome = sweep(&sim, &p, false)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
+    assert_eq!((outcome.measured, outcome.failed), (12, 0), "{}", sim.log());
+    check_cells(&sim, dir.path(), 12);
+    let data = crate::report::RunData::load(&dir.path().join("sim")).expect("run data");
+    for s in [Strategy::TimeSlicing, Strategy::Mps, Strategy::Mig] {
+        for n in [1, 3] {
+            let reps: Vec<u32> = data.repeats(s, n).iter().map(|r| r.repeat).collect();
+            assert_eq!(reps, [1, 2], "{s} × {n}");
+        }
+    }
+    // The second pass began with MPS, after the first ended on MIG: the node went from
+    // a MIG layout straight to an MPS configuration and back again.
+    let first_mps_of_pass_2 = data
+        .repeats(Strategy::Mps, 1)
+        .iter()
+        .find(|r| r.repeat == 2)
+        .map(|r| r.started_at.clone())
+        .expect("mps × 1, pass 2");
+    let last_mig_of_pass_1 = data
+        .repeats(Strategy::Mig, 3)
+        .iter()
+        .find(|r| r.repeat == 1)
+        .map(|r| r.started_at.clone())
+        .expect("mig × 3, pass 1");
+    assert!(last_mig_of_pass_1 <= first_mps_of_pass_2);
+    assert_eq!(
+        state(&sim),
+        before,
+        "node or ConfigMap not as they began\n{}",
+        sim.log()
+    );
+}
