@@ -116,6 +116,11 @@ gpu-bundle: deps ## (here) release binaries, GPU test binary and bf16 MiniLM wei
 WORKLOAD_BIN = $(if $(wildcard $(BUNDLE)/gpushare-workload),$(BUNDLE)/gpushare-workload,target/release/gpushare-workload)
 GPU_ENV = LD_LIBRARY_PATH=$(CUDA_LIB)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}
 
+.PHONY: fault-check
+fault-check: ## (GPU machine) an injected GPU fault beside a serving neighbour: plain time-slicing, then through a private MPS daemon
+	@if [ ! -x $(WORKLOAD_BIN) ]; then $(CARGO) build --release --locked; fi
+	$(GPU_ENV) workload/fault-check.sh $(WORKLOAD_BIN)
+
 .PHONY: test-gpu
 test-gpu: ## (GPU machine) every kernel and forward pass against the CPU reference
 	@if [ ! -x $(BUNDLE)/workload-gpu-tests ]; then $(MAKE) gpu-bundle; fi

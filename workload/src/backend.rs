@@ -111,6 +111,8 @@ pub enum Engine {
         output: Vec<f32>,
         /// Description of the CPU.
         info: DeviceInfo,
+        /// Host memory taken by `--grow-memory`.
+        grown: Vec<Vec<u8>>,
     },
     /// CUDA.
     #[cfg(feature = "cuda")]
@@ -136,6 +138,7 @@ impl Engine {
                     model: Box::new(CpuModel::new(weights)),
                     input,
                     output: Vec::new(),
+                    grown: Vec::new(),
                     info: DeviceInfo {
                         device: Device::Cpu,
                         name: cpu_name(),
@@ -201,6 +204,45 @@ impl Engine {
             }
             #[cfg(feature = "cuda")]
             Engine::Cuda { model, .. } => model.infer().map(|_| ()),
+        }
+    }
+
+    /// Takes `bytes` more memory and touches it (`--grow-memory`): device memory on the
+    /// GPU, host memory on the CPU. Too little is [`WorkloadError::OutOfMemory`].
+    pub fn grow(&mut self, bytes: u64) -> Result<()> {
+        match self {
+            Engine::Cpu { grown, .. } => {
+                let n = usize::try_from(bytes).unwrap_or(usize::MAX);
+                let mut v: Vec<u8> = Vec::new();
+                v.try_reserve_exact(n).map_err(|_| WorkloadError::OutOfMemory {
+                    what: "--grow-memory (host memory on the CPU)".into(),
+                    requested: n,
+                    free: 0,
+                    total: 0,
+                })?;
+                v.resize(n, 1);
+                grown.push(v);
+                Ok(())
+            }
+            #[cfg(feature = "cuda")]
+            Engine::Cuda { model, .. } => model.grow(bytes),
+        }
+    }
+
+    /// Faults on purpose (`--inject-fault-after`). On the GPU a kernel writes through an
+    /// unmapped address: the returned error ends the context (exit code 5) and needs no
+    /// GPU reset. On the CPU, whose threads share nothing with other processes, the
+    /// stand-in is aborting the process (SIGABRT), said on stderr first.
+    pub fn inject_fault(&mut self) -> WorkloadError {
+        match self {
+            Engine::Cpu { .. } => {
+                eprintln!(
+                    "gpushare-workload: --inject-fault-after on the CPU: aborting the process (SIGABRT), the CPU stand-in for a GPU fault"
+                );
+                std::process::abort()
+            }
+            #[cfg(feature = "cuda")]
+            Engine::Cuda { model, .. } => model.inject_fault(),
         }
     }
 

@@ -17,7 +17,8 @@ use crate::size::parse_bytes;
 /// (/metrics, and /healthz, which answers 200 once the model is warm).
 ///
 /// Exit codes: 0 clean stop (SIGTERM/SIGINT), 2 bad arguments or input files,
-/// 3 no GPU or driver, 4 out of GPU memory, 1 anything else.
+/// 3 no GPU or driver, 4 out of GPU memory, 5 a GPU fault lost the CUDA context
+/// (--inject-fault-after, or a neighbour's fault under MPS), 1 anything else.
 #[derive(Debug, Parser)]
 #[command(name = "gpushare-workload", version, args_conflicts_with_subcommands = true)]
 pub struct Cli {
@@ -111,6 +112,17 @@ pub struct ServeArgs {
     /// plants a known slowdown to test a regression check). 0 adds nothing.
     #[arg(long, default_value = "0", value_parser = parse_delay_arg)]
     pub add_latency: std::time::Duration,
+    /// Fault on purpose this long after turning ready, e.g. 5s. On the GPU a kernel writes
+    /// through an unmapped address: this process's CUDA context is lost and it exits
+    /// with code 5 (an ordinary illegal-address error; the GPU needs no reset). On the
+    /// CPU the process aborts (SIGABRT). Off unless given: isolation tests only.
+    #[arg(long, value_parser = parse_fault_arg)]
+    pub inject_fault_after: Option<std::time::Duration>,
+    /// Take more memory while serving: AFTER:SIZE[,AFTER:SIZE…] from turning ready, e.g.
+    /// 5s:8GiB,10s:8GiB (device memory on the GPU, touched; exit code 4 when there is
+    /// not enough). Models a neighbour that grows.
+    #[arg(long, value_parser = parse_grow_arg)]
+    pub grow_memory: Option<GrowSchedule>,
     /// Inferences run and discarded before /healthz turns 200.
     #[arg(long, default_value_t = 5)]
     pub warmup: usize,
@@ -171,6 +183,20 @@ parsed_arg!(PresetArg, Preset);
 parsed_arg!(PrecisionArg, Precision);
 parsed_arg!(DeviceArg, Device);
 parsed_arg!(LoadArg, LoadPattern);
+
+/// A `--grow-memory` schedule: (time from readiness, bytes), in order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GrowSchedule(pub Vec<(std::time::Duration, u64)>);
+
+fn parse_grow_arg(s: &str) -> std::result::Result<GrowSchedule, String> {
+    crate::size::parse_grow_schedule(s)
+        .map(GrowSchedule)
+        .map_err(|e| e.to_string())
+}
+
+fn parse_fault_arg(s: &str) -> std::result::Result<std::time::Duration, String> {
+    crate::size::parse_fault_after(s).map_err(|e| e.to_string())
+}
 
 fn parse_delay_arg(s: &str) -> std::result::Result<std::time::Duration, String> {
     crate::size::parse_delay(s).map_err(|e| e.to_string())

@@ -32,9 +32,12 @@ pub enum WorkloadError {
         /// What is wrong with it.
         reason: String,
     },
-    /// A delay such as `--add-latency` did not parse.
-    #[error("bad --add-latency `{value}`: {reason} (examples: 0, 200us, 0.2ms, 1.5ms)")]
+    /// A duration or a schedule (`--add-latency`, `--inject-fault-after`,
+    /// `--grow-memory`) did not parse.
+    #[error("bad {flag} `{value}`: {reason}")]
     BadDelay {
+        /// The flag.
+        flag: &'static str,
         /// The value given.
         value: String,
         /// What is wrong with it.
@@ -129,6 +132,16 @@ pub enum WorkloadError {
         /// The library's error name and text.
         detail: String,
     },
+    /// A fault that loses the process's CUDA context (an illegal address, a failed
+    /// launch, the MPS server ending the client): no call on it can succeed again, a new
+    /// process gets a fresh one. No GPU reset is needed.
+    #[error("GPU fault while {what}: {detail} (this process's CUDA context is lost)")]
+    GpuFault {
+        /// What the workload was doing.
+        what: String,
+        /// The driver's error name and text.
+        detail: String,
+    },
     /// NVRTC rejected one of our kernel sources.
     #[error("compiling CUDA kernels `{module}` failed: {log}")]
     KernelCompile {
@@ -163,6 +176,9 @@ pub mod exit {
     pub const NO_GPU: i32 = 3;
     /// Out of GPU memory.
     pub const OUT_OF_MEMORY: i32 = 4;
+    /// A GPU fault lost the CUDA context (injected with `--inject-fault-after`, or a
+    /// neighbour's fault under MPS).
+    pub const GPU_FAULT: i32 = 5;
 }
 
 impl WorkloadError {
@@ -185,6 +201,7 @@ impl WorkloadError {
             | Tokenizer { .. } => exit::BAD_ARGUMENTS,
             NoDriver(_) | NoGpu(_) | MissingLibrary { .. } => exit::NO_GPU,
             OutOfMemory { .. } => exit::OUT_OF_MEMORY,
+            GpuFault { .. } => exit::GPU_FAULT,
             Cuda { .. } | KernelCompile { .. } | Io { .. } => exit::OTHER,
             Cancelled => exit::OK,
         }

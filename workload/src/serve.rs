@@ -105,8 +105,9 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         }
         metrics.ready.set(1);
         tracing::info!(device_name = %engine.info().name, gflop = engine.flops() / 1e9, "ready");
+        let mut events = Events::new(args);
         match args.load.0 {
-            LoadPattern::Closed => closed_loop(&mut engine, &metrics, &stop, args.add_latency),
+            LoadPattern::Closed => closed_loop(&mut engine, &metrics, &stop, args.add_latency, &mut events),
             LoadPattern::Poisson { rate } => open_loop(
                 &mut engine,
                 &metrics,
@@ -117,6 +118,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
                     max_queue: args.max_queue,
                     add_latency: args.add_latency,
                 },
+                &mut events,
             ),
         }
     });
@@ -173,8 +175,54 @@ pub fn host_work(d: Duration) {
     }
 }
 
-fn closed_loop(engine: &mut Engine, metrics: &WorkloadMetrics, stop: &AtomicBool, add: Duration) -> Result<()> {
+/// What the serving loop does besides inferring, at times counted from readiness:
+/// `--grow-memory` steps and `--inject-fault-after`.
+struct Events {
+    start: Instant,
+    fault_after: Option<Duration>,
+    grow: Vec<(Duration, u64)>,
+    next_grow: usize,
+}
+
+impl Events {
+    fn new(args: &ServeArgs) -> Self {
+        Self {
+            start: Instant::now(),
+            fault_after: args.inject_fault_after,
+            grow: args.grow_memory.clone().map(|g| g.0).unwrap_or_default(),
+            next_grow: 0,
+        }
+    }
+
+    /// Runs what is due: memory steps (an error when memory runs out), then the fault
+    /// (always an error: it ends serving).
+    fn due(&mut self, engine: &mut Engine, metrics: &WorkloadMetrics) -> Result<()> {
+        let now = self.start.elapsed();
+        while let Some(&(at, bytes)) = self.grow.get(self.next_grow)
+            && at <= now
+        {
+            tracing::warn!(bytes, "taking more memory (--grow-memory)");
+            engine.grow(bytes)?;
+            metrics.gpu_memory_used.set(engine.gpu_memory_used() as i64);
+            self.next_grow += 1;
+        }
+        if self.fault_after.is_some_and(|f| f <= now) {
+            tracing::warn!("injecting a fault (--inject-fault-after)");
+            return Err(engine.inject_fault());
+        }
+        Ok(())
+    }
+}
+
+fn closed_loop(
+    engine: &mut Engine,
+    metrics: &WorkloadMetrics,
+    stop: &AtomicBool,
+    add: Duration,
+    events: &mut Events,
+) -> Result<()> {
     while !stop.load(Ordering::Relaxed) {
+        events.due(engine, metrics)?;
         let t0 = Instant::now();
         engine.infer()?;
         host_work(add);
@@ -197,7 +245,13 @@ struct OpenLoop {
 
 /// Poisson arrivals; one engine serves them first come, first served. Latency runs from
 /// a request's scheduled arrival to its completion, so it includes queueing.
-fn open_loop(engine: &mut Engine, metrics: &WorkloadMetrics, stop: &AtomicBool, o: OpenLoop) -> Result<()> {
+fn open_loop(
+    engine: &mut Engine,
+    metrics: &WorkloadMetrics,
+    stop: &AtomicBool,
+    o: OpenLoop,
+    events: &mut Events,
+) -> Result<()> {
     let OpenLoop {
         rate,
         seed,
@@ -209,6 +263,7 @@ fn open_loop(engine: &mut Engine, metrics: &WorkloadMetrics, stop: &AtomicBool, 
     let mut queue: VecDeque<f64> = VecDeque::new();
     let dropped = metrics.errors.with_label_values(&["dropped"]);
     while !stop.load(Ordering::Relaxed) {
+        events.due(engine, metrics)?;
         let now = start.elapsed().as_secs_f64();
         while schedule.peek() <= now {
             let t = schedule.pop();

@@ -42,12 +42,58 @@ pub fn parse_bytes(text: &str) -> Result<u64, WorkloadError> {
 /// workload, not a planted slowdown).
 pub const MAX_DELAY: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Parses a short duration: a number and a unit (`ns`, `us` or `µs`, `ms`, `s`); a bare
-/// `0` is no delay. At most [`MAX_DELAY`].
+/// Parses a short duration for `--add-latency`: a number and a unit (`ns`, `us` or `µs`,
+/// `ms`, `s`); a bare `0` is no delay. At most [`MAX_DELAY`].
 pub fn parse_delay(text: &str) -> Result<std::time::Duration, WorkloadError> {
-    let bad = |reason: &str| WorkloadError::BadDelay {
+    parse_duration("--add-latency", text, MAX_DELAY, "examples: 0, 200us, 0.2ms, 1.5ms")
+}
+
+/// The longest time from readiness `--inject-fault-after` and `--grow-memory` accept.
+pub const MAX_EVENT_TIME: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// Parses `--inject-fault-after`: a duration from readiness, e.g. `5s`, at most a day.
+pub fn parse_fault_after(text: &str) -> Result<std::time::Duration, WorkloadError> {
+    parse_duration("--inject-fault-after", text, MAX_EVENT_TIME, "examples: 500ms, 5s, 30s")
+}
+
+/// Parses `--grow-memory`: `AFTER:SIZE[,AFTER:SIZE…]`, times from readiness in order,
+/// e.g. `5s:8GiB,10s:8GiB`.
+pub fn parse_grow_schedule(text: &str) -> Result<Vec<(std::time::Duration, u64)>, WorkloadError> {
+    const FLAG: &str = "--grow-memory";
+    const HINT: &str = "expected AFTER:SIZE[,AFTER:SIZE…], e.g. 5s:8GiB,10s:8GiB";
+    let bad = |reason: String| WorkloadError::BadDelay {
+        flag: FLAG,
         value: text.to_string(),
-        reason: reason.to_string(),
+        reason,
+    };
+    let mut out: Vec<(std::time::Duration, u64)> = Vec::new();
+    for part in text.split(',') {
+        let (after, size) = part
+            .split_once(':')
+            .ok_or_else(|| bad(format!("`{}` has no ':'; {HINT}", part.trim())))?;
+        let after = parse_duration(FLAG, after, MAX_EVENT_TIME, HINT).map_err(|e| bad(e.to_string()))?;
+        let bytes = parse_bytes(size).map_err(|e| bad(e.to_string()))?;
+        if bytes == 0 {
+            return Err(bad(format!("`{}` grows by nothing", part.trim())));
+        }
+        if out.last().is_some_and(|(t, _)| *t > after) {
+            return Err(bad("times must not go backwards".into()));
+        }
+        out.push((after, bytes));
+    }
+    Ok(out)
+}
+
+fn parse_duration(
+    flag: &'static str,
+    text: &str,
+    max: std::time::Duration,
+    hint: &str,
+) -> Result<std::time::Duration, WorkloadError> {
+    let bad = |reason: &str| WorkloadError::BadDelay {
+        flag,
+        value: text.to_string(),
+        reason: format!("{reason} ({hint})"),
     };
     let trimmed = text.trim();
     let split = trimmed
@@ -60,7 +106,7 @@ pub fn parse_delay(text: &str) -> Result<std::time::Duration, WorkloadError> {
     let value: f64 = number.parse().map_err(|_| bad("not a number"))?;
     let scale = match unit.trim() {
         "" if value == 0.0 => 0.0,
-        "" => return Err(bad("give a unit: ns, us, ms or s (e.g. 0.2ms)")),
+        "" => return Err(bad("give a unit: ns, us, ms or s")),
         "ns" => 1e-9,
         "us" | "µs" => 1e-6,
         "ms" => 1e-3,
@@ -68,8 +114,8 @@ pub fn parse_delay(text: &str) -> Result<std::time::Duration, WorkloadError> {
         _ => return Err(bad("unknown unit: use ns, us, ms or s")),
     };
     let seconds = value * scale;
-    if !seconds.is_finite() || seconds > MAX_DELAY.as_secs_f64() {
-        return Err(bad("longer than 10s"));
+    if !seconds.is_finite() || seconds > max.as_secs_f64() {
+        return Err(bad(&format!("longer than {}s", max.as_secs())));
     }
     Ok(std::time::Duration::from_secs_f64(seconds))
 }
@@ -90,6 +136,34 @@ mod tests {
         for bad in ["", "ms", "5", "0.2 parsecs", "11s", "-1ms", "1.2.3ms"] {
             let err = parse_delay(bad).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(err.contains(&format!("`{bad}`")), "{bad}: {err}");
+        }
+        assert_eq!(parse_fault_after("5s").ok(), Some(Duration::from_secs(5)));
+        assert!(parse_fault_after("2d").is_err());
+    }
+
+    #[test]
+    fn grow_schedules_parse_in_order_and_bad_ones_are_named() {
+        use std::time::Duration;
+        assert_eq!(
+            parse_grow_schedule("5s:8GiB,10s:1GiB").ok(),
+            Some(vec![
+                (Duration::from_secs(5), 8 << 30),
+                (Duration::from_secs(10), 1 << 30)
+            ])
+        );
+        for (bad, why) in [
+            ("8GiB", "has no ':'"),
+            ("5s:0", "grows by nothing"),
+            ("10s:1GiB,5s:1GiB", "must not go backwards"),
+            ("5:1GiB", "give a unit"),
+            ("5s:lots", "`lots`"),
+        ] {
+            let err = parse_grow_schedule(bad)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(err.starts_with(&format!("bad --grow-memory `{bad}`: ")), "{err}");
+            assert!(err.contains(why), "{why:?} not in {err}");
         }
     }
 

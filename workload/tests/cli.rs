@@ -221,6 +221,57 @@ fn sigterm_stops_a_long_cpu_inference_within_a_second() {
     );
 }
 
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn grow_memory_takes_and_touches_more_while_serving() {
+    let mut w = Workload::spawn(&["--grow-memory", "300ms:96MiB"]);
+    w.wait_ready();
+    let before = rss_kib(w.child.id());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while rss_kib(w.child.id()) < before + 90 * 1024 {
+        assert!(Instant::now() < deadline, "RSS stayed at {} KiB", rss_kib(w.child.id()));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Still serving afterwards.
+    let (status, _) = get(w.port, "/metrics").expect("metrics");
+    assert_eq!(status, 200);
+    w.signal(libc::SIGTERM);
+    assert_eq!(w.wait_exit(Duration::from_secs(5)).0, 0);
+}
+
+#[test]
+fn an_injected_fault_on_the_cpu_aborts_the_process_and_says_so() {
+    use std::os::unix::process::ExitStatusExt;
+    let mut w = Workload::spawn(&["--inject-fault-after", "300ms"]);
+    w.wait_ready();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = w.child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "still running after the fault time");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.signal(), Some(libc::SIGABRT), "{status:?}");
+    let mut err = String::new();
+    if let Some(mut e) = w.child.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    assert!(err.contains("injecting a fault"), "{err}");
+    assert!(err.contains("the CPU stand-in for a GPU fault"), "{err}");
+}
+
 fn run(args: &[&str]) -> Output {
     Command::new(BIN).args(args).output().expect("run the workload")
 }
@@ -269,9 +320,15 @@ fn bad_arguments_get_one_line_and_exit_2() {
     one_line_error(
         &run(&["--add-latency", "5"]),
         2,
-        "bad --add-latency `5`: give a unit: ns, us, ms or s (e.g. 0.2ms)",
+        "bad --add-latency `5`: give a unit: ns, us, ms or s",
     );
     one_line_error(&run(&["--add-latency", "1h"]), 2, "bad --add-latency `1h`");
+    one_line_error(&run(&["--inject-fault-after", "5"]), 2, "bad --inject-fault-after `5`");
+    one_line_error(
+        &run(&["--grow-memory", "8GiB"]),
+        2,
+        "bad --grow-memory `8GiB`: `8GiB` has no ':'",
+    );
     one_line_error(
         &run(&["--model", "tiny", "--device", "cpu", "--listen", "nowhere"]),
         2,
@@ -320,6 +377,10 @@ fn help_teaches_the_contract() {
         "poisson:RATE",
         "Exit codes",
         "--reserve-memory",
+        "--inject-fault-after",
+        "--grow-memory",
+        "Exit codes: 0 clean stop",
+        "5 a GPU fault",
         "bench",
     ] {
         assert!(text.contains(needle), "--help lacks {needle}");

@@ -49,12 +49,44 @@ pub fn describe(err: DriverError) -> String {
     }
 }
 
-/// Wraps a driver error with what the workload was doing.
+/// Whether a driver error means the context is lost (CUDA's "sticky" errors, which
+/// every later call returns too, and the MPS client errors).
+pub fn loses_context(err: &DriverError) -> bool {
+    use cudarc::driver::sys::CUresult::*;
+    matches!(
+        err.0,
+        CUDA_ERROR_ILLEGAL_ADDRESS
+            | CUDA_ERROR_LAUNCH_FAILED
+            | CUDA_ERROR_HARDWARE_STACK_ERROR
+            | CUDA_ERROR_ILLEGAL_INSTRUCTION
+            | CUDA_ERROR_MISALIGNED_ADDRESS
+            | CUDA_ERROR_INVALID_ADDRESS_SPACE
+            | CUDA_ERROR_INVALID_PC
+            | CUDA_ERROR_CONTEXT_IS_DESTROYED
+            | CUDA_ERROR_ECC_UNCORRECTABLE
+            | CUDA_ERROR_MPS_CONNECTION_FAILED
+            | CUDA_ERROR_MPS_RPC_FAILURE
+            | CUDA_ERROR_MPS_SERVER_NOT_READY
+            | CUDA_ERROR_MPS_CLIENT_TERMINATED
+    )
+}
+
+/// Wraps a driver error with what the workload was doing: a [`WorkloadError::GpuFault`]
+/// when the context is lost, else [`WorkloadError::Cuda`].
 pub fn cuda_error(what: impl Into<String>) -> impl FnOnce(DriverError) -> WorkloadError {
     let what = what.into();
-    move |err| WorkloadError::Cuda {
-        what,
-        detail: describe(err),
+    move |err| {
+        if loses_context(&err) {
+            WorkloadError::GpuFault {
+                what,
+                detail: describe(err),
+            }
+        } else {
+            WorkloadError::Cuda {
+                what,
+                detail: describe(err),
+            }
+        }
     }
 }
 

@@ -109,6 +109,8 @@ pub enum Kernel {
     AddLayerNorm(Dtype),
     /// Fused attention for a head size (32 or 64).
     Attention(AttentionMath, usize),
+    /// A write through an invalid address (`--inject-fault-after`).
+    InjectFault,
 }
 
 impl Kernel {
@@ -131,6 +133,7 @@ impl Kernel {
             Kernel::VisionOutput(d) => format!("vision_output_{}", d.suffix()),
             Kernel::Gelu(d) => format!("gelu_{}", d.suffix()),
             Kernel::MeanPoolNormalize => "mean_pool_normalize_f32".into(),
+            Kernel::InjectFault => "inject_fault".into(),
             Kernel::AddLayerNorm(d) => format!("add_layernorm_{}", d.suffix()),
             Kernel::Attention(m, d) => {
                 let m = match m {
@@ -145,7 +148,7 @@ impl Kernel {
 
     /// Every entry point the sources define (for the compile test).
     pub fn all() -> Vec<Kernel> {
-        let mut all = vec![Kernel::EmbedText, Kernel::MeanPoolNormalize];
+        let mut all = vec![Kernel::EmbedText, Kernel::MeanPoolNormalize, Kernel::InjectFault];
         for d in [Dtype::F32, Dtype::Bf16] {
             all.extend([
                 Kernel::Im2col(d),

@@ -12,7 +12,7 @@ use super::gpu::{DeviceBuffer, Gpu, cuda_error};
 use super::kernels::Dtype;
 use super::ops::{CudaRuntime, Step, StepKind, act_dtype, attention_math};
 use crate::config::{Embedding, ModelConfig, NormPlacement, Precision};
-use crate::error::Result;
+use crate::error::{Result, WorkloadError};
 use crate::input::InputBatch;
 use crate::weights::{EmbeddingWeights, HeadWeights, LayerNormParams, Linear, ModelWeights};
 
@@ -91,6 +91,7 @@ pub struct CudaModel {
     _activations: Vec<DeviceBuffer>,
     _weights: Vec<DeviceBuffer>,
     _reserve: Option<DeviceBuffer>,
+    grown: Vec<DeviceBuffer>,
     flops: f64,
     rt: CudaRuntime,
 }
@@ -454,6 +455,7 @@ impl CudaModel {
             _activations: acts,
             _weights: wbufs,
             _reserve: reserve,
+            grown: Vec::new(),
             flops,
             rt,
         };
@@ -504,6 +506,19 @@ impl CudaModel {
     /// The last output.
     pub fn output(&self) -> &[f32] {
         &self.output_host
+    }
+
+    /// Allocates and touches `bytes` more device memory, kept until the process ends
+    /// (`--grow-memory`).
+    pub fn grow(&mut self, bytes: u64) -> Result<()> {
+        let buf = self.rt.gpu().alloc_zeroed(bytes as usize, "--grow-memory")?;
+        self.grown.push(buf);
+        Ok(())
+    }
+
+    /// Faults on purpose (`--inject-fault-after`): the error that ended the context.
+    pub fn inject_fault(&mut self) -> WorkloadError {
+        self.rt.inject_fault()
     }
 
     /// The device.

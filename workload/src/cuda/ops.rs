@@ -90,6 +90,31 @@ fn i32_arg(v: usize, what: &str) -> Result<i32> {
 }
 
 impl CudaRuntime {
+    /// Launches the fault kernel (one thread writing to the bottom page, which no
+    /// allocation has) and waits: the error that ends the context, as the workload
+    /// reports it.
+    pub fn inject_fault(&mut self) -> WorkloadError {
+        const UNMAPPED: u64 = 0x10;
+        let f = match self.kernels.get(Kernel::InjectFault) {
+            Ok(f) => f,
+            Err(e) => return e,
+        };
+        let cfg = Launch {
+            grid: (1, 1, 1),
+            block: (1, 1, 1),
+        };
+        if let Err(e) = launch(&self.gpu, &f, cfg, &Args::new().ptr(UNMAPPED), "inject_fault") {
+            return e;
+        }
+        match self.gpu.synchronize() {
+            Err(e) => e,
+            Ok(()) => WorkloadError::Cuda {
+                what: "injecting a fault".into(),
+                detail: "a write through an unmapped address returned without a fault".into(),
+            },
+        }
+    }
+
     /// Opens GPU `ordinal`, compiles and loads our kernels, and opens cuBLASLt.
     pub fn new(ordinal: usize) -> Result<Self> {
         let gpu = Gpu::open(ordinal)?;

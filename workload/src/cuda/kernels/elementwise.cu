@@ -144,3 +144,8 @@ extern "C" __global__ void mean_pool_normalize_f32(const float* __restrict__ x, 
     float norm = fmaxf(sqrtf(partial[0]), 1e-12f);
     if (d < hidden) out[(long)b * hidden + d] = mean / norm;
 }
+
+// --inject-fault-after: one thread writes through `address`, an address no allocation
+// has (the bottom page), so the launch ends in CUDA_ERROR_ILLEGAL_ADDRESS. The fault is
+// the process's own: its context is lost; the GPU needs no reset.
+extern "C" __global__ void inject_fault(unsigned long long address) { *reinterpret_cast<volatile int*>(address) = 1; }
