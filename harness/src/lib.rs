@@ -4,8 +4,8 @@
 //!
 //! One folder per concern. Pure (no I/O): [`config`] (options → validated plan),
 //! [`stats`], [`results::record`], [`report`], [`metrics::exposition`],
-//! [`metrics::prometheus::query`], [`backend::k8s::objects`], [`backend::local::strategy`]
-//! and [`sweep::cell`]. I/O happens in the [`sweep`] runner and the backend sessions
+//! [`metrics::prometheus::query`], [`backend::k8s::objects`], [`backend::local::strategy`],
+//! [`sweep::cell`] and [`isolation::plan`]. I/O happens in the [`sweep`] runner and the backend sessions
 //! ([`backend::local`], [`backend::k8s`]) and the adapters they call ([`metrics`],
 //! [`telemetry`], [`results::store`]). Dependencies point downwards:
 //! `tools` → `sweep` → `backend` → `metrics`/`telemetry`/`results` → `config`/`stats` →
@@ -15,6 +15,7 @@ pub mod backend;
 pub mod config;
 pub mod domain;
 pub mod error;
+pub mod isolation;
 pub mod metrics;
 pub mod process;
 pub mod report;

@@ -1,0 +1,353 @@
+//! The trials of an isolation run, planned as pure functions: per strategy, the victim
+//! alone (the baseline), then per scenario the victim beside its aggressors, each pod
+//! with the workload arguments that make it what it is. A backend launches a trial's
+//! pods in order (the victim first, so under exclusive it is the pod that gets the GPU
+//! and the aggressors stay pending).
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::domain::Strategy;
+use crate::error::{BenchError, Result};
+
+/// What the aggressors do to the victim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Scenario {
+    /// K aggressors run closed loop while the victim serves an open-loop load.
+    NoisyNeighbour,
+    /// An aggressor takes most of the GPU's memory; then the victim needs more.
+    MemoryPressure,
+    /// An aggressor's kernel writes through an unmapped address.
+    Fault,
+    /// An aggressor is killed with SIGKILL mid-load.
+    Crash,
+}
+
+impl Scenario {
+    /// Every scenario, in report order.
+    pub const ALL: [Scenario; 4] = [
+        Scenario::NoisyNeighbour,
+        Scenario::MemoryPressure,
+        Scenario::Fault,
+        Scenario::Crash,
+    ];
+
+    /// The name on the command line and in records.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::NoisyNeighbour => "noisy-neighbour",
+            Scenario::MemoryPressure => "memory-pressure",
+            Scenario::Fault => "fault",
+            Scenario::Crash => "crash",
+        }
+    }
+}
+
+impl fmt::Display for Scenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Scenario {
+    type Err = BenchError;
+    fn from_str(s: &str) -> Result<Self> {
+        Scenario::ALL.into_iter().find(|x| x.name() == s).ok_or_else(|| {
+            BenchError::flag(
+                "--scenarios",
+                s,
+                "expected noisy-neighbour, memory-pressure, fault or crash",
+            )
+        })
+    }
+}
+
+/// A pod's part in a trial.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The pod whose service is judged.
+    Victim,
+    /// A pod that loads, squeezes, faults or dies.
+    Aggressor,
+}
+
+/// One pod of a trial.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrialPod {
+    /// The `pod` label: `victim`, `aggressor-1`, …
+    pub name: String,
+    /// Its part.
+    pub role: Role,
+    /// Workload arguments added to the run's own.
+    pub args: Vec<String>,
+    /// The harness kills it with SIGKILL this long after the trial's pods are ready.
+    pub kill_after: Option<Duration>,
+}
+
+/// One trial: a strategy, a scenario (None: the victim alone), its pods.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trial {
+    /// The sharing strategy.
+    pub strategy: Strategy,
+    /// The scenario; None for the baseline, the victim alone.
+    pub scenario: Option<Scenario>,
+    /// Aggressors beside the victim.
+    pub aggressors: u32,
+    /// The victim first, then the aggressors.
+    pub pods: Vec<TrialPod>,
+}
+
+/// What the trials are made of.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IsolationSettings {
+    /// Scenarios, in order.
+    pub scenarios: Vec<Scenario>,
+    /// Strategies, in order.
+    pub strategies: Vec<Strategy>,
+    /// The victim's open-loop load, inferences per second.
+    pub victim_rate: f64,
+    /// Aggressor counts of the noisy-neighbour scenario.
+    pub noisy_aggressors: Vec<u32>,
+    /// When the aggressor faults, is killed or grows, after the pods are ready (it
+    /// leaves the warm-up and a few windows of undisturbed service before).
+    pub event_after: Duration,
+    /// The GPU's memory (None on the CPU: the memory scenario uses small sizes there).
+    pub memory_total_bytes: Option<u64>,
+}
+
+/// The memory the memory-pressure aggressor takes, then the victim asks for, as
+/// fractions of the GPU's memory: together more than the GPU has, each less than half
+/// (what an MPS client is pinned to with two clients), so time-slicing cannot serve
+/// both and MPS' limits decide who fails.
+pub const AGGRESSOR_MEMORY: f64 = 0.70;
+/// See [`AGGRESSOR_MEMORY`].
+pub const VICTIM_MEMORY: f64 = 0.35;
+// Two MPS clients are pinned to half the memory each: above the victim's ask, below the
+// aggressor's; together the asks exceed the GPU. The memory scenario is built on this.
+const _: () = assert!(AGGRESSOR_MEMORY > 0.5 && VICTIM_MEMORY < 0.5 && AGGRESSOR_MEMORY + VICTIM_MEMORY > 1.0);
+/// On the CPU (no GPU memory to share): small fixed sizes, a test of the pipeline.
+const CPU_AGGRESSOR_BYTES: u64 = 64 << 20;
+const CPU_VICTIM_BYTES: u64 = 32 << 20;
+/// How long after the aggressor's growth the victim asks for its memory.
+pub const VICTIM_GROWS_AFTER: Duration = Duration::from_secs(5);
+
+fn millis(d: Duration) -> String {
+    format!("{}ms", d.as_millis())
+}
+
+fn victim(rate: f64, extra: &[String]) -> TrialPod {
+    let mut args = vec!["--load".to_string(), format!("poisson:{rate}")];
+    args.extend(extra.iter().cloned());
+    TrialPod {
+        name: "victim".into(),
+        role: Role::Victim,
+        args,
+        kill_after: None,
+    }
+}
+
+fn aggressor(i: u32, args: Vec<String>, kill_after: Option<Duration>) -> TrialPod {
+    TrialPod {
+        name: format!("aggressor-{i}"),
+        role: Role::Aggressor,
+        args,
+        kill_after,
+    }
+}
+
+/// Every trial, strategy by strategy: the victim alone, then each scenario's (the
+/// noisy neighbour once per aggressor count). Errors name the bad setting.
+pub fn trials(s: &IsolationSettings) -> Result<Vec<Trial>> {
+    if !(s.victim_rate.is_finite() && s.victim_rate > 0.0) {
+        return Err(BenchError::flag(
+            "--victim-rate",
+            &s.victim_rate.to_string(),
+            "expected inferences per second above 0",
+        ));
+    }
+    if let Some(k) = s.noisy_aggressors.iter().find(|k| !(1..=63).contains(*k)) {
+        return Err(BenchError::flag("--aggressors", &k.to_string(), "expected 1 to 63"));
+    }
+    let mut out = Vec::new();
+    for &strategy in &s.strategies {
+        out.push(Trial {
+            strategy,
+            scenario: None,
+            aggressors: 0,
+            pods: vec![victim(s.victim_rate, &[])],
+        });
+        for &scenario in &s.scenarios {
+            let one = |victim_extra: Vec<String>, aggressor_args: Vec<String>, kill: Option<Duration>| Trial {
+                strategy,
+                scenario: Some(scenario),
+                aggressors: 1,
+                pods: vec![victim(s.victim_rate, &victim_extra), aggressor(1, aggressor_args, kill)],
+            };
+            match scenario {
+                Scenario::NoisyNeighbour => {
+                    for &k in &s.noisy_aggressors {
+                        let mut pods = vec![victim(s.victim_rate, &[])];
+                        pods.extend((1..=k).map(|i| aggressor(i, Vec::new(), None)));
+                        out.push(Trial {
+                            strategy,
+                            scenario: Some(scenario),
+                            aggressors: k,
+                            pods,
+                        });
+                    }
+                }
+                Scenario::MemoryPressure => {
+                    let (a, v) = match s.memory_total_bytes {
+                        Some(total) => (
+                            (total as f64 * AGGRESSOR_MEMORY) as u64,
+                            (total as f64 * VICTIM_MEMORY) as u64,
+                        ),
+                        None => (CPU_AGGRESSOR_BYTES, CPU_VICTIM_BYTES),
+                    };
+                    let at = s.event_after;
+                    out.push(one(
+                        vec![
+                            "--grow-memory".into(),
+                            format!("{}:{v}", millis(at + VICTIM_GROWS_AFTER)),
+                        ],
+                        vec!["--grow-memory".into(), format!("{}:{a}", millis(at))],
+                        None,
+                    ));
+                }
+                Scenario::Fault => out.push(one(
+                    Vec::new(),
+                    vec!["--inject-fault-after".into(), millis(s.event_after)],
+                    None,
+                )),
+                Scenario::Crash => out.push(one(Vec::new(), Vec::new(), Some(s.event_after))),
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The MPS limits each client of a trial gets, in the words a report prints: the
+/// device plugin's equal split over the trial's pods.
+pub fn mps_split(pods: u32, memory_total_bytes: Option<u64>) -> String {
+    let n = pods.max(1);
+    match memory_total_bytes {
+        Some(total) => format!(
+            "{}% of the SMs and {} MiB pinned per client ({n} clients)",
+            100 / n,
+            total / (1 << 20) / u64::from(n)
+        ),
+        None => format!("{}% of the SMs per client ({n} clients)", 100 / n),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> IsolationSettings {
+        IsolationSettings {
+            scenarios: Scenario::ALL.to_vec(),
+            strategies: vec![Strategy::TimeSlicing, Strategy::Mps],
+            victim_rate: 100.0,
+            noisy_aggressors: vec![1, 3, 6],
+            event_after: Duration::from_secs(10),
+            memory_total_bytes: Some(80 << 30),
+        }
+    }
+
+    fn args(t: &Trial, pod: usize) -> String {
+        t.pods[pod].args.join(" ")
+    }
+
+    #[test]
+    fn every_strategy_gets_a_baseline_and_each_scenario() {
+        let t = trials(&settings()).expect("trials");
+        // Per strategy: alone, noisy × 3 counts, memory, fault, crash.
+        assert_eq!(t.len(), 2 * 7);
+        let ts: Vec<&Trial> = t.iter().filter(|x| x.strategy == Strategy::TimeSlicing).collect();
+        assert_eq!((ts[0].scenario, ts[0].aggressors, ts[0].pods.len()), (None, 0, 1));
+        assert_eq!(args(ts[0], 0), "--load poisson:100");
+        let noisy: Vec<u32> = ts
+            .iter()
+            .filter(|x| x.scenario == Some(Scenario::NoisyNeighbour))
+            .map(|x| x.aggressors)
+            .collect();
+        assert_eq!(noisy, [1, 3, 6]);
+        let six = ts.iter().find(|x| x.aggressors == 6).expect("six");
+        assert_eq!(six.pods.len(), 7);
+        assert_eq!(six.pods[0].role, Role::Victim, "the victim first");
+        assert!(
+            six.pods[1..]
+                .iter()
+                .all(|p| p.role == Role::Aggressor && p.args.is_empty())
+        );
+        assert_eq!(six.pods[6].name, "aggressor-6");
+    }
+
+    #[test]
+    fn each_scenario_is_made_of_workload_arguments_or_a_kill() {
+        let t = trials(&settings()).expect("trials");
+        let find = |s| {
+            t.iter()
+                .find(|x| x.strategy == Strategy::Mps && x.scenario == Some(s))
+                .expect("trial")
+        };
+        let mem = find(Scenario::MemoryPressure);
+        let (a, v) = ((80u64 << 30) * 7 / 10, (80u64 << 30) * 35 / 100);
+        assert_eq!(args(mem, 1), format!("--grow-memory 10000ms:{a}"));
+        assert_eq!(args(mem, 0), format!("--load poisson:100 --grow-memory 15000ms:{v}"));
+        let fault = find(Scenario::Fault);
+        assert_eq!(args(fault, 1), "--inject-fault-after 10000ms");
+        assert_eq!(args(fault, 0), "--load poisson:100");
+        let crash = find(Scenario::Crash);
+        assert_eq!(crash.pods[1].kill_after, Some(Duration::from_secs(10)));
+        assert!(crash.pods[1].args.is_empty() && crash.pods[0].kill_after.is_none());
+        // On the CPU: small sizes.
+        let cpu = trials(&IsolationSettings {
+            memory_total_bytes: None,
+            ..settings()
+        })
+        .expect("trials");
+        let mem = cpu
+            .iter()
+            .find(|x| x.scenario == Some(Scenario::MemoryPressure))
+            .expect("memory");
+        assert_eq!(args(mem, 1), format!("--grow-memory 10000ms:{}", 64u64 << 20));
+    }
+
+    #[test]
+    fn bad_settings_and_names_are_one_line_errors() {
+        let e = trials(&IsolationSettings {
+            victim_rate: 0.0,
+            ..settings()
+        })
+        .expect_err("rate 0")
+        .to_string();
+        assert_eq!(e, "bad --victim-rate `0`: expected inferences per second above 0");
+        let e = trials(&IsolationSettings {
+            noisy_aggressors: vec![1, 64],
+            ..settings()
+        })
+        .expect_err("64 aggressors")
+        .to_string();
+        assert_eq!(e, "bad --aggressors `64`: expected 1 to 63");
+        let e = "noisy".parse::<Scenario>().expect_err("name").to_string();
+        assert_eq!(
+            e,
+            "bad --scenarios `noisy`: expected noisy-neighbour, memory-pressure, fault or crash"
+        );
+        for s in Scenario::ALL {
+            assert_eq!(s.name().parse::<Scenario>().ok(), Some(s));
+        }
+    }
+
+    #[test]
+    fn the_mps_split_is_the_device_plugins() {
+        assert_eq!(
+            mps_split(2, Some(80 << 30)),
+            "50% of the SMs and 40960 MiB pinned per client (2 clients)"
+        );
+        assert_eq!(mps_split(7, None), "14% of the SMs per client (7 clients)");
+    }
+}
