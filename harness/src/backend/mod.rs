@@ -55,6 +55,16 @@ pub struct Pod {
     pub state: PodState,
 }
 
+/// A pod of a cell whose pods differ (an isolation trial): its name and the workload
+/// arguments added to the run's own.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodSpec {
+    /// The `pod` label.
+    pub name: String,
+    /// Extra workload arguments.
+    pub args: Vec<String>,
+}
+
 /// How a backend set the last launched cell up (recorded in its aggregate row).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CellSetup {
@@ -79,6 +89,28 @@ pub trait Backend {
 
     /// Starts the pods of one cell.
     async fn launch(&mut self, strategy: Strategy, pods: u32, shutdown: &Shutdown) -> Result<Vec<Pod>>;
+
+    /// Starts a cell whose pods differ, one per spec in order (the first is the one an
+    /// exclusive GPU goes to); the strategy's limits are those of `specs.len()` pods.
+    async fn launch_pods(&mut self, strategy: Strategy, specs: &[PodSpec], shutdown: &Shutdown) -> Result<Vec<Pod>> {
+        let _ = (strategy, shutdown);
+        Err(crate::error::BenchError::Spawn {
+            pod: specs.first().map_or_else(|| "all".into(), |s| s.name.clone()),
+            reason: format!(
+                "the {} backend cannot launch pods with their own arguments yet",
+                self.name()
+            ),
+        })
+    }
+
+    /// Kills one launched pod at once (SIGKILL: the crash of an isolation trial); its
+    /// state shows it at the next [`poll`](Self::poll).
+    async fn kill_pod(&mut self, name: &str) -> Result<()> {
+        Err(crate::error::BenchError::Spawn {
+            pod: name.into(),
+            reason: format!("the {} backend cannot kill a single pod yet", self.name()),
+        })
+    }
 
     /// Waits until every launched pod is ready, pending or gone, at most `timeout`.
     async fn wait_ready(&mut self, timeout: Duration, shutdown: &Shutdown) -> Result<Vec<Pod>>;

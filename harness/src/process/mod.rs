@@ -129,6 +129,14 @@ impl OwnedChild {
         Some(status)
     }
 
+    /// Sends SIGKILL to the child's group, without waiting (it is reaped by
+    /// [`try_wait`](Self::try_wait)).
+    pub fn kill(&self) {
+        if let Some(pid) = self.id() {
+            signal_group(pid, libc::SIGKILL);
+        }
+    }
+
     /// Sends SIGTERM to the child's group, without waiting.
     pub fn terminate(&self) {
         if let Some(pid) = self.id() {

@@ -17,7 +17,7 @@ use tokio::process::Command;
 
 use crate::backend::local::mps::{MpsDaemon, dirs_for};
 use crate::backend::local::strategy::{CellPlan, MpsDirs, plan_cell};
-use crate::backend::{Backend, Pod, PodState, Prepared};
+use crate::backend::{Backend, Pod, PodSpec, PodState, Prepared};
 use crate::domain::{DeviceKind, Strategy};
 use crate::error::{BenchError, Result};
 use crate::process::{OwnedChild, free_port, last_error_line};
@@ -184,22 +184,15 @@ impl LocalBackend {
     }
 }
 
-impl Backend for LocalBackend {
-    fn name(&self) -> &'static str {
-        "local"
-    }
-
-    async fn prepare(&mut self, strategy: Strategy, _shutdown: &Shutdown) -> Result<Prepared> {
-        let dirs = self.mps_dirs(strategy, 1);
-        Ok(
-            match plan_cell(strategy, 1, self.device, &self.inventory, dirs.as_ref()) {
-                CellPlan::Pods(_) => Prepared::Ready,
-                CellPlan::Unavailable(reason) => Prepared::Unavailable(reason),
-            },
-        )
-    }
-
-    async fn launch(&mut self, strategy: Strategy, pods: u32, shutdown: &Shutdown) -> Result<Vec<Pod>> {
+impl LocalBackend {
+    /// Spawns a cell's pods; `specs` (when given) name them and add their arguments.
+    async fn spawn_cell(
+        &mut self,
+        strategy: Strategy,
+        pods: u32,
+        specs: &[PodSpec],
+        shutdown: &Shutdown,
+    ) -> Result<Vec<Pod>> {
         let dirs = self.mps_dirs(strategy, pods);
         let plan = match plan_cell(strategy, pods, self.device, &self.inventory, dirs.as_ref()) {
             CellPlan::Pods(p) => p,
@@ -216,7 +209,11 @@ impl Backend for LocalBackend {
             self.mps = Some(MpsDaemon::start(control, dirs, shutdown).await?);
         }
         let logs = self.run_dir.join("logs");
-        for p in plan {
+        for mut p in plan {
+            let spec = specs.get(p.index as usize);
+            if let Some(spec) = spec {
+                p.name = spec.name.clone();
+            }
             let log = free_log_path(&logs, &format!("{}-{pods}p-{}", strategy.name(), p.name));
             if let Some(reason) = p.pending {
                 self.pods.push(PodProcess {
@@ -246,6 +243,7 @@ impl Backend for LocalBackend {
             let err_file = file.try_clone().map_err(BenchError::io("duplicating a log handle"))?;
             let mut cmd = Command::new(&self.workload.binary);
             cmd.args(&self.workload.args)
+                .args(spec.map(|s| s.args.as_slice()).unwrap_or_default())
                 .arg("--listen")
                 .arg(format!("127.0.0.1:{port}"))
                 .env("GPUSHARE_POD", &p.name)
@@ -270,7 +268,46 @@ impl Backend for LocalBackend {
         }
         Ok(self.pods.iter().map(PodProcess::pod).collect())
     }
+}
 
+impl Backend for LocalBackend {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    async fn prepare(&mut self, strategy: Strategy, _shutdown: &Shutdown) -> Result<Prepared> {
+        let dirs = self.mps_dirs(strategy, 1);
+        Ok(
+            match plan_cell(strategy, 1, self.device, &self.inventory, dirs.as_ref()) {
+                CellPlan::Pods(_) => Prepared::Ready,
+                CellPlan::Unavailable(reason) => Prepared::Unavailable(reason),
+            },
+        )
+    }
+
+    async fn launch(&mut self, strategy: Strategy, pods: u32, shutdown: &Shutdown) -> Result<Vec<Pod>> {
+        self.spawn_cell(strategy, pods, &[], shutdown).await
+    }
+
+    async fn launch_pods(&mut self, strategy: Strategy, specs: &[PodSpec], shutdown: &Shutdown) -> Result<Vec<Pod>> {
+        let pods = u32::try_from(specs.len()).unwrap_or(u32::MAX);
+        self.spawn_cell(strategy, pods, specs, shutdown).await
+    }
+
+    async fn kill_pod(&mut self, name: &str) -> Result<()> {
+        let pod = self
+            .pods
+            .iter()
+            .find(|p| p.name == name)
+            .ok_or_else(|| BenchError::Spawn {
+                pod: name.into(),
+                reason: "no such pod in this cell".into(),
+            })?;
+        if let Some(child) = &pod.child {
+            child.kill();
+        }
+        Ok(())
+    }
     async fn wait_ready(&mut self, timeout: Duration, shutdown: &Shutdown) -> Result<Vec<Pod>> {
         let deadline = Instant::now() + timeout;
         loop {
