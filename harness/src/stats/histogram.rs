@@ -76,6 +76,35 @@ impl Histogram {
         Some(b[i].0 / b[i - 1].0 - 1.0)
     }
 
+    /// The fraction of observations at or below `x`, interpolated linearly inside the
+    /// bucket that holds `x` with the same assumptions as [`quantile`](Self::quantile)
+    /// (uniform within a bucket, the lowest bucket starting at 0): the SLO attainment of
+    /// a latency target. Observations above the last finite bound count as above `x`.
+    /// NaN without observations.
+    pub fn fraction_at_most(&self, x: f64) -> f64 {
+        if self.count <= 0.0 || x.is_nan() {
+            return f64::NAN;
+        }
+        let mut lower = (0.0, 0.0);
+        for &(ub, cum) in &self.buckets {
+            if x <= ub {
+                if !ub.is_finite() {
+                    // Above the last finite bound nothing is known: count none of it.
+                    return (lower.1 / self.count).min(1.0);
+                }
+                let width = ub - lower.0;
+                let part = if width > 0.0 {
+                    (x - lower.0).max(0.0) / width
+                } else {
+                    1.0
+                };
+                return ((lower.1 + part * (cum - lower.1)) / self.count).clamp(0.0, 1.0);
+            }
+            lower = (ub, cum);
+        }
+        1.0
+    }
+
     /// The coarsest resolution of the p50, p90 and p99 (what the rows' quantiles carry).
     pub fn quantile_resolution(&self) -> Option<f64> {
         [0.5, 0.9, 0.99]
@@ -185,6 +214,27 @@ mod tests {
         let bumpy = h(&[(1.0, 10.0), (2.0, 5.0), (3.0, 20.0), (f64::INFINITY, 20.0)]);
         assert_eq!(bumpy.quantile(0.5), 1.0);
         assert_eq!(bumpy.quantile(0.75), 2.5);
+    }
+
+    #[test]
+    fn the_fraction_at_most_a_latency_is_the_inverse_of_the_quantile() {
+        let h = Histogram {
+            buckets: vec![(0.1, 10.0), (0.2, 30.0), (0.4, 40.0), (f64::INFINITY, 40.0)],
+            sum: 6.0,
+            count: 40.0,
+        };
+        assert_eq!(h.fraction_at_most(0.1), 0.25);
+        assert_eq!(h.fraction_at_most(h.quantile(0.5)), 0.5, "the inverse of quantile");
+        assert_eq!(h.fraction_at_most(0.15), 0.5, "halfway up the second bucket");
+        assert_eq!(h.fraction_at_most(0.05), 0.125, "the first bucket starts at 0");
+        assert_eq!(h.fraction_at_most(0.4), 1.0);
+        assert_eq!(h.fraction_at_most(9.0), 1.0);
+        assert_eq!(h.fraction_at_most(0.0), 0.0);
+        let empty = Histogram {
+            count: 0.0,
+            ..h.clone()
+        };
+        assert!(empty.fraction_at_most(0.1).is_nan());
     }
 
     #[test]
