@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{Backend, Pod, PodState, Prepared};
+use crate::backend::{Backend, Pod, PodSpec, PodState, Prepared};
 use crate::domain::{Source, Strategy};
 use crate::error::{BenchError, Result};
 use crate::metrics::{MetricsSource, PodSnapshot, Target};
@@ -191,6 +191,44 @@ impl Backend for FakeBackend {
                 .collect();
         }
         Ok(self.pods_now())
+    }
+
+    async fn launch_pods(&mut self, strategy: Strategy, specs: &[PodSpec], _shutdown: &Shutdown) -> Result<Vec<Pod>> {
+        let n = specs.len() as u32;
+        self.log(format!(
+            "launch {strategy} {}",
+            specs.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(",")
+        ));
+        let scripts = (self.scripts)(strategy, n);
+        {
+            let mut w = self.world.lock().expect("world");
+            w.launched_at = Some(Instant::now());
+            w.stopped = false;
+            w.pods = specs.iter().map(|s| s.name.clone()).zip(scripts).collect();
+        }
+        Ok(self.pods_now())
+    }
+
+    async fn kill_pod(&mut self, name: &str) -> Result<()> {
+        self.log(format!("kill {name}"));
+        let mut w = self.world.lock().expect("world");
+        let Some(t0) = w.launched_at else {
+            return Err(BenchError::Spawn {
+                pod: name.into(),
+                reason: "nothing launched".into(),
+            });
+        };
+        let at = Instant::now() - t0;
+        match w.pods.iter_mut().find(|(n, _)| n == name) {
+            Some((_, s)) => {
+                s.exit = Some((at, 137));
+                Ok(())
+            }
+            None => Err(BenchError::Spawn {
+                pod: name.into(),
+                reason: "no such pod".into(),
+            }),
+        }
     }
 
     async fn wait_ready(&mut self, timeout: Duration, shutdown: &Shutdown) -> Result<Vec<Pod>> {

@@ -5,9 +5,13 @@
 //! Built so far, all pure: [`plan`] makes the trials (each pod's name and workload
 //! arguments, which `Backend::launch_pods` launches), and [`record`] makes what a trial
 //! comes to (the victim's latency, SLO attainment and inflation against the victim
-//! alone, who survived). The runner that drives trials through the sweep's backends and
-//! the report's isolation matrix come next; `make fault-check` is the hand-run check of
-//! the fault scenario meanwhile.
+//! alone, who survived). [`runner`] drives trials through any backend (I/O). The
+//! `isolation` command (flags, run directory, resume), the report's isolation matrix and
+//! the Kubernetes backend's per-pod launches come next; `make fault-check` is the
+//! hand-run check of the fault scenario meanwhile.
 
 pub mod plan;
 pub mod record;
+pub mod runner;
+#[cfg(test)]
+mod runner_tests;

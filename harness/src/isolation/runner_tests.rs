@@ -1,0 +1,166 @@
+//! The isolation runner driven by the scripted backend in paused tokio time.
+
+use std::time::Duration;
+
+use crate::backend::fake::{FakeBackend, PodScript};
+use crate::domain::{CellStatus, Strategy};
+use crate::isolation::plan::{IsolationSettings, Scenario, trials};
+use crate::isolation::record::IsolationRecord;
+use crate::isolation::runner::{TrialSettings, run_trials};
+use crate::shutdown::Shutdown;
+
+fn settings() -> TrialSettings {
+    TrialSettings {
+        ready_timeout: Duration::from_secs(30),
+        warmup: Duration::from_secs(3),
+        event_after: Duration::from_secs(10),
+        observe_after: Duration::from_secs(10),
+        slo_s: None,
+        memory_total_bytes: Some(80 << 30),
+    }
+}
+
+fn plan(strategies: Vec<Strategy>, scenarios: Vec<Scenario>) -> Vec<crate::isolation::plan::Trial> {
+    trials(&IsolationSettings {
+        scenarios,
+        strategies,
+        victim_rate: 100.0,
+        noisy_aggressors: vec![1],
+        event_after: Duration::from_secs(10),
+        memory_total_bytes: Some(80 << 30),
+    })
+    .expect("plan")
+}
+
+/// Alone, the victim answers in 4 ms; beside an aggressor in 8 ms. Under MPS the
+/// aggressor's fault (at 10 s after readiness, 11 s after launch) takes the victim with
+/// it; under time-slicing only the aggressor exits.
+fn scripts(strategy: Strategy, n: u32) -> Vec<PodScript> {
+    if n == 1 {
+        return vec![PodScript::steady(100.0, 0.004)];
+    }
+    let fault = Some((Duration::from_secs(11), 5));
+    let victim = PodScript {
+        exit: if strategy == Strategy::Mps { fault } else { None },
+        ..PodScript::steady(100.0, 0.008)
+    };
+    vec![
+        victim,
+        PodScript {
+            exit: fault,
+            ..PodScript::steady(100.0, 0.008)
+        },
+    ]
+}
+
+fn find<'a>(r: &'a [IsolationRecord], s: Strategy, scenario: &str) -> &'a IsolationRecord {
+    r.iter()
+        .find(|x| x.strategy == s && x.scenario == scenario)
+        .expect("record")
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fault_next_door_is_recorded_per_strategy_against_the_victim_alone() {
+    let mut b = FakeBackend::new(scripts).without(Strategy::Mig);
+    let metrics = b.metrics();
+    let trials = plan(
+        vec![Strategy::TimeSlicing, Strategy::Mps, Strategy::Mig],
+        vec![Scenario::Fault],
+    );
+    let mut saved = Vec::new();
+    let records = run_trials(&mut b, &metrics, &trials, &settings(), "r", &Shutdown::new(), |r| {
+        saved.push(r.scenario.clone());
+        Ok(())
+    })
+    .await
+    .expect("trials");
+    assert_eq!(saved.len(), 6, "every record saved as it came");
+    let alone = find(&records, Strategy::TimeSlicing, "alone");
+    assert_eq!(alone.victim_status, CellStatus::Ok);
+    // 4 ms sits in the (2, 5] ms bucket, 8 ms in (5, 10]: p99 9.95 over 4.97 ms.
+    let ts = find(&records, Strategy::TimeSlicing, "fault");
+    assert_eq!(ts.victim_status, CellStatus::Ok, "{ts:?}");
+    assert!((ts.p99_inflation.expect("inflation") - 0.00995 / 0.00497).abs() < 1e-9);
+    assert!((ts.mean_inflation.expect("inflation") - 2.0).abs() < 1e-9);
+    assert_eq!((ts.survivors, ts.started), (1, 2));
+    assert_eq!(ts.aggressor_outcome, "aggressor-1 exit 5: scripted exit 5");
+    let mps = find(&records, Strategy::Mps, "fault");
+    assert_eq!((mps.victim_status, mps.victim_exit_code), (CellStatus::Failed, Some(5)));
+    assert_eq!((mps.survivors, mps.started), (0, 2));
+    assert!(
+        mps.victim_inferences.is_some_and(|n| n > 0),
+        "what it served before the fault counts"
+    );
+    assert_eq!(
+        mps.mps_split.as_deref(),
+        Some("50% of the SMs and 40960 MiB pinned per client (2 clients)")
+    );
+    let mig = find(&records, Strategy::Mig, "fault");
+    assert_eq!(mig.victim_status, CellStatus::Unavailable);
+    assert_eq!(mig.note, "mig is scripted unavailable");
+    let log = b.calls.lock().expect("calls").log.clone();
+    assert_eq!(
+        log.iter()
+            .filter(|l| l.starts_with("launch"))
+            .cloned()
+            .collect::<Vec<_>>(),
+        [
+            "launch time-slicing victim",
+            "launch time-slicing victim,aggressor-1",
+            "launch mps victim",
+            "launch mps victim,aggressor-1"
+        ]
+    );
+    assert_eq!(log.iter().filter(|l| *l == "stop").count(), 4, "{log:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_crash_is_a_kill_on_time_and_the_victim_serves_on() {
+    let mut b = FakeBackend::new(|_, n| (0..n).map(|_| PodScript::steady(100.0, 0.004)).collect());
+    let metrics = b.metrics();
+    let trials = plan(vec![Strategy::TimeSlicing], vec![Scenario::Crash]);
+    let records = run_trials(
+        &mut b,
+        &metrics,
+        &trials,
+        &settings(),
+        "r",
+        &Shutdown::new(),
+        |_| Ok(()),
+    )
+    .await
+    .expect("trials");
+    let crash = find(&records, Strategy::TimeSlicing, "crash");
+    assert_eq!(crash.victim_status, CellStatus::Ok);
+    assert_eq!(crash.aggressor_outcome, "aggressor-1 exit 137: scripted exit 137");
+    assert_eq!((crash.survivors, crash.started), (1, 2));
+    // Followed from the warm-up's end to 10 s after the kill: 17 s at 100/s.
+    assert_eq!(crash.victim_inferences, Some(1700));
+    assert_eq!(crash.slo_attainment, Some(1.0));
+    let log = b.calls.lock().expect("calls").log.clone();
+    assert!(log.contains(&"kill aggressor-1".to_string()), "{log:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stop_request_mid_trial_stops_the_pods_and_keeps_the_saved_records() {
+    let mut b = FakeBackend::new(|_, n| (0..n).map(|_| PodScript::steady(100.0, 0.004)).collect());
+    let metrics = b.metrics();
+    let trials = plan(vec![Strategy::TimeSlicing], vec![Scenario::Crash]);
+    let shutdown = Shutdown::new();
+    let stopper = shutdown.clone();
+    tokio::spawn(async move {
+        // The alone trial takes 21 s from launch; stop 5 s into the crash trial.
+        tokio::time::sleep(Duration::from_secs(26)).await;
+        stopper.request(libc::SIGINT);
+    });
+    let mut saved = Vec::new();
+    let e = run_trials(&mut b, &metrics, &trials, &settings(), "r", &shutdown, |r| {
+        saved.push(r.scenario.clone());
+        Ok(())
+    })
+    .await
+    .expect_err("interrupted");
+    assert!(e.is_interrupt());
+    assert_eq!(saved, ["alone"]);
+    assert_eq!(b.running(), 0, "the crash trial's pods were stopped");
+}
