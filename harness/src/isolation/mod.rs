@@ -5,11 +5,13 @@
 //! Built so far, all pure: [`plan`] makes the trials (each pod's name and workload
 //! arguments, which `Backend::launch_pods` launches), and [`record`] makes what a trial
 //! comes to (the victim's latency, SLO attainment and inflation against the victim
-//! alone, who survived). [`runner`] drives trials through any backend (I/O). The
-//! `isolation` command (flags, run directory, resume), the report's isolation matrix and
-//! the Kubernetes backend's per-pod launches come next; `make fault-check` is the
+//! alone, who survived), and [`matrix`] the isolation matrix of a run's records.
+//! [`runner`] drives trials through any backend (I/O). The `isolation` command (flags,
+//! run directory, resume), the matrix in the HTML report with a victim-latency chart,
+//! and the Kubernetes backend's per-pod launches come next; `make fault-check` is the
 //! hand-run check of the fault scenario meanwhile.
 
+pub mod matrix;
 pub mod plan;
 pub mod record;
 pub mod runner;

@@ -1,0 +1,176 @@
+//! The isolation matrix (pure): one row per scenario (the noisy neighbour once per
+//! aggressor count), one column per strategy, each cell what became of the victim —
+//! its p99 against itself alone, its SLO attainment, and who was still serving — or why
+//! it was not measured, with the reason in a numbered note.
+
+use crate::domain::{CellStatus, Strategy};
+use crate::isolation::record::IsolationRecord;
+use crate::report::tables::{Cell, Table};
+
+/// The matrix and the notes its cells refer to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Matrix {
+    /// The table.
+    pub table: Table,
+    /// (number, "Strategy — scenario: reason").
+    pub notes: Vec<(usize, String)>,
+}
+
+fn row_label(r: &IsolationRecord) -> String {
+    match r.scenario.as_str() {
+        "noisy-neighbour" => format!(
+            "noisy neighbour × {} aggressor{}",
+            r.aggressors,
+            if r.aggressors == 1 { "" } else { "s" }
+        ),
+        other => other.replace('-', " "),
+    }
+}
+
+fn text(r: &IsolationRecord) -> String {
+    let serving = format!("{}/{} serving", r.survivors, r.started);
+    let mut parts = Vec::new();
+    if r.victim_status != CellStatus::Ok {
+        parts.push(match r.victim_exit_code {
+            Some(c) => format!("victim {} (exit {c})", r.victim_status),
+            None => format!("victim {}", r.victim_status),
+        });
+    }
+    if let Some(x) = r.p99_inflation {
+        parts.push(format!("p99 ×{x:.2}"));
+    }
+    if let Some(a) = r.slo_attainment {
+        parts.push(format!("SLO {:.1}%", a * 100.0));
+    }
+    parts.push(serving);
+    parts.join(", ")
+}
+
+/// Builds the matrix from a run's records (the victim-alone rows are its reference and
+/// not rows of their own).
+pub fn matrix(records: &[IsolationRecord]) -> Matrix {
+    let mut strategies: Vec<Strategy> = Vec::new();
+    let mut rows: Vec<(String, String, u32)> = Vec::new();
+    for r in records {
+        if !strategies.contains(&r.strategy) {
+            strategies.push(r.strategy);
+        }
+        if r.scenario != "alone" && !rows.iter().any(|(s, _, k)| *s == r.scenario && *k == r.aggressors) {
+            rows.push((r.scenario.clone(), row_label(r), r.aggressors));
+        }
+    }
+    let mut notes: Vec<(usize, String)> = Vec::new();
+    let mut note_for = |text: String| {
+        if let Some((n, _)) = notes.iter().find(|(_, t)| *t == text) {
+            return *n;
+        }
+        let n = notes.len() + 1;
+        notes.push((n, text));
+        n
+    };
+    let table_rows = rows
+        .iter()
+        .map(|(scenario, label, k)| {
+            let cells = strategies
+                .iter()
+                .map(|&s| {
+                    match records
+                        .iter()
+                        .find(|r| r.strategy == s && r.scenario == *scenario && r.aggressors == *k)
+                    {
+                        None => Cell::Missing,
+                        Some(r) if r.victim_status == CellStatus::Unavailable => Cell::Status(
+                            CellStatus::Unavailable,
+                            note_for(format!("{} — unavailable: {}", s.title(), r.note)),
+                        ),
+                        Some(r) => Cell::Value(text(r)),
+                    }
+                })
+                .collect();
+            (label.clone(), cells)
+        })
+        .collect();
+    Matrix {
+        table: Table {
+            title: "Isolation matrix: the victim beside its aggressors".into(),
+            unit: "victim p99 over itself alone under the same strategy; SLO attainment against 1.5 × that p99; pods still serving at the end".into(),
+            columns: strategies.iter().map(|s| s.title().to_string()).collect(),
+            rows: table_rows,
+        },
+        notes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(strategy: Strategy, scenario: &str, k: u32) -> IsolationRecord {
+        IsolationRecord {
+            run_id: "r".into(),
+            scenario: scenario.into(),
+            strategy,
+            aggressors: k,
+            victim_status: CellStatus::Ok,
+            victim_exit_code: None,
+            victim_inferences: Some(1000),
+            victim_mean_s: Some(0.002),
+            victim_p50_s: Some(0.002),
+            victim_p99_s: Some(0.004),
+            quantile_resolution: Some(0.022),
+            p99_inflation: Some(2.0),
+            mean_inflation: Some(2.0),
+            slo_s: Some(0.003),
+            slo_attainment: Some(0.9),
+            survivors: k + 1,
+            started: k + 1,
+            aggressor_outcome: String::new(),
+            mps_split: None,
+            note: String::new(),
+        }
+    }
+
+    #[test]
+    fn rows_are_scenarios_columns_strategies_and_outcomes_read_plainly() {
+        let mut mps_fault = rec(Strategy::Mps, "fault", 1);
+        mps_fault.victim_status = CellStatus::Failed;
+        mps_fault.victim_exit_code = Some(5);
+        mps_fault.p99_inflation = Some(1.01);
+        mps_fault.slo_attainment = Some(1.0);
+        mps_fault.survivors = 0;
+        let mut mig = rec(Strategy::Mig, "fault", 1);
+        mig.victim_status = CellStatus::Unavailable;
+        mig.note = "MIG mode is Disabled".into();
+        let records = vec![
+            rec(Strategy::TimeSlicing, "alone", 0),
+            rec(Strategy::TimeSlicing, "noisy-neighbour", 1),
+            rec(Strategy::TimeSlicing, "noisy-neighbour", 3),
+            rec(Strategy::TimeSlicing, "fault", 1),
+            rec(Strategy::Mps, "alone", 0),
+            rec(Strategy::Mps, "noisy-neighbour", 1),
+            mps_fault,
+            mig,
+        ];
+        let m = matrix(&records);
+        assert_eq!(m.table.columns, ["Time-slicing", "MPS", "MIG"]);
+        let labels: Vec<&str> = m.table.rows.iter().map(|(l, _)| l.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "noisy neighbour × 1 aggressor",
+                "noisy neighbour × 3 aggressors",
+                "fault"
+            ]
+        );
+        let fault = &m.table.rows[2].1;
+        assert_eq!(fault[0], Cell::Value("p99 ×2.00, SLO 90.0%, 2/2 serving".into()));
+        assert_eq!(
+            fault[1],
+            Cell::Value("victim failed (exit 5), p99 ×1.01, SLO 100.0%, 0/2 serving".into())
+        );
+        assert_eq!(fault[2], Cell::Status(CellStatus::Unavailable, 1));
+        assert_eq!(m.notes, [(1, "MIG — unavailable: MIG mode is Disabled".to_string())]);
+        // MPS had no 3-aggressor trial: not run, not invented.
+        assert_eq!(m.table.rows[1].1[1], Cell::Missing);
+    }
+}
