@@ -3,6 +3,21 @@
 
 use crate::error::WorkloadError;
 
+/// The leading decimal number of `text` and the unit after it (`"1.5 GiB"` → `(1.5,
+/// "GiB")`), or why there is none.
+fn number_and_unit(text: &str) -> Result<(f64, &str), &'static str> {
+    let trimmed = text.trim();
+    let split = trimmed
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(split);
+    if number.is_empty() {
+        return Err("no number");
+    }
+    let value: f64 = number.parse().map_err(|_| "not a number")?;
+    Ok((value, unit.trim()))
+}
+
 /// Parses a byte size. Binary (KiB, MiB, GiB, TiB) and decimal (KB, MB, GB, TB) units;
 /// a bare number is bytes.
 pub fn parse_bytes(text: &str) -> Result<u64, WorkloadError> {
@@ -10,16 +25,8 @@ pub fn parse_bytes(text: &str) -> Result<u64, WorkloadError> {
         value: text.to_string(),
         reason: reason.to_string(),
     };
-    let trimmed = text.trim();
-    let split = trimmed
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(trimmed.len());
-    let (number, unit) = trimmed.split_at(split);
-    if number.is_empty() {
-        return Err(bad("no number"));
-    }
-    let value: f64 = number.parse().map_err(|_| bad("not a number"))?;
-    let scale: f64 = match unit.trim() {
+    let (value, unit) = number_and_unit(text).map_err(bad)?;
+    let scale: f64 = match unit {
         "" | "B" => 1.0,
         "KiB" => 1024.0,
         "MiB" => 1024.0 * 1024.0,
@@ -95,16 +102,8 @@ fn parse_duration(
         value: text.to_string(),
         reason: format!("{reason} ({hint})"),
     };
-    let trimmed = text.trim();
-    let split = trimmed
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(trimmed.len());
-    let (number, unit) = trimmed.split_at(split);
-    if number.is_empty() {
-        return Err(bad("no number"));
-    }
-    let value: f64 = number.parse().map_err(|_| bad("not a number"))?;
-    let scale = match unit.trim() {
+    let (value, unit) = number_and_unit(text).map_err(bad)?;
+    let scale = match unit {
         "" if value == 0.0 => 0.0,
         "" => return Err(bad("give a unit: ns, us, ms or s")),
         "ns" => 1e-9,
