@@ -534,25 +534,14 @@ mod tests {
         assert!(compare_runs(&h100, &bf, 0.05).is_err());
     }
 
-    /// The fixture as a run of three repeats: every row copied per repeat with its
-    /// latencies times `factors[r]` and its throughput divided by it.
+    /// The fixture as a run of three repeats: latencies times `factors[r]`, throughput
+    /// divided by it.
     fn repeated(data: &RunData, factors: [f64; 3]) -> RunData {
-        let mut out = data.clone();
-        out.run.plan.repeat = 3;
-        out.cells = factors
-            .iter()
-            .enumerate()
-            .flat_map(|(i, f)| {
-                data.cells.iter().map(move |c| CellRecord {
-                    repeat: i as u32 + 1,
-                    mean_s: c.mean_s.map(|v| v * f),
-                    p99_s: c.p99_s.map(|v| v * f),
-                    throughput_per_s: c.throughput_per_s.map(|v| v / f),
-                    ..c.clone()
-                })
-            })
-            .collect();
-        out
+        data.repeated(&factors, |c, f| {
+            c.mean_s = c.mean_s.map(|v| v * f);
+            c.p99_s = c.p99_s.map(|v| v * f);
+            c.throughput_per_s = c.throughput_per_s.map(|v| v / f);
+        })
     }
 
     #[test]

@@ -159,6 +159,31 @@ impl RunData {
     }
 }
 
+#[cfg(test)]
+impl RunData {
+    /// Tests: this run as one of `factors.len()` repeats, every row copied per repeat and
+    /// changed by `scale(row, factor)`.
+    pub fn repeated(&self, factors: &[f64], scale: fn(&mut CellRecord, f64)) -> RunData {
+        let mut out = self.clone();
+        out.run.plan.repeat = factors.len() as u32;
+        out.cells = factors
+            .iter()
+            .enumerate()
+            .flat_map(|(i, &f)| {
+                self.cells.iter().map(move |c| {
+                    let mut row = CellRecord {
+                        repeat: i as u32 + 1,
+                        ..c.clone()
+                    };
+                    scale(&mut row, f);
+                    row
+                })
+            })
+            .collect();
+        out
+    }
+}
+
 /// Files of a rendered report.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Report {
@@ -242,19 +267,9 @@ mod tests {
     #[test]
     fn charts_of_a_repeated_run_carry_error_bars() {
         let once = fixture();
-        let mut thrice = fixture();
-        thrice.run.plan.repeat = 3;
-        thrice.cells = [0.97, 1.0, 1.03]
-            .iter()
-            .enumerate()
-            .flat_map(|(i, f)| {
-                once.cells.iter().map(move |c| CellRecord {
-                    repeat: i as u32 + 1,
-                    throughput_per_s: c.throughput_per_s.map(|v| v * f),
-                    ..c.clone()
-                })
-            })
-            .collect();
+        let thrice = once.repeated(&[0.97, 1.0, 1.03], |c, f| {
+            c.throughput_per_s = c.throughput_per_s.map(|v| v * f)
+        });
         let svg = |d: &RunData| {
             charts::all(d)
                 .expect("charts")

@@ -160,19 +160,7 @@ mod tests {
         assert_eq!(mps3.mean_s, once.aggregate(Strategy::Mps, 3).and_then(|a| a.mean_s));
 
         // Three repeats at 0.98, 1.00 and 1.02 of the mean latency.
-        let mut thrice = fixture();
-        thrice.run.plan.repeat = 3;
-        thrice.cells = [0.98, 1.0, 1.02]
-            .iter()
-            .enumerate()
-            .flat_map(|(i, f)| {
-                once.cells.iter().map(move |c| CellRecord {
-                    repeat: i as u32 + 1,
-                    mean_s: c.mean_s.map(|v| v * f),
-                    ..c.clone()
-                })
-            })
-            .collect();
+        let thrice = once.repeated(&[0.98, 1.0, 1.02], |c, f| c.mean_s = c.mean_s.map(|v| v * f));
         let rows = records(&thrice);
         assert_eq!(rows.len(), 16);
         let r = rows
