@@ -120,6 +120,18 @@ impl FakeBackend {
         }
     }
 
+    /// Starts a cell of pods with these names, following the scripts for their count.
+    fn start_cell(&self, strategy: Strategy, names: Vec<String>) -> Vec<Pod> {
+        let scripts = (self.scripts)(strategy, names.len() as u32);
+        {
+            let mut w = self.world.lock().expect("world");
+            w.launched_at = Some(Instant::now());
+            w.stopped = false;
+            w.pods = names.into_iter().zip(scripts).collect();
+        }
+        self.pods_now()
+    }
+
     /// Whether any pod of the current cell is running now.
     pub fn running(&self) -> usize {
         let w = self.world.lock().expect("world");
@@ -179,34 +191,15 @@ impl Backend for FakeBackend {
 
     async fn launch(&mut self, strategy: Strategy, pods: u32, _shutdown: &Shutdown) -> Result<Vec<Pod>> {
         self.log(format!("launch {strategy} {pods}"));
-        let scripts = (self.scripts)(strategy, pods);
-        {
-            let mut w = self.world.lock().expect("world");
-            w.launched_at = Some(Instant::now());
-            w.stopped = false;
-            w.pods = scripts
-                .into_iter()
-                .enumerate()
-                .map(|(i, s)| (format!("pod-{i}"), s))
-                .collect();
-        }
-        Ok(self.pods_now())
+        Ok(self.start_cell(strategy, (0..pods).map(|i| format!("pod-{i}")).collect()))
     }
 
     async fn launch_pods(&mut self, strategy: Strategy, specs: &[PodSpec], _shutdown: &Shutdown) -> Result<Vec<Pod>> {
-        let n = specs.len() as u32;
         self.log(format!(
             "launch {strategy} {}",
             specs.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(",")
         ));
-        let scripts = (self.scripts)(strategy, n);
-        {
-            let mut w = self.world.lock().expect("world");
-            w.launched_at = Some(Instant::now());
-            w.stopped = false;
-            w.pods = specs.iter().map(|s| s.name.clone()).zip(scripts).collect();
-        }
-        Ok(self.pods_now())
+        Ok(self.start_cell(strategy, specs.iter().map(|s| s.name.clone()).collect()))
     }
 
     async fn kill_pod(&mut self, name: &str) -> Result<()> {

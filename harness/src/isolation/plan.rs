@@ -98,6 +98,16 @@ pub struct Trial {
     pub pods: Vec<TrialPod>,
 }
 
+impl Trial {
+    /// The victim's `pod` label.
+    pub fn victim_name(&self) -> &str {
+        self.pods
+            .iter()
+            .find(|p| p.role == Role::Victim)
+            .map_or("victim", |p| p.name.as_str())
+    }
+}
+
 /// What the trials are made of.
 #[derive(Debug, Clone, PartialEq)]
 pub struct IsolationSettings {

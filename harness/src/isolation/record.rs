@@ -88,11 +88,7 @@ pub fn record(
     slo_s: Option<f64>,
     mps_split: Option<String>,
 ) -> IsolationRecord {
-    let victim_name = trial
-        .pods
-        .iter()
-        .find(|p| p.role == Role::Victim)
-        .map_or("victim", |p| p.name.as_str());
+    let victim_name = trial.victim_name();
     let victim_pod = seen.pods.iter().find(|p| p.name == victim_name);
     let (victim_status, victim_exit_code, victim_note) = match victim_pod {
         Some(p) => pod_status(&p.state, &None),

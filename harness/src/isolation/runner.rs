@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use crate::backend::{Backend, Pod, PodSpec, PodState, Prepared};
 use crate::domain::{CellStatus, Strategy};
 use crate::error::Result;
-use crate::isolation::plan::{Role, Trial, mps_split};
+use crate::isolation::plan::{Trial, mps_split};
 use crate::isolation::record::{IsolationRecord, Observed, record};
 use crate::metrics::{MetricsSource, PodSnapshot, Target};
 use crate::shutdown::Shutdown;
@@ -40,20 +40,15 @@ const TICK: Duration = Duration::from_secs(1);
 
 /// A record for a trial whose strategy cannot run here.
 fn unavailable(run_id: &str, trial: &Trial, reason: &str) -> IsolationRecord {
-    let mut r = record(
-        run_id,
-        trial,
-        &Observed {
-            victim: None,
-            pods: Vec::new(),
-        },
-        None,
-        None,
-        None,
-    );
-    r.victim_status = CellStatus::Unavailable;
-    r.note = reason.to_string();
-    r
+    let nothing = Observed {
+        victim: None,
+        pods: Vec::new(),
+    };
+    IsolationRecord {
+        victim_status: CellStatus::Unavailable,
+        note: reason.to_string(),
+        ..record(run_id, trial, &nothing, None, None, None)
+    }
 }
 
 /// Runs `trials` in order; returns their records (also given to `save` one by one).
@@ -92,13 +87,11 @@ pub async fn run_trials<B: Backend, S: MetricsSource>(
                 let stopped = backend.stop_pods(shutdown).await;
                 let seen = seen?;
                 stopped?;
-                let started = seen
-                    .pods
-                    .iter()
-                    .filter(|p| !matches!(p.state, PodState::Pending(_)))
-                    .count() as u32;
-                let split = (trial.strategy == Strategy::Mps).then(|| mps_split(started, s.memory_total_bytes));
-                record(run_id, trial, &seen, alone.as_ref(), s.slo_s, split)
+                let mut rec = record(run_id, trial, &seen, alone.as_ref(), s.slo_s, None);
+                if trial.strategy == Strategy::Mps {
+                    rec.mps_split = Some(mps_split(rec.started, s.memory_total_bytes));
+                }
+                rec
             }
         };
         save(&rec)?;
@@ -126,11 +119,7 @@ async fn run_one<B: Backend, S: MetricsSource>(
     backend.launch_pods(trial.strategy, &specs, shutdown).await?;
     let pods = backend.wait_ready(s.ready_timeout, shutdown).await?;
     let ready_at = Instant::now();
-    let victim_name = trial
-        .pods
-        .iter()
-        .find(|p| p.role == Role::Victim)
-        .map_or_else(|| "victim".to_string(), |p| p.name.clone());
+    let victim_name = trial.victim_name().to_string();
     let target = pods
         .iter()
         .find(|p| p.name == victim_name && p.state == PodState::Running)

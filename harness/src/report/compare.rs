@@ -155,6 +155,12 @@ fn rel(base: Option<f64>, cand: Option<f64>) -> Option<f64> {
     }
 }
 
+/// A cell's recorded window-to-window latency noise: of the exact per-window mean, or
+/// of the median in runs recorded before it.
+fn latency_spread(r: &CellRecord) -> f64 {
+    r.mean_spread.or(r.p50_spread).unwrap_or(0.0)
+}
+
 /// The noise of a cell's changes: between repeats when both runs repeated it, else the
 /// window spreads the two cells recorded; the p99 resolution either way.
 fn noise(base: &RunData, cand: &RunData, b: &CellRecord, c: &CellRecord) -> Noise {
@@ -178,8 +184,7 @@ fn noise(base: &RunData, cand: &RunData, b: &CellRecord, c: &CellRecord) -> Nois
             source: NoiseSource::Repeats,
         };
     }
-    // The exact per-window mean's spread; runs recorded before it, the median's.
-    let lat = |r: &CellRecord| r.mean_spread.or(r.p50_spread).unwrap_or(0.0);
+    let lat = latency_spread;
     let latency = lat(b).max(lat(c));
     Noise {
         mean: latency,
@@ -280,8 +285,8 @@ fn missing_cell(b: &CellRecord, cand: &RunData) -> CellComparison {
         p99: None,
         throughput: None,
         noise: Noise {
-            mean: b.mean_spread.or(b.p50_spread).unwrap_or(0.0),
-            p99: b.mean_spread.or(b.p50_spread).unwrap_or(0.0),
+            mean: latency_spread(b),
+            p99: latency_spread(b),
             throughput: b.throughput_spread.unwrap_or(0.0),
             resolution: b.quantile_resolution.unwrap_or(0.0),
             source: NoiseSource::Windows,
