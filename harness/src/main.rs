@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use gpushare_bench::backend::k8s::manifests;
-use gpushare_bench::config::cli::{Cli, Command, SweepArgs};
+use gpushare_bench::config::cli::{Cli, Command, IsolationArgs, SweepArgs};
 use gpushare_bench::config::options::SweepOptions;
 use gpushare_bench::config::plan::SweepPlan;
 use gpushare_bench::config::values::ListItemError;
@@ -37,7 +37,7 @@ fn main() -> ExitCode {
         // Single-threaded and small: it only waits for the harness to end.
         return ExitCode::from(supervisor::reap_main(std::io::stdin().lock()) as u8);
     }
-    if matches!(cli.command, Command::Sweep(_) | Command::Overhead(_))
+    if matches!(cli.command, Command::Sweep(_) | Command::Isolation(_) | Command::Overhead(_))
         && let Err(e) = supervisor::start()
     {
         tracing::warn!("cannot start the process supervisor ({e}); children still die with the harness");
@@ -157,6 +157,7 @@ fn print_out(bytes: &[u8]) -> Result<()> {
 async fn run(cli: Cli, shutdown: &Shutdown) -> Result<u8> {
     match cli.command {
         Command::Sweep(args) => run_sweep(*args, shutdown).await,
+        Command::Isolation(args) => run_isolation(*args, shutdown).await,
         Command::Reap => Ok(0),
         Command::Doctor(args) if args.kubernetes => {
             use gpushare_bench::tools::k8s_doctor;
@@ -295,6 +296,31 @@ async fn run_sweep(args: SweepArgs, shutdown: &Shutdown) -> Result<u8> {
             "gpushare-bench: partial: {} of {} cells failed (their notes say why); the others are saved",
             outcome.failed,
             outcome.failed + outcome.measured + outcome.unavailable
+        ),
+        _ => {}
+    }
+    Ok(code)
+}
+
+async fn run_isolation(args: IsolationArgs, shutdown: &Shutdown) -> Result<u8> {
+    use gpushare_bench::isolation::command;
+    let (resume, quiet) = (args.resume.clone(), args.quiet);
+    let plan = command::plan(args)?;
+    let progress = sweep::progress_for(quiet);
+    let outcome = command::run(plan, resume, &*progress, shutdown).await?;
+    if let Some(label) = &outcome.label {
+        eprintln!("*** {label} ***");
+    }
+    println!("results: {}", outcome.dir.display());
+    let code = outcome.exit_code();
+    match code {
+        1 => eprintln!(
+            "gpushare-bench: no victim could be measured; see {}/isolation.csv",
+            outcome.dir.display()
+        ),
+        3 => eprintln!(
+            "gpushare-bench: partial: the victim alone failed under {} (no baseline for its trials); the other records are saved",
+            outcome.failed_baselines().join(", ")
         ),
         _ => {}
     }

@@ -46,6 +46,7 @@ fn specs(scenario: Scenario) -> Vec<PodSpec> {
         .map(|p| PodSpec {
             name: p.name.clone(),
             args: p.args.clone(),
+            group: scenario.name().into(),
         })
         .collect()
 }

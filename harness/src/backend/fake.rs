@@ -224,6 +224,28 @@ impl Backend for FakeBackend {
         }
     }
 
+    async fn relaunch_pod(&mut self, name: &str, _shutdown: &Shutdown) -> Result<()> {
+        self.log(format!("relaunch {name}"));
+        let mut w = self.world.lock().expect("world");
+        let since = w.launched_at.map(|t0| Instant::now() - t0);
+        match (since, w.pods.iter_mut().find(|(n, _)| n == name)) {
+            (Some(since), Some((_, s))) => {
+                // A new process: ready a second from now, serving as before.
+                *s = PodScript {
+                    ready_after: since + Duration::from_secs(1),
+                    exit: None,
+                    restart_at: None,
+                    ..s.clone()
+                };
+                Ok(())
+            }
+            _ => Err(BenchError::Spawn {
+                pod: name.into(),
+                reason: "no such pod".into(),
+            }),
+        }
+    }
+
     async fn wait_ready(&mut self, timeout: Duration, shutdown: &Shutdown) -> Result<Vec<Pod>> {
         let deadline = Instant::now() + timeout;
         loop {

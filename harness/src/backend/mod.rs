@@ -63,6 +63,8 @@ pub struct PodSpec {
     pub name: String,
     /// Extra workload arguments.
     pub args: Vec<String>,
+    /// What the pod's cell is, for its log's name (e.g. `fault`; empty: the pod count).
+    pub group: String,
 }
 
 /// How a backend set the last launched cell up (recorded in its aggregate row).
@@ -109,6 +111,17 @@ pub trait Backend {
         Err(crate::error::BenchError::Spawn {
             pod: name.into(),
             reason: format!("the {} backend cannot kill a single pod yet", self.name()),
+        })
+    }
+
+    /// Starts a pod of the current cell again, with its name, arguments and place under
+    /// the strategy (the same MPS server while it runs): after a fault or a kill, does
+    /// the strategy serve again? [`wait_ready`](Self::wait_ready) then waits for it.
+    async fn relaunch_pod(&mut self, name: &str, shutdown: &Shutdown) -> Result<()> {
+        let _ = shutdown;
+        Err(crate::error::BenchError::Spawn {
+            pod: name.into(),
+            reason: format!("the {} backend cannot start a pod again yet", self.name()),
         })
     }
 

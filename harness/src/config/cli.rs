@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::options::SweepOptions;
-use crate::config::values::{DeviceChoice, Model, Precision, Span};
+use crate::config::values::{DeviceChoice, List, Model, PodCount, Precision, Span};
+use crate::isolation::plan::Scenario;
 
 /// Measure what GPU sharing costs an inference workload.
 ///
@@ -38,6 +39,29 @@ pub struct Cli {
 pub enum Command {
     /// Run the experiment: every strategy × pod count, saved after each cell.
     Sweep(Box<SweepArgs>),
+    /// What one misbehaving pod does to its neighbours, under each strategy.
+    ///
+    /// Per strategy, a victim pod serves an open-loop Poisson load (--victim-rate) alone,
+    /// then beside aggressors in each scenario:
+    ///   noisy-neighbour  K aggressors (--aggressors) run closed loop
+    ///   memory-pressure  an aggressor takes 70% of the GPU's memory after --event-after;
+    ///                    5 s later the victim asks for 35% (who fails, with which code?)
+    ///   fault            an aggressor's kernel writes through an unmapped address after
+    ///                    --event-after (gpushare-workload --inject-fault-after): an
+    ///                    ordinary CUDA illegal-address error that needs no GPU reset
+    ///   crash            an aggressor is killed with SIGKILL after --event-after
+    /// Each trial records the victim's p50/p99 over itself alone, its SLO attainment
+    /// (--slo, default 1.5 × its p99 alone), which pods survived, and after a fault or
+    /// crash how long until a new victim served again. Exclusive is the reference (the
+    /// aggressors stay pending); MIG runs on existing instances or is unavailable.
+    ///
+    /// Results go to results/<run-id>/isolation.{jsonl,csv} after every trial;
+    /// `report` renders the isolation matrix; --resume continues a broken run.
+    /// Pods are made as in `sweep` (--backend, --model, --device, --workload-arg, …,
+    /// also from --config). Exit codes as `sweep`: 3 when a victim alone could not be
+    /// measured (its trials then have no baseline).
+    #[command(verbatim_doc_comment)]
+    Isolation(Box<IsolationArgs>),
     /// Render results/<run-id> as reports/<run-id>/index.html (+ one SVG per chart and summary.md).
     Report(ReportArgs),
     /// Print a run as CSV, JSON or Markdown on stdout.
@@ -86,6 +110,48 @@ pub struct SweepArgs {
     /// Print every object and patch the sweep would apply, and change nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// No progress bars (CI, scripts); errors still go to stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// `isolation` flags: the trials' own, and the sweep's options that make the pods
+/// (the sweep's --pods, --window, --max-cell and --repeat do not apply and are refused).
+#[derive(Debug, Clone, Args)]
+#[command(
+    mut_arg("pods", |a| a.hide(true)),
+    mut_arg("window", |a| a.hide(true)),
+    mut_arg("max_cell", |a| a.hide(true)),
+    mut_arg("repeat", |a| a.hide(true))
+)]
+pub struct IsolationArgs {
+    /// Scenarios, comma-separated: noisy-neighbour, memory-pressure, fault, crash [default: all four].
+    #[arg(long)]
+    pub scenarios: Option<List<Scenario>>,
+    /// The victim's open-loop Poisson load, inferences per second; keep it well below one pod's capacity [default: 50].
+    #[arg(long)]
+    pub victim_rate: Option<f64>,
+    /// Aggressor counts of the noisy-neighbour scenario, comma-separated, 1 to 63 [default: 1,3,6].
+    #[arg(long)]
+    pub aggressors: Option<List<PodCount>>,
+    /// When an aggressor grows, faults or is killed, after the pods are ready (after the warm-up) [default: 15s].
+    #[arg(long)]
+    pub event_after: Option<Span>,
+    /// How long the victim is followed after that (more than 5s) [default: 15s].
+    #[arg(long)]
+    pub observe: Option<Span>,
+    /// The victim's latency target, e.g. 20ms [default: 1.5 × its p99 alone under the same strategy].
+    #[arg(long)]
+    pub slo: Option<Span>,
+    /// TOML file with sweep settings (the pods' model, device, backend, ...).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// The pods' options, as `sweep`'s.
+    #[command(flatten)]
+    pub options: SweepOptions,
+    /// Continue a broken isolation run: its recorded plan, the trials not yet on disk.
+    #[arg(long)]
+    pub resume: Option<String>,
     /// No progress bars (CI, scripts); errors still go to stderr.
     #[arg(long, short)]
     pub quiet: bool,

@@ -76,6 +76,8 @@ pub struct SweepPlan {
     pub operator_namespace: String,
     /// Kubernetes: where the Prometheus pod to port-forward to lives.
     pub prometheus_pod: (String, String),
+    /// Set by the `isolation` command: its trials instead of the sweep's cells.
+    pub isolation: Option<crate::isolation::plan::IsolationPlan>,
 }
 
 /// Defaults: the reference study's pods and strategies; settings that keep the whole
@@ -310,6 +312,7 @@ impl SweepPlan {
                 o.prometheus_selector
                     .unwrap_or_else(|| "app.kubernetes.io/name=prometheus".into()),
             ),
+            isolation: None,
         })
     }
 }

@@ -27,7 +27,9 @@ fn row_label(r: &IsolationRecord) -> String {
     }
 }
 
-fn text(r: &IsolationRecord) -> String {
+/// What became of the victim, in the matrix's words: "victim failed (exit 5), p99 ×1.01,
+/// SLO 100.0%, 0/2 serving".
+pub fn outcome_text(r: &IsolationRecord) -> String {
     let serving = format!("{}/{} serving", r.survivors, r.started);
     let mut parts = Vec::new();
     if r.victim_status != CellStatus::Ok {
@@ -83,7 +85,7 @@ pub fn matrix(records: &[IsolationRecord]) -> Matrix {
                             CellStatus::Unavailable,
                             note_for(format!("{} — unavailable: {}", s.title(), r.note)),
                         ),
-                        Some(r) => Cell::Value(text(r)),
+                        Some(r) => Cell::Value(outcome_text(r)),
                     }
                 })
                 .collect();
@@ -125,6 +127,8 @@ mod tests {
             survivors: k + 1,
             started: k + 1,
             aggressor_outcome: String::new(),
+            recovery_s: None,
+            recovery: String::new(),
             mps_split: None,
             note: String::new(),
         }

@@ -11,6 +11,7 @@
 //! and the Kubernetes backend's per-pod launches come next; `make fault-check` is the
 //! hand-run check of the fault scenario meanwhile.
 
+pub mod command;
 pub mod matrix;
 pub mod plan;
 pub mod record;

@@ -8,11 +8,14 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use crate::domain::Strategy;
 use crate::error::{BenchError, Result};
 
 /// What the aggressors do to the victim.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Scenario {
     /// K aggressors run closed loop while the victim serves an open-loop load.
     NoisyNeighbour,
@@ -51,15 +54,12 @@ impl fmt::Display for Scenario {
 }
 
 impl FromStr for Scenario {
-    type Err = BenchError;
-    fn from_str(s: &str) -> Result<Self> {
-        Scenario::ALL.into_iter().find(|x| x.name() == s).ok_or_else(|| {
-            BenchError::flag(
-                "--scenarios",
-                s,
-                "expected noisy-neighbour, memory-pressure, fault or crash",
-            )
-        })
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        Scenario::ALL
+            .into_iter()
+            .find(|x| x.name() == s)
+            .ok_or_else(|| "expected noisy-neighbour, memory-pressure, fault or crash".to_string())
     }
 }
 
@@ -99,6 +99,20 @@ pub struct Trial {
 }
 
 impl Trial {
+    /// What the trial is, for progress lines: "MPS · noisy neighbour × 3 aggressors".
+    pub fn title(&self) -> String {
+        let what = match self.scenario {
+            None => "the victim alone".to_string(),
+            Some(Scenario::NoisyNeighbour) => format!(
+                "noisy neighbour × {} aggressor{}",
+                self.aggressors,
+                if self.aggressors == 1 { "" } else { "s" }
+            ),
+            Some(s) => s.name().replace('-', " "),
+        };
+        format!("{} · {what}", self.strategy.title())
+    }
+
     /// The victim's `pod` label.
     pub fn victim_name(&self) -> &str {
         self.pods
@@ -124,6 +138,121 @@ pub struct IsolationSettings {
     pub event_after: Duration,
     /// The GPU's memory (None on the CPU: the memory scenario uses small sizes there).
     pub memory_total_bytes: Option<u64>,
+}
+
+/// An isolation run's own plan, recorded in run.json (`isolation`) beside the sweep
+/// plan its pods are made from: what `--resume` continues and the report reads.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IsolationPlan {
+    /// Scenarios, in order.
+    pub scenarios: Vec<Scenario>,
+    /// The victim's open-loop load, inferences per second.
+    pub victim_rate: f64,
+    /// Aggressor counts of the noisy-neighbour scenario.
+    pub aggressors: Vec<u32>,
+    /// Seconds after the pods are ready when an aggressor grows, faults or is killed.
+    pub event_after_s: f64,
+    /// Seconds the victim is followed after that.
+    pub observe_s: f64,
+    /// The victim's latency target, seconds (None: 1.5 × its p99 alone).
+    pub slo_s: Option<f64>,
+}
+
+/// Defaults of the `isolation` command.
+pub const DEFAULT_VICTIM_RATE: f64 = 50.0;
+/// See [`DEFAULT_VICTIM_RATE`].
+pub const DEFAULT_AGGRESSORS: [u32; 3] = [1, 3, 6];
+/// See [`DEFAULT_VICTIM_RATE`].
+pub const DEFAULT_EVENT_AFTER: Duration = Duration::from_secs(15);
+/// See [`DEFAULT_VICTIM_RATE`]: longer than [`VICTIM_GROWS_AFTER`], so the memory
+/// scenario's victim asks for its memory inside the observation.
+pub const DEFAULT_OBSERVE: Duration = Duration::from_secs(15);
+
+impl IsolationPlan {
+    /// Checks a plan (from flags or a run.json read back): errors name the flag.
+    pub fn validate(&self, warmup: Duration) -> Result<()> {
+        if self.scenarios.is_empty() {
+            return Err(BenchError::flag("--scenarios", "", "name at least one scenario"));
+        }
+        if let Some(dup) = self
+            .scenarios
+            .iter()
+            .enumerate()
+            .find(|(i, s)| self.scenarios[..*i].contains(s))
+        {
+            return Err(BenchError::flag("--scenarios", dup.1.name(), "named twice"));
+        }
+        if !(self.victim_rate.is_finite() && self.victim_rate > 0.0 && self.victim_rate <= 100_000.0) {
+            return Err(BenchError::flag(
+                "--victim-rate",
+                &self.victim_rate.to_string(),
+                "expected inferences per second above 0 (at most 100000)",
+            ));
+        }
+        if self.aggressors.is_empty() {
+            return Err(BenchError::flag("--aggressors", "", "name at least one aggressor count"));
+        }
+        if let Some(k) = self.aggressors.iter().find(|k| !(1..=63).contains(*k)) {
+            return Err(BenchError::flag("--aggressors", &k.to_string(), "expected 1 to 63"));
+        }
+        let secs = |v: f64| v.is_finite() && v > 0.0 && v <= 3600.0;
+        if !secs(self.event_after_s) || Duration::from_secs_f64(self.event_after_s) <= warmup {
+            return Err(BenchError::flag(
+                "--event-after",
+                &format!("{}s", self.event_after_s),
+                format!(
+                    "expected a time after the warm-up ({} s) and at most 1 h: the victim's undisturbed service comes first",
+                    warmup.as_secs_f64()
+                ),
+            ));
+        }
+        if !secs(self.observe_s) || self.observe_s <= VICTIM_GROWS_AFTER.as_secs_f64() {
+            return Err(BenchError::flag(
+                "--observe",
+                &format!("{}s", self.observe_s),
+                format!(
+                    "expected more than {} s (the memory scenario's victim asks for its memory {} s after the event) and at most 1 h",
+                    VICTIM_GROWS_AFTER.as_secs(),
+                    VICTIM_GROWS_AFTER.as_secs()
+                ),
+            ));
+        }
+        if let Some(slo) = self.slo_s
+            && !(slo.is_finite() && slo > 0.0)
+        {
+            return Err(BenchError::flag("--slo", &format!("{slo}s"), "expected a latency above 0"));
+        }
+        Ok(())
+    }
+
+    /// The settings [`trials`] plans from, for `strategies` on a GPU of
+    /// `memory_total_bytes` (None: the CPU).
+    pub fn settings(&self, strategies: &[Strategy], memory_total_bytes: Option<u64>) -> IsolationSettings {
+        IsolationSettings {
+            scenarios: self.scenarios.clone(),
+            strategies: strategies.to_vec(),
+            victim_rate: self.victim_rate,
+            noisy_aggressors: self.aggressors.clone(),
+            event_after: Duration::from_secs_f64(self.event_after_s),
+            memory_total_bytes,
+        }
+    }
+
+    /// Every pod count a trial of this plan launches (the victim and its aggressors),
+    /// ascending: the run's `plan.pods`.
+    pub fn pod_counts(&self) -> Vec<u32> {
+        let mut n = vec![1];
+        for s in &self.scenarios {
+            match s {
+                Scenario::NoisyNeighbour => n.extend(self.aggressors.iter().map(|k| k + 1)),
+                _ => n.push(2),
+            }
+        }
+        n.sort_unstable();
+        n.dedup();
+        n
+    }
 }
 
 /// The memory the memory-pressure aggressor takes, then the victim asks for, as
@@ -342,11 +471,8 @@ mod tests {
         .expect_err("64 aggressors")
         .to_string();
         assert_eq!(e, "bad --aggressors `64`: expected 1 to 63");
-        let e = "noisy".parse::<Scenario>().expect_err("name").to_string();
-        assert_eq!(
-            e,
-            "bad --scenarios `noisy`: expected noisy-neighbour, memory-pressure, fault or crash"
-        );
+        let e = "noisy".parse::<Scenario>().expect_err("name");
+        assert_eq!(e, "expected noisy-neighbour, memory-pressure, fault or crash");
         for s in Scenario::ALL {
             assert_eq!(s.name().parse::<Scenario>().ok(), Some(s));
         }

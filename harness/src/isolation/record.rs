@@ -2,10 +2,14 @@
 //! victim fared beside its aggressors, against the same victim alone under the same
 //! strategy.
 
+use std::path::Path;
+
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{Pod, PodState};
 use crate::domain::{CellStatus, Strategy};
+use crate::error::{BenchError, Result};
+use crate::results::record::{RunRecord, check_numbers};
 use crate::isolation::plan::{Role, Trial};
 use crate::stats::Histogram;
 use crate::sweep::cell::{finite, pod_status};
@@ -53,6 +57,11 @@ pub struct IsolationRecord {
     pub started: u32,
     /// What became of the aggressors, e.g. "aggressor-1 exit 5: GPU fault …".
     pub aggressor_outcome: String,
+    /// Seconds from the victim's exit being seen (pods are polled every 250 ms) to a
+    /// replacement victim serving, on the same strategy set-up (fault and crash).
+    pub recovery_s: Option<f64>,
+    /// How the strategy served again, or why not (empty: not a scenario that recovers).
+    pub recovery: String,
     /// MPS: the thread and memory split the clients got.
     pub mps_split: Option<String>,
     /// Anything else a reader should know.
@@ -66,6 +75,19 @@ pub struct Observed {
     pub victim: Option<Histogram>,
     /// Every pod's last state.
     pub pods: Vec<Pod>,
+    /// Whether the victim served again after the event (None: not tried).
+    pub recovery: Option<Recovery>,
+}
+
+/// After a fault or a kill: did the strategy serve the victim again?
+#[derive(Debug, Clone, PartialEq)]
+pub enum Recovery {
+    /// The victim never stopped serving.
+    NotNeeded,
+    /// A replacement victim was ready this long after the victim's exit was seen.
+    Ready(std::time::Duration),
+    /// The replacement did not serve: what became of it.
+    Failed(String),
 }
 
 fn outcome_of(pod: &Pod) -> String {
@@ -135,9 +157,114 @@ pub fn record(
             .filter(|p| !matches!(p.state, PodState::Pending(_)))
             .count() as u32,
         aggressor_outcome: aggressors.join("; "),
+        recovery_s: match &seen.recovery {
+            Some(Recovery::Ready(d)) => Some(d.as_secs_f64()),
+            _ => None,
+        },
+        recovery: match &seen.recovery {
+            None => String::new(),
+            Some(Recovery::NotNeeded) => "not needed: the victim kept serving".into(),
+            Some(Recovery::Ready(d)) => format!(
+                "a new victim served {:.1} s after the old one's exit was seen",
+                d.as_secs_f64()
+            ),
+            Some(Recovery::Failed(why)) => format!("a new victim did not serve: {why}"),
+        },
         mps_split,
         note: victim_note,
     }
+}
+
+/// Parses `isolation.jsonl` and checks every record as strictly as flags: numbers
+/// finite and non-negative (but the exit code), its strategy and scenario in `run`'s
+/// plans, no two records of one trial. Errors name `path`, the line and the field.
+pub fn parse_isolation_jsonl(text: &str, path: &Path, run: &RunRecord) -> Result<Vec<IsolationRecord>> {
+    let at = |line: usize, reason: String| BenchError::Results {
+        path: path.to_path_buf(),
+        reason: format!("line {line}: {reason}"),
+    };
+    let scenarios: Vec<&str> = run
+        .isolation
+        .iter()
+        .flat_map(|p| p.scenarios.iter().map(|s| s.name()))
+        .chain(["alone"])
+        .collect();
+    let mut out: Vec<IsolationRecord> = Vec::new();
+    for (i, l) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let line = i + 1;
+        let r: IsolationRecord = serde_json::from_str(l).map_err(|e| at(line, e.to_string()))?;
+        check_numbers(&r, &["victim_exit_code"]).map_err(|reason| at(line, reason))?;
+        if !run.plan.strategies.contains(&r.strategy) {
+            return Err(at(line, format!("strategy {} is not in run.json's plan", r.strategy)));
+        }
+        if !scenarios.contains(&r.scenario.as_str()) {
+            return Err(at(
+                line,
+                format!(
+                    "scenario {:?} is not in run.json's isolation plan ({})",
+                    r.scenario,
+                    scenarios.join(", ")
+                ),
+            ));
+        }
+        if r.aggressors > 63 || r.survivors > r.aggressors + 1 || r.started > r.aggressors + 1 {
+            return Err(at(
+                line,
+                format!(
+                    "{} survivors and {} started of {} pods",
+                    r.survivors,
+                    r.started,
+                    r.aggressors + 1
+                ),
+            ));
+        }
+        if out.iter().any(|o| o.same_trial(&r)) {
+            return Err(at(
+                line,
+                format!("a second record of {} {} × {}", r.strategy, r.scenario, r.aggressors),
+            ));
+        }
+        out.push(r);
+    }
+    Ok(out)
+}
+
+impl IsolationRecord {
+    /// Whether `other` records the same trial (strategy, scenario, aggressors).
+    pub fn same_trial(&self, other: &IsolationRecord) -> bool {
+        self.strategy == other.strategy && self.scenario == other.scenario && self.aggressors == other.aggressors
+    }
+
+    /// Whether this is the record of `trial`.
+    pub fn is_of(&self, trial: &Trial) -> bool {
+        self.strategy == trial.strategy
+            && self.aggressors == trial.aggressors
+            && self.scenario == trial.scenario.map_or("alone", |s| s.name())
+    }
+}
+
+/// Renders records as JSON lines (`isolation.jsonl`).
+pub fn isolation_jsonl(records: &[IsolationRecord]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for r in records {
+        // Serialising our own plain struct cannot fail.
+        out.extend(serde_json::to_vec(r).unwrap_or_default());
+        out.push(b'\n');
+    }
+    out
+}
+
+/// Renders records as CSV, the header from the struct's fields.
+pub fn isolation_csv(records: &[IsolationRecord]) -> Result<Vec<u8>> {
+    let err = |e: &dyn std::fmt::Display| BenchError::Results {
+        path: "isolation.csv".into(),
+        reason: e.to_string(),
+    };
+    let mut w = csv::Writer::from_writer(Vec::new());
+    for r in records {
+        w.serialize(r).map_err(|e| err(&e))?;
+    }
+    w.into_inner().map_err(|e| err(&e))
 }
 
 #[cfg(test)]
@@ -191,6 +318,7 @@ mod tests {
             "r",
             &alone_trial,
             &Observed {
+                recovery: None,
                 victim: Some(spread(1.0)),
                 pods: vec![pod("victim", PodState::Running)],
             },
@@ -209,6 +337,7 @@ mod tests {
             "r",
             &trial(Some(Scenario::NoisyNeighbour), Strategy::TimeSlicing),
             &Observed {
+                recovery: None,
                 victim: Some(spread(2.0)),
                 pods: vec![pod("victim", PodState::Running), pod("aggressor-1", PodState::Running)],
             },
@@ -231,6 +360,7 @@ mod tests {
             "r",
             &trial(Some(Scenario::Fault), Strategy::Mps),
             &Observed {
+                recovery: None,
                 victim: Some(spread(1.0)),
                 pods: vec![
                     pod(
@@ -270,6 +400,7 @@ mod tests {
             "r",
             &trial(Some(Scenario::Crash), Strategy::Exclusive),
             &Observed {
+                recovery: None,
                 victim: None,
                 pods: vec![
                     pod("victim", PodState::Running),

@@ -13,10 +13,12 @@ use tokio::time::Instant;
 use crate::backend::{Backend, Pod, PodSpec, PodState, Prepared};
 use crate::domain::{CellStatus, Strategy};
 use crate::error::Result;
-use crate::isolation::plan::{Trial, mps_split};
-use crate::isolation::record::{IsolationRecord, Observed, record};
+use crate::isolation::matrix::outcome_text;
+use crate::isolation::plan::{Scenario, Trial, mps_split};
+use crate::isolation::record::{IsolationRecord, Observed, Recovery, record};
 use crate::metrics::{MetricsSource, PodSnapshot, Target};
 use crate::shutdown::Shutdown;
+use crate::sweep::progress::Progress;
 
 /// How each trial is run.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,14 +37,17 @@ pub struct TrialSettings {
     pub memory_total_bytes: Option<u64>,
 }
 
-/// How often the victim is read and the pods polled.
-const TICK: Duration = Duration::from_secs(1);
+/// How often the pods are polled: a victim's exit is seen within this.
+const POLL: Duration = Duration::from_millis(250);
+/// The victim's histogram is read every this many polls (once a second).
+const READ_EVERY: u32 = 4;
 
 /// A record for a trial whose strategy cannot run here.
 fn unavailable(run_id: &str, trial: &Trial, reason: &str) -> IsolationRecord {
     let nothing = Observed {
         victim: None,
         pods: Vec::new(),
+        recovery: None,
     };
     IsolationRecord {
         victim_status: CellStatus::Unavailable,
@@ -51,26 +56,39 @@ fn unavailable(run_id: &str, trial: &Trial, reason: &str) -> IsolationRecord {
     }
 }
 
-/// Runs `trials` in order; returns their records (also given to `save` one by one).
+/// Runs the `trials` that `done` (records already on disk, for `--resume`) lacks, in
+/// order; returns every record, old and new (each new one also given to `save`).
+#[allow(clippy::too_many_arguments)] // the runner's inputs, each used once
 pub async fn run_trials<B: Backend, S: MetricsSource>(
     backend: &mut B,
     source: &S,
     trials: &[Trial],
     s: &TrialSettings,
     run_id: &str,
+    done: &[IsolationRecord],
+    progress: &dyn Progress,
     shutdown: &Shutdown,
     mut save: impl FnMut(&IsolationRecord) -> Result<()>,
 ) -> Result<Vec<IsolationRecord>> {
     let mut prepared: HashMap<Strategy, Prepared> = HashMap::new();
-    let mut out: Vec<IsolationRecord> = Vec::new();
+    let mut out: Vec<IsolationRecord> = done.to_vec();
+    let on_disk = trials.iter().filter(|t| out.iter().any(|r| r.is_of(t))).count();
+    progress.sweep_start(trials.len() as u64, on_disk as u64, "trials");
     for trial in trials {
+        if out.iter().any(|r| r.is_of(trial)) {
+            continue;
+        }
         if shutdown.is_requested() {
             return Err(shutdown.interrupted());
         }
+        progress.cell_start(&trial.title());
         let ready = match prepared.get(&trial.strategy) {
             Some(p) => p.clone(),
             None => {
                 let p = backend.prepare(trial.strategy, shutdown).await?;
+                if let Prepared::Unavailable(reason) = &p {
+                    progress.message(&format!("{} unavailable: {reason}", trial.strategy.title()));
+                }
                 prepared.insert(trial.strategy, p.clone());
                 p
             }
@@ -82,7 +100,7 @@ pub async fn run_trials<B: Backend, S: MetricsSource>(
         let rec = match ready {
             Prepared::Unavailable(reason) => unavailable(run_id, trial, &reason),
             Prepared::Ready => {
-                let seen = run_one(backend, source, trial, s, shutdown).await;
+                let seen = run_one(backend, source, trial, s, progress, shutdown).await;
                 // The pods stop before anything else, whatever happened.
                 let stopped = backend.stop_pods(shutdown).await;
                 let seen = seen?;
@@ -94,6 +112,10 @@ pub async fn run_trials<B: Backend, S: MetricsSource>(
                 rec
             }
         };
+        progress.cell_done(
+            &format!("{}: {}", trial.title(), outcome_text(&rec)),
+            rec.victim_status == CellStatus::Failed && rec.scenario == "alone",
+        );
         save(&rec)?;
         out.push(rec);
     }
@@ -106,6 +128,7 @@ async fn run_one<B: Backend, S: MetricsSource>(
     source: &S,
     trial: &Trial,
     s: &TrialSettings,
+    progress: &dyn Progress,
     shutdown: &Shutdown,
 ) -> Result<Observed> {
     let specs: Vec<PodSpec> = trial
@@ -114,8 +137,14 @@ async fn run_one<B: Backend, S: MetricsSource>(
         .map(|p| PodSpec {
             name: p.name.clone(),
             args: p.args.clone(),
+            group: match trial.scenario {
+                None => "alone".into(),
+                Some(Scenario::NoisyNeighbour) => format!("noisy-{}", trial.aggressors),
+                Some(s) => s.name().into(),
+            },
         })
         .collect();
+    progress.phase("starting pods");
     backend.launch_pods(trial.strategy, &specs, shutdown).await?;
     let pods = backend.wait_ready(s.ready_timeout, shutdown).await?;
     let ready_at = Instant::now();
@@ -130,14 +159,20 @@ async fn run_one<B: Backend, S: MetricsSource>(
             })
         });
     let Some(target) = target else {
-        return Ok(Observed { victim: None, pods });
+        return Ok(Observed {
+            victim: None,
+            pods,
+            recovery: None,
+        });
     };
+    progress.phase("warm-up");
     shutdown.sleep(s.warmup).await?;
     let read = |snaps: Vec<(String, Result<PodSnapshot>)>| snaps.into_iter().next().and_then(|(_, r)| r.ok());
     let Some(first) = read(source.snapshot(std::slice::from_ref(&target)).await?) else {
         return Ok(Observed {
             victim: None,
             pods: backend.poll().await,
+            recovery: None,
         });
     };
     let mut last = first.clone();
@@ -146,29 +181,80 @@ async fn run_one<B: Backend, S: MetricsSource>(
         .iter()
         .filter_map(|p| Some((p.kill_after?, p.name.clone())))
         .collect();
+    let recovers = matches!(trial.scenario, Some(Scenario::Fault | Scenario::Crash));
+    let mut death: Option<Pod> = None;
+    let mut recovery = None;
     let end = ready_at + s.event_after + s.observe_after;
+    let mut polls = 0u32;
+    progress.phase("observing the victim");
     while Instant::now() < end {
-        shutdown.sleep(TICK.min(end - Instant::now())).await?;
+        shutdown.sleep(POLL.min(end - Instant::now())).await?;
         let since = Instant::now() - ready_at;
         for (_, name) in kills.iter().filter(|(at, _)| *at <= since) {
             backend.kill_pod(name).await?;
         }
         kills.retain(|(at, _)| *at > since);
         let pods = backend.poll().await;
-        if victim_gone(&pods, &victim_name) {
+        if let Some(gone) = pods
+            .iter()
+            .find(|p| p.name == victim_name && matches!(p.state, PodState::Exited { .. }))
+        {
+            death = Some(gone.clone());
+            if recovers {
+                progress.phase("the victim exited: starting it again");
+                recovery = Some(relaunch(backend, &victim_name, s.ready_timeout, shutdown).await?);
+            }
             break;
         }
+        polls += 1;
+        if polls.is_multiple_of(READ_EVERY)
+            && let Some(snap) = read(source.snapshot(std::slice::from_ref(&target)).await?)
+        {
+            last = snap;
+        }
+    }
+    if death.is_none() {
+        // The victim served to the end: one last read.
         if let Some(snap) = read(source.snapshot(std::slice::from_ref(&target)).await?) {
             last = snap;
+        }
+        if recovers {
+            recovery = Some(Recovery::NotNeeded);
+        }
+    }
+    // The victim's record is its first process's: a replacement does not undo its exit.
+    let mut pods = backend.poll().await;
+    if let Some(d) = death {
+        for p in pods.iter_mut().filter(|p| p.name == d.name) {
+            *p = d.clone();
         }
     }
     Ok(Observed {
         victim: last.latency.delta(&first.latency),
-        pods: backend.poll().await,
+        pods,
+        recovery,
     })
 }
 
-fn victim_gone(pods: &[Pod], victim: &str) -> bool {
-    pods.iter()
-        .any(|p| p.name == victim && matches!(p.state, PodState::Exited { .. }))
+/// Starts the exited victim again on the same strategy set-up and times it to ready.
+async fn relaunch<B: Backend>(
+    backend: &mut B,
+    name: &str,
+    timeout: Duration,
+    shutdown: &Shutdown,
+) -> Result<Recovery> {
+    let t0 = Instant::now();
+    if let Err(e) = backend.relaunch_pod(name, shutdown).await {
+        return Ok(Recovery::Failed(e.to_string()));
+    }
+    let pods = backend.wait_ready(timeout, shutdown).await?;
+    Ok(match pods.iter().find(|p| p.name == name).map(|p| &p.state) {
+        Some(PodState::Running) => Recovery::Ready(t0.elapsed()),
+        Some(PodState::Exited { code, detail }) => Recovery::Failed(match code {
+            Some(c) => format!("exit {c}: {detail}"),
+            None => detail.clone(),
+        }),
+        Some(other) => Recovery::Failed(format!("{other:?}")),
+        None => Recovery::Failed("it vanished".into()),
+    })
 }

@@ -8,6 +8,7 @@ use crate::isolation::plan::{IsolationSettings, Scenario, trials};
 use crate::isolation::record::IsolationRecord;
 use crate::isolation::runner::{TrialSettings, run_trials};
 use crate::shutdown::Shutdown;
+use crate::sweep::progress::Quiet;
 
 fn settings() -> TrialSettings {
     TrialSettings {
@@ -68,7 +69,7 @@ async fn a_fault_next_door_is_recorded_per_strategy_against_the_victim_alone() {
         vec![Scenario::Fault],
     );
     let mut saved = Vec::new();
-    let records = run_trials(&mut b, &metrics, &trials, &settings(), "r", &Shutdown::new(), |r| {
+    let records = run_trials(&mut b, &metrics, &trials, &settings(), "r", &[], &Quiet, &Shutdown::new(), |r| {
         saved.push(r.scenario.clone());
         Ok(())
     })
@@ -91,6 +92,12 @@ async fn a_fault_next_door_is_recorded_per_strategy_against_the_victim_alone() {
         mps.victim_inferences.is_some_and(|n| n > 0),
         "what it served before the fault counts"
     );
+    // Seen within a 250 ms poll of 11 s, started again, ready a second later (the fake
+    // is polled every 100 ms while it starts).
+    let r = mps.recovery_s.expect("recovery");
+    assert!((1.0..=1.1).contains(&r), "{r}");
+    assert!(mps.recovery.starts_with("a new victim served 1.0 s after"), "{}", mps.recovery);
+    assert_eq!((ts.recovery_s, ts.recovery.as_str()), (None, "not needed: the victim kept serving"));
     assert_eq!(
         mps.mps_split.as_deref(),
         Some("50% of the SMs and 40960 MiB pinned per client (2 clients)")
@@ -111,7 +118,36 @@ async fn a_fault_next_door_is_recorded_per_strategy_against_the_victim_alone() {
             "launch mps victim,aggressor-1"
         ]
     );
+    assert_eq!(log.iter().filter(|l| *l == "relaunch victim").count(), 1, "{log:?}");
     assert_eq!(log.iter().filter(|l| *l == "stop").count(), 4, "{log:?}");
+    // Resumed with the first three records on disk, only the last trial runs again.
+    let mut again = FakeBackend::new(scripts).without(Strategy::Mig);
+    let metrics = again.metrics();
+    let resumed = run_trials(
+        &mut again,
+        &metrics,
+        &trials,
+        &settings(),
+        "r",
+        &records[..3],
+        &Quiet,
+        &Shutdown::new(),
+        |_| Ok(()),
+    )
+    .await
+    .expect("resumed");
+    assert_eq!(resumed.len(), 6);
+    let launches: Vec<String> = again
+        .calls
+        .lock()
+        .expect("calls")
+        .log
+        .iter()
+        .filter(|l| l.starts_with("launch"))
+        .cloned()
+        .collect();
+    assert_eq!(launches, ["launch mps victim,aggressor-1"]);
+    assert_eq!(resumed[3].recovery_s, mps.recovery_s, "the same trial, the same result");
     // The matrix reads it plainly.
     let m = crate::isolation::matrix::matrix(&records);
     let fault = &m.table.rows[0].1;
@@ -133,6 +169,8 @@ async fn a_crash_is_a_kill_on_time_and_the_victim_serves_on() {
         &trials,
         &settings(),
         "r",
+        &[],
+        &Quiet,
         &Shutdown::new(),
         |_| Ok(()),
     )
@@ -162,7 +200,7 @@ async fn a_stop_request_mid_trial_stops_the_pods_and_keeps_the_saved_records() {
         stopper.request(libc::SIGINT);
     });
     let mut saved = Vec::new();
-    let e = run_trials(&mut b, &metrics, &trials, &settings(), "r", &shutdown, |r| {
+    let e = run_trials(&mut b, &metrics, &trials, &settings(), "r", &[], &Quiet, &shutdown, |r| {
         saved.push(r.scenario.clone());
         Ok(())
     })

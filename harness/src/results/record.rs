@@ -368,6 +368,10 @@ pub struct RunRecord {
     pub environment: Environment,
     /// Strategies that could not run here.
     pub unavailable: Vec<Unavailable>,
+    /// An isolation run's plan (`gpushare-bench isolation`); its records are in
+    /// isolation.jsonl and its cells.jsonl stays empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<crate::isolation::plan::IsolationPlan>,
 }
 
 impl RunRecord {
@@ -392,6 +396,7 @@ impl RunRecord {
             plan: PlanRecord::from_plan(plan, device, source),
             environment,
             unavailable: Vec::new(),
+            isolation: plan.isolation.clone(),
         }
     }
 }
@@ -593,7 +598,20 @@ impl RunRecord {
                 ),
             )
         })?;
-        self.plan.validate(path)
+        self.plan.validate(path)?;
+        if let Some(iso) = &self.isolation {
+            iso.validate(std::time::Duration::from_secs_f64(self.plan.warmup_s))
+                .map_err(|e| bad_field(path, "isolation", e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// The GPU's memory when the run measured a GPU (None on the CPU).
+    pub fn gpu_memory_bytes(&self) -> Option<u64> {
+        match self.plan.device {
+            DeviceKind::Cuda => self.environment.gpus.first().and_then(|g| g.memory_total_bytes),
+            DeviceKind::Cpu => None,
+        }
     }
 
     /// Whether the sweep finished (`state` is `complete`); a running, interrupted or
@@ -706,14 +724,19 @@ fn check_row(row: &CellRecord) -> std::result::Result<(), String> {
     if !(1..=MAX_REPEAT).contains(&row.repeat) {
         return Err(format!("repeat {} is outside 1 to {MAX_REPEAT}", row.repeat));
     }
-    // Every number of the record, by its serde name, so a field added later is checked
-    // too; `exit_code` may be negative (a signal). JSON has no NaN or infinity, and
-    // serde_json refuses an out-of-range number such as 1e400 while parsing the line.
-    let serde_json::Value::Object(fields) = serde_json::to_value(row).map_err(|e| e.to_string())? else {
+    check_numbers(row, &["exit_code"])
+}
+
+/// Checks every number of a record, by its serde name, so a field added later is
+/// checked too: finite and ≥ 0, but the fields in `signed` (an exit code may be a
+/// negative signal). JSON has no NaN or infinity, and serde_json refuses an
+/// out-of-range number such as 1e400 while parsing the line.
+pub fn check_numbers(record: &impl Serialize, signed: &[&str]) -> std::result::Result<(), String> {
+    let serde_json::Value::Object(fields) = serde_json::to_value(record).map_err(|e| e.to_string())? else {
         return Err("not a JSON object".into());
     };
     for (field, v) in &fields {
-        if field == "exit_code" {
+        if signed.contains(&field.as_str()) {
             continue;
         }
         if let Some(x) = v.as_f64()

@@ -10,6 +10,7 @@ use crate::config::plan::{SweepPlan, default_run_id, validate_run_id};
 use crate::domain::{DeviceKind, Strategy};
 use crate::error::{BenchError, Result};
 use crate::results::lock::RunLock;
+use crate::isolation::record::{IsolationRecord, isolation_csv, isolation_jsonl, parse_isolation_jsonl};
 use crate::results::record::{
     CellRecord, Environment, RunRecord, cells_csv, cells_jsonl, now_rfc3339, parse_cells_jsonl,
 };
@@ -22,6 +23,8 @@ pub struct RunStore {
     /// Held while the store is open: one sweep per run directory.
     _lock: RunLock,
     cells: Vec<CellRecord>,
+    /// An isolation run's records (isolation.jsonl).
+    isolation: Vec<IsolationRecord>,
 }
 
 /// Writes `bytes` to `path` atomically (temporary file in the same directory, fsync, rename).
@@ -67,6 +70,22 @@ pub fn read_cells_in(path: &Path, plan: Option<&crate::results::record::PlanReco
     parse_cells_jsonl(&text, path, plan)
 }
 
+/// Reads an isolation run's `isolation.jsonl` (missing: no records yet), checked
+/// against its run.json ([`parse_isolation_jsonl`]); a sweep's run has none.
+pub fn read_isolation(path: &Path, run: &RunRecord) -> Result<Vec<IsolationRecord>> {
+    if run.isolation.is_none() {
+        return Ok(Vec::new());
+    }
+    match std::fs::read_to_string(path) {
+        Ok(text) => parse_isolation_jsonl(&text, path, run),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(BenchError::Results {
+            path: path.to_path_buf(),
+            reason: format!("cannot read: {e}"),
+        }),
+    }
+}
+
 /// Reads `run.json`.
 pub fn read_run(path: &Path) -> Result<RunRecord> {
     let text = std::fs::read_to_string(path).map_err(|e| BenchError::Results {
@@ -102,9 +121,13 @@ impl RunStore {
             run,
             _lock: lock,
             cells: Vec::new(),
+            isolation: Vec::new(),
         };
         store.write_run()?;
         store.write_cells()?;
+        if store.run.isolation.is_some() {
+            store.write_isolation()?;
+        }
         Ok(store)
     }
 
@@ -129,6 +152,7 @@ impl RunStore {
         }
         // Rows outside the recorded plan are tampering, not cells to keep.
         let cells = read_cells_in(&dir.join("cells.jsonl"), Some(&run.plan))?;
+        let isolation = read_isolation(&dir.join("isolation.jsonl"), &run)?;
         std::fs::create_dir_all(dir.join("logs"))
             .map_err(BenchError::io(format!("creating {}/logs", dir.display())))?;
         Ok(Self {
@@ -136,6 +160,7 @@ impl RunStore {
             run,
             _lock: lock,
             cells,
+            isolation,
         })
     }
 
@@ -217,6 +242,32 @@ impl RunStore {
         }
         self.cells.extend(rows);
         self.write_cells()
+    }
+
+    /// An isolation run's records saved so far.
+    pub fn isolation(&self) -> &[IsolationRecord] {
+        &self.isolation
+    }
+
+    /// Appends one isolation trial's record and rewrites isolation.jsonl and
+    /// isolation.csv atomically.
+    pub fn save_isolation(&mut self, record: IsolationRecord) -> Result<()> {
+        if self.isolation.iter().any(|r| r.same_trial(&record)) {
+            return Err(BenchError::Results {
+                path: self.dir.clone(),
+                reason: format!(
+                    "trial {} {} × {} is already saved",
+                    record.strategy, record.scenario, record.aggressors
+                ),
+            });
+        }
+        self.isolation.push(record);
+        self.write_isolation()
+    }
+
+    fn write_isolation(&self) -> Result<()> {
+        write_atomic(&self.dir.join("isolation.csv"), &isolation_csv(&self.isolation)?)?;
+        write_atomic(&self.dir.join("isolation.jsonl"), &isolation_jsonl(&self.isolation))
     }
 
     fn write_run(&self) -> Result<()> {

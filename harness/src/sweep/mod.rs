@@ -85,7 +85,7 @@ pub async fn run(
 }
 
 /// The backend a run was made with: a resume continues there, whatever the flags say.
-fn recorded_backend(plan: &SweepPlan, id: &str) -> Result<BackendKind> {
+pub(crate) fn recorded_backend(plan: &SweepPlan, id: &str) -> Result<BackendKind> {
     crate::config::plan::validate_run_id(id)?;
     let path = plan.out.join(id).join("run.json");
     let run = crate::results::store::read_run(&path)?;

@@ -9,10 +9,11 @@ use crate::domain::Strategy;
 
 /// Receives progress events.
 pub trait Progress {
-    /// A sweep of `cells` cells begins (`done` already on disk when resuming).
-    fn sweep_start(&self, cells: u64, done: u64);
-    /// A cell begins; `pass` is (repeat, of repeats) when the plan repeats.
-    fn cell_start(&self, strategy: Strategy, pods: u32, pass: Option<(u32, u32)>);
+    /// A run of `total` `unit` (cells, trials) begins (`done` already on disk when
+    /// resuming).
+    fn sweep_start(&self, total: u64, done: u64, unit: &str);
+    /// A cell (or trial) begins: what it is, e.g. "MPS × 3 pods (repeat 2 of 3)".
+    fn cell_start(&self, what: &str);
     /// What the cell is doing.
     fn phase(&self, text: &str);
     /// A measurement window ended: its throughput and mean latency (seconds).
@@ -25,9 +26,15 @@ pub trait Progress {
     fn finish(&self);
 }
 
-/// " (repeat 2 of 3)" when the plan repeats.
-fn pass_tag(pass: Option<(u32, u32)>) -> String {
-    pass.map(|(r, n)| format!(" (repeat {r} of {n})")).unwrap_or_default()
+/// What a sweep's cell is: "MPS × 3 pods", with " (repeat 2 of 3)" when the plan
+/// repeats (`pass` is (repeat, of repeats)).
+pub fn cell_title(strategy: Strategy, pods: u32, pass: Option<(u32, u32)>) -> String {
+    format!(
+        "{} × {pods} pod{}{}",
+        strategy.title(),
+        if pods == 1 { "" } else { "s" },
+        pass.map(|(r, n)| format!(" (repeat {r} of {n})")).unwrap_or_default()
+    )
 }
 
 /// No output except messages and failed cells (to stderr); for CI and scripts.
@@ -35,8 +42,8 @@ fn pass_tag(pass: Option<(u32, u32)>) -> String {
 pub struct Quiet;
 
 impl Progress for Quiet {
-    fn sweep_start(&self, _: u64, _: u64) {}
-    fn cell_start(&self, _: Strategy, _: u32, _: Option<(u32, u32)>) {}
+    fn sweep_start(&self, _: u64, _: u64, _: &str) {}
+    fn cell_start(&self, _: &str) {}
     fn phase(&self, _: &str) {}
     fn window(&self, _: usize, _: f64, _: f64, _: bool) {}
     fn cell_done(&self, summary: &str, failed: bool) {
@@ -56,11 +63,11 @@ impl Progress for Quiet {
 pub struct Lines;
 
 impl Progress for Lines {
-    fn sweep_start(&self, cells: u64, done: u64) {
-        eprintln!("sweep: {cells} cells, {done} already on disk");
+    fn sweep_start(&self, total: u64, done: u64, unit: &str) {
+        eprintln!("{total} {unit}, {done} already on disk");
     }
-    fn cell_start(&self, strategy: Strategy, pods: u32, pass: Option<(u32, u32)>) {
-        eprintln!("cell: {} × {pods} pod(s){}", strategy.title(), pass_tag(pass));
+    fn cell_start(&self, what: &str) {
+        eprintln!("start: {what}");
     }
     fn phase(&self, _: &str) {}
     fn window(&self, _: usize, _: f64, _: f64, _: bool) {}
@@ -93,7 +100,7 @@ impl Bars {
         let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
         let sweep = multi.add(ProgressBar::new(0));
         sweep.set_style(
-            ProgressStyle::with_template("sweep {bar:30} {pos}/{len} cells  elapsed {elapsed}  eta {eta}")
+            ProgressStyle::with_template("{bar:30} {pos}/{len} {prefix}  elapsed {elapsed}  eta {eta}")
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         let cell = multi.add(ProgressBar::new_spinner());
@@ -107,18 +114,14 @@ impl Bars {
 }
 
 impl Progress for Bars {
-    fn sweep_start(&self, cells: u64, done: u64) {
-        self.sweep.set_length(cells);
+    fn sweep_start(&self, total: u64, done: u64, unit: &str) {
+        self.sweep.set_prefix(unit.to_string());
+        self.sweep.set_length(total);
         self.sweep.set_position(done);
         self.sweep.reset_eta();
     }
-    fn cell_start(&self, strategy: Strategy, pods: u32, pass: Option<(u32, u32)>) {
-        self.cell.set_prefix(format!(
-            "{} × {pods} pod{}{}:",
-            strategy.title(),
-            if pods == 1 { "" } else { "s" },
-            pass_tag(pass)
-        ));
+    fn cell_start(&self, what: &str) {
+        self.cell.set_prefix(format!("{what}:"));
         self.cell.set_message("");
     }
     fn phase(&self, text: &str) {

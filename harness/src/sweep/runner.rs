@@ -18,8 +18,64 @@ use crate::shutdown::Shutdown;
 use crate::sweep::SweepOutcome;
 use crate::sweep::cell::{CellLabels, cell_summary, failed_rows, unavailable_rows};
 use crate::sweep::measure::measure_cell;
-use crate::sweep::progress::Progress;
+use crate::sweep::progress::{Progress, cell_title};
 use crate::telemetry::Telemetry;
+
+/// What a run does with its session once the metrics source is up: a sweep measures
+/// its cells, an isolation run its trials. Returns how many it ran in this invocation.
+#[allow(async_fn_in_trait)] // used generically on one task; no Send bounds needed
+pub trait Work<B: Backend> {
+    /// Runs the work; every finished part is saved in `session.store` as it ends.
+    async fn run<S: MetricsSource>(
+        &mut self,
+        session: &mut Session<B>,
+        source: &S,
+        progress: &dyn Progress,
+        shutdown: &Shutdown,
+    ) -> Result<usize>;
+}
+
+/// A sweep's work: every cell of the recorded plan not yet on disk.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Cells;
+
+impl<B: Backend> Work<B> for Cells {
+    async fn run<S: MetricsSource>(
+        &mut self,
+        session: &mut Session<B>,
+        source: &S,
+        progress: &dyn Progress,
+        shutdown: &Shutdown,
+    ) -> Result<usize> {
+        if session.store.run().isolation.is_some() {
+            return Err(BenchError::flag(
+                "--resume",
+                &session.store.run().run_id,
+                "this run is an isolation run: continue it with `gpushare-bench isolation --resume`",
+            ));
+        }
+        sweep_cells(
+            &mut session.backend,
+            source,
+            session.telemetry.clone(),
+            &session.settings,
+            &mut session.store,
+            progress,
+            shutdown,
+        )
+        .await
+    }
+}
+
+/// A run that ended: its store (still locked, run.json final) and how many parts this
+/// invocation ran.
+#[derive(Debug)]
+pub struct Finished {
+    /// The run directory.
+    pub store: RunStore,
+    /// Cells or trials run in this invocation.
+    pub ran: usize,
+}
 
 /// Runs a session's cells with the metrics source its setting names, then restores the
 /// backend and records how the run ended, whatever happened; returns the run's outcome.
@@ -28,22 +84,41 @@ pub async fn run<B: Backend>(
     progress: &dyn Progress,
     shutdown: &Shutdown,
 ) -> Result<SweepOutcome> {
+    run_work(session, &mut Cells, progress, shutdown).await.map(outcome)
+}
+
+/// Runs `work` in a session with the metrics source its setting names (a private
+/// Prometheus is stopped before the run ends), then [`finish`]es the run.
+pub async fn run_work<B: Backend, W: Work<B>>(
+    mut session: Session<B>,
+    work: &mut W,
+    progress: &dyn Progress,
+    shutdown: &Shutdown,
+) -> Result<Finished> {
+    for n in &session.notes {
+        progress.message(n);
+    }
     match session.metrics.clone() {
-        PrometheusSetting::Off => run_with_source(session, &ScrapeSource::default(), progress, shutdown).await,
+        PrometheusSetting::Off => {
+            let result = work.run(&mut session, &ScrapeSource::default(), progress, shutdown).await;
+            finish(session, result, progress, shutdown).await
+        }
         PrometheusSetting::Spawn => {
-            let mut session = session;
             let mut source = match PrometheusSource::spawn(session.store.dir(), shutdown).await {
                 Ok(s) => s,
                 Err(e) => return finish(session, Err(e), progress, shutdown).await,
             };
             progress.message(&format!("Prometheus: private server at {}", source.client().base()));
-            let result = cells(&mut session, &source, progress, shutdown).await;
+            let result = work.run(&mut session, &source, progress, shutdown).await;
             // The server stops while the run is still locked and journaled.
             source.stop(shutdown).await;
             finish(session, result, progress, shutdown).await
         }
         PrometheusSetting::Url(url) => {
-            run_with_source(session, &PrometheusSource::connect(&url), progress, shutdown).await
+            let result = work
+                .run(&mut session, &PrometheusSource::connect(&url), progress, shutdown)
+                .await;
+            finish(session, result, progress, shutdown).await
         }
     }
 }
@@ -55,29 +130,30 @@ pub async fn run_with_source<B: Backend, S: MetricsSource>(
     progress: &dyn Progress,
     shutdown: &Shutdown,
 ) -> Result<SweepOutcome> {
-    let result = cells(&mut session, source, progress, shutdown).await;
-    finish(session, result, progress, shutdown).await
-}
-
-async fn cells<B: Backend, S: MetricsSource>(
-    session: &mut Session<B>,
-    source: &S,
-    progress: &dyn Progress,
-    shutdown: &Shutdown,
-) -> Result<usize> {
     for n in &session.notes {
         progress.message(n);
     }
-    sweep_cells(
-        &mut session.backend,
-        source,
-        session.telemetry.clone(),
-        &session.settings,
-        &mut session.store,
-        progress,
-        shutdown,
-    )
-    .await
+    let result = Work::run(&mut Cells, &mut session, source, progress, shutdown).await;
+    finish(session, result, progress, shutdown).await.map(outcome)
+}
+
+/// A sweep's outcome from its finished store.
+fn outcome(f: Finished) -> SweepOutcome {
+    let count = |p: fn(CellStatus) -> bool| {
+        f.store
+            .cells()
+            .iter()
+            .filter(|c| c.is_aggregate() && p(c.status))
+            .count()
+    };
+    SweepOutcome {
+        dir: f.store.dir().to_path_buf(),
+        cells_run: f.ran,
+        label: f.store.run().label.clone(),
+        measured: count(|s| matches!(s, CellStatus::Ok | CellStatus::Oom | CellStatus::Pending)),
+        failed: count(|s| s == CellStatus::Failed),
+        unavailable: count(|s| s == CellStatus::Unavailable),
+    }
 }
 
 /// Restores the backend and records how the run ended.
@@ -86,7 +162,7 @@ async fn finish<B: Backend>(
     result: Result<usize>,
     progress: &dyn Progress,
     shutdown: &Shutdown,
-) -> Result<SweepOutcome> {
+) -> Result<Finished> {
     let Session {
         mut backend,
         mut store,
@@ -114,17 +190,9 @@ async fn finish<B: Backend>(
         ));
     }
     progress.finish();
-    let cells_run = result?;
+    let ran = result?;
     restored?;
-    let count = |f: fn(CellStatus) -> bool| store.cells().iter().filter(|c| c.is_aggregate() && f(c.status)).count();
-    Ok(SweepOutcome {
-        dir: store.dir().to_path_buf(),
-        cells_run,
-        label: store.run().label.clone(),
-        measured: count(|s| matches!(s, CellStatus::Ok | CellStatus::Oom | CellStatus::Pending)),
-        failed: count(|s| s == CellStatus::Failed),
-        unavailable: count(|s| s == CellStatus::Unavailable),
-    })
+    Ok(Finished { store, ran })
 }
 
 async fn sweep_cells<B: Backend, S: MetricsSource>(
@@ -141,7 +209,7 @@ async fn sweep_cells<B: Backend, S: MetricsSource>(
     let passes: Vec<(u32, Vec<Strategy>)> = (1..=repeats).map(|r| (r, rotated(&plan.strategies, r))).collect();
     let total = (plan.strategies.len() * plan.pods.len()) as u64 * u64::from(repeats);
     let done = store.cells().iter().filter(|c| c.is_aggregate()).count() as u64;
-    progress.sweep_start(total, done);
+    progress.sweep_start(total, done, "cells");
     let mut ran = 0;
     for (repeat, order) in &passes {
         let repeat = *repeat;
@@ -192,7 +260,7 @@ async fn sweep_cells<B: Backend, S: MetricsSource>(
                 if shutdown.is_requested() {
                     return Err(shutdown.interrupted());
                 }
-                progress.cell_start(strategy, pods, (repeats > 1).then_some((repeat, repeats)));
+                progress.cell_start(&cell_title(strategy, pods, (repeats > 1).then_some((repeat, repeats))));
                 // A failure to stop the cell's pods ends the sweep, but only after the cell's
                 // rows are on disk: a measured cell is never lost.
                 let mut stop_error = None;

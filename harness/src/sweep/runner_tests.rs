@@ -57,8 +57,8 @@ struct Recorder {
 }
 
 impl Progress for Recorder {
-    fn sweep_start(&self, _: u64, _: u64) {}
-    fn cell_start(&self, _: Strategy, _: u32, _: Option<(u32, u32)>) {}
+    fn sweep_start(&self, _: u64, _: u64, _: &str) {}
+    fn cell_start(&self, _: &str) {}
     fn phase(&self, _: &str) {}
     fn window(&self, _: usize, _: f64, _: f64, _: bool) {}
     fn cell_done(&self, summary: &str, _failed: bool) {

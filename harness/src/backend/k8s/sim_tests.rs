@@ -82,8 +82,8 @@ impl MetricsSource for SteadyMetrics {
 struct Quiet;
 
 impl Progress for Quiet {
-    fn sweep_start(&self, _: u64, _: u64) {}
-    fn cell_start(&self, _: Strategy, _: u32, _: Option<(u32, u32)>) {}
+    fn sweep_start(&self, _: u64, _: u64, _: &str) {}
+    fn cell_start(&self, _: &str) {}
     fn phase(&self, _: &str) {}
     fn window(&self, _: usize, _: f64, _: f64, _: bool) {}
     fn cell_done(&self, _: &str, _: bool) {}
@@ -158,8 +158,8 @@ async fn sweep(sim: &SimCluster, plan: &SweepPlan, resume: bool) -> Result<Sweep
 struct StopAfterFirst(Shutdown);
 
 impl Progress for StopAfterFirst {
-    fn sweep_start(&self, _: u64, _: u64) {}
-    fn cell_start(&self, _: Strategy, _: u32, _: Option<(u32, u32)>) {}
+    fn sweep_start(&self, _: u64, _: u64, _: &str) {}
+    fn cell_start(&self, _: &str) {}
     fn phase(&self, _: &str) {}
     fn window(&self, _: usize, _: f64, _: f64, _: bool) {}
     fn cell_done(&self, _: &str, _: bool) {

@@ -72,6 +72,19 @@ struct PodProcess {
     child: Option<OwnedChild>,
     log: PathBuf,
     state: PodState,
+    /// How it was started (None: pending, never started).
+    launch: Option<PodLaunch>,
+}
+
+/// What a pod was started with, so that it can be started again in the same cell.
+#[derive(Debug, Clone)]
+struct PodLaunch {
+    strategy: Strategy,
+    index: u32,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    /// Its log's name without `.log` (a new process gets `.2.log`, …).
+    log_base: String,
 }
 
 impl PodProcess {
@@ -214,7 +227,13 @@ impl LocalBackend {
             if let Some(spec) = spec {
                 p.name = spec.name.clone();
             }
-            let log = free_log_path(&logs, &format!("{}-{pods}p-{}", strategy.name(), p.name));
+            let group = spec.map_or(String::new(), |s| s.group.clone());
+            let log_base = if group.is_empty() {
+                format!("{}-{pods}p-{}", strategy.name(), p.name)
+            } else {
+                format!("{}-{group}-{}", strategy.name(), p.name)
+            };
+            let log = free_log_path(&logs, &log_base);
             if let Some(reason) = p.pending {
                 self.pods.push(PodProcess {
                     name: p.name,
@@ -222,51 +241,69 @@ impl LocalBackend {
                     child: None,
                     log,
                     state: PodState::Pending(reason),
+                    launch: None,
                 });
                 continue;
             }
-            let port = match self.base_port {
-                Some(base) => {
-                    let port = base + p.index as u16;
-                    std::net::TcpListener::bind(("127.0.0.1", port)).map_err(|e| {
-                        BenchError::flag(
-                            "--base-port",
-                            &base.to_string(),
-                            format!("port {port} for {}: {e}", p.name),
-                        )
-                    })?;
-                    port
-                }
-                None => free_port()?,
+            let launch = PodLaunch {
+                strategy,
+                index: p.index,
+                args: spec.map(|s| s.args.clone()).unwrap_or_default(),
+                env: p.env,
+                log_base,
             };
-            let file = std::fs::File::create(&log).map_err(BenchError::io(format!("creating {}", log.display())))?;
-            let err_file = file.try_clone().map_err(BenchError::io("duplicating a log handle"))?;
-            let mut cmd = Command::new(&self.workload.binary);
-            cmd.args(&self.workload.args)
-                .args(spec.map(|s| s.args.as_slice()).unwrap_or_default())
-                .arg("--listen")
-                .arg(format!("127.0.0.1:{port}"))
-                .env("GPUSHARE_POD", &p.name)
-                .env("GPUSHARE_STRATEGY", strategy.name())
-                .envs(p.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-                .stdin(Stdio::null())
-                .stdout(Stdio::from(file))
-                .stderr(Stdio::from(err_file));
-            let child = OwnedChild::spawn(&mut cmd, &self.workload.binary.display().to_string()).map_err(|e| {
-                BenchError::Spawn {
-                    pod: p.name.clone(),
-                    reason: e.to_string(),
-                }
-            })?;
-            self.pods.push(PodProcess {
-                name: p.name,
-                port: Some(port),
-                child: Some(child),
-                log,
-                state: PodState::Starting,
-            });
+            let pod = self.spawn_pod(p.name, launch, log)?;
+            self.pods.push(pod);
         }
         Ok(self.pods.iter().map(PodProcess::pod).collect())
+    }
+}
+
+impl LocalBackend {
+    /// Starts one workload process: the run's arguments, the pod's own, its port, the
+    /// strategy's environment; output to `log`.
+    fn spawn_pod(&self, name: String, launch: PodLaunch, log: PathBuf) -> Result<PodProcess> {
+        let port = match self.base_port {
+            Some(base) => {
+                let port = base + launch.index as u16;
+                std::net::TcpListener::bind(("127.0.0.1", port)).map_err(|e| {
+                    BenchError::flag(
+                        "--base-port",
+                        &base.to_string(),
+                        format!("port {port} for {name}: {e}"),
+                    )
+                })?;
+                port
+            }
+            None => free_port()?,
+        };
+        let file = std::fs::File::create(&log).map_err(BenchError::io(format!("creating {}", log.display())))?;
+        let err_file = file.try_clone().map_err(BenchError::io("duplicating a log handle"))?;
+        let mut cmd = Command::new(&self.workload.binary);
+        cmd.args(&self.workload.args)
+            .args(&launch.args)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .env("GPUSHARE_POD", &name)
+            .env("GPUSHARE_STRATEGY", launch.strategy.name())
+            .envs(launch.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(file))
+            .stderr(Stdio::from(err_file));
+        let child = OwnedChild::spawn(&mut cmd, &self.workload.binary.display().to_string()).map_err(|e| {
+            BenchError::Spawn {
+                pod: name.clone(),
+                reason: e.to_string(),
+            }
+        })?;
+        Ok(PodProcess {
+            name,
+            port: Some(port),
+            child: Some(child),
+            log,
+            state: PodState::Starting,
+            launch: Some(launch),
+        })
     }
 }
 
@@ -308,6 +345,27 @@ impl Backend for LocalBackend {
         }
         Ok(())
     }
+    async fn relaunch_pod(&mut self, name: &str, _shutdown: &Shutdown) -> Result<()> {
+        let gone = |reason: &str| BenchError::Spawn {
+            pod: name.into(),
+            reason: reason.into(),
+        };
+        let i = self
+            .pods
+            .iter()
+            .position(|p| p.name == name)
+            .ok_or_else(|| gone("no such pod in this cell"))?;
+        let old = &mut self.pods[i];
+        old.reap();
+        if old.child.is_some() {
+            return Err(gone("it is still running"));
+        }
+        let launch = old.launch.clone().ok_or_else(|| gone("it was never started (pending)"))?;
+        let log = free_log_path(&self.run_dir.join("logs"), &launch.log_base);
+        self.pods[i] = self.spawn_pod(name.to_string(), launch, log)?;
+        Ok(())
+    }
+
     async fn wait_ready(&mut self, timeout: Duration, shutdown: &Shutdown) -> Result<Vec<Pod>> {
         let deadline = Instant::now() + timeout;
         loop {

@@ -1,0 +1,190 @@
+//! The `isolation` command (the shell): its flags into a plan (the sweep's pods plus
+//! the recorded [`IsolationPlan`]), the backend's session as a sweep opens it, and the
+//! trials run through the generic runner ([`crate::sweep::runner::run_work`]), so the
+//! run directory, the metrics source, the clean-up on every path and `--resume` are
+//! the sweep's.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::backend::{Backend, Session, k8s, local};
+use crate::config::cli::IsolationArgs;
+use crate::config::options::SweepOptions;
+use crate::config::plan::{BackendKind, SweepPlan};
+use crate::domain::CellStatus;
+use crate::error::{BenchError, Result};
+use crate::isolation::plan::{
+    DEFAULT_AGGRESSORS, DEFAULT_EVENT_AFTER, DEFAULT_OBSERVE, DEFAULT_VICTIM_RATE, IsolationPlan, Scenario, trials,
+};
+use crate::isolation::record::IsolationRecord;
+use crate::isolation::runner::{TrialSettings, run_trials};
+use crate::metrics::MetricsSource;
+use crate::results::record::Unavailable;
+use crate::shutdown::Shutdown;
+use crate::sweep::progress::Progress;
+use crate::sweep::runner::{Finished, Work, run_work};
+
+/// The plan of an isolation run from its flags (and `--config`): errors name the flag.
+pub fn plan(args: IsolationArgs) -> Result<SweepPlan> {
+    let o = &args.options;
+    let sweep_only = [
+        ("--pods", o.pods.as_ref().map(ToString::to_string)),
+        ("--window", o.window.as_ref().map(|s| s.text.clone())),
+        ("--max-cell", o.max_cell.as_ref().map(|s| s.text.clone())),
+        ("--repeat", o.repeat.map(|r| r.to_string())),
+    ];
+    if let Some((flag, Some(value))) = sweep_only.into_iter().find(|(_, v)| v.is_some()) {
+        return Err(BenchError::flag(
+            flag,
+            &value,
+            "a sweep option: isolation trials choose their own pods (--aggressors) and follow the victim for --event-after + --observe",
+        ));
+    }
+    let file = match &args.config {
+        Some(path) => SweepOptions::from_file(path)?,
+        None => SweepOptions::default(),
+    };
+    let mut plan = SweepPlan::from_options(file.overridden_by(args.options)?)?;
+    let iso = IsolationPlan {
+        scenarios: args.scenarios.map_or_else(|| Scenario::ALL.to_vec(), |l| l.0),
+        victim_rate: args.victim_rate.unwrap_or(DEFAULT_VICTIM_RATE),
+        aggressors: args
+            .aggressors
+            .map_or_else(|| DEFAULT_AGGRESSORS.to_vec(), |l| l.0.into_iter().map(|p| p.0).collect()),
+        event_after_s: args
+            .event_after
+            .map_or(DEFAULT_EVENT_AFTER, |s| s.duration)
+            .as_secs_f64(),
+        observe_s: args.observe.map_or(DEFAULT_OBSERVE, |s| s.duration).as_secs_f64(),
+        slo_s: args.slo.map(|s| s.duration.as_secs_f64()),
+    };
+    iso.validate(plan.measure.warmup)?;
+    plan.pods = iso.pod_counts();
+    plan.repeat = 1;
+    plan.isolation = Some(iso);
+    Ok(plan)
+}
+
+/// What a finished isolation run reports.
+#[derive(Debug, Clone)]
+pub struct IsolationOutcome {
+    /// The run directory.
+    pub dir: PathBuf,
+    /// Trials run in this invocation.
+    pub ran: usize,
+    /// The run's label when it is not a GPU measurement.
+    pub label: Option<String>,
+    /// Every record of the run.
+    pub records: Vec<IsolationRecord>,
+}
+
+impl IsolationOutcome {
+    /// Strategies whose victim alone could not be measured: their trials have no
+    /// baseline to be judged against.
+    pub fn failed_baselines(&self) -> Vec<String> {
+        self.records
+            .iter()
+            .filter(|r| r.scenario == "alone" && r.victim_status == CellStatus::Failed)
+            .map(|r| r.strategy.title().to_string())
+            .collect()
+    }
+
+    /// 0 every trial has its record, 3 some strategy's victim alone failed (partial),
+    /// 1 no victim was measured at all. A victim that dies of its neighbour is a result.
+    pub fn exit_code(&self) -> u8 {
+        let measured = self.records.iter().any(|r| r.victim_inferences.is_some());
+        match (measured, self.failed_baselines().is_empty()) {
+            (false, _) => 1,
+            (true, true) => 0,
+            (true, false) => 3,
+        }
+    }
+}
+
+/// Runs (or resumes) an isolation run.
+pub async fn run(
+    plan: SweepPlan,
+    resume: Option<String>,
+    progress: &dyn Progress,
+    shutdown: &Shutdown,
+) -> Result<IsolationOutcome> {
+    let mut plan = plan;
+    if let Some(id) = &resume {
+        plan.backend = crate::sweep::recorded_backend(&plan, id)?;
+    }
+    let finished = match plan.backend {
+        BackendKind::Local => {
+            let session = local::session::open(&plan, resume.as_deref())?;
+            run_work(session, &mut Trials, progress, shutdown).await?
+        }
+        BackendKind::Kubernetes => {
+            let session = k8s::session::open(&plan, resume.as_deref(), shutdown).await?;
+            run_work(session, &mut Trials, progress, shutdown).await?
+        }
+    };
+    let Finished { store, ran } = finished;
+    Ok(IsolationOutcome {
+        dir: store.dir().to_path_buf(),
+        ran,
+        label: store.run().label.clone(),
+        records: store.isolation().to_vec(),
+    })
+}
+
+/// An isolation run's work: the recorded plan's trials not yet on disk.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Trials;
+
+impl<B: Backend> Work<B> for Trials {
+    async fn run<S: MetricsSource>(
+        &mut self,
+        session: &mut Session<B>,
+        source: &S,
+        progress: &dyn Progress,
+        shutdown: &Shutdown,
+    ) -> Result<usize> {
+        let run = session.store.run().clone();
+        let Some(iso) = run.isolation.clone() else {
+            return Err(BenchError::flag(
+                "--resume",
+                &run.run_id,
+                "this run is a sweep: continue it with `gpushare-bench sweep --resume`",
+            ));
+        };
+        let memory = run.gpu_memory_bytes();
+        let trials = trials(&iso.settings(&run.plan.strategies, memory))?;
+        let settings = TrialSettings {
+            ready_timeout: session.settings.ready_timeout,
+            warmup: session.settings.warmup,
+            event_after: Duration::from_secs_f64(iso.event_after_s),
+            observe_after: Duration::from_secs_f64(iso.observe_s),
+            slo_s: iso.slo_s,
+            memory_total_bytes: memory,
+        };
+        let done = session.store.isolation().to_vec();
+        let store = &mut session.store;
+        let records = run_trials(
+            &mut session.backend,
+            source,
+            &trials,
+            &settings,
+            &run.run_id,
+            &done,
+            progress,
+            shutdown,
+            |r| {
+                if r.victim_status == CellStatus::Unavailable && !store.run().unavailable.iter().any(|u| u.strategy == r.strategy) {
+                    store.update_run(|run| {
+                        run.unavailable.push(Unavailable {
+                            strategy: r.strategy,
+                            reason: r.note.clone(),
+                        })
+                    })?;
+                }
+                store.save_isolation(r.clone())
+            },
+        )
+        .await?;
+        Ok(records.len() - done.len())
+    }
+}
