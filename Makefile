@@ -41,6 +41,15 @@ bench-all: ## release build, the default sweep (all strategies × 1,3,5,7 pods),
 	dir=$$(printf '%s\n' "$$out" | sed -n 's/^results: //p' | tail -n 1); \
 	$(BENCH_BIN) report "$$dir"
 
+ISOLATION_FLAGS ?=
+
+.PHONY: bench-isolation
+bench-isolation: ## release build, the isolation run (noisy neighbour, memory pressure, fault, crash × every strategy), and its report
+	@if [ ! -x $(BUNDLE)/gpushare-bench ] && [ ! -x target/release/gpushare-bench ]; then $(MAKE) --no-print-directory build; fi
+	@out=$$($(BENCH_BIN) isolation $(if $(RUN_ID),--run-id $(RUN_ID)) $(ISOLATION_FLAGS)); echo "$$out"; \
+	dir=$$(printf '%s\n' "$$out" | sed -n 's/^results: //p' | tail -n 1); \
+	$(BENCH_BIN) report "$$dir"
+
 # compare-check: does `compare` cry wolf on this machine, and does it see a slowdown?
 COMPARE_CHECK_OUT ?= results/compare-check-$(shell date -u +%Y%m%dT%H%M%SZ)
 COMPARE_CHECK_FLAGS ?= --strategies exclusive,mps --pods 1,3 --repeat 2 --warmup 3s --window 2s --max-cell 12s --quiet

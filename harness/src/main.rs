@@ -37,8 +37,10 @@ fn main() -> ExitCode {
         // Single-threaded and small: it only waits for the harness to end.
         return ExitCode::from(supervisor::reap_main(std::io::stdin().lock()) as u8);
     }
-    if matches!(cli.command, Command::Sweep(_) | Command::Isolation(_) | Command::Overhead(_))
-        && let Err(e) = supervisor::start()
+    if matches!(
+        cli.command,
+        Command::Sweep(_) | Command::Isolation(_) | Command::Overhead(_)
+    ) && let Err(e) = supervisor::start()
     {
         tracing::warn!("cannot start the process supervisor ({e}); children still die with the harness");
     }

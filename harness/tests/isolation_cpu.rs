@@ -95,9 +95,9 @@ async fn a_planned_fault_trial_runs_its_pods_as_planned_and_the_victim_survives(
     tokio::time::sleep(Duration::from_millis(500)).await;
     let pods = b.poll().await;
     assert_eq!(*state(&pods, "victim"), PodState::Running);
-    let log = std::fs::read_to_string(dir.path().join("logs/time-slicing-2p-victim.log")).expect("victim log");
+    let log = std::fs::read_to_string(dir.path().join("logs/time-slicing-fault-victim.log")).expect("victim log");
     assert!(!log.contains("aborting"), "{log}");
-    let args = std::fs::read_to_string(dir.path().join("logs/time-slicing-2p-aggressor-1.log")).expect("log");
+    let args = std::fs::read_to_string(dir.path().join("logs/time-slicing-fault-aggressor-1.log")).expect("log");
     assert!(args.contains("injecting a fault"), "{args}");
     // The crash scenario's tool: SIGKILL one pod.
     b.kill_pod("victim").await.expect("kill");
@@ -113,6 +113,15 @@ async fn a_planned_fault_trial_runs_its_pods_as_planned_and_the_victim_survives(
         }
     );
     assert!(b.kill_pod("nobody").await.is_err());
+    // Started again with its name and arguments, to a log of its own.
+    b.relaunch_pod("victim", &shutdown).await.expect("relaunch");
+    let ready = b.wait_ready(Duration::from_secs(60), &shutdown).await.expect("ready");
+    assert_eq!(*state(&ready, "victim"), PodState::Running, "{ready:?}");
+    assert!(dir.path().join("logs/time-slicing-fault-victim.2.log").is_file());
+    assert!(
+        b.relaunch_pod("victim", &shutdown).await.is_err(),
+        "a running pod is not started twice"
+    );
     b.stop_pods(&shutdown).await.expect("stop");
     b.restore(&shutdown).await.expect("restore");
 }
@@ -132,7 +141,7 @@ async fn a_planned_memory_trial_passes_each_pod_its_growth() {
     // Both grow (host memory on the CPU) and keep serving.
     let deadline = Instant::now() + Duration::from_secs(20);
     for pod in ["victim", "aggressor-1"] {
-        let log = dir.path().join(format!("logs/time-slicing-2p-{pod}.log"));
+        let log = dir.path().join(format!("logs/time-slicing-memory-pressure-{pod}.log"));
         while !std::fs::read_to_string(&log)
             .unwrap_or_default()
             .contains("taking more memory")

@@ -48,9 +48,10 @@ pub fn plan(args: IsolationArgs) -> Result<SweepPlan> {
     let iso = IsolationPlan {
         scenarios: args.scenarios.map_or_else(|| Scenario::ALL.to_vec(), |l| l.0),
         victim_rate: args.victim_rate.unwrap_or(DEFAULT_VICTIM_RATE),
-        aggressors: args
-            .aggressors
-            .map_or_else(|| DEFAULT_AGGRESSORS.to_vec(), |l| l.0.into_iter().map(|p| p.0).collect()),
+        aggressors: args.aggressors.map_or_else(
+            || DEFAULT_AGGRESSORS.to_vec(),
+            |l| l.0.into_iter().map(|p| p.0).collect(),
+        ),
         event_after_s: args
             .event_after
             .map_or(DEFAULT_EVENT_AFTER, |s| s.duration)
@@ -173,7 +174,9 @@ impl<B: Backend> Work<B> for Trials {
             progress,
             shutdown,
             |r| {
-                if r.victim_status == CellStatus::Unavailable && !store.run().unavailable.iter().any(|u| u.strategy == r.strategy) {
+                if r.victim_status == CellStatus::Unavailable
+                    && !store.run().unavailable.iter().any(|u| u.strategy == r.strategy)
+                {
                     store.update_run(|run| {
                         run.unavailable.push(Unavailable {
                             strategy: r.strategy,

@@ -17,19 +17,15 @@ pub struct Matrix {
 }
 
 fn row_label(r: &IsolationRecord) -> String {
-    match r.scenario.as_str() {
-        "noisy-neighbour" => format!(
-            "noisy neighbour × {} aggressor{}",
-            r.aggressors,
-            if r.aggressors == 1 { "" } else { "s" }
-        ),
-        other => other.replace('-', " "),
-    }
+    crate::isolation::plan::scenario_label(&r.scenario, r.aggressors)
 }
 
 /// What became of the victim, in the matrix's words: "victim failed (exit 5), p99 ×1.01,
 /// SLO 100.0%, 0/2 serving".
 pub fn outcome_text(r: &IsolationRecord) -> String {
+    if r.victim_status == CellStatus::Unavailable {
+        return format!("unavailable: {}", r.note);
+    }
     let serving = format!("{}/{} serving", r.survivors, r.started);
     let mut parts = Vec::new();
     if r.victim_status != CellStatus::Ok {
@@ -95,6 +91,7 @@ pub fn matrix(records: &[IsolationRecord]) -> Matrix {
     Matrix {
         table: Table {
             title: "Isolation matrix: the victim beside its aggressors".into(),
+            corner: "Scenario".into(),
             unit: "victim p99 over itself alone under the same strategy; SLO attainment against 1.5 × that p99; pods still serving at the end".into(),
             columns: strategies.iter().map(|s| s.title().to_string()).collect(),
             rows: table_rows,

@@ -13,6 +13,19 @@ use serde::{Deserialize, Serialize};
 use crate::domain::Strategy;
 use crate::error::{BenchError, Result};
 
+/// A trial's name in reports: "victim alone", "noisy neighbour × 3 aggressors",
+/// "memory pressure" (`scenario` as recorded: a [`Scenario::name`] or `alone`).
+pub fn scenario_label(scenario: &str, aggressors: u32) -> String {
+    match scenario {
+        "alone" => "victim alone".into(),
+        "noisy-neighbour" => format!(
+            "noisy neighbour × {aggressors} aggressor{}",
+            if aggressors == 1 { "" } else { "s" }
+        ),
+        other => other.replace('-', " "),
+    }
+}
+
 /// What the aggressors do to the victim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -101,16 +114,12 @@ pub struct Trial {
 impl Trial {
     /// What the trial is, for progress lines: "MPS · noisy neighbour × 3 aggressors".
     pub fn title(&self) -> String {
-        let what = match self.scenario {
-            None => "the victim alone".to_string(),
-            Some(Scenario::NoisyNeighbour) => format!(
-                "noisy neighbour × {} aggressor{}",
-                self.aggressors,
-                if self.aggressors == 1 { "" } else { "s" }
-            ),
-            Some(s) => s.name().replace('-', " "),
-        };
-        format!("{} · {what}", self.strategy.title())
+        let scenario = self.scenario.map_or("alone", Scenario::name);
+        format!(
+            "{} · {}",
+            self.strategy.title(),
+            scenario_label(scenario, self.aggressors)
+        )
     }
 
     /// The victim's `pod` label.
@@ -191,7 +200,11 @@ impl IsolationPlan {
             ));
         }
         if self.aggressors.is_empty() {
-            return Err(BenchError::flag("--aggressors", "", "name at least one aggressor count"));
+            return Err(BenchError::flag(
+                "--aggressors",
+                "",
+                "name at least one aggressor count",
+            ));
         }
         if let Some(k) = self.aggressors.iter().find(|k| !(1..=63).contains(*k)) {
             return Err(BenchError::flag("--aggressors", &k.to_string(), "expected 1 to 63"));
@@ -221,7 +234,11 @@ impl IsolationPlan {
         if let Some(slo) = self.slo_s
             && !(slo.is_finite() && slo > 0.0)
         {
-            return Err(BenchError::flag("--slo", &format!("{slo}s"), "expected a latency above 0"));
+            return Err(BenchError::flag(
+                "--slo",
+                &format!("{slo}s"),
+                "expected a latency above 0",
+            ));
         }
         Ok(())
     }
@@ -372,11 +389,16 @@ pub fn mps_split(pods: u32, memory_total_bytes: Option<u64>) -> String {
     let n = pods.max(1);
     match memory_total_bytes {
         Some(total) => format!(
-            "{}% of the SMs and {} MiB pinned per client ({n} clients)",
+            "{}% of the SMs and {} MiB pinned per client ({n} client{})",
             100 / n,
-            total / (1 << 20) / u64::from(n)
+            total / (1 << 20) / u64::from(n),
+            if n == 1 { "" } else { "s" }
         ),
-        None => format!("{}% of the SMs per client ({n} clients)", 100 / n),
+        None => format!(
+            "{}% of the SMs per client ({n} client{})",
+            100 / n,
+            if n == 1 { "" } else { "s" }
+        ),
     }
 }
 

@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 use crate::backend::{Pod, PodState};
 use crate::domain::{CellStatus, Strategy};
 use crate::error::{BenchError, Result};
-use crate::results::record::{RunRecord, check_numbers};
 use crate::isolation::plan::{Role, Trial};
+use crate::results::record::{RunRecord, check_numbers};
 use crate::stats::Histogram;
 use crate::sweep::cell::{finite, pod_status};
 

@@ -237,12 +237,7 @@ async fn run_one<B: Backend, S: MetricsSource>(
 }
 
 /// Starts the exited victim again on the same strategy set-up and times it to ready.
-async fn relaunch<B: Backend>(
-    backend: &mut B,
-    name: &str,
-    timeout: Duration,
-    shutdown: &Shutdown,
-) -> Result<Recovery> {
+async fn relaunch<B: Backend>(backend: &mut B, name: &str, timeout: Duration, shutdown: &Shutdown) -> Result<Recovery> {
     let t0 = Instant::now();
     if let Err(e) = backend.relaunch_pod(name, shutdown).await {
         return Ok(Recovery::Failed(e.to_string()));

@@ -69,10 +69,20 @@ async fn a_fault_next_door_is_recorded_per_strategy_against_the_victim_alone() {
         vec![Scenario::Fault],
     );
     let mut saved = Vec::new();
-    let records = run_trials(&mut b, &metrics, &trials, &settings(), "r", &[], &Quiet, &Shutdown::new(), |r| {
-        saved.push(r.scenario.clone());
-        Ok(())
-    })
+    let records = run_trials(
+        &mut b,
+        &metrics,
+        &trials,
+        &settings(),
+        "r",
+        &[],
+        &Quiet,
+        &Shutdown::new(),
+        |r| {
+            saved.push(r.scenario.clone());
+            Ok(())
+        },
+    )
     .await
     .expect("trials");
     assert_eq!(saved.len(), 6, "every record saved as it came");
@@ -96,8 +106,15 @@ async fn a_fault_next_door_is_recorded_per_strategy_against_the_victim_alone() {
     // is polled every 100 ms while it starts).
     let r = mps.recovery_s.expect("recovery");
     assert!((1.0..=1.1).contains(&r), "{r}");
-    assert!(mps.recovery.starts_with("a new victim served 1.0 s after"), "{}", mps.recovery);
-    assert_eq!((ts.recovery_s, ts.recovery.as_str()), (None, "not needed: the victim kept serving"));
+    assert!(
+        mps.recovery.starts_with("a new victim served 1.0 s after"),
+        "{}",
+        mps.recovery
+    );
+    assert_eq!(
+        (ts.recovery_s, ts.recovery.as_str()),
+        (None, "not needed: the victim kept serving")
+    );
     assert_eq!(
         mps.mps_split.as_deref(),
         Some("50% of the SMs and 40960 MiB pinned per client (2 clients)")
@@ -200,10 +217,20 @@ async fn a_stop_request_mid_trial_stops_the_pods_and_keeps_the_saved_records() {
         stopper.request(libc::SIGINT);
     });
     let mut saved = Vec::new();
-    let e = run_trials(&mut b, &metrics, &trials, &settings(), "r", &[], &Quiet, &shutdown, |r| {
-        saved.push(r.scenario.clone());
-        Ok(())
-    })
+    let e = run_trials(
+        &mut b,
+        &metrics,
+        &trials,
+        &settings(),
+        "r",
+        &[],
+        &Quiet,
+        &shutdown,
+        |r| {
+            saved.push(r.scenario.clone());
+            Ok(())
+        },
+    )
     .await
     .expect_err("interrupted");
     assert!(e.is_interrupt());

@@ -19,7 +19,7 @@ const W: u32 = 720;
 const H: u32 = 420;
 
 /// Colour, marker and dash of a strategy (Okabe–Ito colours of distinct lightness).
-fn look(s: Strategy) -> (RGBColor, usize, Option<(u32, u32)>) {
+pub(crate) fn look(s: Strategy) -> (RGBColor, usize, Option<(u32, u32)>) {
     match s {
         Strategy::Exclusive => (RGBColor(0, 0, 0), 0, None),
         Strategy::TimeSlicing => (RGBColor(0, 114, 178), 1, Some((10, 5))),
@@ -28,7 +28,7 @@ fn look(s: Strategy) -> (RGBColor, usize, Option<(u32, u32)>) {
     }
 }
 
-fn err(e: impl std::fmt::Display) -> BenchError {
+pub(crate) fn err(e: impl std::fmt::Display) -> BenchError {
     BenchError::Results {
         path: "report".into(),
         reason: format!("drawing a chart: {e}"),
@@ -52,6 +52,7 @@ macro_rules! draw_markers {
         .map_err(err)?
     }};
 }
+pub(crate) use draw_markers;
 
 /// The legend entry of a strategy: its marker, with a line segment for line charts.
 macro_rules! legend_entry {
@@ -69,6 +70,7 @@ macro_rules! legend_entry {
         }
     }};
 }
+pub(crate) use legend_entry;
 
 /// (pods, p50, p99) points of a latency band.
 type Band = Vec<(f64, f64, f64)>;

@@ -104,7 +104,7 @@ fn table(t: &Table, tables: &Tables, tag: &str) -> Markup {
             caption { (t.title) " (" (t.unit) ")" (tag) }
             thead {
                 tr {
-                    th { "Strategy" }
+                    th { (t.corner) }
                     @for c in &t.columns {
                         th { (c) }
                     }
@@ -186,21 +186,37 @@ fn environment(data: &RunData) -> Vec<(String, String)> {
             env.git_revision.as_deref().unwrap_or("not recorded")
         ),
     ));
-    rows.push((
-        "Measurement".into(),
-        format!(
-            "warm-up {} s, windows of {} s until {} agree within {}% (at most {} s), source {}",
-            p.warmup_s,
-            p.window_s,
-            p.stable_windows,
-            p.tolerance * 100.0,
-            p.max_cell_s,
-            match p.source {
-                crate::domain::Source::Scrape => "direct scrape",
-                crate::domain::Source::Prometheus => "Prometheus",
-            }
-        ),
-    ));
+    if let Some(iso) = &data.run.isolation {
+        rows.push((
+            "Measurement".into(),
+            format!(
+                "per trial: warm-up {} s, then the victim followed to {} s after readiness (events at {} s); source {}",
+                p.warmup_s,
+                iso.event_after_s + iso.observe_s,
+                iso.event_after_s,
+                match p.source {
+                    crate::domain::Source::Scrape => "direct scrape",
+                    crate::domain::Source::Prometheus => "Prometheus",
+                }
+            ),
+        ));
+    } else {
+        rows.push((
+            "Measurement".into(),
+            format!(
+                "warm-up {} s, windows of {} s until {} agree within {}% (at most {} s), source {}",
+                p.warmup_s,
+                p.window_s,
+                p.stable_windows,
+                p.tolerance * 100.0,
+                p.max_cell_s,
+                match p.source {
+                    crate::domain::Source::Scrape => "direct scrape",
+                    crate::domain::Source::Prometheus => "Prometheus",
+                }
+            ),
+        ));
+    }
     rows.push((
         "MPS control".into(),
         env.mps_control.clone().unwrap_or_else(|| "not found".into()),

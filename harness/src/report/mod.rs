@@ -6,6 +6,7 @@ pub mod charts;
 pub mod compare;
 pub mod export;
 pub mod html;
+pub mod isolation;
 pub mod tables;
 
 use std::borrow::Cow;
@@ -13,9 +14,10 @@ use std::path::{Path, PathBuf};
 
 use crate::domain::{DeviceKind, Strategy};
 use crate::error::{BenchError, Result};
+use crate::isolation::record::{IsolationRecord, isolation_csv};
 use crate::results::record::{CellRecord, RunRecord, parse_cells_jsonl};
 use crate::results::repeats::{combine, interval};
-use crate::results::store::read_run;
+use crate::results::store::{read_isolation, read_run};
 use crate::stats::interval::Interval;
 
 /// A run as the reports see it.
@@ -27,6 +29,8 @@ pub struct RunData {
     pub run: RunRecord,
     /// cells.jsonl.
     pub cells: Vec<CellRecord>,
+    /// isolation.jsonl (an isolation run's records; empty for a sweep).
+    pub isolation: Vec<IsolationRecord>,
 }
 
 impl RunData {
@@ -55,10 +59,12 @@ impl RunData {
             },
         })?;
         let cells = parse_cells_jsonl(&text, &cells_path, Some(&run.plan))?;
+        let isolation = read_isolation(&dir.join("isolation.jsonl"), &run)?;
         Ok(Self {
             dir: dir.to_path_buf(),
             run,
             cells,
+            isolation,
         })
     }
 
@@ -67,6 +73,15 @@ impl RunData {
     pub fn partial(&self) -> Option<String> {
         if self.run.is_complete() {
             return None;
+        }
+        if let Some(iso) = &self.run.isolation {
+            let planned = iso.settings(&self.run.plan.strategies, self.run.gpu_memory_bytes());
+            let planned = crate::isolation::plan::trials(&planned).map_or(0, |t| t.len());
+            return Some(format!(
+                "PARTIAL RUN: run.json says state {:?}, not \"complete\"; {} of {planned} trials are on disk, the others were never run",
+                self.run.state,
+                self.isolation.len()
+            ));
         }
         let plan = &self.run.plan;
         let planned = plan.strategies.len() * plan.pods.len() * plan.repeat as usize;
@@ -193,19 +208,30 @@ pub struct Report {
     pub markdown: String,
     /// (file name, SVG) of each chart.
     pub charts: Vec<(String, String)>,
-    /// summary.csv: one row per cell, repeats combined with their intervals.
-    pub summary_csv: Vec<u8>,
+    /// (file name, CSV): summary.csv, one row per cell with repeats combined and their
+    /// intervals; for an isolation run isolation.csv, one row per trial.
+    pub csv: (String, Vec<u8>),
 }
 
 /// Renders everything (pure).
 pub fn render(data: &RunData) -> Result<Report> {
+    if data.run.isolation.is_some() {
+        let charts: Vec<(String, String)> = isolation::chart(data)?.into_iter().collect();
+        let tables = isolation::tables(data);
+        return Ok(Report {
+            html: html::page(data, &tables, &charts),
+            markdown: tables::markdown(data, &tables),
+            charts,
+            csv: ("isolation.csv".into(), isolation_csv(&data.isolation)?),
+        });
+    }
     let charts = charts::all(data)?;
     let tables = tables::all(data);
     Ok(Report {
         html: html::page(data, &tables, &charts),
         markdown: tables::markdown(data, &tables),
         charts,
-        summary_csv: export::summary::csv(data)?,
+        csv: ("summary.csv".into(), export::summary::csv(data)?),
     })
 }
 
@@ -227,7 +253,7 @@ pub fn write(run_dir: &Path, out: &Path) -> Result<PathBuf> {
         crate::results::store::write_atomic(&dir.join(name), svg.as_bytes())?;
     }
     crate::results::store::write_atomic(&dir.join("summary.md"), report.markdown.as_bytes())?;
-    crate::results::store::write_atomic(&dir.join("summary.csv"), &report.summary_csv)?;
+    crate::results::store::write_atomic(&dir.join(&report.csv.0), &report.csv.1)?;
     let index = dir.join("index.html");
     crate::results::store::write_atomic(&index, report.html.as_bytes())?;
     Ok(index)

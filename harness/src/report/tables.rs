@@ -138,6 +138,8 @@ pub struct Table {
     pub title: String,
     /// Unit.
     pub unit: String,
+    /// The heading of the row names' column ("Strategy").
+    pub corner: String,
     /// Column headings ("7 pods" …).
     pub columns: Vec<String>,
     /// (strategy title, cells).
@@ -202,6 +204,7 @@ pub fn all(data: &RunData) -> Tables {
                 })
         })
         .map(|m| Table {
+            corner: "Strategy".into(),
             title: m.title.to_string(),
             unit: match resolution {
                 Some(r) if m.title.contains("p50") || m.title.contains("p99") => {

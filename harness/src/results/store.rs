@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use crate::config::plan::{SweepPlan, default_run_id, validate_run_id};
 use crate::domain::{DeviceKind, Strategy};
 use crate::error::{BenchError, Result};
-use crate::results::lock::RunLock;
 use crate::isolation::record::{IsolationRecord, isolation_csv, isolation_jsonl, parse_isolation_jsonl};
+use crate::results::lock::RunLock;
 use crate::results::record::{
     CellRecord, Environment, RunRecord, cells_csv, cells_jsonl, now_rfc3339, parse_cells_jsonl,
 };

@@ -100,7 +100,9 @@ pub async fn run_work<B: Backend, W: Work<B>>(
     }
     match session.metrics.clone() {
         PrometheusSetting::Off => {
-            let result = work.run(&mut session, &ScrapeSource::default(), progress, shutdown).await;
+            let result = work
+                .run(&mut session, &ScrapeSource::default(), progress, shutdown)
+                .await;
             finish(session, result, progress, shutdown).await
         }
         PrometheusSetting::Spawn => {

@@ -267,11 +267,7 @@ impl LocalBackend {
             Some(base) => {
                 let port = base + launch.index as u16;
                 std::net::TcpListener::bind(("127.0.0.1", port)).map_err(|e| {
-                    BenchError::flag(
-                        "--base-port",
-                        &base.to_string(),
-                        format!("port {port} for {name}: {e}"),
-                    )
+                    BenchError::flag("--base-port", &base.to_string(), format!("port {port} for {name}: {e}"))
                 })?;
                 port
             }
@@ -360,7 +356,10 @@ impl Backend for LocalBackend {
         if old.child.is_some() {
             return Err(gone("it is still running"));
         }
-        let launch = old.launch.clone().ok_or_else(|| gone("it was never started (pending)"))?;
+        let launch = old
+            .launch
+            .clone()
+            .ok_or_else(|| gone("it was never started (pending)"))?;
         let log = free_log_path(&self.run_dir.join("logs"), &launch.log_base);
         self.pods[i] = self.spawn_pod(name.to_string(), launch, log)?;
         Ok(())

@@ -2,7 +2,8 @@
 //! records to bytes (snapshot-tested in `tests/report.rs`). CSV and JSON derive from the
 //! record structs; Markdown is the report's tables. A partial run (run.json's `state`
 //! not `complete`) is marked: the Markdown opens with a PARTIAL RUN line and the JSON
-//! carries run.json, state included; CSV rows are the cells on disk, nothing more.
+//! carries run.json, state included; CSV rows are the cells on disk, nothing more. An
+//! isolation run exports its trial records (CSV, JSON) and its matrix (Markdown).
 
 pub mod summary;
 
@@ -28,6 +29,9 @@ impl Exporter for Csv {
         "csv"
     }
     fn export(&self, data: &RunData) -> Result<Vec<u8>> {
+        if data.run.isolation.is_some() {
+            return crate::isolation::record::isolation_csv(&data.isolation);
+        }
         cells_csv(&data.cells)
     }
 }
@@ -42,7 +46,11 @@ impl Exporter for Json {
     }
     fn export(&self, data: &RunData) -> Result<Vec<u8>> {
         // Built as a JSON value, as since the first release: keys come out sorted.
-        let value = serde_json::json!({ "run": data.run, "cells": data.cells });
+        let value = if data.run.isolation.is_some() {
+            serde_json::json!({ "run": data.run, "isolation": data.isolation })
+        } else {
+            serde_json::json!({ "run": data.run, "cells": data.cells })
+        };
         let mut out = serde_json::to_vec_pretty(&value).map_err(|e| BenchError::Results {
             path: "export.json".into(),
             reason: e.to_string(),
@@ -61,7 +69,11 @@ impl Exporter for Markdown {
         "markdown"
     }
     fn export(&self, data: &RunData) -> Result<Vec<u8>> {
-        let tables = crate::report::tables::all(data);
+        let tables = if data.run.isolation.is_some() {
+            crate::report::isolation::tables(data)
+        } else {
+            crate::report::tables::all(data)
+        };
         Ok(crate::report::tables::markdown(data, &tables).into_bytes())
     }
 }
@@ -75,6 +87,13 @@ impl Exporter for Summary {
         "summary"
     }
     fn export(&self, data: &RunData) -> Result<Vec<u8>> {
+        if data.run.isolation.is_some() {
+            return Err(BenchError::flag(
+                "--format",
+                "summary",
+                "an isolation run has no cells to summarise: its records are one row per trial already (--format csv)",
+            ));
+        }
         summary::csv(data)
     }
 }

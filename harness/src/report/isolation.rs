@@ -1,0 +1,298 @@
+//! The report of an isolation run (pure): the isolation matrix, the victim's latency
+//! per scenario and strategy, what the event did to each pod and how soon the victim
+//! served again, and a chart of the victim's p50–p99 beside the victim alone.
+
+use plotters::prelude::*;
+
+use crate::domain::{CellStatus, Strategy};
+use crate::error::Result;
+use crate::isolation::matrix::matrix;
+use crate::isolation::plan::scenario_label;
+use crate::isolation::record::IsolationRecord;
+use crate::report::RunData;
+use crate::report::charts::{draw_markers, err, legend_entry, look};
+use crate::report::tables::{Cell, Table, Tables};
+
+/// The rows of an isolation run, in trial order: (scenario, aggressors, label).
+fn rows(records: &[IsolationRecord]) -> Vec<(String, u32, String)> {
+    let mut out: Vec<(String, u32, String)> = Vec::new();
+    for r in records {
+        if !out.iter().any(|(s, k, _)| *s == r.scenario && *k == r.aggressors) {
+            out.push((
+                r.scenario.clone(),
+                r.aggressors,
+                scenario_label(&r.scenario, r.aggressors),
+            ));
+        }
+    }
+    // The victim alone first.
+    out.sort_by_key(|(s, _, _)| s != "alone");
+    out
+}
+
+/// A short axis label of a row.
+fn short_label(scenario: &str, aggressors: u32) -> String {
+    match scenario {
+        "alone" => "alone".into(),
+        "noisy-neighbour" => format!("noisy ×{aggressors}"),
+        "memory-pressure" => "memory".into(),
+        other => other.to_string(),
+    }
+}
+
+fn strategies(data: &RunData) -> Vec<Strategy> {
+    data.strategies()
+}
+
+fn find<'a>(data: &'a RunData, s: Strategy, scenario: &str, k: u32) -> Option<&'a IsolationRecord> {
+    data.isolation
+        .iter()
+        .find(|r| r.strategy == s && r.scenario == scenario && r.aggressors == k)
+}
+
+/// One pod's outcome, short: "aggressor-1 exit 5", "aggressor-1 killed by signal 9".
+fn short_outcome(part: &str) -> String {
+    let mut it = part.splitn(3, ": ");
+    let first = it.next().unwrap_or("");
+    if first.contains(" exit ") || first.ends_with(" serving") || first.ends_with(" pending") {
+        return first.to_string();
+    }
+    match it.next() {
+        Some(second) => format!("{first} {second}"),
+        None => first.to_string(),
+    }
+}
+
+/// What the event did: who exited, and how soon the victim served again.
+fn event_text(r: &IsolationRecord) -> String {
+    let mut parts = vec![match (r.victim_status, r.victim_exit_code) {
+        (CellStatus::Ok, _) => "victim serving".to_string(),
+        (status, Some(c)) => format!("victim {status} (exit {c})"),
+        (status, None) => format!("victim {status}"),
+    }];
+    parts.extend(
+        r.aggressor_outcome
+            .split("; ")
+            .filter(|p| !p.is_empty())
+            .map(short_outcome),
+    );
+    if let Some(s) = r.recovery_s {
+        parts.push(format!("a new victim served {s:.1} s later"));
+    } else if r.recovery.starts_with("a new victim did not serve") {
+        parts.push("a new victim did not serve".into());
+    }
+    parts.join("; ")
+}
+
+/// A cell of a table: the record's text, or unavailable with its note's number (the
+/// matrix numbers them first; a reason it has not seen gets the next number).
+fn cell(
+    data: &RunData,
+    notes: &mut Vec<(usize, String)>,
+    key: (Strategy, &str, u32),
+    text: impl Fn(&IsolationRecord) -> Option<String>,
+) -> Cell {
+    let (s, scenario, k) = key;
+    match find(data, s, scenario, k) {
+        None => Cell::Missing,
+        Some(r) if r.victim_status == CellStatus::Unavailable => {
+            let reason = format!("{} — unavailable: {}", s.title(), r.note);
+            let n = match notes.iter().find(|(_, t)| *t == reason) {
+                Some((n, _)) => *n,
+                None => {
+                    let n = notes.len() + 1;
+                    notes.push((n, reason));
+                    n
+                }
+            };
+            Cell::Status(CellStatus::Unavailable, n)
+        }
+        Some(r) => text(r).map_or(Cell::Empty, Cell::Value),
+    }
+}
+
+/// The tables and notes of an isolation run.
+pub fn tables(data: &RunData) -> Tables {
+    let m = matrix(&data.isolation);
+    let mut notes = m.notes.clone();
+    let strategies = strategies(data);
+    let columns: Vec<String> = strategies.iter().map(|s| s.title().to_string()).collect();
+    let all_rows = rows(&data.isolation);
+    let resolution = data
+        .isolation
+        .iter()
+        .filter_map(|r| r.quantile_resolution)
+        .reduce(f64::max);
+    let latency = Table {
+        title: "Victim latency".into(),
+        unit: match resolution {
+            Some(r) => format!("ms, p50 / p99, resolution ±{:.1}%", r * 100.0),
+            None => "ms, p50 / p99".into(),
+        },
+        corner: "Scenario".into(),
+        columns: columns.clone(),
+        rows: all_rows
+            .iter()
+            .map(|(scenario, k, label)| {
+                let cells = strategies
+                    .iter()
+                    .map(|&s| {
+                        cell(data, &mut notes, (s, scenario, *k), |r| {
+                            Some(format!("{:.2} / {:.2}", r.victim_p50_s? * 1e3, r.victim_p99_s? * 1e3))
+                        })
+                    })
+                    .collect();
+                (label.clone(), cells)
+            })
+            .collect(),
+    };
+    let events = Table {
+        title: "After the event: who exited, and how soon a new victim served".into(),
+        unit: "exit 4 = out of GPU memory, 5 = GPU fault; a kill is SIGKILL (signal 9)".into(),
+        corner: "Scenario".into(),
+        columns,
+        rows: all_rows
+            .iter()
+            .filter(|(scenario, _, _)| matches!(scenario.as_str(), "memory-pressure" | "fault" | "crash"))
+            .map(|(scenario, k, label)| {
+                let cells = strategies
+                    .iter()
+                    .map(|&s| cell(data, &mut notes, (s, scenario, *k), |r| Some(event_text(r))))
+                    .collect();
+                (label.clone(), cells)
+            })
+            .collect(),
+    };
+    let mut reading = vec![
+        format!(
+            "Each trial runs one victim pod serving an open-loop Poisson load of {} inferences/s beside its aggressors, from the pods' readiness for {} s (the first {} s are a discarded warm-up); an aggressor grows, faults or is killed {} s after readiness. Inflation is the victim's p99 over its own p99 alone under the same strategy; the SLO is {}.",
+            data.run.isolation.as_ref().map_or(0.0, |p| p.victim_rate),
+            data.run
+                .isolation
+                .as_ref()
+                .map_or(0.0, |p| p.event_after_s + p.observe_s),
+            data.run.plan.warmup_s,
+            data.run.isolation.as_ref().map_or(0.0, |p| p.event_after_s),
+            match data.run.isolation.as_ref().and_then(|p| p.slo_s) {
+                Some(s) => format!("{:.2} ms (--slo)", s * 1e3),
+                None => format!(
+                    "{} × the victim's p99 alone under the same strategy",
+                    crate::isolation::record::DEFAULT_SLO_FACTOR
+                ),
+            }
+        ),
+        "Exclusive is the reference: the victim holds the GPU and every aggressor stays pending, so its rows are the victim alone measured again; their spread around ×1.00 is the trial-to-trial noise of the inflation.".into(),
+        "The memory-pressure aggressor takes 70% of the GPU's memory, and 5 s later the victim asks for 35%: together more than the GPU has, each less than half. The fault scenario's aggressor launches a kernel that writes through an unmapped address (gpushare-workload --inject-fault-after): an ordinary CUDA illegal-address error, which needs no GPU reset. The crash scenario's aggressor is killed with SIGKILL.".into(),
+    ];
+    let splits: Vec<String> = data
+        .isolation
+        .iter()
+        .filter_map(|r| r.mps_split.clone())
+        .fold(Vec::new(), |mut v, s| {
+            if !v.contains(&s) {
+                v.push(s);
+            }
+            v
+        });
+    if !splits.is_empty() {
+        reading.push(format!(
+            "MPS clients got the device plugin's equal split of the trial's pods: {}.",
+            splits.join("; ")
+        ));
+    }
+    if let Some(r) = resolution {
+        reading.push(format!(
+            "The p50 and p99 are interpolated inside the workload's histogram buckets: each can be off by up to {:.1}% of its value.",
+            r * 100.0
+        ));
+    }
+    Tables {
+        tables: vec![m.table, latency, events],
+        notes,
+        reading,
+    }
+}
+
+/// The victim's p50–p99 per scenario (x) and strategy (colour), log scale: one marker
+/// at the p99 on a line down to the p50.
+pub fn chart(data: &RunData) -> Result<Option<(String, String)>> {
+    let rows = rows(&data.isolation);
+    let strategies = strategies(data);
+    let mut points: Vec<(Strategy, f64, f64, f64)> = Vec::new();
+    let n = strategies.len().max(1) as f64;
+    for (x, (scenario, k, _)) in rows.iter().enumerate() {
+        for (i, &s) in strategies.iter().enumerate() {
+            if let Some(r) = find(data, s, scenario, *k)
+                && let (Some(p50), Some(p99)) = (r.victim_p50_s, r.victim_p99_s)
+                && p50 > 0.0
+                && p99 > 0.0
+            {
+                let off = (i as f64 - (n - 1.0) / 2.0) * 0.15;
+                points.push((s, x as f64 + off, p50 * 1e3, p99 * 1e3));
+            }
+        }
+    }
+    if points.is_empty() {
+        return Ok(None);
+    }
+    let lo = points.iter().map(|p| p.2).fold(f64::INFINITY, f64::min) * 0.7;
+    let hi = points.iter().map(|p| p.3).fold(0.0, f64::max) * 1.5;
+    let labels: Vec<String> = rows.iter().map(|(s, k, _)| short_label(s, *k)).collect();
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (720, 420)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let title = match data.short_label() {
+            Some(l) => format!("The victim's latency beside its aggressors ({l})"),
+            None => "The victim's latency beside its aggressors".to_string(),
+        };
+        let mut c = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 17))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(64)
+            .build_cartesian_2d(-0.5..rows.len() as f64 - 0.5, (lo..hi).log_scale())
+            .map_err(err)?;
+        c.configure_mesh()
+            .x_desc("scenario")
+            .y_desc("victim latency, p50 to p99 (ms, log scale)")
+            .x_labels(rows.len() * 2 + 1)
+            .y_labels(12)
+            .x_label_formatter(&|x| {
+                let r = x.round();
+                if (x - r).abs() < 1e-6 && r >= 0.0 {
+                    labels.get(r as usize).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            })
+            .light_line_style(RGBColor(235, 235, 235))
+            .draw()
+            .map_err(err)?;
+        for &s in &strategies {
+            let (col, mk, _) = look(s);
+            let mine: Vec<&(Strategy, f64, f64, f64)> = points.iter().filter(|p| p.0 == s).collect();
+            if mine.is_empty() {
+                continue;
+            }
+            c.draw_series(
+                mine.iter()
+                    .map(|p| PathElement::new(vec![(p.1, p.2), (p.1, p.3)], col.stroke_width(2))),
+            )
+            .map_err(err)?;
+            let tops: Vec<(f64, f64)> = mine.iter().map(|p| (p.1, p.3)).collect();
+            draw_markers!(c, tops, mk, col)
+                .label(s.title())
+                .legend(legend_entry!(mk, col, false));
+        }
+        c.configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(RGBColor(180, 180, 180))
+            .label_font(("sans-serif", 13))
+            .draw()
+            .map_err(err)?;
+        root.present().map_err(err)?;
+    }
+    Ok(Some(("isolation-latency.svg".to_string(), svg)))
+}
