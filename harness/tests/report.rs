@@ -65,6 +65,27 @@ fn csv_and_markdown_match_their_golden_files() {
     assert_eq!(json["run"]["run_id"], "20261122-h100-yolos-bf16");
 }
 
+/// The H100 isolation run (issue 14): its matrix, latency and event tables as Markdown
+/// and its records as CSV match their golden files; the HTML carries the matrix with
+/// its scenario rows and the victim-latency chart.
+#[test]
+fn an_isolation_run_renders_its_matrix_and_exports_its_records() {
+    let run = fixture("h100-isolation");
+    golden("h100-isolation.summary.md", &export(&run, "markdown"));
+    let csv = export(&run, "csv");
+    golden("h100-isolation.csv", &csv);
+    assert_eq!(csv.lines().count(), 29, "a header and 28 trials");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let index = report::write(&run, dir.path()).expect("write");
+    let html = std::fs::read_to_string(&index).expect("html");
+    assert_eq!(count(&html, "<th>Scenario</th>"), 3, "three tables of scenarios");
+    assert!(html.contains("victim failed (exit 5), p99 ×2.13, SLO 93.6%, 0/2 serving"));
+    assert!(html.contains("a new victim served 1.0 s later"));
+    assert!(html.contains("<figure id=\"isolation-latency\">"));
+    assert!(!html.contains("CPU run"), "a GPU run carries no CPU label");
+    assert!(dir.path().join("20261122-h100-isolation/isolation.csv").is_file());
+}
+
 fn count(hay: &str, needle: &str) -> usize {
     hay.matches(needle).count()
 }

@@ -414,4 +414,52 @@ mod tests {
         assert_eq!((ex.survivors, ex.started, ex.victim_inferences), (1, 1, None));
         assert_eq!(ex.aggressor_outcome, "aggressor-1 pending");
     }
+
+    #[test]
+    fn records_read_back_are_checked_with_line_and_field() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/h100-isolation");
+        let run = crate::results::store::read_run(&dir.join("run.json")).expect("run");
+        let text = std::fs::read_to_string(dir.join("isolation.jsonl")).expect("records");
+        let path = dir.join("isolation.jsonl");
+        let all = parse_isolation_jsonl(&text, &path, &run).expect("the real run reads back");
+        assert_eq!(all.len(), 28);
+        let written = String::from_utf8(isolation_jsonl(&all)).expect("utf-8");
+        if let Some((a, b)) = written.lines().zip(text.lines()).find(|(a, b)| a != b) {
+            panic!("written differs from read:\n{a}\n{b}");
+        }
+        let first = text.lines().next().expect("line");
+        let bad = |from: &str, to: &str| {
+            let line = first.replacen(from, to, 1);
+            parse_isolation_jsonl(&format!("{first}\n{line}\n"), &path, &run)
+                .expect_err(to)
+                .to_string()
+        };
+        assert!(
+            bad("\"scenario\":\"alone\"", "\"scenario\":\"meteor\"")
+                .contains("line 2: scenario \"meteor\" is not in run.json's isolation plan"),
+            "{}",
+            bad("\"scenario\":\"alone\"", "\"scenario\":\"meteor\"")
+        );
+        assert!(
+            bad("\"victim_inferences\":1042", "\"victim_inferences\":1042")
+                .contains("line 2: a second record of exclusive alone × 0")
+        );
+        assert!(bad("\"victim_inferences\":1042", "\"victim_inferences\":-3").contains("line 2:"));
+        assert!(bad("\"victim_mean_s\":", "\"victim_mean_s\":-1,\"x\":").contains("line 2:"));
+        assert!(bad("\"survivors\":1", "\"survivors\":9").contains("9 survivors"));
+        // A sweep's run.json plans no isolation: its records are refused.
+        let mut sweep = run.clone();
+        sweep.isolation = None;
+        assert!(
+            parse_isolation_jsonl(first, &path, &sweep).is_ok(),
+            "alone is always known"
+        );
+        let noisy = text.lines().nth(1).expect("line 2");
+        assert!(
+            parse_isolation_jsonl(noisy, &path, &sweep)
+                .expect_err("no plan")
+                .to_string()
+                .contains("is not in run.json's isolation plan")
+        );
+    }
 }
