@@ -52,7 +52,7 @@ pub enum Command {
     ///   crash            an aggressor is killed with SIGKILL after --event-after
     /// Each trial records the victim's p50/p99 over itself alone, its SLO attainment
     /// (--slo, default 1.5 × its p99 alone), which pods survived, and after a fault or
-    /// crash how long until a new victim served again. Exclusive is the reference (the
+    /// crash how long until a new victim was warm and ready again. Exclusive is the reference (the
     /// aggressors stay pending); MIG runs on existing instances or is unavailable.
     ///
     /// Results go to results/<run-id>/isolation.{jsonl,csv} after every trial;

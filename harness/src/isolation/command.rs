@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::backend::{Backend, Session, k8s, local};
+use crate::backend::{Backend, Session, local};
 use crate::config::cli::IsolationArgs;
 use crate::config::options::SweepOptions;
 use crate::config::plan::{BackendKind, SweepPlan};
@@ -80,12 +80,13 @@ pub struct IsolationOutcome {
 }
 
 impl IsolationOutcome {
-    /// Strategies whose victim alone could not be measured: their trials have no
-    /// baseline to be judged against.
+    /// Strategies whose victim alone could not be measured (it failed, ran out of
+    /// memory, or served nothing readable): their trials have no baseline to be judged
+    /// against.
     pub fn failed_baselines(&self) -> Vec<String> {
         self.records
             .iter()
-            .filter(|r| r.scenario == "alone" && r.victim_status == CellStatus::Failed)
+            .filter(|r| r.scenario == "alone" && r.victim_status != CellStatus::Unavailable && r.victim_p99_s.is_none())
             .map(|r| r.strategy.title().to_string())
             .collect()
     }
@@ -111,16 +112,21 @@ pub async fn run(
 ) -> Result<IsolationOutcome> {
     let mut plan = plan;
     if let Some(id) = &resume {
-        plan.backend = crate::sweep::recorded_backend(&plan, id)?;
+        plan.backend = crate::sweep::recorded_backend(&plan, id, true)?;
     }
     let finished = match plan.backend {
         BackendKind::Local => {
             let session = local::session::open(&plan, resume.as_deref())?;
             run_work(session, &mut Trials, progress, shutdown).await?
         }
+        // Refused before the node is touched: the Kubernetes backend cannot yet launch
+        // pods with their own arguments, kill one, or start one again.
         BackendKind::Kubernetes => {
-            let session = k8s::session::open(&plan, resume.as_deref(), shutdown).await?;
-            run_work(session, &mut Trials, progress, shutdown).await?
+            return Err(BenchError::flag(
+                "--backend",
+                "kubernetes",
+                "isolation trials run on the local backend only for now: the Kubernetes backend cannot yet launch pods with their own arguments",
+            ));
         }
     };
     let Finished { store, ran } = finished;

@@ -92,7 +92,7 @@ pub fn matrix(records: &[IsolationRecord]) -> Matrix {
         table: Table {
             title: "Isolation matrix: the victim beside its aggressors".into(),
             corner: "Scenario".into(),
-            unit: "victim p99 over itself alone under the same strategy; SLO attainment against 1.5 × that p99; pods still serving at the end".into(),
+            unit: "victim p99 over itself alone under the same strategy; SLO attainment: the share of its inferences within the latency target; pods still serving at the end".into(),
             columns: strategies.iter().map(|s| s.title().to_string()).collect(),
             rows: table_rows,
         },

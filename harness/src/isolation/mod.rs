@@ -2,14 +2,16 @@
 //! strategy. A victim serves an open-loop load; aggressors load the GPU, take its
 //! memory, fault (`gpushare-workload --inject-fault-after`) or are killed.
 //!
-//! Built so far, all pure: [`plan`] makes the trials (each pod's name and workload
-//! arguments, which `Backend::launch_pods` launches), and [`record`] makes what a trial
-//! comes to (the victim's latency, SLO attainment and inflation against the victim
-//! alone, who survived), and [`matrix`] the isolation matrix of a run's records.
-//! [`runner`] drives trials through any backend (I/O). The `isolation` command (flags,
-//! run directory, resume), the matrix in the HTML report with a victim-latency chart,
-//! and the Kubernetes backend's per-pod launches come next; `make fault-check` is the
-//! hand-run check of the fault scenario meanwhile.
+//! Pure: [`plan`] makes the trials (each pod's name and workload arguments, which
+//! `Backend::launch_pods` launches) and the recorded [`plan::IsolationPlan`]; [`record`]
+//! makes what a trial comes to (the victim's latency, SLO attainment and inflation
+//! against the victim alone, who survived, how soon a new victim was ready); [`matrix`]
+//! the isolation matrix of a run's records. I/O: [`runner`] drives trials through any
+//! backend; [`command`] is the `isolation` command, which runs them through the sweep's
+//! generic runner (same run directory, metrics source, clean-up and `--resume`). The
+//! report's tables and chart are in `report::isolation`. The Kubernetes backend cannot
+//! launch pods with their own arguments yet: an isolation run there stops with that
+//! error.
 
 pub mod command;
 pub mod matrix;

@@ -283,8 +283,9 @@ pub const VICTIM_MEMORY: f64 = 0.35;
 // aggressor's; together the asks exceed the GPU. The memory scenario is built on this.
 const _: () = assert!(AGGRESSOR_MEMORY > 0.5 && VICTIM_MEMORY < 0.5 && AGGRESSOR_MEMORY + VICTIM_MEMORY > 1.0);
 /// On the CPU (no GPU memory to share): small fixed sizes, a test of the pipeline.
-const CPU_AGGRESSOR_BYTES: u64 = 64 << 20;
-const CPU_VICTIM_BYTES: u64 = 32 << 20;
+pub const CPU_AGGRESSOR_BYTES: u64 = 64 << 20;
+/// See [`CPU_AGGRESSOR_BYTES`].
+pub const CPU_VICTIM_BYTES: u64 = 32 << 20;
 /// How long after the aggressor's growth the victim asks for its memory.
 pub const VICTIM_GROWS_AFTER: Duration = Duration::from_secs(5);
 

@@ -58,7 +58,8 @@ pub struct IsolationRecord {
     /// What became of the aggressors, e.g. "aggressor-1 exit 5: GPU fault …".
     pub aggressor_outcome: String,
     /// Seconds from the victim's exit being seen (pods are polled every 250 ms) to a
-    /// replacement victim serving, on the same strategy set-up (fault and crash).
+    /// replacement victim ready (its warm-up inferences ran), on the same strategy
+    /// set-up (fault and crash).
     pub recovery_s: Option<f64>,
     /// How the strategy served again, or why not (empty: not a scenario that recovers).
     pub recovery: String,
@@ -117,6 +118,15 @@ pub fn record(
         None => (CellStatus::Failed, None, "the victim was not launched".into()),
     };
     let h = seen.victim.as_ref().filter(|h| h.count > 0.0);
+    // Serving but unmeasured is no baseline and no result: it failed to be measured.
+    let (victim_status, victim_note) = match (victim_status, h) {
+        (CellStatus::Ok, None) => (
+            CellStatus::Failed,
+            "the victim was serving but no inference was measured (its metrics could not be read, or it served none)"
+                .to_string(),
+        ),
+        other => (other.0, victim_note),
+    };
     let p99 = h.and_then(|h| finite(h.quantile(0.99)));
     let mean = h.and_then(|h| finite(h.mean()));
     let slo = slo_s.or_else(|| alone.and_then(|a| a.victim_p99_s).map(|p| p * DEFAULT_SLO_FACTOR));
@@ -165,7 +175,7 @@ pub fn record(
             None => String::new(),
             Some(Recovery::NotNeeded) => "not needed: the victim kept serving".into(),
             Some(Recovery::Ready(d)) => format!(
-                "a new victim served {:.1} s after the old one's exit was seen",
+                "a new victim was warm and ready {:.1} s after the old one's exit was seen",
                 d.as_secs_f64()
             ),
             Some(Recovery::Failed(why)) => format!("a new victim did not serve: {why}"),
@@ -207,7 +217,10 @@ pub fn parse_isolation_jsonl(text: &str, path: &Path, run: &RunRecord) -> Result
                 ),
             ));
         }
-        if r.aggressors > 63 || r.survivors > r.aggressors + 1 || r.started > r.aggressors + 1 {
+        if r.aggressors > 63 {
+            return Err(at(line, format!("aggressors {} is outside 0 to 63", r.aggressors)));
+        }
+        if r.survivors > r.started || r.started > r.aggressors + 1 {
             return Err(at(
                 line,
                 format!(
@@ -217,6 +230,11 @@ pub fn parse_isolation_jsonl(text: &str, path: &Path, run: &RunRecord) -> Result
                     r.aggressors + 1
                 ),
             ));
+        }
+        if let (Some(p50), Some(p99)) = (r.victim_p50_s, r.victim_p99_s)
+            && p50 > p99
+        {
+            return Err(at(line, format!("victim_p50_s {p50} is above victim_p99_s {p99}")));
         }
         if out.iter().any(|o| o.same_trial(&r)) {
             return Err(at(
@@ -412,6 +430,9 @@ mod tests {
             None,
         );
         assert_eq!((ex.survivors, ex.started, ex.victim_inferences), (1, 1, None));
+        // Serving but unmeasured: no baseline, no result.
+        assert_eq!(ex.victim_status, CellStatus::Failed);
+        assert!(ex.note.contains("no inference was measured"), "{}", ex.note);
         assert_eq!(ex.aggressor_outcome, "aggressor-1 pending");
     }
 
@@ -444,8 +465,21 @@ mod tests {
             bad("\"victim_inferences\":1042", "\"victim_inferences\":1042")
                 .contains("line 2: a second record of exclusive alone × 0")
         );
-        assert!(bad("\"victim_inferences\":1042", "\"victim_inferences\":-3").contains("line 2:"));
-        assert!(bad("\"victim_mean_s\":", "\"victim_mean_s\":-1,\"x\":").contains("line 2:"));
+        let neg = bad("\"victim_mean_s\":0.002297079665336998", "\"victim_mean_s\":-1.5");
+        assert!(
+            neg.contains("line 2: victim_mean_s = -1.5: must be a finite number ≥ 0"),
+            "{neg}"
+        );
+        let swapped = bad("\"victim_p50_s\":0.0021178526710238163", "\"victim_p50_s\":0.5");
+        assert!(
+            swapped.contains("line 2: victim_p50_s 0.5 is above victim_p99_s"),
+            "{swapped}"
+        );
+        let huge = bad("\"aggressors\":0", "\"aggressors\":4294967295");
+        assert!(
+            huge.contains("line 2: aggressors 4294967295 is outside 0 to 63"),
+            "{huge}"
+        );
         assert!(bad("\"survivors\":1", "\"survivors\":9").contains("9 survivors"));
         // A sweep's run.json plans no isolation: its records are refused.
         let mut sweep = run.clone();

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use crate::backend::{Backend, Pod, PodSpec, PodState, Prepared};
 use crate::domain::{CellStatus, Strategy};
-use crate::error::Result;
+use crate::error::{BenchError, Result};
 use crate::isolation::matrix::outcome_text;
 use crate::isolation::plan::{Scenario, Trial, mps_split};
 use crate::isolation::record::{IsolationRecord, Observed, Recovery, record};
@@ -103,11 +103,42 @@ pub async fn run_trials<B: Backend, S: MetricsSource>(
                 let seen = run_one(backend, source, trial, s, progress, shutdown).await;
                 // The pods stop before anything else, whatever happened.
                 let stopped = backend.stop_pods(shutdown).await;
-                let seen = seen?;
-                stopped?;
-                let mut rec = record(run_id, trial, &seen, alone.as_ref(), s.slo_s, None);
+                let rec = match seen {
+                    Ok(seen) => record(run_id, trial, &seen, alone.as_ref(), s.slo_s, None),
+                    Err(e) if e.is_interrupt() => {
+                        if let Err(se) = stopped {
+                            tracing::warn!("stopping the trial's pods after the interrupt: {se}");
+                        }
+                        return Err(e);
+                    }
+                    // Without its metrics source nothing more can be measured.
+                    Err(e @ BenchError::Prometheus { .. }) => return Err(e),
+                    // A trial that could not run is an outcome, not the end of the run.
+                    Err(e) => IsolationRecord {
+                        victim_status: CellStatus::Failed,
+                        note: e.to_string(),
+                        ..unavailable(run_id, trial, "")
+                    },
+                };
+                let mut rec = rec;
+                if let Some(note) = backend.cell_setup().and_then(|c| c.note) {
+                    rec.note = if rec.note.is_empty() {
+                        note
+                    } else {
+                        format!("{}; {note}", rec.note)
+                    };
+                }
                 if trial.strategy == Strategy::Mps {
-                    rec.mps_split = Some(mps_split(rec.started, s.memory_total_bytes));
+                    rec.mps_split = Some(mps_split(trial.pods.len() as u32, s.memory_total_bytes));
+                }
+                if let Err(e) = stopped {
+                    // The record is saved first: a measured trial is never lost.
+                    save(&rec)?;
+                    return Err(if shutdown.is_requested() {
+                        shutdown.interrupted()
+                    } else {
+                        e
+                    });
                 }
                 rec
             }

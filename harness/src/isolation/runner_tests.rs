@@ -107,7 +107,7 @@ async fn a_fault_next_door_is_recorded_per_strategy_against_the_victim_alone() {
     let r = mps.recovery_s.expect("recovery");
     assert!((1.0..=1.1).contains(&r), "{r}");
     assert!(
-        mps.recovery.starts_with("a new victim served 1.0 s after"),
+        mps.recovery.starts_with("a new victim was warm and ready 1.0 s after"),
         "{}",
         mps.recovery
     );

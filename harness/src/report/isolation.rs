@@ -7,7 +7,10 @@ use plotters::prelude::*;
 use crate::domain::{CellStatus, Strategy};
 use crate::error::Result;
 use crate::isolation::matrix::matrix;
-use crate::isolation::plan::scenario_label;
+use crate::isolation::plan::{
+    AGGRESSOR_MEMORY, CPU_AGGRESSOR_BYTES, CPU_VICTIM_BYTES, Scenario, VICTIM_GROWS_AFTER, VICTIM_MEMORY,
+    scenario_label,
+};
 use crate::isolation::record::IsolationRecord;
 use crate::report::RunData;
 use crate::report::charts::{draw_markers, err, legend_entry, look};
@@ -77,7 +80,7 @@ fn event_text(r: &IsolationRecord) -> String {
             .map(short_outcome),
     );
     if let Some(s) = r.recovery_s {
-        parts.push(format!("a new victim served {s:.1} s later"));
+        parts.push(format!("a new victim ready {s:.1} s later"));
     } else if r.recovery.starts_with("a new victim did not serve") {
         parts.push("a new victim did not serve".into());
     }
@@ -147,7 +150,7 @@ pub fn tables(data: &RunData) -> Tables {
             .collect(),
     };
     let events = Table {
-        title: "After the event: who exited, and how soon a new victim served".into(),
+        title: "After the event: who exited, and how soon a new victim was ready".into(),
         unit: "exit 4 = out of GPU memory, 5 = GPU fault; a kill is SIGKILL (signal 9)".into(),
         corner: "Scenario".into(),
         columns,
@@ -163,27 +166,51 @@ pub fn tables(data: &RunData) -> Tables {
             })
             .collect(),
     };
-    let mut reading = vec![
-        format!(
-            "Each trial runs one victim pod serving an open-loop Poisson load of {} inferences/s beside its aggressors, from the pods' readiness for {} s (the first {} s are a discarded warm-up); an aggressor grows, faults or is killed {} s after readiness. Inflation is the victim's p99 over its own p99 alone under the same strategy; the SLO is {}.",
-            data.run.isolation.as_ref().map_or(0.0, |p| p.victim_rate),
-            data.run
-                .isolation
-                .as_ref()
-                .map_or(0.0, |p| p.event_after_s + p.observe_s),
-            data.run.plan.warmup_s,
-            data.run.isolation.as_ref().map_or(0.0, |p| p.event_after_s),
-            match data.run.isolation.as_ref().and_then(|p| p.slo_s) {
-                Some(s) => format!("{:.2} ms (--slo)", s * 1e3),
-                None => format!(
-                    "{} × the victim's p99 alone under the same strategy",
-                    crate::isolation::record::DEFAULT_SLO_FACTOR
-                ),
-            }
-        ),
-        "Exclusive is the reference: the victim holds the GPU and every aggressor stays pending, so its rows are the victim alone measured again; their spread around ×1.00 is the trial-to-trial noise of the inflation.".into(),
-        "The memory-pressure aggressor takes 70% of the GPU's memory, and 5 s later the victim asks for 35%: together more than the GPU has, each less than half. The fault scenario's aggressor launches a kernel that writes through an unmapped address (gpushare-workload --inject-fault-after): an ordinary CUDA illegal-address error, which needs no GPU reset. The crash scenario's aggressor is killed with SIGKILL.".into(),
-    ];
+    let mut reading = vec![format!(
+        "Each trial runs one victim pod serving an open-loop Poisson load of {} inferences/s beside its aggressors, from the pods' readiness for {} s (the first {} s are a discarded warm-up); an aggressor grows, faults or is killed {} s after readiness. Inflation is the victim's p99 over its own p99 alone under the same strategy; the SLO is {}.",
+        data.run.isolation.as_ref().map_or(0.0, |p| p.victim_rate),
+        data.run
+            .isolation
+            .as_ref()
+            .map_or(0.0, |p| p.event_after_s + p.observe_s),
+        data.run.plan.warmup_s,
+        data.run.isolation.as_ref().map_or(0.0, |p| p.event_after_s),
+        match data.run.isolation.as_ref().and_then(|p| p.slo_s) {
+            Some(s) => format!("{:.2} ms (--slo)", s * 1e3),
+            None => format!(
+                "{} × the victim's p99 alone under the same strategy",
+                crate::isolation::record::DEFAULT_SLO_FACTOR
+            ),
+        }
+    )];
+    let scenarios = data.run.isolation.as_ref().map_or(&[][..], |p| p.scenarios.as_slice());
+    if strategies.contains(&Strategy::Exclusive) {
+        reading.push("Exclusive is the reference: the victim holds the GPU and every aggressor stays pending, so its rows are the victim alone measured again; their spread around ×1.00 is the trial-to-trial noise of the inflation.".into());
+    }
+    if scenarios.contains(&Scenario::MemoryPressure) {
+        reading.push(match data.run.gpu_memory_bytes() {
+            Some(_) => format!(
+                "The memory-pressure aggressor takes {:.0}% of the GPU's memory, and {} s later the victim asks for {:.0}%: together more than the GPU has, each less than half.",
+                AGGRESSOR_MEMORY * 100.0,
+                VICTIM_GROWS_AFTER.as_secs(),
+                VICTIM_MEMORY * 100.0
+            ),
+            None => format!(
+                "On the CPU the memory-pressure pods take host memory ({} MiB and {} MiB): a test of the pipeline, not of a GPU's limits.",
+                CPU_AGGRESSOR_BYTES >> 20,
+                CPU_VICTIM_BYTES >> 20
+            ),
+        });
+    }
+    if scenarios.contains(&Scenario::Fault) {
+        reading.push(match data.run.gpu_memory_bytes() {
+            Some(_) => "The fault scenario's aggressor launches a kernel that writes through an unmapped address (gpushare-workload --inject-fault-after): an ordinary CUDA illegal-address error in its own process. Under MPS the server handles such an error for every client on the device; its log is in the run directory (mps/).".to_string(),
+            None => "On the CPU the fault scenario's aggressor aborts (SIGABRT), the CPU stand-in for a GPU fault.".to_string(),
+        });
+    }
+    if scenarios.contains(&Scenario::Crash) {
+        reading.push("The crash scenario's aggressor is killed with SIGKILL.".into());
+    }
     let splits: Vec<String> = data
         .isolation
         .iter()

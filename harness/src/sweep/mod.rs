@@ -70,7 +70,7 @@ pub async fn run(
 ) -> Result<SweepOutcome> {
     let mut plan = plan;
     if let Some(id) = &resume {
-        plan.backend = recorded_backend(&plan, id)?;
+        plan.backend = recorded_backend(&plan, id, false)?;
     }
     match plan.backend {
         BackendKind::Local => {
@@ -85,10 +85,29 @@ pub async fn run(
 }
 
 /// The backend a run was made with: a resume continues there, whatever the flags say.
-pub(crate) fn recorded_backend(plan: &SweepPlan, id: &str) -> Result<BackendKind> {
+/// A sweep resumes only a sweep, and `isolation` only an isolation run, refused here
+/// before anything is opened or changed.
+pub(crate) fn recorded_backend(plan: &SweepPlan, id: &str, isolation: bool) -> Result<BackendKind> {
     crate::config::plan::validate_run_id(id)?;
     let path = plan.out.join(id).join("run.json");
     let run = crate::results::store::read_run(&path)?;
+    match (run.isolation.is_some(), isolation) {
+        (true, false) => {
+            return Err(BenchError::flag(
+                "--resume",
+                id,
+                "this run is an isolation run: continue it with `gpushare-bench isolation --resume`",
+            ));
+        }
+        (false, true) => {
+            return Err(BenchError::flag(
+                "--resume",
+                id,
+                "this run is a sweep: continue it with `gpushare-bench sweep --resume`",
+            ));
+        }
+        _ => {}
+    }
     let recorded: BackendKind = run.plan.backend.parse().map_err(|reason: String| BenchError::Results {
         path: path.clone(),
         reason: format!("plan.backend {:?}: {reason}", run.plan.backend),

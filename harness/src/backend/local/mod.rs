@@ -131,6 +131,8 @@ pub struct LocalBackend {
     pods: Vec<PodProcess>,
     mps: Option<MpsDaemon>,
     base_port: Option<u16>,
+    /// What the last cell's MPS server logged of a fatal GPU error.
+    mps_note: Option<String>,
 }
 
 impl LocalBackend {
@@ -157,6 +159,7 @@ impl LocalBackend {
             pods: Vec::new(),
             mps: None,
             base_port: None,
+            mps_note: None,
         }
     }
 
@@ -409,6 +412,7 @@ impl Backend for LocalBackend {
         }
         let before: Vec<Pod> = self.pods.iter().map(PodProcess::pod).collect();
         self.terminate_all(shutdown).await;
+        self.mps_note = self.mps.as_ref().and_then(MpsDaemon::fatal_error_note);
         self.pods.clear();
         // A second signal (forced stop) skips the grace period: quit, then kill at once.
         let grace = if shutdown.is_forced() {
@@ -424,6 +428,13 @@ impl Backend for LocalBackend {
             return Err(e);
         }
         Ok(before)
+    }
+
+    fn cell_setup(&self) -> Option<crate::backend::CellSetup> {
+        self.mps_note.as_ref().map(|n| crate::backend::CellSetup {
+            note: Some(n.clone()),
+            ..Default::default()
+        })
     }
 
     async fn restore(&mut self, shutdown: &Shutdown) -> Result<()> {

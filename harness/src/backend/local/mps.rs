@@ -62,12 +62,25 @@ pub struct MpsDaemon {
     control: PathBuf,
     dirs: MpsDirs,
     running: bool,
+    /// The length of server.log when this daemon started (the directory is reused).
+    server_log_start: u64,
 }
 
 impl MpsDaemon {
+    /// What this daemon's server logged of a client's fatal GPU error, in one line
+    /// (None: nothing, or no log to read).
+    pub fn fatal_error_note(&self) -> Option<String> {
+        let text = std::fs::read(Path::new(&self.dirs.log).join("server.log")).ok()?;
+        let start = usize::try_from(self.server_log_start)
+            .unwrap_or(usize::MAX)
+            .min(text.len());
+        fatal_error_note(&String::from_utf8_lossy(&text[start..]))
+    }
+
     /// Starts a daemon with private directories and waits (at most 10 s, less if a stop
     /// is asked for) for its control pipe.
     pub async fn start(control: &Path, dirs: &MpsDirs, shutdown: &Shutdown) -> Result<Self> {
+        let server_log_start = std::fs::metadata(Path::new(&dirs.log).join("server.log")).map_or(0, |m| m.len());
         for d in [&dirs.pipe, &dirs.log] {
             std::fs::create_dir_all(d).map_err(|e| BenchError::Mps {
                 what: format!("cannot create {d}"),
@@ -97,6 +110,7 @@ impl MpsDaemon {
             )));
         }
         let daemon = Self {
+            server_log_start,
             control: control.to_path_buf(),
             dirs: dirs.clone(),
             running: true,
@@ -219,6 +233,35 @@ impl Drop for MpsDaemon {
     }
 }
 
+/// Reads an MPS server log for its handling of a client's fatal GPU error (pure):
+/// lines such as "Client {PID: 1128, Context: 1} encountered a fatal GPU error.",
+/// "... to be torn down" and "The following devices will be reset:" followed by the
+/// device index, as the H100's MPS server (driver 580) writes them.
+pub fn fatal_error_note(server_log: &str) -> Option<String> {
+    let lines: Vec<&str> = server_log.lines().collect();
+    let message = |l: &str| l.split_once("] ").map_or(l, |(_, m)| m).trim().to_string();
+    let first = lines.iter().position(|l| l.contains("encountered a fatal GPU error"))?;
+    let torn = lines[first..]
+        .iter()
+        .filter(|l| l.contains("on device") && l.contains("to be torn down"))
+        .count();
+    let reset = lines[first..]
+        .iter()
+        .position(|l| l.contains("The following devices will be reset"))
+        .and_then(|i| lines.get(first + i + 1))
+        .map(|l| message(l));
+    let mut note = format!(
+        "MPS server log: {} It tore down {torn} client context{}",
+        message(lines[first]),
+        if torn == 1 { "" } else { "s" }
+    );
+    if let Some(devices) = reset {
+        note += &format!(" and logged that device {devices} will be reset (the server's own recovery)");
+    }
+    note.push('.');
+    Some(note)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -280,5 +323,34 @@ mod tests {
         d.stop().expect("killed, so stopped");
         assert!(t.elapsed() >= Duration::from_secs(5), "it waited for quit first");
         assert!(daemon_pids(&dirs.pipe).is_empty());
+    }
+
+    /// Lines of the server log of the H100 isolation run's MPS fault trial
+    /// (results/20261122-h100-isolation/mps/mps-2p/log/server.log).
+    const FAULT_LOG: &str =
+        "[2026-11-22 21:46:20.314 Server  1132] Status of client {PID: 1127, Context ID: 1} is ACTIVE
+[2026-11-22 21:46:36.243 Server  1132] Client {PID: 1128, Context: 1} encountered a fatal GPU error.
+[2026-11-22 21:46:36.243 Server  1132] Server is handling a fatal GPU error.
+[2026-11-22 21:46:36.243 Server  1132] Client {PID: 1128, Context ID: 1} on device 0 to be torn down
+[2026-11-22 21:46:36.243 Server  1132] Client {PID: 1127, Context ID: 1} on device 0 to be torn down
+[2026-11-22 21:46:36.243 Server  1132] All clients belonging to error trigging process 1128 will be torn down
+[2026-11-22 21:46:36.243 Server  1132] The following devices will be reset:
+[2026-11-22 21:46:36.243 Server  1132] 0
+[2026-11-22 21:46:36.372 Server  1132] Destroy server context on device 0 (NVIDIA H100 80GB HBM3)
+";
+
+    #[test]
+    fn a_fatal_gpu_error_in_the_server_log_is_one_line() {
+        assert_eq!(
+            fatal_error_note(FAULT_LOG).as_deref(),
+            Some(
+                "MPS server log: Client {PID: 1128, Context: 1} encountered a fatal GPU error. It tore down 2 client contexts and logged that device 0 will be reset (the server's own recovery)."
+            )
+        );
+        assert_eq!(
+            fatal_error_note(&FAULT_LOG[..FAULT_LOG.find("[2026-11-22 21:46:36").unwrap_or(0)]),
+            None
+        );
+        assert_eq!(fatal_error_note(""), None);
     }
 }

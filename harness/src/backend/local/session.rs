@@ -84,10 +84,13 @@ pub fn open(plan: &SweepPlan, resume: Option<&str>) -> Result<Session<LocalBacke
                 stopped.join(", ")
             ));
         }
+        let on_disk = match store.run().isolation {
+            Some(_) => format!("{} trials", store.isolation().len()),
+            None => format!("{} cells", store.cell_count()),
+        };
         notes.push(format!(
-            "resuming {} ({} cells on disk); its recorded plan is used",
-            store.dir().display(),
-            store.cell_count()
+            "resuming {} ({on_disk} on disk); its recorded plan is used",
+            store.dir().display()
         ));
     }
     supervisor::journal_to(store.dir());
