@@ -79,8 +79,9 @@ fn an_isolation_run_renders_its_matrix_and_exports_its_records() {
     let index = report::write(&run, dir.path()).expect("write");
     let html = std::fs::read_to_string(&index).expect("html");
     assert_eq!(count(&html, "<th>Scenario</th>"), 3, "three tables of scenarios");
-    assert!(html.contains("victim failed (exit 5), p99 ×2.13, SLO 93.6%, 0/2 serving"));
-    assert!(html.contains("a new victim ready 1.0 s later"));
+    assert!(html.contains("victim failed (exit 5), p99 ×2.18, SLO 92.5%, 0/2 serving"));
+    assert!(html.contains("a new victim ready 1.1 s later"));
+    assert!(html.contains("It tore down 2 client contexts and logged that device 0 will be reset"));
     assert!(html.contains("<figure id=\"isolation-latency\">"));
     assert!(!html.contains("CPU run"), "a GPU run carries no CPU label");
     assert!(dir.path().join("20261122-h100-isolation/isolation.csv").is_file());

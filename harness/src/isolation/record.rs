@@ -449,38 +449,41 @@ mod tests {
             panic!("written differs from read:\n{a}\n{b}");
         }
         let first = text.lines().next().expect("line");
-        let bad = |from: &str, to: &str| {
-            let line = first.replacen(from, to, 1);
-            parse_isolation_jsonl(&format!("{first}\n{line}\n"), &path, &run)
-                .expect_err(to)
+        // The first record again as line 2, with one field changed.
+        let bad = |field: &str, to: serde_json::Value| {
+            let mut v: serde_json::Value = serde_json::from_str(first).expect("json");
+            v[field] = to;
+            parse_isolation_jsonl(&format!("{first}\n{v}\n"), &path, &run)
+                .expect_err(field)
                 .to_string()
         };
+        let meteor = bad("scenario", "meteor".into());
         assert!(
-            bad("\"scenario\":\"alone\"", "\"scenario\":\"meteor\"")
-                .contains("line 2: scenario \"meteor\" is not in run.json's isolation plan"),
-            "{}",
-            bad("\"scenario\":\"alone\"", "\"scenario\":\"meteor\"")
+            meteor.contains("line 2: scenario \"meteor\" is not in run.json's isolation plan"),
+            "{meteor}"
         );
+        let twice = bad("note", "".into());
         assert!(
-            bad("\"victim_inferences\":1042", "\"victim_inferences\":1042")
-                .contains("line 2: a second record of exclusive alone × 0")
+            twice.contains("line 2: a second record of exclusive alone × 0"),
+            "{twice}"
         );
-        let neg = bad("\"victim_mean_s\":0.002297079665336998", "\"victim_mean_s\":-1.5");
+        let neg = bad("victim_mean_s", (-1.5).into());
         assert!(
             neg.contains("line 2: victim_mean_s = -1.5: must be a finite number ≥ 0"),
             "{neg}"
         );
-        let swapped = bad("\"victim_p50_s\":0.0021178526710238163", "\"victim_p50_s\":0.5");
+        let swapped = bad("victim_p50_s", 0.5.into());
         assert!(
             swapped.contains("line 2: victim_p50_s 0.5 is above victim_p99_s"),
             "{swapped}"
         );
-        let huge = bad("\"aggressors\":0", "\"aggressors\":4294967295");
+        let huge = bad("aggressors", 4294967295u64.into());
         assert!(
             huge.contains("line 2: aggressors 4294967295 is outside 0 to 63"),
             "{huge}"
         );
-        assert!(bad("\"survivors\":1", "\"survivors\":9").contains("9 survivors"));
+        let nine = bad("survivors", 9.into());
+        assert!(nine.contains("9 survivors and 1 started of 1 pods"), "{nine}");
         // A sweep's run.json plans no isolation: its records are refused.
         let mut sweep = run.clone();
         sweep.isolation = None;

@@ -160,7 +160,21 @@ pub fn tables(data: &RunData) -> Tables {
             .map(|(scenario, k, label)| {
                 let cells = strategies
                     .iter()
-                    .map(|&s| cell(data, &mut notes, (s, scenario, *k), |r| Some(event_text(r))))
+                    .map(|&s| {
+                        let c = cell(data, &mut notes, (s, scenario, *k), |r| Some(event_text(r)));
+                        // What the victim's log or the MPS server said, as a numbered note.
+                        match (c, find(data, s, scenario, *k)) {
+                            (Cell::Value(text), Some(r)) if !r.note.is_empty() => {
+                                let n = notes.len() + 1;
+                                notes.push((
+                                    n,
+                                    format!("{} — {}: {}", s.title(), scenario_label(scenario, *k), r.note),
+                                ));
+                                Cell::Value(format!("{text} [{n}]"))
+                            }
+                            (c, _) => c,
+                        }
+                    })
                     .collect();
                 (label.clone(), cells)
             })

@@ -217,9 +217,11 @@ pub struct Environment {
     pub mps_control: Option<String>,
     /// The workload binary and its version line.
     pub workload: String,
-    /// The harness version.
+    /// The harness version and the commit it was built from (`git describe` at build
+    /// time; runs before this was recorded say the version alone).
     pub harness: String,
-    /// `git describe` of the checkout, when run from one.
+    /// `git describe` of the directory the harness ran in, when it is a checkout (not
+    /// necessarily the code of the binary: see `harness`).
     pub git_revision: Option<String>,
 }
 

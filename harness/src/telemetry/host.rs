@@ -46,7 +46,11 @@ pub fn environment(inventory: &GpuInventory, workload: &str, mps: Option<&Path>)
             Some(v) => format!("{workload} ({v})"),
             None => workload.to_string(),
         },
-        harness: format!("gpushare-bench {}", env!("CARGO_PKG_VERSION")),
+        harness: format!(
+            "gpushare-bench {} built from {}",
+            env!("CARGO_PKG_VERSION"),
+            option_env!("GPUSHARE_BUILD_REVISION").unwrap_or("an unrecorded revision")
+        ),
         git_revision: command_line("git", &["describe", "--always", "--dirty", "--tags"]),
     }
 }
