@@ -237,3 +237,113 @@ async fn a_stop_request_mid_trial_stops_the_pods_and_keeps_the_saved_records() {
     assert_eq!(saved, ["alone"]);
     assert_eq!(b.running(), 0, "the crash trial's pods were stopped");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_measured_trial_is_saved_before_a_failed_stop_ends_the_run() {
+    let mut b = FakeBackend::new(|_, n| (0..n).map(|_| PodScript::steady(100.0, 0.004)).collect()).failing_stop();
+    let metrics = b.metrics();
+    let trials = plan(vec![Strategy::TimeSlicing], vec![Scenario::Crash]);
+    let mut saved = Vec::new();
+    let e = run_trials(
+        &mut b,
+        &metrics,
+        &trials,
+        &settings(),
+        "r",
+        &[],
+        &Quiet,
+        &Shutdown::new(),
+        |r| {
+            saved.push((r.scenario.clone(), r.victim_status));
+            Ok(())
+        },
+    )
+    .await
+    .expect_err("the stop failed");
+    assert!(e.to_string().contains("still exist"), "{e}");
+    assert_eq!(
+        saved,
+        [("alone".to_string(), CellStatus::Ok)],
+        "measured, then saved, then the error"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_trial_that_cannot_launch_is_a_failed_record_and_the_run_goes_on() {
+    // A backend whose launches of more than one pod fail (a port already taken).
+    #[derive(Clone)]
+    struct NoLaunch(FakeBackend);
+    impl crate::backend::Backend for NoLaunch {
+        fn name(&self) -> &'static str {
+            "no-launch"
+        }
+        async fn prepare(&mut self, s: Strategy, sd: &Shutdown) -> crate::error::Result<crate::backend::Prepared> {
+            self.0.prepare(s, sd).await
+        }
+        async fn launch(
+            &mut self,
+            s: Strategy,
+            n: u32,
+            sd: &Shutdown,
+        ) -> crate::error::Result<Vec<crate::backend::Pod>> {
+            self.0.launch(s, n, sd).await
+        }
+        async fn launch_pods(
+            &mut self,
+            s: Strategy,
+            specs: &[crate::backend::PodSpec],
+            sd: &Shutdown,
+        ) -> crate::error::Result<Vec<crate::backend::Pod>> {
+            if specs.len() > 1 {
+                return Err(crate::error::BenchError::Spawn {
+                    pod: "aggressor-1".into(),
+                    reason: "port 9001 is taken".into(),
+                });
+            }
+            self.0.launch_pods(s, specs, sd).await
+        }
+        async fn wait_ready(&mut self, t: Duration, sd: &Shutdown) -> crate::error::Result<Vec<crate::backend::Pod>> {
+            self.0.wait_ready(t, sd).await
+        }
+        async fn poll(&mut self) -> Vec<crate::backend::Pod> {
+            self.0.poll().await
+        }
+        async fn stop_pods(&mut self, sd: &Shutdown) -> crate::error::Result<Vec<crate::backend::Pod>> {
+            self.0.stop_pods(sd).await
+        }
+        async fn restore(&mut self, sd: &Shutdown) -> crate::error::Result<()> {
+            self.0.restore(sd).await
+        }
+    }
+    let fake = FakeBackend::new(|_, n| (0..n).map(|_| PodScript::steady(100.0, 0.004)).collect());
+    let metrics = fake.metrics();
+    let mut b = NoLaunch(fake.clone());
+    let trials = plan(vec![Strategy::TimeSlicing], vec![Scenario::Crash, Scenario::Fault]);
+    let records = run_trials(
+        &mut b,
+        &metrics,
+        &trials,
+        &settings(),
+        "r",
+        &[],
+        &Quiet,
+        &Shutdown::new(),
+        |_| Ok(()),
+    )
+    .await
+    .expect("the run goes on");
+    assert_eq!(records.len(), 3);
+    let crash = find(&records, Strategy::TimeSlicing, "crash");
+    assert_eq!(crash.victim_status, CellStatus::Failed);
+    assert!(crash.note.contains("port 9001 is taken"), "{}", crash.note);
+    assert_eq!(
+        find(&records, Strategy::TimeSlicing, "fault").victim_status,
+        CellStatus::Failed
+    );
+    let log = fake.calls.lock().expect("calls").log.clone();
+    assert_eq!(
+        log.iter().filter(|l| *l == "stop").count(),
+        3,
+        "every trial's pods stopped: {log:?}"
+    );
+}
