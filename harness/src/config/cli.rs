@@ -16,6 +16,9 @@ use crate::isolation::plan::Scenario;
 /// Prometheus latency histograms, and writes per-pod and per-cell results (mean, p50,
 /// p90, p99, throughput, fairness, GPU telemetry) to results/<run-id>/.
 ///
+/// `isolation` measures what one misbehaving pod (busy, memory-hungry, faulting or
+/// killed) does to a victim pod beside it under each strategy, as an isolation matrix.
+///
 /// It never changes GPU settings (MIG mode, compute mode, clocks): a strategy the GPU is
 /// not set up for is reported unavailable, with the commands an administrator would run.
 /// Every process it starts (pods, Prometheus, MPS daemons) stops with it, even when it is
@@ -23,7 +26,8 @@ use crate::isolation::plan::Scenario;
 ///
 /// Exit codes: 0 done (sweep: every cell has a result); 1 an error, or no cell could be
 /// measured; 2 bad input (flags, config file, run directory); 3 sweep partial: some cells
-/// failed, their rows say why, the others are saved; compare: 1 when a cell regressed or
+/// failed, their rows say why, the others are saved (isolation: a victim alone could not
+/// be measured, so its trials have no baseline); compare: 1 when a cell regressed or
 /// is missing; 128+N stopped by signal N (130 SIGINT, 143 SIGTERM, 129 SIGHUP): finished
 /// cells are kept, `--resume` continues. A second signal stops at once.
 #[derive(Debug, Parser)]
@@ -39,7 +43,7 @@ pub struct Cli {
 pub enum Command {
     /// Run the experiment: every strategy × pod count, saved after each cell.
     Sweep(Box<SweepArgs>),
-    /// What one misbehaving pod does to its neighbours, under each strategy.
+    /// Put a victim pod beside misbehaving neighbours under each strategy: the isolation matrix
     ///
     /// Per strategy, a victim pod serves an open-loop Poisson load (--victim-rate) alone,
     /// then beside aggressors in each scenario:
