@@ -1320,8 +1320,10 @@ impl World {
 
     /// Level-triggered controllers, run after every event and every API write. The
     /// Deployment controller is reduced to one ReplicaSet per template hash that replaces
-    /// stale and Failed pods (`FilterActivePods`, UPSTREAM-RULES.md H13; the controller's
-    /// code was not read beyond that).
+    /// stale pods and pods that are not active: kubernetes/kubernetes
+    /// `pkg/controller/controller_utils.go` `IsPodActive` (read at commit 1f8996f8; the
+    /// same function stands in release-1.32): phase neither Succeeded nor Failed, and no
+    /// deletion timestamp. The rest of the ReplicaSet controller was not read.
     pub fn controllers(&mut self) {
         self.daemonsets();
         self.deployments();
@@ -1347,8 +1349,9 @@ impl World {
                         && k.namespace == key.namespace
                         && o.value["metadata"]["ownerReferences"][0]["name"] == json!(key.name)
                         && o.value["metadata"]["deletionTimestamp"].is_null()
-                        // `FilterActivePods`: a Failed pod is replaced, not counted.
+                        // `IsPodActive`: a Succeeded or Failed pod is replaced, not counted.
                         && o.value["status"]["phase"] != json!("Failed")
+                        && o.value["status"]["phase"] != json!("Succeeded")
                 })
                 .map(|(k, o)| (k.name.clone(), o.value.clone()))
                 .collect();
@@ -1462,18 +1465,10 @@ impl World {
                             })
                         })
                     });
-            let tolerated = self.spec.gpu_taint.then_some(()).is_none_or(|()| {
-                spec["tolerations"].as_array().is_some_and(|ts| {
-                    ts.iter().any(|t| {
-                        // The taint has no value: `Exists`, or `Equal` (the default
-                        // operator) with an empty value, tolerates it.
-                        (t["key"] == json!("nvidia.com/gpu")
-                            && (t["operator"] == json!("Exists") || t["value"].as_str().unwrap_or_default().is_empty())
-                            || t["key"].is_null() && t["operator"] == json!("Exists"))
-                            && (t["effect"].is_null() || t["effect"] == json!("NoSchedule"))
-                    })
-                })
-            });
+            let tolerated = !self.spec.gpu_taint
+                || spec["tolerations"]
+                    .as_array()
+                    .is_some_and(|ts| ts.iter().any(tolerates_gpu_taint));
             let limits = spec["containers"][0]["resources"]["limits"].clone();
             let (resource, want) = limits
                 .as_object()
@@ -1607,6 +1602,24 @@ fn fnv(s: &str) -> u32 {
     h
 }
 
+/// Whether a pod's toleration tolerates the GPU node's taint `nvidia.com/gpu` (no
+/// value, effect NoSchedule), as `Toleration.ToleratesTaint` decides
+/// (kubernetes/kubernetes `staging/src/k8s.io/api/core/v1/toleration.go`, commit
+/// 37d8bd8f, read): an empty effect matches every effect, else it must equal the
+/// taint's; an empty key matches every key, else it must equal the taint's; the
+/// operator `Exists` matches any value, `Equal` or none matches an equal value (here
+/// empty), any other operator nothing.
+fn tolerates_gpu_taint(t: &Value) -> bool {
+    let field = |k: &str| t[k].as_str().unwrap_or_default();
+    (field("effect").is_empty() || field("effect") == "NoSchedule")
+        && (field("key").is_empty() || field("key") == "nvidia.com/gpu")
+        && match field("operator") {
+            "Exists" => true,
+            "" | "Equal" => field("value").is_empty(),
+            _ => false,
+        }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1685,5 +1698,32 @@ mod tests {
             w.node_labels()["nvidia.com/gpu.product"],
             "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"
         );
+    }
+
+    #[test]
+    fn tolerations_match_the_gpu_taint_as_tolerates_taint_does() {
+        for (t, want) in [
+            (
+                json!({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}),
+                true,
+            ),
+            (json!({"key": "nvidia.com/gpu", "operator": "Exists"}), true),
+            (json!({"key": "nvidia.com/gpu"}), true),
+            (json!({"key": "nvidia.com/gpu", "operator": "Equal", "value": ""}), true),
+            (
+                json!({"key": "nvidia.com/gpu", "operator": "Equal", "value": "present"}),
+                false,
+            ),
+            (json!({"key": "nvidia.com/gpu", "value": "present"}), false),
+            (
+                json!({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"}),
+                false,
+            ),
+            (json!({"key": "dedicated", "operator": "Exists"}), false),
+            (json!({"operator": "Exists"}), true),
+            (json!({"key": "nvidia.com/gpu", "operator": "Gt", "value": "1"}), false),
+        ] {
+            assert_eq!(tolerates_gpu_taint(&t), want, "{t}");
+        }
     }
 }
