@@ -4,8 +4,9 @@
 //! it was not measured, with the reason in a numbered note.
 
 use crate::domain::{CellStatus, Strategy};
+use crate::isolation::plan::scenario_label;
 use crate::isolation::record::IsolationRecord;
-use crate::report::tables::{Cell, Table};
+use crate::report::tables::{Cell, Table, note_number};
 
 /// The matrix and the notes its cells refer to.
 #[derive(Debug, Clone, PartialEq)]
@@ -14,10 +15,6 @@ pub struct Matrix {
     pub table: Table,
     /// (number, "Strategy — scenario: reason").
     pub notes: Vec<(usize, String)>,
-}
-
-fn row_label(r: &IsolationRecord) -> String {
-    crate::isolation::plan::scenario_label(&r.scenario, r.aggressors)
 }
 
 /// What became of the victim, in the matrix's words: "victim failed (exit 5), p99 ×1.01,
@@ -44,48 +41,64 @@ pub fn outcome_text(r: &IsolationRecord) -> String {
     parts.join(", ")
 }
 
+/// The scenario rows of a run's records, in trial order with the victim alone first:
+/// (scenario as recorded, aggressors).
+pub fn rows(records: &[IsolationRecord]) -> Vec<(String, u32)> {
+    let mut out: Vec<(String, u32)> = Vec::new();
+    for r in records {
+        if !out.iter().any(|(s, k)| *s == r.scenario && *k == r.aggressors) {
+            out.push((r.scenario.clone(), r.aggressors));
+        }
+    }
+    out.sort_by_key(|(s, _)| s != "alone");
+    out
+}
+
+/// The record of one trial.
+pub fn find<'a>(records: &'a [IsolationRecord], key: (Strategy, &str, u32)) -> Option<&'a IsolationRecord> {
+    let (s, scenario, k) = key;
+    records
+        .iter()
+        .find(|r| r.strategy == s && r.scenario == scenario && r.aggressors == k)
+}
+
+/// A table cell of one trial: `text` of its record, unavailable with the reason as a
+/// numbered note, or missing (the trial is not in the run).
+pub fn cell(
+    records: &[IsolationRecord],
+    notes: &mut Vec<(usize, String)>,
+    key: (Strategy, &str, u32),
+    text: impl Fn(&IsolationRecord) -> Option<String>,
+) -> Cell {
+    match find(records, key) {
+        None => Cell::Missing,
+        Some(r) if r.victim_status == CellStatus::Unavailable => Cell::Status(
+            CellStatus::Unavailable,
+            note_number(notes, format!("{} — unavailable: {}", key.0.title(), r.note)),
+        ),
+        Some(r) => text(r).map_or(Cell::Empty, Cell::Value),
+    }
+}
+
 /// Builds the matrix from a run's records (the victim-alone rows are its reference and
 /// not rows of their own).
 pub fn matrix(records: &[IsolationRecord]) -> Matrix {
     let mut strategies: Vec<Strategy> = Vec::new();
-    let mut rows: Vec<(String, String, u32)> = Vec::new();
     for r in records {
         if !strategies.contains(&r.strategy) {
             strategies.push(r.strategy);
         }
-        if r.scenario != "alone" && !rows.iter().any(|(s, _, k)| *s == r.scenario && *k == r.aggressors) {
-            rows.push((r.scenario.clone(), row_label(r), r.aggressors));
-        }
     }
     let mut notes: Vec<(usize, String)> = Vec::new();
-    let mut note_for = |text: String| {
-        if let Some((n, _)) = notes.iter().find(|(_, t)| *t == text) {
-            return *n;
-        }
-        let n = notes.len() + 1;
-        notes.push((n, text));
-        n
-    };
-    let table_rows = rows
+    let table_rows = rows(records)
         .iter()
-        .map(|(scenario, label, k)| {
+        .filter(|(scenario, _)| scenario != "alone")
+        .map(|(scenario, k)| {
             let cells = strategies
                 .iter()
-                .map(|&s| {
-                    match records
-                        .iter()
-                        .find(|r| r.strategy == s && r.scenario == *scenario && r.aggressors == *k)
-                    {
-                        None => Cell::Missing,
-                        Some(r) if r.victim_status == CellStatus::Unavailable => Cell::Status(
-                            CellStatus::Unavailable,
-                            note_for(format!("{} — unavailable: {}", s.title(), r.note)),
-                        ),
-                        Some(r) => Cell::Value(outcome_text(r)),
-                    }
-                })
+                .map(|&s| cell(records, &mut notes, (s, scenario, *k), |r| Some(outcome_text(r))))
                 .collect();
-            (label.clone(), cells)
+            (scenario_label(scenario, *k), cells)
         })
         .collect();
     Matrix {

@@ -60,6 +60,24 @@ fn find<'a>(r: &'a [IsolationRecord], s: Strategy, scenario: &str) -> &'a Isolat
         .expect("record")
 }
 
+/// Runs `trials` on `b` with `done` on disk; returns the outcome and every record given
+/// to `save`, in order.
+async fn run<B: crate::backend::Backend>(
+    b: &mut B,
+    metrics: &crate::backend::fake::ScriptedMetrics,
+    trials: &[crate::isolation::plan::Trial],
+    done: &[IsolationRecord],
+    shutdown: &Shutdown,
+) -> (crate::error::Result<Vec<IsolationRecord>>, Vec<IsolationRecord>) {
+    let mut saved = Vec::new();
+    let out = run_trials(b, metrics, trials, &settings(), "r", done, &Quiet, shutdown, |r| {
+        saved.push(r.clone());
+        Ok(())
+    })
+    .await;
+    (out, saved)
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_fault_next_door_is_recorded_per_strategy_against_the_victim_alone() {
     let mut b = FakeBackend::new(scripts).without(Strategy::Mig);
@@ -68,23 +86,8 @@ async fn a_fault_next_door_is_recorded_per_strategy_against_the_victim_alone() {
         vec![Strategy::TimeSlicing, Strategy::Mps, Strategy::Mig],
         vec![Scenario::Fault],
     );
-    let mut saved = Vec::new();
-    let records = run_trials(
-        &mut b,
-        &metrics,
-        &trials,
-        &settings(),
-        "r",
-        &[],
-        &Quiet,
-        &Shutdown::new(),
-        |r| {
-            saved.push(r.scenario.clone());
-            Ok(())
-        },
-    )
-    .await
-    .expect("trials");
+    let (records, saved) = run(&mut b, &metrics, &trials, &[], &Shutdown::new()).await;
+    let records = records.expect("trials");
     assert_eq!(saved.len(), 6, "every record saved as it came");
     let alone = find(&records, Strategy::TimeSlicing, "alone");
     assert_eq!(alone.victim_status, CellStatus::Ok);
@@ -140,19 +143,10 @@ async fn a_fault_next_door_is_recorded_per_strategy_against_the_victim_alone() {
     // Resumed with the first three records on disk, only the last trial runs again.
     let mut again = FakeBackend::new(scripts).without(Strategy::Mig);
     let metrics = again.metrics();
-    let resumed = run_trials(
-        &mut again,
-        &metrics,
-        &trials,
-        &settings(),
-        "r",
-        &records[..3],
-        &Quiet,
-        &Shutdown::new(),
-        |_| Ok(()),
-    )
-    .await
-    .expect("resumed");
+    let resumed = run(&mut again, &metrics, &trials, &records[..3], &Shutdown::new())
+        .await
+        .0
+        .expect("resumed");
     assert_eq!(resumed.len(), 6);
     let launches: Vec<String> = again
         .calls
@@ -180,19 +174,10 @@ async fn a_crash_is_a_kill_on_time_and_the_victim_serves_on() {
     let mut b = FakeBackend::new(|_, n| (0..n).map(|_| PodScript::steady(100.0, 0.004)).collect());
     let metrics = b.metrics();
     let trials = plan(vec![Strategy::TimeSlicing], vec![Scenario::Crash]);
-    let records = run_trials(
-        &mut b,
-        &metrics,
-        &trials,
-        &settings(),
-        "r",
-        &[],
-        &Quiet,
-        &Shutdown::new(),
-        |_| Ok(()),
-    )
-    .await
-    .expect("trials");
+    let records = run(&mut b, &metrics, &trials, &[], &Shutdown::new())
+        .await
+        .0
+        .expect("trials");
     let crash = find(&records, Strategy::TimeSlicing, "crash");
     assert_eq!(crash.victim_status, CellStatus::Ok);
     assert_eq!(crash.aggressor_outcome, "aggressor-1 exit 137: scripted exit 137");
@@ -216,25 +201,11 @@ async fn a_stop_request_mid_trial_stops_the_pods_and_keeps_the_saved_records() {
         tokio::time::sleep(Duration::from_secs(26)).await;
         stopper.request(libc::SIGINT);
     });
-    let mut saved = Vec::new();
-    let e = run_trials(
-        &mut b,
-        &metrics,
-        &trials,
-        &settings(),
-        "r",
-        &[],
-        &Quiet,
-        &shutdown,
-        |r| {
-            saved.push(r.scenario.clone());
-            Ok(())
-        },
-    )
-    .await
-    .expect_err("interrupted");
+    let (e, saved) = run(&mut b, &metrics, &trials, &[], &shutdown).await;
+    let e = e.expect_err("interrupted");
     assert!(e.is_interrupt());
-    assert_eq!(saved, ["alone"]);
+    let names: Vec<&str> = saved.iter().map(|r| r.scenario.as_str()).collect();
+    assert_eq!(names, ["alone"]);
     assert_eq!(b.running(), 0, "the crash trial's pods were stopped");
 }
 
@@ -243,27 +214,13 @@ async fn a_measured_trial_is_saved_before_a_failed_stop_ends_the_run() {
     let mut b = FakeBackend::new(|_, n| (0..n).map(|_| PodScript::steady(100.0, 0.004)).collect()).failing_stop();
     let metrics = b.metrics();
     let trials = plan(vec![Strategy::TimeSlicing], vec![Scenario::Crash]);
-    let mut saved = Vec::new();
-    let e = run_trials(
-        &mut b,
-        &metrics,
-        &trials,
-        &settings(),
-        "r",
-        &[],
-        &Quiet,
-        &Shutdown::new(),
-        |r| {
-            saved.push((r.scenario.clone(), r.victim_status));
-            Ok(())
-        },
-    )
-    .await
-    .expect_err("the stop failed");
+    let (e, saved) = run(&mut b, &metrics, &trials, &[], &Shutdown::new()).await;
+    let e = e.expect_err("the stop failed");
     assert!(e.to_string().contains("still exist"), "{e}");
+    let saved: Vec<(&str, CellStatus)> = saved.iter().map(|r| (r.scenario.as_str(), r.victim_status)).collect();
     assert_eq!(
         saved,
-        [("alone".to_string(), CellStatus::Ok)],
+        [("alone", CellStatus::Ok)],
         "measured, then saved, then the error"
     );
 }
@@ -319,19 +276,10 @@ async fn a_trial_that_cannot_launch_is_a_failed_record_and_the_run_goes_on() {
     let metrics = fake.metrics();
     let mut b = NoLaunch(fake.clone());
     let trials = plan(vec![Strategy::TimeSlicing], vec![Scenario::Crash, Scenario::Fault]);
-    let records = run_trials(
-        &mut b,
-        &metrics,
-        &trials,
-        &settings(),
-        "r",
-        &[],
-        &Quiet,
-        &Shutdown::new(),
-        |_| Ok(()),
-    )
-    .await
-    .expect("the run goes on");
+    let records = run(&mut b, &metrics, &trials, &[], &Shutdown::new())
+        .await
+        .0
+        .expect("the run goes on");
     assert_eq!(records.len(), 3);
     let crash = find(&records, Strategy::TimeSlicing, "crash");
     assert_eq!(crash.victim_status, CellStatus::Failed);

@@ -72,6 +72,19 @@ macro_rules! legend_entry {
 }
 pub(crate) use legend_entry;
 
+/// The legend box every chart draws: upper left, on a translucent white ground.
+pub(crate) fn draw_legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    c: &mut ChartContext<'a, DB, CT>,
+) -> Result<()> {
+    c.configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(180, 180, 180))
+        .label_font(("sans-serif", 13))
+        .draw()
+        .map_err(err)
+}
+
 /// (pods, p50, p99) points of a latency band.
 type Band = Vec<(f64, f64, f64)>;
 
@@ -170,13 +183,7 @@ fn draw(data: &RunData, chart: LineChart<'_>) -> Result<Option<(String, String)>
                 .label(s.title())
                 .legend(legend_entry!(mk, col, false));
         }
-        c.configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(180, 180, 180))
-            .label_font(("sans-serif", 13))
-            .draw()
-            .map_err(err)?;
+        draw_legend(&mut c)?;
         root.present().map_err(err)?;
     }
     Ok(Some((chart.file.to_string(), svg)))

@@ -186,37 +186,27 @@ fn environment(data: &RunData) -> Vec<(String, String)> {
             env.git_revision.as_deref().unwrap_or("not recorded")
         ),
     ));
-    if let Some(iso) = &data.run.isolation {
-        rows.push((
-            "Measurement".into(),
-            format!(
-                "per trial: warm-up {} s, then the victim followed to {} s after readiness (events at {} s); source {}",
-                p.warmup_s,
-                iso.event_after_s + iso.observe_s,
-                iso.event_after_s,
-                match p.source {
-                    crate::domain::Source::Scrape => "direct scrape",
-                    crate::domain::Source::Prometheus => "Prometheus",
-                }
-            ),
-        ));
-    } else {
-        rows.push((
-            "Measurement".into(),
-            format!(
-                "warm-up {} s, windows of {} s until {} agree within {}% (at most {} s), source {}",
-                p.warmup_s,
-                p.window_s,
-                p.stable_windows,
-                p.tolerance * 100.0,
-                p.max_cell_s,
-                match p.source {
-                    crate::domain::Source::Scrape => "direct scrape",
-                    crate::domain::Source::Prometheus => "Prometheus",
-                }
-            ),
-        ));
-    }
+    let source = match p.source {
+        crate::domain::Source::Scrape => "direct scrape",
+        crate::domain::Source::Prometheus => "Prometheus",
+    };
+    let measurement = match &data.run.isolation {
+        Some(iso) => format!(
+            "per trial: warm-up {} s, then the victim followed to {} s after readiness (events at {} s); source {source}",
+            p.warmup_s,
+            iso.event_after_s + iso.observe_s,
+            iso.event_after_s,
+        ),
+        None => format!(
+            "warm-up {} s, windows of {} s until {} agree within {}% (at most {} s), source {source}",
+            p.warmup_s,
+            p.window_s,
+            p.stable_windows,
+            p.tolerance * 100.0,
+            p.max_cell_s,
+        ),
+    };
+    rows.push(("Measurement".into(), measurement));
     rows.push((
         "MPS control".into(),
         env.mps_control.clone().unwrap_or_else(|| "not found".into()),

@@ -6,32 +6,15 @@ use plotters::prelude::*;
 
 use crate::domain::{CellStatus, Strategy};
 use crate::error::Result;
-use crate::isolation::matrix::matrix;
+use crate::isolation::matrix::{cell, find, matrix, rows};
 use crate::isolation::plan::{
     AGGRESSOR_MEMORY, CPU_AGGRESSOR_BYTES, CPU_VICTIM_BYTES, Scenario, VICTIM_GROWS_AFTER, VICTIM_MEMORY,
     scenario_label,
 };
 use crate::isolation::record::IsolationRecord;
 use crate::report::RunData;
-use crate::report::charts::{draw_markers, err, legend_entry, look};
-use crate::report::tables::{Cell, Table, Tables};
-
-/// The rows of an isolation run, in trial order: (scenario, aggressors, label).
-fn rows(records: &[IsolationRecord]) -> Vec<(String, u32, String)> {
-    let mut out: Vec<(String, u32, String)> = Vec::new();
-    for r in records {
-        if !out.iter().any(|(s, k, _)| *s == r.scenario && *k == r.aggressors) {
-            out.push((
-                r.scenario.clone(),
-                r.aggressors,
-                scenario_label(&r.scenario, r.aggressors),
-            ));
-        }
-    }
-    // The victim alone first.
-    out.sort_by_key(|(s, _, _)| s != "alone");
-    out
-}
+use crate::report::charts::{draw_legend, draw_markers, err, legend_entry, look};
+use crate::report::tables::{Cell, Table, Tables, note_number};
 
 /// A short axis label of a row.
 fn short_label(scenario: &str, aggressors: u32) -> String {
@@ -41,16 +24,6 @@ fn short_label(scenario: &str, aggressors: u32) -> String {
         "memory-pressure" => "memory".into(),
         other => other.to_string(),
     }
-}
-
-fn strategies(data: &RunData) -> Vec<Strategy> {
-    data.strategies()
-}
-
-fn find<'a>(data: &'a RunData, s: Strategy, scenario: &str, k: u32) -> Option<&'a IsolationRecord> {
-    data.isolation
-        .iter()
-        .find(|r| r.strategy == s && r.scenario == scenario && r.aggressors == k)
 }
 
 /// One pod's outcome, short: "aggressor-1 exit 5", "aggressor-1 killed by signal 9".
@@ -87,40 +60,21 @@ fn event_text(r: &IsolationRecord) -> String {
     parts.join("; ")
 }
 
-/// A cell of a table: the record's text, or unavailable with its note's number (the
-/// matrix numbers them first; a reason it has not seen gets the next number).
-fn cell(
-    data: &RunData,
-    notes: &mut Vec<(usize, String)>,
-    key: (Strategy, &str, u32),
-    text: impl Fn(&IsolationRecord) -> Option<String>,
-) -> Cell {
-    let (s, scenario, k) = key;
-    match find(data, s, scenario, k) {
-        None => Cell::Missing,
-        Some(r) if r.victim_status == CellStatus::Unavailable => {
-            let reason = format!("{} — unavailable: {}", s.title(), r.note);
-            let n = match notes.iter().find(|(_, t)| *t == reason) {
-                Some((n, _)) => *n,
-                None => {
-                    let n = notes.len() + 1;
-                    notes.push((n, reason));
-                    n
-                }
-            };
-            Cell::Status(CellStatus::Unavailable, n)
-        }
-        Some(r) => text(r).map_or(Cell::Empty, Cell::Value),
-    }
-}
-
 /// The tables and notes of an isolation run.
 pub fn tables(data: &RunData) -> Tables {
-    let m = matrix(&data.isolation);
+    let Some(plan) = &data.run.isolation else {
+        return Tables {
+            tables: Vec::new(),
+            notes: Vec::new(),
+            reading: Vec::new(),
+        };
+    };
+    let records = &data.isolation;
+    let m = matrix(records);
     let mut notes = m.notes.clone();
-    let strategies = strategies(data);
+    let strategies = data.strategies();
     let columns: Vec<String> = strategies.iter().map(|s| s.title().to_string()).collect();
-    let all_rows = rows(&data.isolation);
+    let all_rows = rows(records);
     let resolution = data
         .isolation
         .iter()
@@ -136,16 +90,16 @@ pub fn tables(data: &RunData) -> Tables {
         columns: columns.clone(),
         rows: all_rows
             .iter()
-            .map(|(scenario, k, label)| {
+            .map(|(scenario, k)| {
                 let cells = strategies
                     .iter()
                     .map(|&s| {
-                        cell(data, &mut notes, (s, scenario, *k), |r| {
+                        cell(records, &mut notes, (s, scenario, *k), |r| {
                             Some(format!("{:.2} / {:.2}", r.victim_p50_s? * 1e3, r.victim_p99_s? * 1e3))
                         })
                     })
                     .collect();
-                (label.clone(), cells)
+                (scenario_label(scenario, *k), cells)
             })
             .collect(),
     };
@@ -156,40 +110,35 @@ pub fn tables(data: &RunData) -> Tables {
         columns,
         rows: all_rows
             .iter()
-            .filter(|(scenario, _, _)| matches!(scenario.as_str(), "memory-pressure" | "fault" | "crash"))
-            .map(|(scenario, k, label)| {
+            .filter(|(scenario, _)| matches!(scenario.as_str(), "memory-pressure" | "fault" | "crash"))
+            .map(|(scenario, k)| {
+                let label = scenario_label(scenario, *k);
                 let cells = strategies
                     .iter()
                     .map(|&s| {
-                        let c = cell(data, &mut notes, (s, scenario, *k), |r| Some(event_text(r)));
+                        let key = (s, scenario.as_str(), *k);
+                        let c = cell(records, &mut notes, key, |r| Some(event_text(r)));
                         // What the victim's log or the MPS server said, as a numbered note.
-                        match (c, find(data, s, scenario, *k)) {
+                        match (c, find(records, key)) {
                             (Cell::Value(text), Some(r)) if !r.note.is_empty() => {
-                                let n = notes.len() + 1;
-                                notes.push((
-                                    n,
-                                    format!("{} — {}: {}", s.title(), scenario_label(scenario, *k), r.note),
-                                ));
+                                let n = note_number(&mut notes, format!("{} — {label}: {}", s.title(), r.note));
                                 Cell::Value(format!("{text} [{n}]"))
                             }
                             (c, _) => c,
                         }
                     })
                     .collect();
-                (label.clone(), cells)
+                (label, cells)
             })
             .collect(),
     };
     let mut reading = vec![format!(
         "Each trial runs one victim pod serving an open-loop Poisson load of {} inferences/s beside its aggressors, from the pods' readiness for {} s (the first {} s are a discarded warm-up); an aggressor grows, faults or is killed {} s after readiness. Inflation is the victim's p99 over its own p99 alone under the same strategy; the SLO is {}.",
-        data.run.isolation.as_ref().map_or(0.0, |p| p.victim_rate),
-        data.run
-            .isolation
-            .as_ref()
-            .map_or(0.0, |p| p.event_after_s + p.observe_s),
+        plan.victim_rate,
+        plan.event_after_s + plan.observe_s,
         data.run.plan.warmup_s,
-        data.run.isolation.as_ref().map_or(0.0, |p| p.event_after_s),
-        match data.run.isolation.as_ref().and_then(|p| p.slo_s) {
+        plan.event_after_s,
+        match plan.slo_s {
             Some(s) => format!("{:.2} ms (--slo)", s * 1e3),
             None => format!(
                 "{} × the victim's p99 alone under the same strategy",
@@ -197,7 +146,7 @@ pub fn tables(data: &RunData) -> Tables {
             ),
         }
     )];
-    let scenarios = data.run.isolation.as_ref().map_or(&[][..], |p| p.scenarios.as_slice());
+    let scenarios = plan.scenarios.as_slice();
     if strategies.contains(&Strategy::Exclusive) {
         reading.push("Exclusive is the reference: the victim holds the GPU and every aggressor stays pending, so its rows are the victim alone measured again; their spread around ×1.00 is the trial-to-trial noise of the inflation.".into());
     }
@@ -258,12 +207,12 @@ pub fn tables(data: &RunData) -> Tables {
 /// at the p99 on a line down to the p50.
 pub fn chart(data: &RunData) -> Result<Option<(String, String)>> {
     let rows = rows(&data.isolation);
-    let strategies = strategies(data);
+    let strategies = data.strategies();
     let mut points: Vec<(Strategy, f64, f64, f64)> = Vec::new();
     let n = strategies.len().max(1) as f64;
-    for (x, (scenario, k, _)) in rows.iter().enumerate() {
+    for (x, (scenario, k)) in rows.iter().enumerate() {
         for (i, &s) in strategies.iter().enumerate() {
-            if let Some(r) = find(data, s, scenario, *k)
+            if let Some(r) = find(&data.isolation, (s, scenario, *k))
                 && let (Some(p50), Some(p99)) = (r.victim_p50_s, r.victim_p99_s)
                 && p50 > 0.0
                 && p99 > 0.0
@@ -278,7 +227,7 @@ pub fn chart(data: &RunData) -> Result<Option<(String, String)>> {
     }
     let lo = points.iter().map(|p| p.2).fold(f64::INFINITY, f64::min) * 0.7;
     let hi = points.iter().map(|p| p.3).fold(0.0, f64::max) * 1.5;
-    let labels: Vec<String> = rows.iter().map(|(s, k, _)| short_label(s, *k)).collect();
+    let labels: Vec<String> = rows.iter().map(|(s, k)| short_label(s, *k)).collect();
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (720, 420)).into_drawing_area();
@@ -326,13 +275,7 @@ pub fn chart(data: &RunData) -> Result<Option<(String, String)>> {
                 .label(s.title())
                 .legend(legend_entry!(mk, col, false));
         }
-        c.configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(180, 180, 180))
-            .label_font(("sans-serif", 13))
-            .draw()
-            .map_err(err)?;
+        draw_legend(&mut c)?;
         root.present().map_err(err)?;
     }
     Ok(Some(("isolation-latency.svg".to_string(), svg)))

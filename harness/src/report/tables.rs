@@ -160,18 +160,22 @@ pub struct Tables {
 /// What the exclusive baseline's rows mean.
 pub const EXCLUSIVE_READING: &str = "Exclusive is the baseline without sharing: one pod gets the GPU and the other N−1 stay pending, so latency stays that of one pod, aggregate throughput does not grow, and fairness over the requested pods is 1/N.";
 
+/// The number of the note reading `text`: its own if it is there, else the next one
+/// (notes are numbered by first appearance, and a reason shared by many cells is one
+/// note).
+pub fn note_number(notes: &mut Vec<(usize, String)>, text: String) -> usize {
+    if let Some((n, _)) = notes.iter().find(|(_, t)| *t == text) {
+        return *n;
+    }
+    let n = notes.len() + 1;
+    notes.push((n, text));
+    n
+}
+
 /// Builds every table (pure).
 pub fn all(data: &RunData) -> Tables {
     let pods = data.pods_desc();
     let mut notes: Vec<(usize, String)> = Vec::new();
-    let mut note_for = |text: String| -> usize {
-        if let Some((n, _)) = notes.iter().find(|(_, t)| *t == text) {
-            return *n;
-        }
-        let n = notes.len() + 1;
-        notes.push((n, text));
-        n
-    };
     // Notes are numbered by first appearance; the reason alone (without the cell) is
     // what repeats, e.g. one MIG reason for four cells.
     let mut cell_notes = std::collections::HashMap::new();
@@ -180,7 +184,7 @@ pub fn all(data: &RunData) -> Tables {
             if let Some(a) = data.aggregate(s, p)
                 && a.status != CellStatus::Ok
             {
-                let n = note_for(format!("{} — {}: {}", s.title(), a.status, a.note));
+                let n = note_number(&mut notes, format!("{} — {}: {}", s.title(), a.status, a.note));
                 cell_notes.insert((s, p), n);
             }
         }
