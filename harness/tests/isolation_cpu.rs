@@ -1,6 +1,6 @@
 //! Isolation groundwork on the CPU (issue 14): the local backend launches an isolation
 //! trial's pods as planned — each with its own name and workload arguments — and can
-//! kill one. The fault scenario on the CPU is a process abort (SIGABRT), labelled so by
+//! start one again. The fault scenario on the CPU is a process abort (SIGABRT), labelled so by
 //! the workload; the victim keeps serving.
 
 use std::path::Path;
@@ -99,29 +99,17 @@ async fn a_planned_fault_trial_runs_its_pods_as_planned_and_the_victim_survives(
     assert!(!log.contains("aborting"), "{log}");
     let args = std::fs::read_to_string(dir.path().join("logs/time-slicing-fault-aggressor-1.log")).expect("log");
     assert!(args.contains("injecting a fault"), "{args}");
-    // The crash scenario's tool: SIGKILL one pod.
-    b.kill_pod("victim").await.expect("kill");
-    let pods = until(&mut b, "the victim's death", |p| {
-        matches!(state(p, "victim"), PodState::Exited { .. })
-    })
-    .await;
-    assert_eq!(
-        *state(&pods, "victim"),
-        PodState::Exited {
-            code: None,
-            detail: "killed by signal 9".into()
-        }
-    );
-    assert!(b.kill_pod("nobody").await.is_err());
     // Started again with its name and arguments, to a log of its own.
-    b.relaunch_pod("victim", &shutdown).await.expect("relaunch");
+    b.relaunch_pod("aggressor-1", &shutdown).await.expect("relaunch");
     let ready = b.wait_ready(Duration::from_secs(60), &shutdown).await.expect("ready");
-    assert_eq!(*state(&ready, "victim"), PodState::Running, "{ready:?}");
-    assert!(dir.path().join("logs/time-slicing-fault-victim.2.log").is_file());
+    assert_eq!(*state(&ready, "aggressor-1"), PodState::Running, "{ready:?}");
+    assert!(dir.path().join("logs/time-slicing-fault-aggressor-1.2.log").is_file());
     assert!(
-        b.relaunch_pod("victim", &shutdown).await.is_err(),
+        b.relaunch_pod("aggressor-1", &shutdown).await.is_err(),
         "a running pod is not started twice"
     );
+    assert!(b.relaunch_pod("nobody", &shutdown).await.is_err());
+    assert_eq!(*state(&b.poll().await, "victim"), PodState::Running);
     b.stop_pods(&shutdown).await.expect("stop");
     b.restore(&shutdown).await.expect("restore");
 }

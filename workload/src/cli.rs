@@ -118,6 +118,14 @@ pub struct ServeArgs {
     /// CPU the process aborts (SIGABRT). Off unless given: isolation tests only.
     #[arg(long, value_parser = parse_fault_arg)]
     pub inject_fault_after: Option<std::time::Duration>,
+    /// Kill this process with SIGKILL this long after turning ready, e.g. 5s: a crash
+    /// mid-load, from inside (on Kubernetes the harness cannot send a SIGKILL: deleting
+    /// a pod sends SIGTERM first). The process must not be its PID namespace's init:
+    /// the kernel ignores SIGKILL sent to PID 1 from inside (a container needs
+    /// `shareProcessNamespace: true`); it then exits with code 1 and says so. Off
+    /// unless given: isolation tests only.
+    #[arg(long, value_parser = parse_crash_arg)]
+    pub crash_after: Option<std::time::Duration>,
     /// Take more memory while serving: AFTER:SIZE[,AFTER:SIZE…] from turning ready, e.g.
     /// 5s:8GiB,10s:8GiB (device memory on the GPU, touched; exit code 4 when there is
     /// not enough). Models a neighbour that grows.
@@ -196,6 +204,10 @@ fn parse_grow_arg(s: &str) -> std::result::Result<GrowSchedule, String> {
 
 fn parse_fault_arg(s: &str) -> std::result::Result<std::time::Duration, String> {
     crate::size::parse_fault_after(s).map_err(|e| e.to_string())
+}
+
+fn parse_crash_arg(s: &str) -> std::result::Result<std::time::Duration, String> {
+    crate::size::parse_crash_after(s).map_err(|e| e.to_string())
 }
 
 fn parse_delay_arg(s: &str) -> std::result::Result<std::time::Duration, String> {

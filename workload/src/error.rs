@@ -46,6 +46,12 @@ pub enum WorkloadError {
     /// Any other combination of arguments that cannot work.
     #[error("{0}")]
     BadArgument(String),
+    /// `--crash-after` sent SIGKILL to this process and the kernel ignored it (the
+    /// process is its PID namespace's init).
+    #[error(
+        "--crash-after: SIGKILL was ignored: this process is its PID namespace's init (PID {0}), which a signal from inside that namespace cannot kill; in a container set shareProcessNamespace: true"
+    )]
+    CrashIgnored(u32),
     /// The HTTP listener could not be bound (port in use, bad address, ...).
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -202,7 +208,7 @@ impl WorkloadError {
             NoDriver(_) | NoGpu(_) | MissingLibrary { .. } => exit::NO_GPU,
             OutOfMemory { .. } => exit::OUT_OF_MEMORY,
             GpuFault { .. } => exit::GPU_FAULT,
-            Cuda { .. } | KernelCompile { .. } | Io { .. } => exit::OTHER,
+            Cuda { .. } | KernelCompile { .. } | Io { .. } | CrashIgnored(_) => exit::OTHER,
             Cancelled => exit::OK,
         }
     }

@@ -176,10 +176,11 @@ pub fn host_work(d: Duration) {
 }
 
 /// What the serving loop does besides inferring, at times counted from readiness:
-/// `--grow-memory` steps and `--inject-fault-after`.
+/// `--grow-memory` steps, `--inject-fault-after` and `--crash-after`.
 struct Events {
     start: Instant,
     fault_after: Option<Duration>,
+    crash_after: Option<Duration>,
     grow: Vec<(Duration, u64)>,
     next_grow: usize,
 }
@@ -189,6 +190,7 @@ impl Events {
         Self {
             start: Instant::now(),
             fault_after: args.inject_fault_after,
+            crash_after: args.crash_after,
             grow: args.grow_memory.clone().map(|g| g.0).unwrap_or_default(),
             next_grow: 0,
         }
@@ -198,7 +200,7 @@ impl Events {
     /// (always an error: it ends serving).
     fn due(&mut self, engine: &mut Engine, metrics: &WorkloadMetrics) -> Result<()> {
         // Nothing scheduled (the usual case): no clock read in the inference loop.
-        if self.fault_after.is_none() && self.next_grow == self.grow.len() {
+        if self.fault_after.is_none() && self.crash_after.is_none() && self.next_grow == self.grow.len() {
             return Ok(());
         }
         let now = self.start.elapsed();
@@ -214,8 +216,24 @@ impl Events {
             tracing::warn!("injecting a fault (--inject-fault-after)");
             return Err(engine.inject_fault());
         }
+        if self.crash_after.is_some_and(|c| c <= now) {
+            return Err(crash());
+        }
         Ok(())
     }
+}
+
+/// `--crash-after`: SIGKILL to this process. It returns only when the kernel ignored
+/// the signal, which it does for its PID namespace's init (`kernel/signal.c`: a signal
+/// from inside the namespace to an init without a handler is dropped).
+fn crash() -> WorkloadError {
+    tracing::warn!("killing this process with SIGKILL (--crash-after)");
+    // SAFETY: kill(2) with this process's own id and a constant signal touches no memory.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGKILL);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    WorkloadError::CrashIgnored(std::process::id())
 }
 
 fn closed_loop(

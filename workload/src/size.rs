@@ -55,12 +55,18 @@ pub fn parse_delay(text: &str) -> Result<std::time::Duration, WorkloadError> {
     parse_duration("--add-latency", text, MAX_DELAY, "examples: 0, 200us, 0.2ms, 1.5ms")
 }
 
-/// The longest time from readiness `--inject-fault-after` and `--grow-memory` accept.
+/// The longest time from readiness `--inject-fault-after`, `--crash-after` and
+/// `--grow-memory` accept.
 pub const MAX_EVENT_TIME: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 /// Parses `--inject-fault-after`: a duration from readiness, e.g. `5s`, at most a day.
 pub fn parse_fault_after(text: &str) -> Result<std::time::Duration, WorkloadError> {
     parse_duration("--inject-fault-after", text, MAX_EVENT_TIME, "examples: 500ms, 5s, 30s")
+}
+
+/// Parses `--crash-after`: a duration from readiness, e.g. `5s`, at most a day.
+pub fn parse_crash_after(text: &str) -> Result<std::time::Duration, WorkloadError> {
+    parse_duration("--crash-after", text, MAX_EVENT_TIME, "examples: 500ms, 5s, 30s")
 }
 
 /// Parses `--grow-memory`: `AFTER:SIZE[,AFTER:SIZE…]`, times from readiness in order,

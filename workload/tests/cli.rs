@@ -272,6 +272,30 @@ fn an_injected_fault_on_the_cpu_aborts_the_process_and_says_so() {
     assert!(err.contains("the CPU stand-in for a GPU fault"), "{err}");
 }
 
+#[test]
+fn crash_after_kills_the_process_with_sigkill_mid_load() {
+    use std::os::unix::process::ExitStatusExt;
+    let mut w = Workload::spawn(&["--crash-after", "300ms"]);
+    w.wait_ready();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = w.child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "still running after the crash time");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+    let mut err = String::new();
+    if let Some(mut e) = w.child.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    assert!(
+        err.contains("killing this process with SIGKILL (--crash-after)"),
+        "{err}"
+    );
+}
+
 fn run(args: &[&str]) -> Output {
     Command::new(BIN).args(args).output().expect("run the workload")
 }
@@ -324,6 +348,7 @@ fn bad_arguments_get_one_line_and_exit_2() {
     );
     one_line_error(&run(&["--add-latency", "1h"]), 2, "bad --add-latency `1h`");
     one_line_error(&run(&["--inject-fault-after", "5"]), 2, "bad --inject-fault-after `5`");
+    one_line_error(&run(&["--crash-after", "soon"]), 2, "bad --crash-after `soon`");
     one_line_error(
         &run(&["--grow-memory", "8GiB"]),
         2,

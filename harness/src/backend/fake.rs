@@ -199,29 +199,19 @@ impl Backend for FakeBackend {
             "launch {strategy} {}",
             specs.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(",")
         ));
-        Ok(self.start_cell(strategy, specs.iter().map(|s| s.name.clone()).collect()))
-    }
-
-    async fn kill_pod(&mut self, name: &str) -> Result<()> {
-        self.log(format!("kill {name}"));
+        let pods = self.start_cell(strategy, specs.iter().map(|s| s.name.clone()).collect());
+        // `--crash-after D`: the workload kills itself with SIGKILL D after its readiness.
         let mut w = self.world.lock().expect("world");
-        let Some(t0) = w.launched_at else {
-            return Err(BenchError::Spawn {
-                pod: name.into(),
-                reason: "nothing launched".into(),
+        for (spec, (_, script)) in specs.iter().zip(w.pods.iter_mut()) {
+            let after = spec.args.iter().position(|a| a == "--crash-after").and_then(|i| {
+                let ms = spec.args.get(i + 1)?.strip_suffix("ms")?;
+                ms.parse().ok().map(Duration::from_millis)
             });
-        };
-        let at = Instant::now() - t0;
-        match w.pods.iter_mut().find(|(n, _)| n == name) {
-            Some((_, s)) => {
-                s.exit = Some((at, 137));
-                Ok(())
+            if let Some(after) = after {
+                script.exit = Some((script.ready_after + after, 137));
             }
-            None => Err(BenchError::Spawn {
-                pod: name.into(),
-                reason: "no such pod".into(),
-            }),
         }
+        Ok(pods)
     }
 
     async fn relaunch_pod(&mut self, name: &str, _shutdown: &Shutdown) -> Result<()> {

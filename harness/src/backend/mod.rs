@@ -105,17 +105,8 @@ pub trait Backend {
         })
     }
 
-    /// Kills one launched pod at once (SIGKILL: the crash of an isolation trial); its
-    /// state shows it at the next [`poll`](Self::poll).
-    async fn kill_pod(&mut self, name: &str) -> Result<()> {
-        Err(crate::error::BenchError::Spawn {
-            pod: name.into(),
-            reason: format!("the {} backend cannot kill a single pod yet", self.name()),
-        })
-    }
-
     /// Starts a pod of the current cell again, with its name, arguments and place under
-    /// the strategy (the same MPS server while it runs): after a fault or a kill, does
+    /// the strategy (the same MPS server while it runs): after a fault or a crash, does
     /// the strategy serve again? [`wait_ready`](Self::wait_ready) then waits for it.
     async fn relaunch_pod(&mut self, name: &str, shutdown: &Shutdown) -> Result<()> {
         let _ = shutdown;

@@ -36,7 +36,7 @@ pub enum Scenario {
     MemoryPressure,
     /// An aggressor's kernel writes through an unmapped address.
     Fault,
-    /// An aggressor is killed with SIGKILL mid-load.
+    /// An aggressor is killed with SIGKILL mid-load (`gpushare-workload --crash-after`).
     Crash,
 }
 
@@ -92,10 +92,9 @@ pub struct TrialPod {
     pub name: String,
     /// Its part.
     pub role: Role,
-    /// Workload arguments added to the run's own.
+    /// Workload arguments added to the run's own (what makes it a victim or an
+    /// aggressor: every backend runs the same pods, differing only by these).
     pub args: Vec<String>,
-    /// The harness kills it with SIGKILL this long after the trial's pods are ready.
-    pub kill_after: Option<Duration>,
 }
 
 /// One trial: a strategy, a scenario (None: the victim alone), its pods.
@@ -300,16 +299,14 @@ fn victim(rate: f64, extra: &[String]) -> TrialPod {
         name: "victim".into(),
         role: Role::Victim,
         args,
-        kill_after: None,
     }
 }
 
-fn aggressor(i: u32, args: Vec<String>, kill_after: Option<Duration>) -> TrialPod {
+fn aggressor(i: u32, args: Vec<String>) -> TrialPod {
     TrialPod {
         name: format!("aggressor-{i}"),
         role: Role::Aggressor,
         args,
-        kill_after,
     }
 }
 
@@ -335,17 +332,17 @@ pub fn trials(s: &IsolationSettings) -> Result<Vec<Trial>> {
             pods: vec![victim(s.victim_rate, &[])],
         });
         for &scenario in &s.scenarios {
-            let one = |victim_extra: Vec<String>, aggressor_args: Vec<String>, kill: Option<Duration>| Trial {
+            let one = |victim_extra: Vec<String>, aggressor_args: Vec<String>| Trial {
                 strategy,
                 scenario: Some(scenario),
                 aggressors: 1,
-                pods: vec![victim(s.victim_rate, &victim_extra), aggressor(1, aggressor_args, kill)],
+                pods: vec![victim(s.victim_rate, &victim_extra), aggressor(1, aggressor_args)],
             };
             match scenario {
                 Scenario::NoisyNeighbour => {
                     for &k in &s.noisy_aggressors {
                         let mut pods = vec![victim(s.victim_rate, &[])];
-                        pods.extend((1..=k).map(|i| aggressor(i, Vec::new(), None)));
+                        pods.extend((1..=k).map(|i| aggressor(i, Vec::new())));
                         out.push(Trial {
                             strategy,
                             scenario: Some(scenario),
@@ -369,15 +366,13 @@ pub fn trials(s: &IsolationSettings) -> Result<Vec<Trial>> {
                             format!("{}:{v}", millis(at + VICTIM_GROWS_AFTER)),
                         ],
                         vec!["--grow-memory".into(), format!("{}:{a}", millis(at))],
-                        None,
                     ));
                 }
                 Scenario::Fault => out.push(one(
                     Vec::new(),
                     vec!["--inject-fault-after".into(), millis(s.event_after)],
-                    None,
                 )),
-                Scenario::Crash => out.push(one(Vec::new(), Vec::new(), Some(s.event_after))),
+                Scenario::Crash => out.push(one(Vec::new(), vec!["--crash-after".into(), millis(s.event_after)])),
             }
         }
     }
@@ -448,7 +443,7 @@ mod tests {
     }
 
     #[test]
-    fn each_scenario_is_made_of_workload_arguments_or_a_kill() {
+    fn each_scenario_is_made_of_workload_arguments() {
         let t = trials(&settings()).expect("trials");
         let find = |s| {
             t.iter()
@@ -463,8 +458,7 @@ mod tests {
         assert_eq!(args(fault, 1), "--inject-fault-after 10000ms");
         assert_eq!(args(fault, 0), "--load poisson:100");
         let crash = find(Scenario::Crash);
-        assert_eq!(crash.pods[1].kill_after, Some(Duration::from_secs(10)));
-        assert!(crash.pods[1].args.is_empty() && crash.pods[0].kill_after.is_none());
+        assert_eq!(args(crash, 1), "--crash-after 10000ms");
         // On the CPU: small sizes.
         let cpu = trials(&IsolationSettings {
             memory_total_bytes: None,

@@ -1,7 +1,7 @@
 //! Runs isolation trials through a backend (I/O): per trial, launch the victim and its
 //! aggressors as planned, wait for them, warm up, then follow the victim's histogram
-//! every second until the observation ends, killing the pods the plan kills on time;
-//! stop the pods and hand the trial's record to `save` before the next trial starts.
+//! every second until the observation ends (what an aggressor does, it does by its
+//! own workload arguments); stop the pods and hand the trial's record to `save` before the next trial starts.
 //! A stop request ends every wait at once; the pods are stopped and every saved record
 //! is kept.
 
@@ -207,11 +207,6 @@ async fn run_one<B: Backend, S: MetricsSource>(
         });
     };
     let mut last = first.clone();
-    let mut kills: Vec<(Duration, String)> = trial
-        .pods
-        .iter()
-        .filter_map(|p| Some((p.kill_after?, p.name.clone())))
-        .collect();
     let recovers = matches!(trial.scenario, Some(Scenario::Fault | Scenario::Crash));
     let mut death: Option<Pod> = None;
     let mut recovery = None;
@@ -220,11 +215,6 @@ async fn run_one<B: Backend, S: MetricsSource>(
     progress.phase("observing the victim");
     while Instant::now() < end {
         shutdown.sleep(POLL.min(end - Instant::now())).await?;
-        let since = Instant::now() - ready_at;
-        for (_, name) in kills.iter().filter(|(at, _)| *at <= since) {
-            backend.kill_pod(name).await?;
-        }
-        kills.retain(|(at, _)| *at > since);
         let pods = backend.poll().await;
         if let Some(gone) = pods
             .iter()

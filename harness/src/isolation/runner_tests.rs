@@ -170,7 +170,7 @@ async fn a_fault_next_door_is_recorded_per_strategy_against_the_victim_alone() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_crash_is_a_kill_on_time_and_the_victim_serves_on() {
+async fn a_crash_is_the_aggressors_own_sigkill_and_the_victim_serves_on() {
     let mut b = FakeBackend::new(|_, n| (0..n).map(|_| PodScript::steady(100.0, 0.004)).collect());
     let metrics = b.metrics();
     let trials = plan(vec![Strategy::TimeSlicing], vec![Scenario::Crash]);
@@ -182,11 +182,9 @@ async fn a_crash_is_a_kill_on_time_and_the_victim_serves_on() {
     assert_eq!(crash.victim_status, CellStatus::Ok);
     assert_eq!(crash.aggressor_outcome, "aggressor-1 exit 137: scripted exit 137");
     assert_eq!((crash.survivors, crash.started), (1, 2));
-    // Followed from the warm-up's end to 10 s after the kill: 17 s at 100/s.
+    // Followed from the warm-up's end to 10 s after the crash: 17 s at 100/s.
     assert_eq!(crash.victim_inferences, Some(1700));
     assert_eq!(crash.slo_attainment, Some(1.0));
-    let log = b.calls.lock().expect("calls").log.clone();
-    assert!(log.contains(&"kill aggressor-1".to_string()), "{log:?}");
 }
 
 #[tokio::test(start_paused = true)]

@@ -330,20 +330,6 @@ impl Backend for LocalBackend {
         self.spawn_cell(strategy, pods, specs, shutdown).await
     }
 
-    async fn kill_pod(&mut self, name: &str) -> Result<()> {
-        let pod = self
-            .pods
-            .iter()
-            .find(|p| p.name == name)
-            .ok_or_else(|| BenchError::Spawn {
-                pod: name.into(),
-                reason: "no such pod in this cell".into(),
-            })?;
-        if let Some(child) = &pod.child {
-            child.kill();
-        }
-        Ok(())
-    }
     async fn relaunch_pod(&mut self, name: &str, _shutdown: &Shutdown) -> Result<()> {
         let gone = |reason: &str| BenchError::Spawn {
             pod: name.into(),
