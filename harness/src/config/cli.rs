@@ -54,6 +54,7 @@ pub enum Command {
     ///                    --event-after (gpushare-workload --inject-fault-after): an
     ///                    ordinary CUDA illegal-address error that needs no GPU reset
     ///   crash            an aggressor is killed with SIGKILL after --event-after
+    ///                    (gpushare-workload --crash-after: it sends it to itself)
     /// Each trial records the victim's p50/p99 over itself alone, its SLO attainment
     /// (--slo, default 1.5 × its p99 alone), which pods survived, and after a fault or
     /// crash how long until a new victim was warm and ready again. Exclusive is the reference (the
@@ -62,7 +63,9 @@ pub enum Command {
     /// Results go to results/<run-id>/isolation.{jsonl,csv} after every trial;
     /// `report` renders the isolation matrix; --resume continues a broken run.
     /// Pods are made as in `sweep` (--backend, --model, --device, --workload-arg, …,
-    /// also from --config). Exit codes as `sweep`: 3 when a victim alone could not be
+    /// also from --config). On Kubernetes (--backend kubernetes --node NODE) a trial is
+    /// two Deployments, the victim's (applied first, bound before the aggressors come)
+    /// and the aggressors'; the kubelet restarts a container that exits. Exit codes as `sweep`: 3 when a victim alone could not be
     /// measured (its trials then have no baseline).
     #[command(verbatim_doc_comment)]
     Isolation(Box<IsolationArgs>),

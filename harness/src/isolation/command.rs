@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::backend::{Backend, Session, local};
+use crate::backend::{Backend, Session, k8s, local};
 use crate::config::cli::IsolationArgs;
 use crate::config::options::SweepOptions;
 use crate::config::plan::{BackendKind, SweepPlan};
@@ -119,14 +119,9 @@ pub async fn run(
             let session = local::session::open(&plan, resume.as_deref())?;
             run_work(session, &mut Trials, progress, shutdown).await?
         }
-        // Refused before the node is touched: the Kubernetes backend cannot yet launch
-        // pods with their own arguments, kill one, or start one again.
         BackendKind::Kubernetes => {
-            return Err(BenchError::flag(
-                "--backend",
-                "kubernetes",
-                "isolation trials run on the local backend only for now: the Kubernetes backend cannot yet launch pods with their own arguments",
-            ));
+            let session = k8s::session::open(&plan, resume.as_deref(), shutdown).await?;
+            run_work(session, &mut Trials, progress, shutdown).await?
         }
     };
     let Finished { store, ran } = finished;

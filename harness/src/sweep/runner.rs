@@ -127,16 +127,29 @@ pub async fn run_work<B: Backend, W: Work<B>>(
 
 /// [`run`] with a given metrics source (tests drive the runner with scripted ones).
 pub async fn run_with_source<B: Backend, S: MetricsSource>(
-    mut session: Session<B>,
+    session: Session<B>,
     source: &S,
     progress: &dyn Progress,
     shutdown: &Shutdown,
 ) -> Result<SweepOutcome> {
+    run_work_with_source(session, &mut Cells, source, progress, shutdown)
+        .await
+        .map(outcome)
+}
+
+/// [`run_work`] with a given metrics source.
+pub async fn run_work_with_source<B: Backend, W: Work<B>, S: MetricsSource>(
+    mut session: Session<B>,
+    work: &mut W,
+    source: &S,
+    progress: &dyn Progress,
+    shutdown: &Shutdown,
+) -> Result<Finished> {
     for n in &session.notes {
         progress.message(n);
     }
-    let result = Work::run(&mut Cells, &mut session, source, progress, shutdown).await;
-    finish(session, result, progress, shutdown).await.map(outcome)
+    let result = work.run(&mut session, source, progress, shutdown).await;
+    finish(session, result, progress, shutdown).await
 }
 
 /// A sweep's outcome from its finished store.

@@ -23,11 +23,13 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, Client};
+use serde_json::Value;
 use tokio::time::Instant;
 
 use super::journal::{self, Journal};
 use super::objects::{self, PluginConfigMap, WorkloadSpec};
-use crate::backend::{Backend, CellSetup, Pod as CellPod, PodState, Prepared};
+use super::trial::{self, TrialCell};
+use crate::backend::{Backend, CellSetup, Pod as CellPod, PodSpec, PodState, Prepared};
 use crate::domain::Strategy;
 use crate::error::{BenchError, Result};
 use crate::shutdown::Shutdown;
@@ -284,6 +286,10 @@ pub struct KubernetesBackend {
     cost_used: bool,
     /// The extended resource the cell's pods request.
     resource: String,
+    /// The isolation trial launched (pods with their own arguments), if any.
+    trial: Option<TrialCell>,
+    /// The workload Deployments the current cell applied.
+    applied: Vec<String>,
 }
 
 impl std::fmt::Debug for KubernetesBackend {
@@ -359,6 +365,8 @@ impl KubernetesBackend {
             cost: SwitchCost::default(),
             cost_used: false,
             resource: String::new(),
+            trial: None,
+            applied: Vec::new(),
         }
     }
 
@@ -852,16 +860,116 @@ impl KubernetesBackend {
         })
     }
 
-    /// Deletes the cell's Deployment and waits (at most 120 s; a forced stop ends the
-    /// wait) until its pods are gone.
-    async fn delete_deployment(&self, shutdown: &Shutdown) -> Result<()> {
-        delete_workload(&self.client, &self.s.workload.namespace, self.s.poll, shutdown).await
+    /// Deletes the cell's Deployments and waits (at most 120 s; a forced stop ends the
+    /// wait) until their pods are gone.
+    async fn delete_deployment(&mut self, shutdown: &Shutdown) -> Result<()> {
+        let names = if self.applied.is_empty() {
+            vec![objects::APP.to_string()]
+        } else {
+            std::mem::take(&mut self.applied)
+        };
+        delete_workload(&self.client, &self.s.workload.namespace, &names, self.s.poll, shutdown).await
     }
 
-    async fn cell_pods(&self) -> Result<Vec<CellPod>> {
+    /// Readies the node for a cell of `pods` pods under `strategy` (MPS: the entry for
+    /// their count) and returns the extended resource they request.
+    async fn begin_cell(&mut self, strategy: Strategy, pods: u32, shutdown: &Shutdown) -> Result<String> {
+        self.cell_launched = Some((strategy, pods));
+        if strategy == Strategy::Mps {
+            self.switch_plugin(strategy, objects::sharing_replicas(pods), shutdown)
+                .await?;
+        } else if self.cost_used {
+            // Prepared once for the strategy: this cell did not switch.
+            self.cost.switch_s = Some(0.0);
+            self.cost.mig_s = None;
+        }
+        self.cost_used = true;
+        self.cost.pods_ready_s = None;
+        let layout = match &self.configured {
+            Some(Target::Mig(l)) => Some(l.clone()),
+            _ => None,
+        };
+        let resource = objects::pod_resource(strategy, Some(self.setup()?.mig_strategy.as_str()), layout.as_deref());
+        self.resource = resource.clone();
+        Ok(resource)
+    }
+
+    /// Applies one workload Deployment by server-side apply, journaled first.
+    async fn apply_deployment(&mut self, name: &str, object: Value, what: &str) -> Result<()> {
+        let j = self.journal().await?;
+        let sweep = name == objects::APP;
+        let known = if sweep {
+            j.deployment
+        } else {
+            j.deployments.contains(name)
+        };
+        if !known || j.restored {
+            if sweep {
+                j.deployment = true;
+            } else {
+                j.deployments.insert(name.to_string());
+            }
+            j.restored = false;
+            self.save_journal()?;
+        }
+        if !self.applied.iter().any(|n| n == name) {
+            self.applied.push(name.to_string());
+        }
+        let deps: Api<Deployment> = Api::namespaced(self.client.clone(), &self.s.workload.namespace);
+        deps.patch(
+            name,
+            &PatchParams::apply(objects::FIELD_MANAGER).force(),
+            &Patch::Apply(object),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| kube_error(&format!("applying the workload Deployment {name} ({what})"), e))
+    }
+
+    /// The trial's pods in the namespace, not terminating.
+    async fn trial_pods(&self) -> Result<Vec<Pod>> {
+        let selector = format!("{}={},{}", objects::APP_LABEL, objects::APP, objects::ROLE_LABEL);
+        let mut list = self
+            .pods()
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| kube_error("listing the trial's pods", e))?
+            .items;
+        list.retain(|p| p.metadata.deletion_timestamp.is_none());
+        Ok(list)
+    }
+
+    /// Waits until the victim's pod is bound to the node, or cannot be (unschedulable,
+    /// rejected), at most `limit`: the scheduler takes pods of equal priority in the
+    /// order they entered its queue, which is not the order the ReplicaSets create them
+    /// (UPSTREAM-RULES.md I1), so the aggressors are applied only after this.
+    async fn wait_victim_bound(&self, limit: Duration, shutdown: &Shutdown) -> Result<()> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let pods = shutdown.guard(self.trial_pods()).await?;
+            let decided = pods.iter().any(|p| {
+                let bound = p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
+                bound || matches!(pod_state(p), PodState::Pending(_) | PodState::Exited { .. })
+            });
+            if decided || Instant::now() > deadline {
+                return Ok(());
+            }
+            shutdown.sleep(self.s.poll).await?;
+        }
+    }
+
+    async fn cell_pods(&mut self) -> Result<Vec<CellPod>> {
         let Some((strategy, pods)) = self.cell else {
             return Ok(Vec::new());
         };
+        if self.trial.is_some() {
+            let list = self.trial_pods().await?;
+            let Some(t) = self.trial.as_mut() else {
+                return Ok(Vec::new());
+            };
+            t.name_pods(&list);
+            return Ok(t.cell_pods(&list));
+        }
         let selector = format!("{}={}-{pods}", objects::CELL_LABEL, strategy.name());
         let mut list = self
             .pods()
@@ -914,14 +1022,22 @@ impl KubernetesBackend {
     }
 }
 
-/// Deletes the workload Deployment in `ns` and waits (at most 120 s; a forced stop ends
-/// the wait) until its pods are gone.
-pub async fn delete_workload(client: &Client, ns: &str, poll: Duration, shutdown: &Shutdown) -> Result<()> {
+/// Deletes the named workload Deployments in `ns` and waits (at most 120 s; a forced
+/// stop ends the wait) until every workload pod is gone.
+pub async fn delete_workload(
+    client: &Client,
+    ns: &str,
+    names: &[String],
+    poll: Duration,
+    shutdown: &Shutdown,
+) -> Result<()> {
     let deps: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    match deps.delete(objects::APP, &DeleteParams::foreground()).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 404 => {}
-        Err(e) => return Err(kube_error("deleting the workload Deployment", e)),
+    for name in names {
+        match deps.delete(name, &DeleteParams::foreground()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(kube_error(&format!("deleting the workload Deployment {name}"), e)),
+        }
     }
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -1026,45 +1142,56 @@ impl Backend for KubernetesBackend {
     }
 
     async fn launch(&mut self, strategy: Strategy, pods: u32, shutdown: &Shutdown) -> Result<Vec<CellPod>> {
-        self.cell_launched = Some((strategy, pods));
-        if strategy == Strategy::Mps {
-            self.switch_plugin(strategy, objects::sharing_replicas(pods), shutdown)
-                .await?;
-        } else if self.cost_used {
-            // Prepared once for the strategy: this cell did not switch.
-            self.cost.switch_s = Some(0.0);
-            self.cost.mig_s = None;
-        }
-        self.cost_used = true;
-        self.cost.pods_ready_s = None;
-        let layout = match &self.configured {
-            Some(Target::Mig(l)) => Some(l.clone()),
-            _ => None,
-        };
-        let resource = objects::pod_resource(strategy, Some(self.setup()?.mig_strategy.as_str()), layout.as_deref());
-        self.resource = resource.clone();
-        let j = self.journal().await?;
-        if !j.deployment || j.restored {
-            j.deployment = true;
-            j.restored = false;
-            self.save_journal()?;
-        }
-        let deps: Api<Deployment> = Api::namespaced(self.client.clone(), &self.s.workload.namespace);
-        deps.patch(
-            objects::APP,
-            &PatchParams::apply(objects::FIELD_MANAGER).force(),
-            &Patch::Apply(objects::deployment(&self.s.workload, strategy, pods, &resource)),
-        )
-        .await
-        .map_err(|e| {
-            kube_error(
-                &format!("applying the workload Deployment ({} × {pods})", strategy.name()),
-                e,
-            )
-        })?;
+        let resource = self.begin_cell(strategy, pods, shutdown).await?;
+        self.trial = None;
+        let object = objects::deployment(&self.s.workload, strategy, pods, &resource);
+        self.apply_deployment(objects::APP, object, &format!("{} × {pods}", strategy.name()))
+            .await?;
         self.cell = Some((strategy, pods));
         self.launched_at = Some(Instant::now());
         self.cell_pods().await
+    }
+
+    /// The victim as one Deployment, then (once it is bound) the aggressors as another.
+    async fn launch_pods(
+        &mut self,
+        strategy: Strategy,
+        specs: &[PodSpec],
+        shutdown: &Shutdown,
+    ) -> Result<Vec<CellPod>> {
+        let parts = trial::deployments(specs)?;
+        let pods = specs.len() as u32;
+        let resource = self.begin_cell(strategy, pods, shutdown).await?;
+        self.trial = Some(TrialCell::new(specs));
+        self.cell = Some((strategy, pods));
+        self.launched_at = Some(Instant::now());
+        for (i, (role, replicas, args)) in parts.iter().enumerate() {
+            if i > 0 {
+                self.wait_victim_bound(Duration::from_secs(120), shutdown).await?;
+            }
+            let object = objects::role_deployment(&self.s.workload, strategy, &resource, role, *replicas, pods, args);
+            let what = format!("{} × {replicas} in a trial of {pods} under {}", role, strategy.name());
+            self.apply_deployment(&objects::role_deployment_name(role), object, &what)
+                .await?;
+        }
+        self.cell_pods().await
+    }
+
+    /// Nothing to start: the kubelet restarts an exited container in its pod, and a
+    /// ReplicaSet replaces a pod that failed (UPSTREAM-RULES.md I2). From now on
+    /// the pod counts as running only once a container of it is ready again.
+    async fn relaunch_pod(&mut self, name: &str, shutdown: &Shutdown) -> Result<()> {
+        let _ = shutdown;
+        match self.trial.as_mut() {
+            Some(t) if t.specs.iter().any(|s| s.name == name) => {
+                t.relaunched.insert(name.to_string());
+                Ok(())
+            }
+            _ => Err(BenchError::Spawn {
+                pod: name.into(),
+                reason: "it is not a pod of the running isolation trial".into(),
+            }),
+        }
     }
 
     async fn wait_ready(&mut self, timeout: Duration, shutdown: &Shutdown) -> Result<Vec<CellPod>> {
@@ -1121,6 +1248,7 @@ impl Backend for KubernetesBackend {
     async fn stop_pods(&mut self, shutdown: &Shutdown) -> Result<Vec<CellPod>> {
         let before = self.cell_pods().await.unwrap_or_default();
         self.cell = None;
+        self.trial = None;
         self.delete_deployment(shutdown).await?;
         Ok(before)
     }
@@ -1173,8 +1301,8 @@ pub async fn restore_from_journal(
     if !j.has_changes() {
         return finish(report, problems, &j.node);
     }
-    if j.deployment
-        && let Err(e) = delete_workload(client, &ns, s.poll, shutdown).await
+    if !j.workload_deployments().is_empty()
+        && let Err(e) = delete_workload(client, &ns, &j.workload_deployments(), s.poll, shutdown).await
     {
         problems.push(e.to_string());
     }

@@ -5,7 +5,7 @@
 //! undoes exactly what the harness changed: a label or key someone else changed since is
 //! left alone and reported.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -38,6 +38,10 @@ pub struct Journal {
     /// Whether the harness applied its workload Deployment (restore deletes it).
     #[serde(default)]
     pub deployment: bool,
+    /// Other workload Deployments the harness applied (an isolation trial's victim and
+    /// aggressors, by name): restore deletes each.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub deployments: BTreeSet<String>,
     /// Whether everything above has been undone.
     pub restored: bool,
 }
@@ -53,13 +57,24 @@ impl Journal {
             labels_set: BTreeMap::new(),
             keys_added: BTreeMap::new(),
             deployment: false,
+            deployments: BTreeSet::new(),
             restored: false,
         }
     }
 
     /// Whether the harness changed anything that is not yet undone.
     pub fn has_changes(&self) -> bool {
-        !self.restored && (self.deployment || !self.labels_set.is_empty() || !self.keys_added.is_empty())
+        !self.restored
+            && (self.deployment
+                || !self.deployments.is_empty()
+                || !self.labels_set.is_empty()
+                || !self.keys_added.is_empty())
+    }
+
+    /// Every workload Deployment the harness applied, by name (restore deletes each).
+    pub fn workload_deployments(&self) -> Vec<String> {
+        let sweep = self.deployment.then(|| super::objects::APP.to_string());
+        sweep.into_iter().chain(self.deployments.iter().cloned()).collect()
     }
 }
 

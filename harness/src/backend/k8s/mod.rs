@@ -11,3 +11,4 @@ pub mod session;
 pub mod sim;
 #[cfg(test)]
 mod sim_tests;
+pub mod trial;

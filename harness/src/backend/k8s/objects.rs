@@ -269,26 +269,95 @@ pub fn namespace(ns: &str) -> Value {
 
 /// The workload Deployment of one cell.
 pub fn deployment(spec: &WorkloadSpec, strategy: Strategy, pods: u32, resource: &str) -> Value {
+    workload_deployment(
+        spec,
+        strategy,
+        resource,
+        &Shape {
+            name: APP,
+            role: None,
+            replicas: pods,
+            pods,
+            extra_args: &[],
+        },
+    )
+}
+
+/// Label naming a pod's part in an isolation trial (`victim` or `aggressor`).
+pub const ROLE_LABEL: &str = "gpushare.dev/role";
+
+/// The Deployment of one part of an isolation trial: `role` (`victim` or `aggressor`),
+/// named `gpushare-workload-<role>`, with `replicas` pods that add `extra_args` to the
+/// run's workload arguments; `pods` is the trial's whole count (its cell label).
+pub fn role_deployment(
+    spec: &WorkloadSpec,
+    strategy: Strategy,
+    resource: &str,
+    role: &str,
+    replicas: u32,
+    pods: u32,
+    extra_args: &[String],
+) -> Value {
+    let name = role_deployment_name(role);
+    workload_deployment(
+        spec,
+        strategy,
+        resource,
+        &Shape {
+            name: &name,
+            role: Some(role),
+            replicas,
+            pods,
+            extra_args,
+        },
+    )
+}
+
+/// The name of an isolation role's Deployment.
+pub fn role_deployment_name(role: &str) -> String {
+    format!("{APP}-{role}")
+}
+
+/// The roles of an isolation trial's pods, in the order their Deployments are applied.
+pub const ROLES: [&str; 2] = ["victim", "aggressor"];
+
+/// What distinguishes one workload Deployment from another.
+struct Shape<'a> {
+    name: &'a str,
+    role: Option<&'a str>,
+    replicas: u32,
+    pods: u32,
+    extra_args: &'a [String],
+}
+
+fn workload_deployment(spec: &WorkloadSpec, strategy: Strategy, resource: &str, shape: &Shape<'_>) -> Value {
     let mut args = spec.args.clone();
+    args.extend(shape.extra_args.iter().cloned());
     args.extend(["--listen".into(), format!("0.0.0.0:{METRICS_PORT}")]);
-    json!({
+    let mut selector = json!({ APP_LABEL: APP });
+    let mut labels = json!({
+        APP_LABEL: APP,
+        CELL_LABEL: format!("{}-{}", strategy.name(), shape.pods),
+        "gpushare.dev/strategy": strategy.name()
+    });
+    if let Some(role) = shape.role {
+        selector[ROLE_LABEL] = json!(role);
+        labels[ROLE_LABEL] = json!(role);
+    }
+    let mut d = json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {
-            "name": APP,
+            "name": shape.name,
             "namespace": spec.namespace,
             "labels": { APP_LABEL: APP, "app.kubernetes.io/part-of": "gpushare-bench" }
         },
         "spec": {
-            "replicas": pods,
-            "selector": { "matchLabels": { APP_LABEL: APP } },
+            "replicas": shape.replicas,
+            "selector": { "matchLabels": selector },
             "template": {
                 "metadata": {
-                    "labels": {
-                        APP_LABEL: APP,
-                        CELL_LABEL: format!("{}-{pods}", strategy.name()),
-                        "gpushare.dev/strategy": strategy.name()
-                    }
+                    "labels": labels
                 },
                 "spec": {
                     // Pinned by the node object's name: `kubernetes.io/hostname` can differ from it.
@@ -320,7 +389,13 @@ pub fn deployment(spec: &WorkloadSpec, strategy: Strategy, pods: u32, resource: 
                 }
             }
         }
-    })
+    });
+    if shape.role.is_some() {
+        // The pause container is then PID 1, so a workload's `--crash-after` SIGKILL to
+        // itself is not dropped as a signal to its namespace's init.
+        d["spec"]["template"]["spec"]["shareProcessNamespace"] = json!(true);
+    }
+    d
 }
 
 /// A Service in front of the pods (for people and ServiceMonitors; the harness reads pods).
@@ -352,7 +427,7 @@ pub fn pod_monitor(ns: &str) -> Value {
 
 /// Least-privilege RBAC for the harness (its ServiceAccount `gpushare-bench`; bind the
 /// same roles to a user to run it from outside): get and label nodes, read the
-/// ClusterPolicy; in the workload namespace manage its one Deployment and read pods; in
+/// ClusterPolicy; in the workload namespace manage its Deployments (the sweep's, and an isolation trial's victim and aggressors) and read pods; in
 /// the GPU operator's namespace edit the one device-plugin ConfigMap and list the
 /// operand pods; in the monitoring namespace port-forward to Prometheus. Verbs follow the
 /// API server's rules (UPSTREAM-RULES.md A1, A2, A4, H5, H6): a server-side apply that
@@ -395,7 +470,7 @@ pub fn rbac(ns: &str, cm: &PluginConfigMap, monitoring_ns: &str) -> Vec<Value> {
             "gpushare-bench-workload",
             ns,
             json!([
-                { "apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": [APP], "verbs": ["get", "create", "patch", "delete"] },
+                { "apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": [APP, role_deployment_name(ROLES[0]), role_deployment_name(ROLES[1])], "verbs": ["get", "create", "patch", "delete"] },
                 { "apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"] },
                 // `doctor --kubernetes`: is kube-prometheus's Role there?
                 { "apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"], "resourceNames": ["prometheus-k8s"], "verbs": ["get"] }

@@ -210,10 +210,14 @@ pub async fn open(plan: &SweepPlan, resume: Option<&str>, shutdown: &Shutdown) -
     let recorded = store.run().plan.clone();
     let mut notes = Vec::new();
     if resume.is_some() {
+        let (done, unit) = if store.run().isolation.is_some() {
+            (store.isolation().len(), "trials")
+        } else {
+            (store.cell_count(), "cells")
+        };
         notes.push(format!(
-            "resuming {} ({} cells on disk); its recorded plan is used",
-            store.dir().display(),
-            store.cell_count()
+            "resuming {} ({done} {unit} on disk); its recorded plan is used",
+            store.dir().display()
         ));
     }
     // The pods' arguments come from the recorded plan (it wins when resuming).

@@ -193,6 +193,7 @@ fn state(sim: &SimCluster) -> (BTreeMap<String, String>, Option<BTreeMap<String,
 async fn start(spec: ClusterSpec) -> SimCluster {
     let mut spec = spec;
     spec.timings.operator_reconcile = 1e9;
+    spec.workload_time_scale = SPEED;
     let sim = SimCluster::start(spec, &manifest_rbac(), SPEED)
         .await
         .expect("simulator");
@@ -751,4 +752,166 @@ async fn repeats_switch_the_node_in_each_rotated_order_and_leave_it_as_it_began(
         "node or ConfigMap not as they began\n{}",
         sim.log()
     );
+}
+
+/// An isolation run's plan on the node: every scenario under exclusive, time-slicing and
+/// MPS, in wall-clock times (the simulator scales the pods' own flags to its clock).
+fn isolation_plan(dir: &Path) -> SweepPlan {
+    use crate::isolation::plan::{IsolationPlan, Scenario};
+    let iso = IsolationPlan {
+        scenarios: Scenario::ALL.to_vec(),
+        victim_rate: 50.0,
+        aggressors: vec![1, 3],
+        event_after_s: 0.3,
+        observe_s: 0.4,
+        slo_s: None,
+    };
+    let mut p = plan(dir, "exclusive,time-slicing,mps", "1");
+    p.pods = iso.pod_counts();
+    p.isolation = Some(iso);
+    p
+}
+
+async fn isolation(sim: &SimCluster, plan: &SweepPlan) -> Result<Vec<crate::isolation::record::IsolationRecord>> {
+    let shutdown = Shutdown::new();
+    let s = session(sim, plan, false).await?;
+    let trials = &mut crate::isolation::command::Trials;
+    let finished =
+        crate::sweep::runner::run_work_with_source(s, trials, &SteadyMetrics::default(), &Quiet, &shutdown).await?;
+    Ok(finished.store.isolation().to_vec())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn isolation_trials_run_as_two_deployments_and_kubernetes_restarts_the_victim() {
+    let sim = start(ClusterSpec::h100("gpu-1")).await;
+    let before = state(&sim);
+    let dir = tempfile::tempdir().expect("tmp");
+    let plan = isolation_plan(dir.path());
+    let records = isolation(&sim, &plan)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
+    assert_eq!(records.len(), 18, "{records:#?}");
+    let find = |s: Strategy, scenario: &str, k: u32| {
+        records
+            .iter()
+            .find(|r| r.strategy == s && r.scenario == scenario && r.aggressors == k)
+            .unwrap_or_else(|| panic!("{s} {scenario} × {k}: {records:#?}"))
+    };
+    for s in [Strategy::Exclusive, Strategy::TimeSlicing, Strategy::Mps] {
+        let alone = find(s, "alone", 0);
+        assert_eq!(
+            alone.victim_status,
+            crate::domain::CellStatus::Ok,
+            "{alone:?}\n{}",
+            sim.log()
+        );
+        // The crash is the aggressor's own SIGKILL (shareProcessNamespace lets it
+        // land); the kubelet restarts it in its pod; the victim serves on.
+        if s != Strategy::Exclusive {
+            let crash = find(s, "crash", 1);
+            assert_eq!(crash.victim_status, crate::domain::CellStatus::Ok, "{crash:?}");
+            assert!(
+                crash.aggressor_outcome.contains("exit 137"),
+                "{}\n{}",
+                crash.aggressor_outcome,
+                sim.log()
+            );
+        }
+    }
+    // Exclusive: the victim was bound first and holds the GPU; the aggressors wait.
+    let ex = find(Strategy::Exclusive, "noisy-neighbour", 3);
+    assert_eq!((ex.survivors, ex.started), (1, 1), "{ex:?}");
+    assert!(ex.aggressor_outcome.contains("pending"), "{ex:?}");
+    // Time-slicing: a fault ends the faulting container only.
+    let ts = find(Strategy::TimeSlicing, "fault", 1);
+    assert_eq!(ts.victim_status, crate::domain::CellStatus::Ok, "{ts:?}");
+    assert!(ts.aggressor_outcome.contains("exit 5"), "{ts:?}");
+    assert!(ts.recovery.starts_with("not needed"), "{ts:?}");
+    // MPS: one server for the node, one fault domain: the victim exits with the
+    // aggressor, and the kubelet's restart serves again.
+    let mps = find(Strategy::Mps, "fault", 1);
+    assert_eq!(mps.victim_exit_code, Some(5), "{mps:?}\n{}", sim.log());
+    assert!(mps.recovery_s.is_some_and(|s| s > 0.0), "{mps:?}");
+    assert!(
+        mps.note.contains("2 MPS replicas") || mps.note.contains("gpushare-mps-2"),
+        "{mps:?}"
+    );
+    // Every pod ran under its trial's own configuration.
+    sim.with(|w| {
+        for (pod, f) in &w.pod_facts {
+            let (strategy, n) = f.cell.rsplit_once('-').expect("cell label");
+            let n: u32 = n.parse().expect("pods");
+            match strategy {
+                "mps" => assert_eq!(f.mps_enforced, Some(objects::sharing_replicas(n)), "{pod}"),
+                "time-slicing" => assert_eq!(f.plugin_replicas, Some(4), "{pod}"),
+                _ => assert_eq!(f.plugin_replicas, Some(1), "{pod}"),
+            }
+        }
+        let left: Vec<String> = w
+            .objects
+            .keys()
+            .filter(|k| k.namespace == "gpushare-bench" && matches!(k.resource.as_str(), "deployments" | "pods"))
+            .map(|k| k.name.clone())
+            .collect();
+        assert!(left.is_empty(), "left behind: {left:?}");
+    });
+    let j = journal::read(&journal::path_in(&dir.path().join("sim")))
+        .expect("journal")
+        .expect("journal");
+    assert!(j.restored && j.deployments.len() == 2, "{j:?}");
+    assert_eq!(
+        state(&sim),
+        before,
+        "node or ConfigMap not as they began\n{}",
+        sim.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_without_a_shared_process_namespace_is_the_workloads_exit_1() {
+    // The kernel drops a SIGKILL that PID 1 sends itself: without the pause container
+    // as init, `--crash-after` cannot crash the workload, which says so with exit 1.
+    let sim = start(ClusterSpec::h100("gpu-1")).await;
+    let ns = "gpushare-bench";
+    let spec = WorkloadSpec {
+        namespace: ns.into(),
+        image: "img".into(),
+        node: "gpu-1".into(),
+        args: Vec::new(),
+        tolerations: vec![objects::DEFAULT_TOLERATION.into()],
+        pull_secrets: Vec::new(),
+    };
+    let args = ["--crash-after".to_string(), "50ms".to_string()];
+    let mut codes = Vec::new();
+    for shared in [true, false] {
+        let mut d = objects::role_deployment(&spec, Strategy::Exclusive, "nvidia.com/gpu", "aggressor", 1, 1, &args);
+        assert_eq!(d["spec"]["template"]["spec"]["shareProcessNamespace"], true);
+        d["spec"]["template"]["spec"]["shareProcessNamespace"] = serde_json::json!(shared);
+        let key = super::sim::world::Key::new("deployments", ns, "gpushare-workload-aggressor");
+        let code = sim.with(|w| {
+            w.objects.insert(
+                key.clone(),
+                super::sim::world::Object {
+                    value: d,
+                    managed: Default::default(),
+                },
+            );
+            w.controllers();
+            w.settle(60.0);
+            let code = w
+                .objects
+                .iter()
+                .filter(|(k, _)| k.resource == "pods" && k.namespace == ns)
+                .find_map(|(_, o)| {
+                    let cs = &o.value["status"]["containerStatuses"][0];
+                    cs["lastState"]["terminated"]["exitCode"].as_i64()
+                });
+            w.objects.remove(&key);
+            w.controllers();
+            w.settle(30.0);
+            code
+        });
+        codes.push((shared, code));
+    }
+    assert_eq!(codes, [(true, Some(137)), (false, Some(1))], "{}", sim.log());
 }

@@ -111,6 +111,10 @@ pub struct ClusterSpec {
     pub timings: Timings,
     /// Kubernetes minor version (1.35 asks `create` on pods/portforward too).
     pub minor_version: u32,
+    /// Virtual seconds per second of a workload's own flags (`--inject-fault-after`,
+    /// `--crash-after`): the harness's wall-clock times and the pods' flags agree when
+    /// this is the simulator's speed.
+    pub workload_time_scale: f64,
 }
 
 impl ClusterSpec {
@@ -132,6 +136,7 @@ impl ClusterSpec {
             with_reboot: false,
             timings: Timings::default(),
             minor_version: 34,
+            workload_time_scale: 1.0,
         }
     }
 }
@@ -262,10 +267,24 @@ enum Event {
     MigLabel(String),
     /// The next step of the MIG manager's run.
     MigStep(u64),
-    /// A workload pod finishes starting.
-    PodReady(String),
+    /// A workload pod's container (its start number) finishes starting.
+    PodReady(String, u32),
+    /// A workload container (its start number) does what its arguments say, at the time
+    /// they say: fault (`--inject-fault-after`) or SIGKILL itself (`--crash-after`).
+    Workload(String, u32, WorkloadAct),
+    /// The kubelet starts an exited workload container again (its next start number).
+    Restart(String, u32),
     /// A workload pod finishes terminating.
     PodGone(String),
+}
+
+/// What a workload container does on its own, from its arguments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum WorkloadAct {
+    /// `--inject-fault-after`: a kernel writes through an unmapped address.
+    Fault,
+    /// `--crash-after`: SIGKILL to itself.
+    Crash,
 }
 
 /// Where the MIG manager's run is.
@@ -771,7 +790,9 @@ impl World {
             }
             Event::MigLabel(v) => self.mig_start(v),
             Event::MigStep(id) => self.mig_step(id),
-            Event::PodReady(name) => self.pod_ready(&name),
+            Event::PodReady(name, start) => self.pod_ready(&name, start),
+            Event::Workload(name, start, act) => self.workload_act(&name, start, act),
+            Event::Restart(name, start) => self.restart_container(&name, start),
             Event::PodGone(name) => {
                 let ns = self.workload_namespace_of(&name);
                 if let Some(ns) = ns {
@@ -1559,20 +1580,162 @@ impl World {
             };
             self.pod_facts.insert(key.name.clone(), facts);
             let d = self.spec.timings.pod_ready;
-            self.at(d, Event::PodReady(key.name.clone()));
+            self.at(d, Event::PodReady(key.name.clone(), 0));
         }
     }
 
-    fn pod_ready(&mut self, name: &str) {
-        let Some(ns) = self.workload_namespace_of(name) else {
+    fn workload_pod(&mut self, name: &str) -> Option<&mut Value> {
+        let ns = self.workload_namespace_of(name)?;
+        self.objects.get_mut(&Key::new("pods", &ns, name)).map(|o| &mut o.value)
+    }
+
+    /// The container's start number (its restart count) and whether it runs now.
+    fn container(&self, name: &str) -> Option<(u32, bool)> {
+        let ns = self.workload_namespace_of(name)?;
+        let cs = &self.objects.get(&Key::new("pods", &ns, name))?.value["status"]["containerStatuses"][0];
+        let start = cs["restartCount"].as_u64().unwrap_or(0) as u32;
+        Some((start, !cs["state"]["running"].is_null()))
+    }
+
+    fn pod_ready(&mut self, name: &str, start: u32) {
+        if self.container(name) != Some((start, true)) {
+            return;
+        }
+        let args = match self.workload_pod(name) {
+            Some(o) if o["status"]["phase"] == json!("Running") => {
+                o["status"]["conditions"][1]["status"] = json!("True");
+                o["status"]["containerStatuses"][0]["ready"] = json!(true);
+                o["spec"]["containers"][0]["args"].clone()
+            }
+            _ => return,
+        };
+        // The workload counts its events from readiness, in each container anew.
+        for (flag, act) in [
+            ("--inject-fault-after", WorkloadAct::Fault),
+            ("--crash-after", WorkloadAct::Crash),
+        ] {
+            if let Some(after) = arg_duration(&args, flag) {
+                let after = after * self.spec.workload_time_scale;
+                self.at(after, Event::Workload(name.to_string(), start, act));
+            }
+        }
+    }
+
+    /// A workload container faults or kills itself.
+    ///
+    /// - A fault under MPS reaches every client of the GPU's MPS server, which share one
+    ///   server per node (k8s-device-plugin v0.20.0 `cmd/mps-control-daemon/mps/manager.go`,
+    ///   read): each exits with the workload's code 5 (NVIDIA's MPS documentation, "Error
+    ///   containment": a fatal exception is reported to all clients of the server; not
+    ///   source). Elsewhere only the faulting container exits. The GPU stays healthy: the
+    ///   device plugin ignores the illegal-address Xids (`internal/rm/health.go`, read).
+    /// - `--crash-after` SIGKILLs the process: exit 137, unless the process is its PID
+    ///   namespace's init (no `shareProcessNamespace`), where the kernel drops the signal
+    ///   and the workload exits 1 instead (Linux `kernel/signal.c` `sig_task_ignored`
+    ///   with `SIGNAL_UNKILLABLE`; the workload's own `--crash-after` says so).
+    fn workload_act(&mut self, name: &str, start: u32, act: WorkloadAct) {
+        if self.container(name) != Some((start, true)) {
+            return;
+        }
+        match act {
+            WorkloadAct::Crash => {
+                let shared = self
+                    .workload_pod(name)
+                    .is_some_and(|o| o["spec"]["shareProcessNamespace"] == json!(true));
+                if shared {
+                    self.container_exit(name, 137, "killed by SIGKILL (--crash-after)");
+                } else {
+                    self.container_exit(
+                        name,
+                        1,
+                        "--crash-after: SIGKILL was ignored: this process is its PID namespace's init",
+                    );
+                }
+            }
+            WorkloadAct::Fault => {
+                let facts = self.pod_facts.get(name).cloned().unwrap_or_default();
+                let mut hit = vec![name.to_string()];
+                if facts.mps_enforced.is_some() {
+                    let clients: Vec<String> = self
+                        .allocations
+                        .iter()
+                        .filter(|(n, (_, g))| {
+                            n.as_str() != name
+                                && Some(*g) == facts.gpu
+                                && self.pod_facts.get(*n).is_some_and(|f| f.mps_enforced.is_some())
+                        })
+                        .map(|(n, _)| n.clone())
+                        .collect();
+                    hit.extend(
+                        clients
+                            .into_iter()
+                            .filter(|n| self.container(n).is_some_and(|(_, r)| r)),
+                    );
+                    self.note(format!(
+                        "MPS: a fatal fault in {name} ends every client of the server: {}",
+                        hit.join(", ")
+                    ));
+                }
+                for n in hit {
+                    self.container_exit(&n, 5, "a GPU fault lost the CUDA context");
+                }
+            }
+        }
+    }
+
+    /// A workload container exits: the pod is not ready, its container terminated, and
+    /// the kubelet starts it again (`restartPolicy: Always`): at once after its first
+    /// exit, then after 10 s doubling to 300 s from the exit (kubernetes
+    /// `pkg/kubelet/kuberuntime/kuberuntime_manager.go` `doBackOff`, UPSTREAM-RULES.md I2).
+    fn container_exit(&mut self, name: &str, code: i32, message: &str) {
+        let ts = self.timestamp();
+        let Some((start, true)) = self.container(name) else {
             return;
         };
-        if let Some(o) = self.objects.get_mut(&Key::new("pods", &ns, name))
-            && o.value["status"]["phase"] == json!("Running")
-        {
-            o.value["status"]["conditions"][1]["status"] = json!("True");
-            o.value["status"]["containerStatuses"][0]["ready"] = json!(true);
+        if let Some(o) = self.workload_pod(name) {
+            o["status"]["conditions"][1]["status"] = json!("False");
+            let cs = &mut o["status"]["containerStatuses"][0];
+            cs["ready"] = json!(false);
+            cs["state"] =
+                json!({"terminated": {"exitCode": code, "reason": "Error", "message": message, "finishedAt": ts}});
         }
+        self.note(format!(
+            "workload pod {name}: container exited with code {code} ({message})"
+        ));
+        // No back-off entry before the first exit: the first restart is immediate.
+        let delay = if start == 0 {
+            0.0
+        } else {
+            let (first, max) = self.spec.timings.backoff;
+            (first * 2f64.powi(start as i32 - 1)).min(max)
+        };
+        if delay > 0.0
+            && let Some(o) = self.workload_pod(name)
+        {
+            let cs = &mut o["status"]["containerStatuses"][0];
+            cs["lastState"] = cs["state"].clone();
+            cs["state"] = json!({"waiting": {"reason": "CrashLoopBackOff", "message": format!("back-off {delay}s restarting failed container=workload")}});
+        }
+        self.at(delay, Event::Restart(name.to_string(), start + 1));
+    }
+
+    fn restart_container(&mut self, name: &str, start: u32) {
+        let ts = self.timestamp();
+        let Some(o) = self.workload_pod(name) else { return };
+        if !o["metadata"]["deletionTimestamp"].is_null() || o["status"]["phase"] != json!("Running") {
+            return;
+        }
+        let cs = &mut o["status"]["containerStatuses"][0];
+        if cs["restartCount"].as_u64() != Some(u64::from(start - 1)) {
+            return;
+        }
+        if !cs["state"]["terminated"].is_null() {
+            cs["lastState"] = cs["state"].clone();
+        }
+        cs["state"] = json!({"running": {"startedAt": ts}});
+        cs["restartCount"] = json!(start);
+        let d = self.spec.timings.pod_ready;
+        self.at(d, Event::PodReady(name.to_string(), start));
     }
 
     /// Workload pods holding a device now.
@@ -1591,6 +1754,17 @@ fn is_gfd_label(k: &str) -> bool {
             k,
             "nvidia.com/mig.capable" | "nvidia.com/mps.capable" | "nvidia.com/mig.strategy"
         )
+}
+
+/// A workload flag's duration from a container's arguments (`15000ms`, `5s`).
+fn arg_duration(args: &Value, flag: &str) -> Option<Secs> {
+    let args = args.as_array()?;
+    let i = args.iter().position(|a| a == flag)?;
+    let v = args.get(i + 1)?.as_str()?;
+    match v.strip_suffix("ms") {
+        Some(ms) => ms.parse::<f64>().ok().map(|m| m / 1000.0),
+        None => v.strip_suffix('s')?.parse().ok(),
+    }
 }
 
 fn fnv(s: &str) -> u32 {

@@ -1,0 +1,320 @@
+//! An isolation trial's pods on Kubernetes (pure): the victim runs as its own
+//! Deployment, the aggressors (whose arguments are the same) as another, and each
+//! Kubernetes pod is given the trial's name for it (`victim`, `aggressor-1`, …) the first
+//! time it is seen, so a name keeps meaning the same pod while the trial lasts.
+//!
+//! A container that exits (a fault, a crash, out of memory) is restarted in its pod by
+//! the kubelet (`restartPolicy: Always`, UPSTREAM-RULES.md I2), so the pod keeps its
+//! name; its state shows the exit until the runner asks for the pod again, and from
+//! then on it is running once a new container is ready.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::Pod;
+
+use super::backend::pod_state;
+use super::objects::{self, METRICS_PORT};
+use crate::backend::{Pod as CellPod, PodSpec, PodState};
+use crate::error::{BenchError, Result};
+
+/// The trial launched on the node.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TrialCell {
+    /// Its pods' specs, the victim first.
+    pub specs: Vec<PodSpec>,
+    /// Kubernetes pod name → the trial's name for it (given when first seen).
+    pub names: BTreeMap<String, String>,
+    /// Trial names started again after an exit: running once a container is ready.
+    pub relaunched: BTreeSet<String>,
+}
+
+/// The Deployments a trial is made of (pure): (role, replicas, extra arguments), the
+/// victim's first. The aggressors share one Deployment, so their arguments must agree.
+pub fn deployments(specs: &[PodSpec]) -> Result<Vec<(&'static str, u32, Vec<String>)>> {
+    let Some((victim, aggressors)) = specs.split_first() else {
+        return Err(BenchError::kube("internal: an isolation trial without pods"));
+    };
+    let mut out = vec![(objects::ROLES[0], 1, victim.args.clone())];
+    if let Some(first) = aggressors.first() {
+        if let Some(other) = aggressors.iter().find(|a| a.args != first.args) {
+            return Err(BenchError::Spawn {
+                pod: other.name.clone(),
+                reason: format!(
+                    "the Kubernetes backend runs a trial's aggressors as one Deployment, so their arguments must be the same ({} has {:?}, {} has {:?})",
+                    first.name, first.args, other.name, other.args
+                ),
+            });
+        }
+        out.push((objects::ROLES[1], aggressors.len() as u32, first.args.clone()));
+    }
+    Ok(out)
+}
+
+fn role_of(pod: &Pod) -> Option<&str> {
+    pod.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(objects::ROLE_LABEL))
+        .map(String::as_str)
+}
+
+fn failed(pod: &Pod) -> bool {
+    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")
+}
+
+/// Whether the pod's container runs now and the pod is ready: a container the kubelet
+/// restarted counts from its new start, whatever its last state says.
+fn serving_again(pod: &Pod) -> bool {
+    let status = pod.status.as_ref();
+    let ready = status
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let running = status
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|v| v.first())
+        .and_then(|cs| cs.state.as_ref())
+        .is_some_and(|s| s.running.is_some());
+    ready && running
+}
+
+impl TrialCell {
+    /// A trial of these pods.
+    pub fn new(specs: &[PodSpec]) -> Self {
+        Self {
+            specs: specs.to_vec(),
+            ..Self::default()
+        }
+    }
+
+    /// Gives each pod not yet named a trial name: a victim pod is the victim (a
+    /// replacement takes over), an aggressor pod the first aggressor name that has no
+    /// live pod (a replacement of a failed one takes its name); a pod left over stays
+    /// nameless. `pods` are the trial's pods, not terminating.
+    pub fn name_pods(&mut self, pods: &[Pod]) {
+        let mut sorted: Vec<&Pod> = pods.iter().collect();
+        sorted.sort_by(|a, b| {
+            (&a.metadata.creation_timestamp, &a.metadata.name).cmp(&(&b.metadata.creation_timestamp, &b.metadata.name))
+        });
+        for pod in sorted {
+            let Some(k8s) = pod.metadata.name.clone() else { continue };
+            if self.names.contains_key(&k8s) {
+                continue;
+            }
+            let name = match role_of(pod) {
+                Some(r) if r == objects::ROLES[0] => self.specs.first().map(|s| s.name.clone()),
+                Some(r) if r == objects::ROLES[1] => self.specs.iter().skip(1).map(|s| s.name.clone()).find(|n| {
+                    !pods
+                        .iter()
+                        .any(|p| !failed(p) && p.metadata.name.as_ref().and_then(|k| self.names.get(k)) == Some(n))
+                }),
+                _ => None,
+            };
+            if let Some(name) = name {
+                self.names.insert(k8s, name);
+            }
+        }
+    }
+
+    /// The pod playing `name` now: its newest pod that has not failed, else its newest.
+    pub fn pod_of<'a>(&self, name: &str, pods: &'a [Pod]) -> Option<&'a Pod> {
+        let mine: Vec<&Pod> = pods
+            .iter()
+            .filter(|p| {
+                p.metadata
+                    .name
+                    .as_ref()
+                    .and_then(|k| self.names.get(k))
+                    .map(String::as_str)
+                    == Some(name)
+            })
+            .collect();
+        let newest = |v: &[&'a Pod]| v.iter().max_by_key(|p| p.metadata.creation_timestamp.clone()).copied();
+        let live: Vec<&Pod> = mine.iter().copied().filter(|p| !failed(p)).collect();
+        newest(&live).or_else(|| newest(&mine))
+    }
+
+    /// The trial's pods as the runner sees them, one per spec in order (pure).
+    pub fn cell_pods(&self, pods: &[Pod]) -> Vec<CellPod> {
+        self.specs
+            .iter()
+            .map(|spec| {
+                let pod = self.pod_of(&spec.name, pods);
+                let metrics_url = pod
+                    .and_then(|p| p.status.as_ref())
+                    .and_then(|s| s.pod_ip.as_ref())
+                    .map(|ip| format!("http://{ip}:{METRICS_PORT}/metrics"));
+                let state = match pod {
+                    None => PodState::Starting,
+                    Some(p) if self.relaunched.contains(&spec.name) && !failed(p) => {
+                        if serving_again(p) {
+                            PodState::Running
+                        } else {
+                            PodState::Starting
+                        }
+                    }
+                    Some(p) => pod_state(p),
+                };
+                CellPod {
+                    name: spec.name.clone(),
+                    metrics_url,
+                    state,
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn spec(name: &str, args: &[&str]) -> PodSpec {
+        PodSpec {
+            name: name.into(),
+            args: args.iter().map(|a| (*a).to_string()).collect(),
+            group: "fault".into(),
+        }
+    }
+
+    fn pod(name: &str, role: &str, created: &str, status: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": { "name": name, "creationTimestamp": created, "labels": { objects::ROLE_LABEL: role } },
+            "status": status
+        }))
+        .expect("pod")
+    }
+
+    fn running(ip: &str) -> serde_json::Value {
+        json!({ "phase": "Running", "podIP": ip,
+                "conditions": [{ "type": "Ready", "status": "True" }],
+                "containerStatuses": [{ "name": "workload", "image": "x", "imageID": "", "ready": true, "restartCount": 0,
+                                        "state": { "running": {} } }] })
+    }
+
+    #[test]
+    fn the_aggressors_share_a_deployment_only_when_their_arguments_agree() {
+        let specs = [
+            spec("victim", &["--load", "poisson:50"]),
+            spec("aggressor-1", &[]),
+            spec("aggressor-2", &[]),
+        ];
+        let d = deployments(&specs).expect("deployments");
+        assert_eq!(
+            d[0],
+            ("victim", 1, vec!["--load".to_string(), "poisson:50".to_string()])
+        );
+        assert_eq!(d[1], ("aggressor", 2, Vec::<String>::new()));
+        assert_eq!(deployments(&specs[..1]).expect("alone").len(), 1);
+        let odd = [
+            spec("victim", &[]),
+            spec("aggressor-1", &[]),
+            spec("aggressor-2", &["--x"]),
+        ];
+        let err = deployments(&odd).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("aggressor-2") && err.contains("one Deployment"), "{err}");
+        assert!(deployments(&[]).is_err());
+    }
+
+    #[test]
+    fn names_stay_with_their_pods_and_a_replacement_takes_over_a_failed_one() {
+        let specs = [spec("victim", &[]), spec("aggressor-1", &[]), spec("aggressor-2", &[])];
+        let mut t = TrialCell::new(&specs);
+        let pods = vec![
+            pod(
+                "w-aggressor-b",
+                "aggressor",
+                "2026-01-01T00:00:01Z",
+                running("10.0.0.3"),
+            ),
+            pod(
+                "w-aggressor-a",
+                "aggressor",
+                "2026-01-01T00:00:02Z",
+                running("10.0.0.4"),
+            ),
+            pod("w-victim-x", "victim", "2026-01-01T00:00:00Z", running("10.0.0.2")),
+        ];
+        t.name_pods(&pods);
+        let cell = t.cell_pods(&pods);
+        let names: Vec<&str> = cell.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["victim", "aggressor-1", "aggressor-2"]);
+        // The first created aggressor is aggressor-1, whatever the names' order.
+        assert_eq!(cell[1].metrics_url.as_deref(), Some("http://10.0.0.3:9400/metrics"));
+        assert!(cell.iter().all(|p| p.state == PodState::Running));
+        // The second aggressor's pod failed and its ReplicaSet replaced it: the new pod
+        // takes its name; the first keeps its own.
+        let mut gone = pods[1].clone();
+        gone.status.as_mut().expect("status").phase = Some("Failed".into());
+        let after = vec![
+            pods[0].clone(),
+            gone,
+            pods[2].clone(),
+            pod(
+                "w-aggressor-c",
+                "aggressor",
+                "2026-01-01T00:01:00Z",
+                running("10.0.0.5"),
+            ),
+        ];
+        t.name_pods(&after);
+        let cell = t.cell_pods(&after);
+        assert_eq!(cell[1].metrics_url.as_deref(), Some("http://10.0.0.3:9400/metrics"));
+        assert_eq!(cell[2].metrics_url.as_deref(), Some("http://10.0.0.5:9400/metrics"));
+        assert!(cell.iter().all(|p| p.state == PodState::Running), "{cell:?}");
+    }
+
+    #[test]
+    fn a_restarted_victim_is_exited_until_started_again_then_running_once_ready() {
+        let specs = [spec("victim", &[])];
+        let mut t = TrialCell::new(&specs);
+        let restarting = pod(
+            "w-victim-x",
+            "victim",
+            "2026-01-01T00:00:00Z",
+            json!({ "phase": "Running", "podIP": "10.0.0.2",
+                    "conditions": [{ "type": "Ready", "status": "False" }],
+                    "containerStatuses": [{ "name": "workload", "image": "x", "imageID": "", "ready": false, "restartCount": 1,
+                        "state": { "running": {} },
+                        "lastState": { "terminated": { "exitCode": 5, "reason": "Error" } } }] }),
+        );
+        let pods = vec![restarting.clone()];
+        t.name_pods(&pods);
+        assert!(matches!(
+            t.cell_pods(&pods)[0].state,
+            PodState::Exited { code: Some(5), .. }
+        ));
+        t.relaunched.insert("victim".into());
+        assert_eq!(t.cell_pods(&pods)[0].state, PodState::Starting);
+        let mut ready = restarting;
+        let status = ready.status.as_mut().expect("status");
+        status.conditions.as_mut().expect("conditions")[0].status = "True".into();
+        assert_eq!(t.cell_pods(&[ready])[0].state, PodState::Running);
+    }
+
+    #[test]
+    fn a_victim_rejected_at_admission_is_replaced_by_its_replicaset() {
+        let specs = [spec("victim", &[])];
+        let mut t = TrialCell::new(&specs);
+        let rejected = pod(
+            "w-victim-a",
+            "victim",
+            "2026-01-01T00:00:00Z",
+            json!({ "phase": "Failed", "reason": "UnexpectedAdmissionError", "message": "Allocate failed" }),
+        );
+        t.name_pods(std::slice::from_ref(&rejected));
+        assert!(matches!(
+            &t.cell_pods(std::slice::from_ref(&rejected))[0].state,
+            PodState::Exited { code: None, detail } if detail.starts_with("UnexpectedAdmissionError")
+        ));
+        let pods = vec![
+            rejected,
+            pod("w-victim-b", "victim", "2026-01-01T00:00:05Z", running("10.0.0.9")),
+        ];
+        t.name_pods(&pods);
+        let cell = t.cell_pods(&pods);
+        assert_eq!(cell[0].state, PodState::Running);
+        assert_eq!(cell[0].metrics_url.as_deref(), Some("http://10.0.0.9:9400/metrics"));
+    }
+}
