@@ -61,12 +61,17 @@ pub const MAX_EVENT_TIME: std::time::Duration = std::time::Duration::from_secs(2
 
 /// Parses `--inject-fault-after`: a duration from readiness, e.g. `5s`, at most a day.
 pub fn parse_fault_after(text: &str) -> Result<std::time::Duration, WorkloadError> {
-    parse_duration("--inject-fault-after", text, MAX_EVENT_TIME, "examples: 500ms, 5s, 30s")
+    parse_event_after("--inject-fault-after", text)
 }
 
 /// Parses `--crash-after`: a duration from readiness, e.g. `5s`, at most a day.
 pub fn parse_crash_after(text: &str) -> Result<std::time::Duration, WorkloadError> {
-    parse_duration("--crash-after", text, MAX_EVENT_TIME, "examples: 500ms, 5s, 30s")
+    parse_event_after("--crash-after", text)
+}
+
+/// A time from readiness for an event flag, at most [`MAX_EVENT_TIME`].
+fn parse_event_after(flag: &'static str, text: &str) -> Result<std::time::Duration, WorkloadError> {
+    parse_duration(flag, text, MAX_EVENT_TIME, "examples: 500ms, 5s, 30s")
 }
 
 /// Parses `--grow-memory`: `AFTER:SIZE[,AFTER:SIZE…]`, times from readiness in order,

@@ -866,9 +866,11 @@ impl KubernetesBackend {
         let names = if self.applied.is_empty() {
             vec![objects::APP.to_string()]
         } else {
-            std::mem::take(&mut self.applied)
+            self.applied.clone()
         };
-        delete_workload(&self.client, &self.s.workload.namespace, &names, self.s.poll, shutdown).await
+        delete_workload(&self.client, &self.s.workload.namespace, &names, self.s.poll, shutdown).await?;
+        self.applied.clear();
+        Ok(())
     }
 
     /// Readies the node for a cell of `pods` pods under `strategy` (MPS: the entry for
@@ -951,8 +953,18 @@ impl KubernetesBackend {
                 let bound = p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
                 bound || matches!(pod_state(p), PodState::Pending(_) | PodState::Exited { .. })
             });
-            if decided || Instant::now() > deadline {
+            if decided {
                 return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(BenchError::Spawn {
+                    pod: "victim".into(),
+                    reason: format!(
+                        "its pod was not bound to node {} within {} s, so the aggressors were not started (the scheduler could give them the GPU first)",
+                        self.s.node,
+                        limit.as_secs()
+                    ),
+                });
             }
             shutdown.sleep(self.s.poll).await?;
         }
@@ -1181,17 +1193,17 @@ impl Backend for KubernetesBackend {
     /// ReplicaSet replaces a pod that failed (UPSTREAM-RULES.md I2). From now on
     /// the pod counts as running only once a container of it is ready again.
     async fn relaunch_pod(&mut self, name: &str, shutdown: &Shutdown) -> Result<()> {
-        let _ = shutdown;
-        match self.trial.as_mut() {
-            Some(t) if t.specs.iter().any(|s| s.name == name) => {
-                t.relaunched.insert(name.to_string());
-                Ok(())
-            }
-            _ => Err(BenchError::Spawn {
+        let list = shutdown.guard(self.trial_pods()).await?;
+        let Some(t) = self.trial.as_mut().filter(|t| t.specs.iter().any(|s| s.name == name)) else {
+            return Err(BenchError::Spawn {
                 pod: name.into(),
                 reason: "it is not a pod of the running isolation trial".into(),
-            }),
-        }
+            });
+        };
+        t.name_pods(&list);
+        let next = t.pod_of(name, &list).map_or(0, trial::next_container);
+        t.relaunched.insert(name.to_string(), next);
+        Ok(())
     }
 
     async fn wait_ready(&mut self, timeout: Duration, shutdown: &Shutdown) -> Result<Vec<CellPod>> {
@@ -1278,7 +1290,7 @@ pub struct RestoreReport {
 }
 
 /// Undoes what a run's journal says the harness changed, and nothing else: deletes the
-/// workload Deployment, puts back each label that still holds the value the harness set
+/// workload Deployments it applied, puts back each label that still holds the value the harness set
 /// (waiting for the MIG manager when the MIG layout goes back), removes each ConfigMap
 /// key the harness added whose content is still what it added, and marks the journal
 /// restored. A second restore finds nothing to do.

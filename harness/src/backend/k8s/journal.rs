@@ -39,7 +39,9 @@ pub struct Journal {
     #[serde(default)]
     pub deployment: bool,
     /// Other workload Deployments the harness applied (an isolation trial's victim and
-    /// aggressors, by name): restore deletes each.
+    /// aggressors, by name): restore deletes each. Written only when there are some, so
+    /// a sweep's journal stays readable by earlier versions (which refuse unknown
+    /// fields); an isolation run's journal needs this version to restore.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub deployments: BTreeSet<String>,
     /// Whether everything above has been undone.

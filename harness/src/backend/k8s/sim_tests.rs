@@ -783,7 +783,11 @@ async fn isolation(sim: &SimCluster, plan: &SweepPlan) -> Result<Vec<crate::isol
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn isolation_trials_run_as_two_deployments_and_kubernetes_restarts_the_victim() {
-    let sim = start(ClusterSpec::h100("gpu-1")).await;
+    // A slow scheduler queue (40 virtual s, 0.2 s of wall time): a harness that applied
+    // the aggressors without waiting for the victim's binding would lose the race.
+    let mut spec = ClusterSpec::h100("gpu-1");
+    spec.timings.scheduler_queue = 40.0;
+    let sim = start(spec).await;
     let before = state(&sim);
     let dir = tempfile::tempdir().expect("tmp");
     let plan = isolation_plan(dir.path());
@@ -820,6 +824,7 @@ async fn isolation_trials_run_as_two_deployments_and_kubernetes_restarts_the_vic
     }
     // Exclusive: the victim was bound first and holds the GPU; the aggressors wait.
     let ex = find(Strategy::Exclusive, "noisy-neighbour", 3);
+    assert_eq!(ex.victim_status, crate::domain::CellStatus::Ok, "{ex:?}");
     assert_eq!((ex.survivors, ex.started), (1, 1), "{ex:?}");
     assert!(ex.aggressor_outcome.contains("pending"), "{ex:?}");
     // Time-slicing: a fault ends the faulting container only.
@@ -914,4 +919,57 @@ async fn a_crash_without_a_shared_process_namespace_is_the_workloads_exit_1() {
         codes.push((shared, code));
     }
     assert_eq!(codes, [(true, Some(137)), (false, Some(1))], "{}", sim.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deployments_applied_together_may_give_an_exclusive_gpu_to_the_aggressor() {
+    // What the harness's wait for the victim's binding prevents (UPSTREAM-RULES.md I1):
+    // pods that reach the scheduler's queue together tie, and here the aggressor's name
+    // sorts first, so it takes the node's one GPU and the victim stays Pending.
+    let sim = start(ClusterSpec::h100("gpu-1")).await;
+    let ns = "gpushare-bench";
+    let spec = WorkloadSpec {
+        namespace: ns.into(),
+        image: "img".into(),
+        node: "gpu-1".into(),
+        args: Vec::new(),
+        tolerations: vec![objects::DEFAULT_TOLERATION.into()],
+        pull_secrets: Vec::new(),
+    };
+    let bound = sim.with(|w| {
+        for role in objects::ROLES {
+            let d = objects::role_deployment(&spec, Strategy::Exclusive, "nvidia.com/gpu", role, 1, 2, &[]);
+            w.objects.insert(
+                super::sim::world::Key::new("deployments", ns, &objects::role_deployment_name(role)),
+                super::sim::world::Object {
+                    value: d,
+                    managed: Default::default(),
+                },
+            );
+        }
+        w.controllers();
+        w.settle(60.0);
+        let mut roles: Vec<(String, bool)> = w
+            .objects
+            .iter()
+            .filter(|(k, _)| k.resource == "pods" && k.namespace == ns)
+            .map(|(_, o)| {
+                (
+                    o.value["metadata"]["labels"][objects::ROLE_LABEL]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    !o.value["spec"]["nodeName"].is_null(),
+                )
+            })
+            .collect();
+        roles.sort();
+        roles
+    });
+    assert_eq!(
+        bound,
+        [("aggressor".to_string(), true), ("victim".to_string(), false)],
+        "{}",
+        sim.log()
+    );
 }

@@ -8,7 +8,7 @@
 //! name; its state shows the exit until the runner asks for the pod again, and from
 //! then on it is running once a new container is ready.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Pod;
 
@@ -24,8 +24,10 @@ pub struct TrialCell {
     pub specs: Vec<PodSpec>,
     /// Kubernetes pod name → the trial's name for it (given when first seen).
     pub names: BTreeMap<String, String>,
-    /// Trial names started again after an exit: running once a container is ready.
-    pub relaunched: BTreeSet<String>,
+    /// Trial names started again after an exit, with the restart count of the first
+    /// container started after it: that container is running once it is ready, and
+    /// any exit from it on is an exit again.
+    pub relaunched: BTreeMap<String, u32>,
 }
 
 /// The Deployments a trial is made of (pure): (role, replicas, extra arguments), the
@@ -62,19 +64,47 @@ fn failed(pod: &Pod) -> bool {
     pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")
 }
 
-/// Whether the pod's container runs now and the pod is ready: a container the kubelet
-/// restarted counts from its new start, whatever its last state says.
-fn serving_again(pod: &Pod) -> bool {
-    let status = pod.status.as_ref();
-    let ready = status
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-    let running = status
+/// The pod's container: its restart count and whether it runs now.
+fn container(pod: &Pod) -> (u32, bool) {
+    let cs = pod
+        .status
+        .as_ref()
         .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|v| v.first())
-        .and_then(|cs| cs.state.as_ref())
-        .is_some_and(|s| s.running.is_some());
-    ready && running
+        .and_then(|v| v.first());
+    let restarts = cs.map_or(0, |c| u32::try_from(c.restart_count).unwrap_or(0));
+    let running = cs.and_then(|c| c.state.as_ref()).is_some_and(|s| s.running.is_some());
+    (restarts, running)
+}
+
+fn ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The restart count of the first container started after an exit was seen (pure):
+/// the running one if the kubelet has restarted it already, else the next.
+pub fn next_container(pod: &Pod) -> u32 {
+    let (restarts, running) = container(pod);
+    if running { restarts } else { restarts + 1 }
+}
+
+/// A restarted pod's state (pure): the container counted from `first` is running once
+/// ready; an exit of it or of a later one is an exit again (with its code); an older
+/// container still shown is a start under way.
+fn state_after_restart(pod: &Pod, first: u32) -> PodState {
+    match container(pod) {
+        (n, true) if n == first => {
+            if ready(pod) {
+                PodState::Running
+            } else {
+                PodState::Starting
+            }
+        }
+        (n, _) if n >= first => pod_state(pod),
+        _ => PodState::Starting,
+    }
 }
 
 impl TrialCell {
@@ -145,14 +175,10 @@ impl TrialCell {
                     .map(|ip| format!("http://{ip}:{METRICS_PORT}/metrics"));
                 let state = match pod {
                     None => PodState::Starting,
-                    Some(p) if self.relaunched.contains(&spec.name) && !failed(p) => {
-                        if serving_again(p) {
-                            PodState::Running
-                        } else {
-                            PodState::Starting
-                        }
-                    }
-                    Some(p) => pod_state(p),
+                    Some(p) => match self.relaunched.get(&spec.name) {
+                        Some(&first) if !failed(p) => state_after_restart(p, first),
+                        _ => pod_state(p),
+                    },
                 };
                 CellPod {
                     name: spec.name.clone(),
@@ -285,12 +311,41 @@ mod tests {
             t.cell_pods(&pods)[0].state,
             PodState::Exited { code: Some(5), .. }
         ));
-        t.relaunched.insert("victim".into());
+        // Restarted already (running, restart 1): that container is the new one.
+        assert_eq!(next_container(&restarting), 1);
+        t.relaunched.insert("victim".into(), 1);
         assert_eq!(t.cell_pods(&pods)[0].state, PodState::Starting);
-        let mut ready = restarting;
+        let mut ready = restarting.clone();
         let status = ready.status.as_mut().expect("status");
         status.conditions.as_mut().expect("conditions")[0].status = "True".into();
-        assert_eq!(t.cell_pods(&[ready])[0].state, PodState::Running);
+        assert_eq!(t.cell_pods(std::slice::from_ref(&ready))[0].state, PodState::Running);
+        // The new container exits too: an exit again, with its code, not a start.
+        let again = pod(
+            "w-victim-x",
+            "victim",
+            "2026-01-01T00:00:00Z",
+            json!({ "phase": "Running", "podIP": "10.0.0.2",
+                    "conditions": [{ "type": "Ready", "status": "False" }],
+                    "containerStatuses": [{ "name": "workload", "image": "x", "imageID": "", "ready": false, "restartCount": 1,
+                        "state": { "waiting": { "reason": "CrashLoopBackOff" } },
+                        "lastState": { "terminated": { "exitCode": 5, "reason": "Error" } } }] }),
+        );
+        assert!(matches!(
+            t.cell_pods(&[again])[0].state,
+            PodState::Exited { code: Some(5), .. }
+        ));
+        // Seen before the kubelet restarted it (terminated, restart 0): the next one counts.
+        let exited = pod(
+            "w-victim-x",
+            "victim",
+            "2026-01-01T00:00:00Z",
+            json!({ "phase": "Running", "podIP": "10.0.0.2",
+                    "conditions": [{ "type": "Ready", "status": "False" }],
+                    "containerStatuses": [{ "name": "workload", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+                        "state": { "terminated": { "exitCode": 5, "reason": "Error" } } }] }),
+        );
+        assert_eq!(next_container(&exited), 1);
+        assert_eq!(t.cell_pods(&[exited])[0].state, PodState::Starting);
     }
 
     #[test]

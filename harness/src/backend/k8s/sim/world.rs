@@ -30,8 +30,9 @@ pub struct Timings {
     /// Kubelet's projection of a changed ConfigMap into the plugin pod's volume (A5: sync
     /// period 60 s + cache TTL); GFD's and the MPS daemon's pods lag by their own offsets.
     pub projection: [Secs; 3],
-    /// Container restart backoff: first delay, doubling, capped (the documented
-    /// CrashLoopBackOff 10 s and 300 s; the kubelet's code was not read).
+    /// Container restart back-off after the second exit in a row, doubling, capped
+    /// (`initialCrashLoopBackOff` 10 s and `MaxCrashLoopBackOff` 300 s; the first restart
+    /// is immediate: UPSTREAM-RULES.md I2).
     pub backoff: (Secs, Secs),
     /// Plugin stop, reload and register with the kubelet after a SIGHUP.
     pub plugin_restart: Secs,
@@ -55,6 +56,9 @@ pub struct Timings {
     pub mig_mode: Secs,
     /// mig-parted: create the GPU and compute instances.
     pub mig_apply: Secs,
+    /// A new workload pod until the scheduler's queue has it (informers, queue; not read:
+    /// a plausible second). Pods that join at one pass tie and go in name order.
+    pub scheduler_queue: Secs,
     /// A workload pod from bound to ready (image present, model loaded).
     pub pod_ready: Secs,
     /// A workload pod's termination.
@@ -78,6 +82,7 @@ impl Default for Timings {
             mig_validate: 2.0,
             mig_mode: 40.0,
             mig_apply: 20.0,
+            scheduler_queue: 1.0,
             pod_ready: 20.0,
             pod_stop: 5.0,
         }
@@ -274,6 +279,8 @@ enum Event {
     Workload(String, u32, WorkloadAct),
     /// The kubelet starts an exited workload container again (its next start number).
     Restart(String, u32),
+    /// The scheduler takes the workload pods created since its last pass into its queue.
+    SchedulerQueue,
     /// A workload pod finishes terminating.
     PodGone(String),
 }
@@ -357,6 +364,11 @@ pub struct World {
     names: u64,
     /// Workload pods bound and holding a device: pod → (resource, GPU index).
     allocations: BTreeMap<String, (String, u32)>,
+    /// Workload pods in the scheduler's queue (the others were created since its last
+    /// pass, which comes `informer` seconds after a pod's creation).
+    queued: BTreeSet<String>,
+    /// Whether a pass of the scheduler's queue is due.
+    queue_due: bool,
 }
 
 fn ms(t: Secs) -> u64 {
@@ -415,6 +427,8 @@ impl World {
             pod_facts: BTreeMap::new(),
             names: 0,
             allocations: BTreeMap::new(),
+            queued: BTreeSet::new(),
+            queue_due: false,
             spec,
         };
         let s = w.spec.clone();
@@ -793,7 +807,18 @@ impl World {
             Event::PodReady(name, start) => self.pod_ready(&name, start),
             Event::Workload(name, start, act) => self.workload_act(&name, start, act),
             Event::Restart(name, start) => self.restart_container(&name, start),
+            Event::SchedulerQueue => {
+                self.queue_due = false;
+                let pending: Vec<String> = self
+                    .objects
+                    .iter()
+                    .filter(|(k, o)| k.resource == "pods" && o.value["spec"]["nodeName"].is_null())
+                    .map(|(k, _)| k.name.clone())
+                    .collect();
+                self.queued.extend(pending);
+            }
             Event::PodGone(name) => {
+                self.queued.remove(&name);
                 let ns = self.workload_namespace_of(&name);
                 if let Some(ns) = ns {
                     self.objects.remove(&Key::new("pods", &ns, &name));
@@ -888,9 +913,15 @@ impl World {
         }
     }
 
+    /// The kubelet's wait before starting a container that exited for the
+    /// `failures`-th time in a row (UPSTREAM-RULES.md I2): none after the first exit,
+    /// then the first back-off doubling to the cap, counted from the exit.
     fn backoff(&self, failures: u32) -> Secs {
         let (base, cap) = self.spec.timings.backoff;
-        (base * 2f64.powi(failures.saturating_sub(1).min(16) as i32)).min(cap)
+        match failures {
+            0 | 1 => 0.0,
+            n => (base * 2f64.powi((n - 2).min(16) as i32)).min(cap),
+        }
     }
 
     /// The main process (re)loads its config: `cmd/nvidia-device-plugin/main.go`
@@ -1390,6 +1421,11 @@ impl World {
                 let name = format!("{}-{hash}-{:05x}", key.name, self.names * 104729 % 0xfffff);
                 let mut labels = template["metadata"]["labels"].clone();
                 labels["pod-template-hash"] = json!(hash);
+                if !self.queue_due {
+                    self.queue_due = true;
+                    let d = self.spec.timings.scheduler_queue;
+                    self.at(d, Event::SchedulerQueue);
+                }
                 self.put(
                     Key::new("pods", &key.namespace, &name),
                     json!({
@@ -1445,6 +1481,11 @@ impl World {
     /// `ValidateRequest`: more than one shared device → UnexpectedAdmissionError, pod
     /// Failed) and picks a device (`internal/rm/allocate.go` `distributedAlloc`: the GPU
     /// with the fewest replicas in use).
+    ///
+    /// Only pods in the scheduler's queue are tried: a pod joins it at the first pass
+    /// `scheduler_queue` seconds after its creation, and pods that join together are tried in
+    /// name order, since their queue timestamps tie (`PrioritySort.Less`, UPSTREAM-RULES.md
+    /// I1): two Deployments applied at once may see either's pod bound first.
     fn schedule(&mut self) {
         let node = self.spec.node.clone();
         let labels = self.node_labels();
@@ -1454,6 +1495,7 @@ impl World {
             .iter()
             .filter(|(k, o)| {
                 k.resource == "pods"
+                    && self.queued.contains(&k.name)
                     && o.value["metadata"]["ownerReferences"][0]["kind"] == json!("ReplicaSet")
                     && o.value["spec"]["nodeName"].is_null()
                     && o.value["metadata"]["deletionTimestamp"].is_null()
@@ -1623,8 +1665,8 @@ impl World {
 
     /// A workload container faults or kills itself.
     ///
-    /// - A fault under MPS reaches every client of the GPU's MPS server, which share one
-    ///   server per node (k8s-device-plugin v0.20.0 `cmd/mps-control-daemon/mps/manager.go`,
+    /// - A fault under MPS reaches every client on that GPU of the MPS server, of which
+    ///   there is one per node (k8s-device-plugin v0.20.0 `cmd/mps-control-daemon/mps/manager.go`,
     ///   read): each exits with the workload's code 5 (NVIDIA's MPS documentation, "Error
     ///   containment": a fatal exception is reported to all clients of the server; not
     ///   source). Elsewhere only the faulting container exits. The GPU stays healthy: the
@@ -1696,19 +1738,14 @@ impl World {
             o["status"]["conditions"][1]["status"] = json!("False");
             let cs = &mut o["status"]["containerStatuses"][0];
             cs["ready"] = json!(false);
-            cs["state"] =
-                json!({"terminated": {"exitCode": code, "reason": "Error", "message": message, "finishedAt": ts}});
+            // No message: the pod sets no terminationMessagePolicy and the workload
+            // writes no /dev/termination-log.
+            cs["state"] = json!({"terminated": {"exitCode": code, "reason": "Error", "finishedAt": ts}});
         }
         self.note(format!(
             "workload pod {name}: container exited with code {code} ({message})"
         ));
-        // No back-off entry before the first exit: the first restart is immediate.
-        let delay = if start == 0 {
-            0.0
-        } else {
-            let (first, max) = self.spec.timings.backoff;
-            (first * 2f64.powi(start as i32 - 1)).min(max)
-        };
+        let delay = self.backoff(start + 1);
         if delay > 0.0
             && let Some(o) = self.workload_pod(name)
         {
