@@ -130,6 +130,42 @@ fn cpu_sweep_end_to_end_writes_every_column() {
 }
 
 #[test]
+fn open_loop_pods_draw_their_own_arrivals_and_the_rows_say_which() {
+    // Each launch gets its own seed (pods of a cell, and the same pod in the next
+    // cell), which the pod reports and its row records.
+    let out = tempfile::tempdir().expect("tempdir");
+    let st = sweep(
+        out.path(),
+        &[
+            "--pods",
+            "1,2",
+            "--max-cell",
+            "3s",
+            "--run-id",
+            "open",
+            "--workload-arg=--load",
+            "--workload-arg=poisson:40",
+        ],
+    )
+    .stderr(Stdio::piped())
+    .output()
+    .expect("run");
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    let cells = read_cells(&out.path().join("open/cells.jsonl")).expect("jsonl");
+    let seeds: Vec<u64> = cells
+        .iter()
+        .filter(|c| !c.is_aggregate())
+        .map(|c| c.load_seed.unwrap_or_else(|| panic!("no load seed: {c:?}")))
+        .collect();
+    assert_eq!(seeds.len(), 3, "{cells:#?}");
+    let mut unique = seeds.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), 3, "every launch its own arrivals: {seeds:?}");
+    assert!(cells.iter().filter(|c| c.is_aggregate()).all(|c| c.load_seed.is_none()));
+}
+
+#[test]
 fn a_pod_killed_mid_cell_is_recorded_and_the_sweep_goes_on() {
     let out = tempfile::tempdir().expect("tempdir");
     let mut child = sweep(out.path(), &["--pods", "3,1", "--max-cell", "8s", "--run-id", "kill"])

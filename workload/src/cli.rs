@@ -134,6 +134,11 @@ pub struct ServeArgs {
     /// Inferences run and discarded before /healthz turns 200.
     #[arg(long, default_value_t = 5)]
     pub warmup: usize,
+    /// Open loop: seed of the arrival times. Default: derived from --seed and this pod's
+    /// name (GPUSHARE_POD, else POD_NAME, else the host name), so the pods of a cell draw
+    /// independent arrivals. The value used is exported as workload_info{load_seed}.
+    #[arg(long)]
+    pub load_seed: Option<u64>,
     /// Open loop: most requests waiting; later arrivals are dropped and counted in inference_errors_total{kind="dropped"}.
     #[arg(long, default_value_t = 10_000)]
     pub max_queue: usize,

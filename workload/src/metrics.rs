@@ -12,6 +12,7 @@ use prometheus::{
 use crate::backend::DeviceInfo;
 use crate::config::{Precision, Preset};
 use crate::error::{Result, WorkloadError};
+use crate::load::LoadPattern;
 
 /// Buckets per doubling: the bounds are those of a Prometheus native histogram of
 /// schema 5, 2^(k/32), so a native-histogram user sees the same edges. Neighbouring
@@ -125,6 +126,8 @@ impl WorkloadMetrics {
                 "device_name",
                 "sm_count",
                 "memory_total_bytes",
+                "load",
+                "load_seed",
             ],
         )
         .map_err(reg_err)?;
@@ -168,10 +171,16 @@ impl WorkloadMetrics {
         })
     }
 
-    /// Publishes the `workload_info` series.
-    pub fn set_info(&self, preset: Preset, precision: Precision, device: &DeviceInfo) {
+    /// Publishes the `workload_info` series: the model, the device, the load pattern and
+    /// its arrivals' seed (empty for the closed loop, which has none).
+    pub fn set_info(&self, preset: Preset, precision: Precision, device: &DeviceInfo, load: (&LoadPattern, u64)) {
         let sm = device.sm_count.map(|v| v.to_string()).unwrap_or_default();
         let mem = device.memory_total_bytes.map(|v| v.to_string()).unwrap_or_default();
+        let pattern = load.0.to_string();
+        let seed = match load.0 {
+            LoadPattern::Closed => String::new(),
+            LoadPattern::Poisson { .. } => load.1.to_string(),
+        };
         self.info
             .with_label_values(&[
                 preset.name(),
@@ -180,6 +189,8 @@ impl WorkloadMetrics {
                 &device.name,
                 &sm,
                 &mem,
+                &pattern,
+                &seed,
             ])
             .set(1);
     }
@@ -232,6 +243,7 @@ mod tests {
                 sm_count: None,
                 memory_total_bytes: None,
             },
+            (&LoadPattern::Poisson { rate: 50.0 }, 42),
         );
         m.inference_time.observe(0.0123);
         m.ready.set(1);
@@ -266,7 +278,12 @@ mod tests {
         assert!(
             has(
                 "workload_info",
-                &[r#"device_name="Test \"CPU\"""#, r#"model="tiny""#],
+                &[
+                    r#"device_name="Test \"CPU\"""#,
+                    r#"model="tiny""#,
+                    r#"load="poisson:50""#,
+                    r#"load_seed="42""#,
+                ],
                 "1"
             ),
             "{text}"

@@ -94,7 +94,10 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         // Not over a watchdog that already committed to exit.
         let _ = phase.compare_exchange(PHASE_LOADING, PHASE_INFERRING, Ordering::SeqCst, Ordering::SeqCst);
         engine.set_cancel(stop.clone());
-        metrics.set_info(plan.preset, plan.precision, engine.info());
+        let load_seed = args
+            .load_seed
+            .unwrap_or_else(|| crate::load::arrival_seed(plan.seed, &identity.pod));
+        metrics.set_info(plan.preset, plan.precision, engine.info(), (&args.load.0, load_seed));
         metrics.gpu_memory_used.set(engine.gpu_memory_used() as i64);
         tracing::info!(inferences = args.warmup, "warming up");
         for _ in 0..args.warmup {
@@ -114,7 +117,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
                 &stop,
                 OpenLoop {
                     rate,
-                    seed: plan.seed,
+                    seed: load_seed,
                     max_queue: args.max_queue,
                     add_latency: args.add_latency,
                 },
@@ -281,7 +284,7 @@ fn open_loop(
         add_latency,
     } = o;
     let start = Instant::now();
-    let mut schedule = ArrivalSchedule::new(rate, seed ^ 0xA11);
+    let mut schedule = ArrivalSchedule::new(rate, seed);
     let mut queue: VecDeque<f64> = VecDeque::new();
     let dropped = metrics.errors.with_label_values(&["dropped"]);
     while !stop.load(Ordering::Relaxed) {

@@ -51,6 +51,10 @@ impl Workload {
     }
 
     fn spawn_model(model: &str, extra: &[&str]) -> Self {
+        Self::spawn_as("test-pod-0", model, extra)
+    }
+
+    fn spawn_as(pod: &str, model: &str, extra: &[&str]) -> Self {
         let port = free_port();
         let child = Command::new(BIN)
             .args([
@@ -62,7 +66,7 @@ impl Workload {
                 &format!("127.0.0.1:{port}"),
             ])
             .args(extra)
-            .env("GPUSHARE_POD", "test-pod-0")
+            .env("GPUSHARE_POD", pod)
             .env("GPUSHARE_STRATEGY", "time-slicing")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -294,6 +298,33 @@ fn crash_after_kills_the_process_with_sigkill_mid_load() {
         err.contains("killing this process with SIGKILL (--crash-after)"),
         "{err}"
     );
+}
+
+#[test]
+fn pods_draw_their_own_arrivals_and_export_the_seed() {
+    let seed_of = |w: &mut Workload| {
+        w.wait_ready();
+        let (_, text) = get(w.port, "/metrics").expect("metrics");
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("workload_info{"))
+            .expect("workload_info")
+            .to_string();
+        let seed = line
+            .split("load_seed=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .expect("load_seed label")
+            .to_string();
+        assert!(line.contains(r#"load="poisson:50""#), "{line}");
+        seed
+    };
+    let mut a = Workload::spawn_as("pod-0", "tiny", &["--load", "poisson:50"]);
+    let mut b = Workload::spawn_as("pod-1", "tiny", &["--load", "poisson:50"]);
+    let mut c = Workload::spawn_as("pod-1", "tiny", &["--load", "poisson:50", "--load-seed", "5"]);
+    let (sa, sb, sc) = (seed_of(&mut a), seed_of(&mut b), seed_of(&mut c));
+    assert!(!sa.is_empty() && sa != sb, "pod-0 {sa}, pod-1 {sb}");
+    assert_eq!(sc, "5", "an explicit --load-seed is used as given");
 }
 
 fn run(args: &[&str]) -> Output {

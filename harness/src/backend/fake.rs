@@ -312,6 +312,7 @@ impl MetricsSource for ScriptedMetrics {
                         at: now,
                         latency: histogram_at(s, now - t0),
                         errors: 0.0,
+                        load_seed: None,
                     }),
                     _ => Err(BenchError::Scrape {
                         pod: t.pod.clone(),

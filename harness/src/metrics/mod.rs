@@ -19,6 +19,15 @@ use crate::stats::Histogram;
 pub const LATENCY_METRIC: &str = "inference_time_seconds";
 /// The error counter of the metrics contract.
 pub const ERRORS_METRIC: &str = "inference_errors_total";
+/// The workload's description (value 1); its `load_seed` label is the seed of an open
+/// loop's arrival times.
+pub const INFO_METRIC: &str = "workload_info";
+
+/// The `load_seed` label of a `workload_info` series (None: absent or empty, as for the
+/// closed loop or a workload that does not say).
+pub fn load_seed(label: Option<&str>) -> Option<u64> {
+    label.and_then(|v| v.parse().ok())
+}
 
 /// A pod's counters at one moment.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,6 +38,8 @@ pub struct PodSnapshot {
     pub latency: Histogram,
     /// Cumulative errors (all kinds).
     pub errors: f64,
+    /// The seed of the pod's open-loop arrivals, as it says (`workload_info`).
+    pub load_seed: Option<u64>,
 }
 
 /// Builds a snapshot from a pod's exposition text.
@@ -51,7 +62,17 @@ pub fn snapshot_from_text(pod: &str, text: &str, at: Instant) -> Result<PodSnaps
         .filter(|s| s.name == ERRORS_METRIC)
         .map(|s| s.value)
         .sum();
-    Ok(PodSnapshot { at, latency, errors })
+    let load_seed = exp
+        .samples
+        .iter()
+        .filter(|s| s.name == INFO_METRIC)
+        .find_map(|s| load_seed(s.label("load_seed")));
+    Ok(PodSnapshot {
+        at,
+        latency,
+        errors,
+        load_seed,
+    })
 }
 
 /// A metrics endpoint to read.

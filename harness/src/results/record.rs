@@ -108,6 +108,10 @@ pub struct CellRecord {
     /// Seconds from launching the cell's pods to all of them ready (Kubernetes).
     #[serde(default)]
     pub pods_ready_s: Option<f64>,
+    /// The seed of the pod's open-loop arrival times, as the pod reported it
+    /// (`workload_info{load_seed}`; per-pod rows under `--load poisson:RATE`).
+    #[serde(default)]
+    pub load_seed: Option<u64>,
 }
 
 /// The repeat of a row or plan recorded before `--repeat` existed: the only one.
@@ -166,6 +170,7 @@ impl CellRecord {
             switch_s: None,
             mig_reconfigure_s: None,
             pods_ready_s: None,
+            load_seed: None,
         }
     }
 

@@ -185,6 +185,7 @@ pub fn cell_rows(
         let mut row = empty_row(labels, name, status, src, note);
         row.exit_code = exit_code;
         row.started_at = started_at.clone();
+        row.load_seed = t.last.as_ref().or(t.first.as_ref()).and_then(|s| s.load_seed);
         let delta = match (&t.first, &t.last) {
             (Some(a), Some(b)) => b
                 .latency
@@ -318,6 +319,7 @@ mod tests {
                 count,
             },
             errors: 0.0,
+            load_seed: Some(7),
         }
     }
 
@@ -386,6 +388,11 @@ mod tests {
             rows[1].throughput_per_s,
             Some(100.0),
             "the pod's own row keeps its own rate"
+        );
+        // Each pod's row carries the arrival seed it reported; the cell's has none.
+        assert_eq!(
+            (rows[0].load_seed, rows[1].load_seed, agg.load_seed),
+            (Some(7), Some(7), None)
         );
     }
 

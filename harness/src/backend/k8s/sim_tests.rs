@@ -72,6 +72,7 @@ impl MetricsSource for SteadyMetrics {
                         at: now,
                         latency,
                         errors: 0.0,
+                        load_seed: None,
                     }),
                 )
             })

@@ -200,6 +200,20 @@ impl LocalBackend {
     }
 }
 
+/// A new random seed (std's per-process random hasher keys, the clock and the pod's
+/// index): different for every launch, recorded by the pod (`workload_info{load_seed}`).
+fn fresh_seed(index: u32) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(index);
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
+}
+
 impl LocalBackend {
     /// Spawns a cell's pods; `specs` (when given) name them and add their arguments.
     async fn spawn_cell(
@@ -248,10 +262,17 @@ impl LocalBackend {
                 });
                 continue;
             }
+            let mut args = spec.map(|s| s.args.clone()).unwrap_or_default();
+            // Each launch draws its own open-loop arrivals (pods of a cell, cells and
+            // repeats): a seed the pod reports back, unless the user fixed one.
+            let given = |a: &[String]| a.iter().any(|x| x.starts_with("--load-seed"));
+            if !given(&self.workload.args) && !given(&args) {
+                args.extend(["--load-seed".to_string(), fresh_seed(p.index).to_string()]);
+            }
             let launch = PodLaunch {
                 strategy,
                 index: p.index,
-                args: spec.map(|s| s.args.clone()).unwrap_or_default(),
+                args,
                 env: p.env,
                 log_base,
             };

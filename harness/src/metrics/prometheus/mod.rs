@@ -10,7 +10,7 @@ pub mod source;
 pub use client::{PromClient, RangeSeries, TargetHealth, VectorSample};
 pub use query::instance_of;
 pub use server::PrometheusServer;
-pub use source::{PrometheusSource, snapshots_from_series};
+pub use source::{PrometheusSource, Series, snapshots_from_series};
 
 #[cfg(test)]
 mod tests {
@@ -77,25 +77,30 @@ mod tests {
             value: v,
         };
         let now = Instant::now();
-        let snaps = snapshots_from_series(
-            &[
+        let mut info = s("a:1", None, 1.0);
+        info.metric.insert("load_seed".into(), "42".into());
+        let mut closed = s("b:2", None, 1.0);
+        closed.metric.insert("load_seed".into(), String::new());
+        let series = Series {
+            buckets: &[
                 s("a:1", Some("0.1"), 3.0),
                 s("a:1", Some("+Inf"), 4.0),
                 s("b:2", Some("+Inf"), 9.0),
                 s("b:2", Some("0.1"), 1.0),
             ],
-            &[s("a:1", None, 0.2), s("b:2", None, 1.5)],
-            &[s("a:1", None, 4.0), s("b:2", None, 9.0)],
-            &[s("a:1", None, 98.0)],
-            &[s("a:1", None, 1.0), s("a:1", None, 2.0)],
-            100.0,
-            now,
-        );
+            sums: &[s("a:1", None, 0.2), s("b:2", None, 1.5)],
+            counts: &[s("a:1", None, 4.0), s("b:2", None, 9.0)],
+            times: &[s("a:1", None, 98.0)],
+            errors: &[s("a:1", None, 1.0), s("a:1", None, 2.0)],
+            info: &[info, closed],
+        };
+        let snaps = snapshots_from_series(series, 100.0, now);
         let a = &snaps["a:1"];
         assert_eq!(a.latency.buckets, vec![(0.1, 3.0), (f64::INFINITY, 4.0)]);
         assert_eq!((a.latency.sum, a.latency.count, a.errors), (0.2, 4.0, 3.0));
         assert_eq!(now - a.at, Duration::from_secs(2), "dated by the scrape, 2 s ago");
         assert_eq!(snaps["b:2"].latency.buckets[0], (0.1, 1.0));
+        assert_eq!((a.load_seed, snaps["b:2"].load_seed), (Some(42), None));
     }
 
     #[test]

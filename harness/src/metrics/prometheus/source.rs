@@ -23,17 +23,34 @@ fn epoch_now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-/// Builds per-instance snapshots from the raw series (pure): buckets, sums, counts and
-/// errors by `instance`, and each instance's last scrape time.
-pub fn snapshots_from_series(
-    buckets: &[VectorSample],
-    sums: &[VectorSample],
-    counts: &[VectorSample],
-    times: &[VectorSample],
-    errors: &[VectorSample],
-    now_epoch: f64,
-    now: Instant,
-) -> HashMap<String, PodSnapshot> {
+/// The raw series of one snapshot query, each by `instance`.
+#[derive(Debug, Clone, Copy)]
+pub struct Series<'a> {
+    /// `inference_time_seconds_bucket`.
+    pub buckets: &'a [VectorSample],
+    /// `inference_time_seconds_sum`.
+    pub sums: &'a [VectorSample],
+    /// `inference_time_seconds_count`.
+    pub counts: &'a [VectorSample],
+    /// When each count was last scraped.
+    pub times: &'a [VectorSample],
+    /// `inference_errors_total`.
+    pub errors: &'a [VectorSample],
+    /// `workload_info`.
+    pub info: &'a [VectorSample],
+}
+
+/// Builds per-instance snapshots from the raw series (pure): buckets, sums, counts,
+/// errors and the load seed by `instance`, and each instance's last scrape time.
+pub fn snapshots_from_series(series: Series<'_>, now_epoch: f64, now: Instant) -> HashMap<String, PodSnapshot> {
+    let Series {
+        buckets,
+        sums,
+        counts,
+        times,
+        errors,
+        info,
+    } = series;
     let inst = |s: &VectorSample| s.metric.get("instance").cloned().unwrap_or_default();
     let mut by: HashMap<String, Vec<(f64, f64)>> = HashMap::new();
     for b in buckets {
@@ -60,6 +77,10 @@ pub fn snapshots_from_series(
                     count: find(counts),
                 },
                 errors: find(errors),
+                load_seed: info
+                    .iter()
+                    .filter(|s| inst(s) == instance)
+                    .find_map(|s| crate::metrics::load_seed(s.metric.get("load_seed").map(String::as_str))),
             },
         );
     }
@@ -161,18 +182,29 @@ impl MetricsSource for PrometheusSource {
             promql::raw("inference_time_seconds_count", &sel),
             promql::sample_time("inference_time_seconds_count", &sel),
             promql::raw("inference_errors_total", &sel),
+            promql::raw(crate::metrics::INFO_METRIC, &sel),
         ];
         // One evaluation time for every series: queried concurrently without it, the
         // buckets, sum and count could come from two different scrapes.
         let at = epoch_now();
-        let (b, s, c, t, e) = tokio::join!(
+        let (b, s, c, t, e, i) = tokio::join!(
             self.client.query(&q[0], Some(at)),
             self.client.query(&q[1], Some(at)),
             self.client.query(&q[2], Some(at)),
             self.client.query(&q[3], Some(at)),
             self.client.query(&q[4], Some(at)),
+            self.client.query(&q[5], Some(at)),
         );
-        let snaps = snapshots_from_series(&b?, &s?, &c?, &t?, &e?, at, Instant::now());
+        let (b, s, c, t, e, i) = (b?, s?, c?, t?, e?, i?);
+        let series = Series {
+            buckets: &b,
+            sums: &s,
+            counts: &c,
+            times: &t,
+            errors: &e,
+            info: &i,
+        };
+        let snaps = snapshots_from_series(series, at, Instant::now());
         Ok(targets
             .iter()
             .map(|t| {
@@ -235,7 +267,11 @@ mod evaluation_time_tests {
         let snaps = source.snapshot(&targets).await.expect("the source answers");
         assert!(snaps[0].1.is_err(), "no series for the pod is a per-pod error");
         let times = times.lock().expect("lock").clone();
-        assert_eq!(times.len(), 5, "buckets, sum, count, sample time, errors");
+        assert_eq!(
+            times.len(),
+            6,
+            "buckets, sum, count, sample time, errors, workload_info"
+        );
         assert!(times[0].is_some() && times.iter().all(|t| *t == times[0]), "{times:?}");
     }
 }
