@@ -131,9 +131,10 @@ pub fn expected_plugin_labels(strategy: Strategy, replicas: u32, product: &str) 
 
 /// The MIG layout for a GPU product: seven of the smallest instance, as the GPU
 /// operator's default mig-parted config names them (gpu-operator v25.10.1
-/// `assets/state-mig-manager/0400_configmap.yaml`: `all-1g.10gb` only matches 80 GB
-/// H100/H800/A100 by PCI id; H100 NVL and GH200 96 GB have 1g.12gb, H200 and GH200
-/// 144 GB 1g.18gb). Product names are GFD's (`NVIDIA-H100-NVL`).
+/// `assets/state-mig-manager/0400_configmap.yaml`: `all-1g.10gb` gives seven instances
+/// on the 80 GB H100/H800/A100/A800, selected by PCI id, and four on a 40 GB A100/A800;
+/// H100 NVL and GH200 96 GB have 1g.12gb, H200 and GH200 144 GB 1g.18gb). Product names
+/// are GFD's (`NVIDIA-H100-NVL`).
 pub fn default_mig_layout(product: &str) -> Option<&'static str> {
     let p = product.to_uppercase();
     if p.contains("GH200") {
@@ -158,23 +159,78 @@ pub fn default_mig_layout(product: &str) -> Option<&'static str> {
 }
 
 /// Physical GPUs behind GFD's labels (pure): `nvidia.com/gpu.count`, or under the MIG
-/// `single` strategy (where it counts MIG devices: product `…-MIG-<profile>`) that count
-/// over the instances of the profile per GPU (`1g` → 7, 4 on an A30's `1g.6gb`; `2g` →
-/// 3, `3g` → 2, `4g`/`7g` → 1).
+/// `single` strategy (where it counts MIG devices: product `<GPU>-MIG-<profile>`) that
+/// count over [`mig_instances_per_gpu`] (UPSTREAM-RULES.md F6).
 pub fn physical_gpus(labels: &std::collections::BTreeMap<String, String>) -> u32 {
     let count: u32 = labels.get(LABEL_GPU_COUNT).and_then(|c| c.parse().ok()).unwrap_or(0);
     let product = labels.get(LABEL_PRODUCT).map(String::as_str).unwrap_or("");
-    let Some((_, profile)) = product.split_once("-MIG-") else {
-        return count;
+    match product.trim_end_matches("-SHARED").split_once("-MIG-") {
+        Some((gpu, profile)) => count.div_ceil(mig_instances_per_gpu(gpu, profile)),
+        None => count,
+    }
+}
+
+/// The smallest `1g` profile's memory (GB) on a GPU, from GFD's product name: the
+/// profile seven of which fill the GPU.
+fn smallest_1g_gb(gpu: &str) -> Option<u32> {
+    let g = gpu.to_uppercase();
+    let has = |s: &str| g.contains(s);
+    Some(if has("GB300") {
+        35
+    } else if has("B300") {
+        34
+    } else if has("B200") {
+        23
+    } else if has("GH200") {
+        if has("144") { 18 } else { 12 }
+    } else if has("H200") {
+        18
+    } else if has("H20") || (has("H100") && (has("NVL") || has("96"))) {
+        12
+    } else if has("80GB") && (has("H100") || has("H800") || has("A100") || has("A800")) {
+        10
+    } else if has("A100") || has("A800") {
+        5
+    } else {
+        return None;
+    })
+}
+
+/// How many devices of a MIG profile fill one GPU (pure), as the GPU operator's default
+/// mig-parted configuration lists them (gpu-operator v26.7.0 and v25.10.1
+/// `assets/state-mig-manager/0400_configmap.yaml`, identical; read). `profile` is spelled
+/// as GFD puts it in the product label, `+` turned into `.` (k8s-device-plugin v0.20.0
+/// `internal/resource/nvml-mig-device.go`, read):
+/// - a media-extension profile (`1g.10gb.me`, `1g.24gb.me.all`, `2g.12gb.me`): 1;
+/// - `3g`: 2; `4g` and `7g`: 1;
+/// - on the 4-slice A30 and RTX PRO: `1g` 4, `2g` 2;
+/// - elsewhere `2g`: 3, and `1g`: 7 for the GPU's smallest 1g profile, 4 for one with
+///   about twice its memory (`1g.20gb` on an 80 GB H100, `1g.10gb` on a 40 GB A100,
+///   `1g.35gb` on an H200 but not on a GB300). A GPU this table does not know gets 7.
+pub fn mig_instances_per_gpu(gpu: &str, profile: &str) -> u32 {
+    let parts: Vec<&str> = profile.split('.').collect();
+    if parts.get(2).is_some_and(|p| p.starts_with("me")) {
+        return 1;
+    }
+    let g = gpu.to_uppercase();
+    let four_slices = g.contains("A30") || g.contains("RTX-PRO") || g.contains("RTX PRO");
+    let gb = || {
+        parts
+            .get(1)
+            .and_then(|m| m.split("gb").next())
+            .and_then(|m| m.parse::<u32>().ok())
     };
-    let per_gpu = match profile.split('.').next().unwrap_or("") {
-        "1g" if profile.starts_with("1g.6gb") => 4,
-        "1g" => 7,
+    match parts.first().copied().unwrap_or("") {
+        "1g" if four_slices => 4,
+        "1g" => match (gb(), smallest_1g_gb(gpu)) {
+            (Some(m), Some(smallest)) if m >= smallest * 3 / 2 => 4,
+            _ => 7,
+        },
+        "2g" if four_slices => 2,
         "2g" => 3,
         "3g" => 2,
         _ => 1,
-    };
-    count.div_ceil(per_gpu)
+    }
 }
 
 /// The MIG profile of a layout (`all-1g.10gb` → `1g.10gb`).
@@ -654,6 +710,54 @@ mod tests {
         assert_eq!(physical_gpus(&l("7", "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb")), 1);
         assert_eq!(physical_gpus(&l("14", "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb")), 2);
         assert_eq!(physical_gpus(&l("8", "NVIDIA-A30-MIG-1g.6gb")), 2);
+        assert_eq!(physical_gpus(&l("8", "NVIDIA-A100-SXM4-40GB-MIG-1g.10gb")), 2);
+        assert_eq!(physical_gpus(&l("4", "NVIDIA-H100-80GB-HBM3-MIG-1g.20gb-SHARED")), 1);
+        assert_eq!(physical_gpus(&l("2", "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb.me")), 2);
+    }
+
+    #[test]
+    fn mig_instances_follow_the_operators_default_mig_parted_config() {
+        // (GFD product, profile as labelled, devices per GPU in the config's all-<profile>).
+        for (gpu, profile, n) in [
+            ("NVIDIA-A100-SXM4-40GB", "1g.5gb", 7),
+            ("NVIDIA-A100-SXM4-40GB", "1g.5gb.me", 1),
+            ("NVIDIA-A100-SXM4-40GB", "1g.10gb", 4),
+            ("NVIDIA-A100-SXM4-40GB", "2g.10gb", 3),
+            ("NVIDIA-A100-SXM4-80GB", "1g.10gb", 7),
+            ("NVIDIA-H100-80GB-HBM3", "1g.10gb", 7),
+            ("NVIDIA-H100-80GB-HBM3", "1g.20gb", 4),
+            ("NVIDIA-H100-80GB-HBM3", "1g.10gb.me", 1),
+            ("NVIDIA-H100-80GB-HBM3", "3g.40gb", 2),
+            ("NVIDIA-H100-80GB-HBM3", "7g.80gb", 1),
+            ("NVIDIA-H100-NVL", "1g.12gb", 7),
+            ("NVIDIA-H100-NVL", "1g.24gb", 4),
+            ("NVIDIA-GH200-480GB", "1g.12gb", 7),
+            ("NVIDIA-GH200-480GB", "1g.24gb", 4),
+            ("NVIDIA-H20", "1g.12gb", 7),
+            ("NVIDIA-H200", "1g.18gb", 7),
+            ("NVIDIA-H200", "1g.35gb", 4),
+            ("NVIDIA-GH200-144G-HBM3e", "1g.36gb", 4),
+            ("NVIDIA-B200", "1g.23gb", 7),
+            ("NVIDIA-B200", "1g.45gb", 4),
+            ("NVIDIA-GB200", "1g.47gb", 4),
+            ("NVIDIA-B300-SXM6-AC", "1g.34gb", 7),
+            ("NVIDIA-B300-SXM6-AC", "1g.67gb", 4),
+            ("NVIDIA-GB300", "1g.35gb", 7),
+            ("NVIDIA-GB300", "1g.70gb", 4),
+            ("NVIDIA-A30", "1g.6gb", 4),
+            ("NVIDIA-A30", "1g.6gb.me", 1),
+            ("NVIDIA-A30", "2g.12gb", 2),
+            ("NVIDIA-A30", "2g.12gb.me", 1),
+            ("NVIDIA-A30", "4g.24gb", 1),
+            ("NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition", "1g.24gb", 4),
+            ("NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition", "1g.24gb.gfx", 4),
+            ("NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition", "1g.24gb-me", 4),
+            ("NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition", "1g.24gb.me.all", 1),
+            ("NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition", "2g.48gb", 2),
+            ("NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition", "4g.96gb", 1),
+        ] {
+            assert_eq!(mig_instances_per_gpu(gpu, profile), n, "{gpu} {profile}");
+        }
     }
 
     #[test]
