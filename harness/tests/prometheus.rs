@@ -45,7 +45,7 @@ fn epoch() -> f64 {
 async fn launch(dir: &Path, pods: u32) -> (LocalBackend, Vec<Target>) {
     std::fs::create_dir_all(dir.join("logs")).expect("logs");
     let mut b = LocalBackend::new(workload(), DeviceKind::Cpu, GpuInventory::default(), dir, None);
-    b.launch(Strategy::TimeSlicing, pods, &Shutdown::new())
+    b.launch(Strategy::TimeSlicing, pods, &[], &Shutdown::new())
         .await
         .expect("launch");
     let ready = b

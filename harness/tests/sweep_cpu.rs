@@ -131,8 +131,9 @@ fn cpu_sweep_end_to_end_writes_every_column() {
 
 #[test]
 fn open_loop_pods_draw_their_own_arrivals_and_the_rows_say_which() {
-    // Each launch gets its own seed (pods of a cell, and the same pod in the next
-    // cell), which the pod reports and its row records.
+    // `--load total:60`: 60/s per cell, split over its pods. Each launch gets its own
+    // seed (pods of a cell, and the same pod in the next cell), which the pod reports
+    // and its row records.
     let out = tempfile::tempdir().expect("tempdir");
     let st = sweep(
         out.path(),
@@ -143,8 +144,8 @@ fn open_loop_pods_draw_their_own_arrivals_and_the_rows_say_which() {
             "3s",
             "--run-id",
             "open",
-            "--workload-arg=--load",
-            "--workload-arg=poisson:40",
+            "--load",
+            "total:60",
         ],
     )
     .stderr(Stdio::piped())
@@ -163,6 +164,22 @@ fn open_loop_pods_draw_their_own_arrivals_and_the_rows_say_which() {
     unique.dedup();
     assert_eq!(unique.len(), 3, "every launch its own arrivals: {seeds:?}");
     assert!(cells.iter().filter(|c| c.is_aggregate()).all(|c| c.load_seed.is_none()));
+    for c in &cells {
+        let (per_pod, cell) = if c.pods == 1 { (60.0, 60.0) } else { (30.0, 60.0) };
+        let want = if c.is_aggregate() { cell } else { per_pod };
+        assert_eq!(c.offered_per_s, Some(want), "{c:?}");
+        // A row says it fell short exactly when its rate did.
+        if !c.is_aggregate() {
+            let short = gpushare_bench::sweep::cell::shortfall(
+                per_pod,
+                c.throughput_per_s.expect("rate"),
+                c.duration_s.expect("duration"),
+            );
+            assert_eq!(short.is_some(), c.note.contains("could not keep up"), "{c:?}");
+        }
+    }
+    let run = read_run(&out.path().join("open/run.json")).expect("run.json");
+    assert_eq!(run.plan.load.to_string(), "total:60");
 }
 
 #[test]
@@ -260,6 +277,13 @@ fn bad_flags_get_one_line_and_exit_2() {
         (vec!["sweep", "--window", "5 parsecs"], "bad --window"),
         (vec!["sweep", "--run-id", "../up"], "bad --run-id"),
         (vec!["sweep", "--frobnicate"], "--frobnicate"),
+        (vec!["sweep", "--load", "total:0"], "bad --load `total:0`"),
+        (vec!["sweep", "--load", "burst:5"], "unknown load `burst`"),
+        (
+            vec!["sweep", "--load", "poisson:5", "--workload-arg=--load=closed"],
+            "give it with --load only",
+        ),
+        (vec!["isolation", "--load", "poisson:5"], "a sweep option"),
     ] {
         let out = Command::new(BENCH).args(&args).output().expect("run");
         let err = String::from_utf8_lossy(&out.stderr);

@@ -189,8 +189,18 @@ impl Backend for FakeBackend {
         })
     }
 
-    async fn launch(&mut self, strategy: Strategy, pods: u32, _shutdown: &Shutdown) -> Result<Vec<Pod>> {
-        self.log(format!("launch {strategy} {pods}"));
+    async fn launch(
+        &mut self,
+        strategy: Strategy,
+        pods: u32,
+        args: &[String],
+        _shutdown: &Shutdown,
+    ) -> Result<Vec<Pod>> {
+        if args.is_empty() {
+            self.log(format!("launch {strategy} {pods}"));
+        } else {
+            self.log(format!("launch {strategy} {pods} {}", args.join(" ")));
+        }
         Ok(self.start_cell(strategy, (0..pods).map(|i| format!("pod-{i}")).collect()))
     }
 

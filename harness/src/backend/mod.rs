@@ -89,8 +89,10 @@ pub trait Backend {
     /// Readies a strategy (Kubernetes: switch the node; local: check it can run).
     async fn prepare(&mut self, strategy: Strategy, shutdown: &Shutdown) -> Result<Prepared>;
 
-    /// Starts the pods of one cell.
-    async fn launch(&mut self, strategy: Strategy, pods: u32, shutdown: &Shutdown) -> Result<Vec<Pod>>;
+    /// Starts the pods of one cell, each with `args` added to the run's workload
+    /// arguments (the cell's load: `--load poisson:RATE`).
+    async fn launch(&mut self, strategy: Strategy, pods: u32, args: &[String], shutdown: &Shutdown)
+    -> Result<Vec<Pod>>;
 
     /// Starts a cell whose pods differ, one per spec in order (the first is the one an
     /// exclusive GPU goes to); the strategy's limits are those of `specs.len()` pods.

@@ -123,13 +123,14 @@ pub struct SweepArgs {
 }
 
 /// `isolation` flags: the trials' own, and the sweep's options that make the pods
-/// (the sweep's --pods, --window, --max-cell and --repeat do not apply and are refused).
+/// (the sweep's --pods, --window, --max-cell, --repeat and --load do not apply and are refused).
 #[derive(Debug, Clone, Args)]
 #[command(
     mut_arg("pods", |a| a.hide(true)),
     mut_arg("window", |a| a.hide(true)),
     mut_arg("max_cell", |a| a.hide(true)),
-    mut_arg("repeat", |a| a.hide(true))
+    mut_arg("repeat", |a| a.hide(true)),
+    mut_arg("load", |a| a.hide(true))
 )]
 pub struct IsolationArgs {
     /// Scenarios, comma-separated: noisy-neighbour, memory-pressure, fault, crash [default: all four].

@@ -9,7 +9,7 @@ use clap::Args;
 use serde::{Deserialize, Serialize};
 
 use crate::config::values::{
-    BackendKind, DeviceChoice, List, Model, PodCount, Precision, PrometheusSetting, Span, StrategyName,
+    BackendKind, DeviceChoice, List, Load, Model, PodCount, Precision, PrometheusSetting, Span, StrategyName,
 };
 use crate::error::{BenchError, Result};
 
@@ -51,6 +51,9 @@ pub struct SweepOptions {
     /// Passes over the whole plan, each in a rotated strategy order; every cell then reports the mean over passes ± a 95% interval [default: 1].
     #[arg(long)]
     pub repeat: Option<u32>,
+    /// Requests: closed (each pod back to back, the reference study), poisson:RATE (Poisson arrivals, RATE per pod per second), or total:RATE (RATE per cell, split equally over its pods) [default: closed]. Open-loop latency runs from each request's scheduled arrival.
+    #[arg(long)]
+    pub load: Option<Load>,
     /// Longest wait for pods to become ready [default: 180s].
     #[arg(long)]
     pub ready_timeout: Option<Span>,

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::config::options::SweepOptions;
-pub use crate::config::values::{BackendKind, DeviceChoice, Model, Precision, PrometheusSetting};
+pub use crate::config::values::{BackendKind, DeviceChoice, Load, Model, Precision, PrometheusSetting};
 use crate::domain::Strategy;
 use crate::error::{BenchError, Result};
 
@@ -46,6 +46,8 @@ pub struct SweepPlan {
     pub batch: u32,
     /// Passes over the whole plan (1 to 100).
     pub repeat: u32,
+    /// How the pods get their requests.
+    pub load: Load,
     /// Measurement settings.
     pub measure: MeasureSettings,
     /// Results directory.
@@ -187,6 +189,20 @@ impl SweepPlan {
                 format!("expected 1 to {}", crate::results::record::MAX_REPEAT),
             ));
         }
+        let load = o.load.unwrap_or_default();
+        // One load per pod: the workload refuses a second --load.
+        if load != Load::Closed
+            && let Some(arg) = o
+                .workload_args
+                .iter()
+                .find(|a| a.starts_with("--load") && !a.starts_with("--load-seed"))
+        {
+            return Err(BenchError::flag(
+                "--load",
+                &load.to_string(),
+                format!("--workload-arg={arg} sets the load too; give it with --load only"),
+            ));
+        }
         let warmup = o.warmup.map_or(DEFAULT_WARMUP, |s| s.duration);
         let window = o.window.as_ref().map_or(DEFAULT_WINDOW, |s| s.duration);
         let window_text = o.window.as_ref().map_or("5s".to_string(), |s| s.text.clone());
@@ -282,6 +298,7 @@ impl SweepPlan {
             device,
             batch,
             repeat,
+            load,
             measure: MeasureSettings {
                 ready_timeout,
                 warmup,

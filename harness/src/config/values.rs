@@ -271,6 +271,78 @@ impl fmt::Display for Span {
 }
 serde_via_str!(Span);
 
+/// How the pods get their requests (`--load`).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum Load {
+    /// Back to back, as fast as each pod serves (the reference study's closed loop).
+    #[default]
+    Closed,
+    /// Poisson arrivals at this rate per pod (`poisson:RATE`).
+    PerPod(f64),
+    /// Poisson arrivals at this rate per cell, split equally over its pods
+    /// (`total:RATE`): strategies compared at equal aggregate offered load.
+    Total(f64),
+}
+
+/// The highest rate `--load` accepts per second (the workload's own limit).
+pub const MAX_RATE: f64 = 1e6;
+
+impl FromStr for Load {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "closed" {
+            return Ok(Load::Closed);
+        }
+        let (kind, rate) = s
+            .split_once(':')
+            .ok_or("expected closed, poisson:RATE (per pod) or total:RATE (per cell), RATE in requests per second")?;
+        let rate: f64 = rate
+            .parse()
+            .map_err(|_| format!("RATE `{rate}` is not a number of requests per second"))?;
+        if !(rate.is_finite() && rate > 0.0 && rate <= MAX_RATE) {
+            return Err(format!("RATE must be above 0 and at most {MAX_RATE} per second"));
+        }
+        match kind {
+            "poisson" => Ok(Load::PerPod(rate)),
+            "total" => Ok(Load::Total(rate)),
+            other => Err(format!(
+                "unknown load `{other}`: expected closed, poisson:RATE (per pod) or total:RATE (per cell)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Load {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Load::Closed => f.write_str("closed"),
+            Load::PerPod(r) => write!(f, "poisson:{r}"),
+            Load::Total(r) => write!(f, "total:{r}"),
+        }
+    }
+}
+
+serde_via_str!(Load);
+
+impl Load {
+    /// Requests per second offered to each pod of a cell of `pods` pods (None: closed).
+    pub fn per_pod_rate(self, pods: u32) -> Option<f64> {
+        match self {
+            Load::Closed => None,
+            Load::PerPod(r) => Some(r),
+            Load::Total(r) => Some(r / f64::from(pods.max(1))),
+        }
+    }
+
+    /// The workload arguments that make a cell's pods follow this load (pure).
+    pub fn workload_args(self, pods: u32) -> Vec<String> {
+        match self.per_pod_rate(pods) {
+            None => Vec::new(),
+            Some(r) => vec!["--load".into(), format!("poisson:{r}")],
+        }
+    }
+}
+
 /// A pod count of a sweep, 1 to 64.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct PodCount(pub u32);
@@ -389,6 +461,29 @@ impl<'de, T: FromStr<Err = String> + PartialEq> Deserialize<'de> for List<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loads_give_each_pod_its_rate() {
+        assert_eq!("closed".parse::<Load>(), Ok(Load::Closed));
+        assert_eq!("poisson:100".parse::<Load>(), Ok(Load::PerPod(100.0)));
+        let total: Load = "total:300".parse().expect("total");
+        assert_eq!(total.per_pod_rate(3), Some(100.0));
+        assert_eq!(total.workload_args(4), ["--load", "poisson:75"]);
+        assert_eq!(Load::PerPod(40.0).workload_args(7), ["--load", "poisson:40"]);
+        assert!(Load::Closed.workload_args(3).is_empty());
+        assert_eq!(total.to_string().parse::<Load>(), Ok(total));
+        for bad in [
+            "open",
+            "poisson:",
+            "poisson:0",
+            "total:-1",
+            "poisson:inf",
+            "total:2e6",
+            "burst:5",
+        ] {
+            assert!(bad.parse::<Load>().is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn values_parse_once_for_flags_and_files() {

@@ -32,12 +32,13 @@ pub fn plan(args: IsolationArgs) -> Result<SweepPlan> {
         ("--window", o.window.as_ref().map(|s| s.text.clone())),
         ("--max-cell", o.max_cell.as_ref().map(|s| s.text.clone())),
         ("--repeat", o.repeat.map(|r| r.to_string())),
+        ("--load", o.load.map(|l| l.to_string())),
     ];
     if let Some((flag, Some(value))) = sweep_only.into_iter().find(|(_, v)| v.is_some()) {
         return Err(BenchError::flag(
             flag,
             &value,
-            "a sweep option: isolation trials choose their own pods (--aggressors) and follow the victim for --event-after + --observe",
+            "a sweep option: isolation trials choose their own pods (--aggressors) and loads (--victim-rate; aggressors closed loop) and follow the victim for --event-after + --observe",
         ));
     }
     let file = match &args.config {

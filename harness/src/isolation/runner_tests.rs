@@ -239,9 +239,10 @@ async fn a_trial_that_cannot_launch_is_a_failed_record_and_the_run_goes_on() {
             &mut self,
             s: Strategy,
             n: u32,
+            args: &[String],
             sd: &Shutdown,
         ) -> crate::error::Result<Vec<crate::backend::Pod>> {
-            self.0.launch(s, n, sd).await
+            self.0.launch(s, n, args, sd).await
         }
         async fn launch_pods(
             &mut self,

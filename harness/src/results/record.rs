@@ -108,6 +108,10 @@ pub struct CellRecord {
     /// Seconds from launching the cell's pods to all of them ready (Kubernetes).
     #[serde(default)]
     pub pods_ready_s: Option<f64>,
+    /// Requests per second offered under `--load poisson:RATE` or `total:RATE`: the
+    /// pod's rate on its row, the cell's (rate × pods) on the aggregate row.
+    #[serde(default)]
+    pub offered_per_s: Option<f64>,
     /// The seed of the pod's open-loop arrival times, as the pod reported it
     /// (`workload_info{load_seed}`; per-pod rows under `--load poisson:RATE`).
     #[serde(default)]
@@ -170,6 +174,7 @@ impl CellRecord {
             switch_s: None,
             mig_reconfigure_s: None,
             pods_ready_s: None,
+            offered_per_s: None,
             load_seed: None,
         }
     }
@@ -275,6 +280,9 @@ pub struct PlanRecord {
     /// Passes over the whole plan (`--repeat`), each in a rotated strategy order.
     #[serde(default = "first_repeat")]
     pub repeat: u32,
+    /// How the pods got their requests (`--load`: closed, poisson:RATE, total:RATE).
+    #[serde(default)]
+    pub load: crate::config::values::Load,
 }
 
 impl PlanRecord {
@@ -314,6 +322,7 @@ impl PlanRecord {
             prometheus: plan.prometheus.to_string(),
             workload_args: plan.workload_args.clone(),
             repeat: plan.repeat,
+            load: plan.load,
         }
     }
 

@@ -31,6 +31,26 @@ pub struct CellLabels {
     pub precision: String,
     /// cuda or cpu.
     pub device: DeviceKind,
+    /// Requests per second offered to each pod (None: closed loop).
+    pub offered_per_pod: Option<f64>,
+}
+
+/// Whether a pod served the load it was offered (pure): its completed requests per
+/// second may fall short of the offered rate by at most 5% or three standard deviations
+/// of a Poisson count over the measured time, whichever is more. Otherwise the reason,
+/// for its row: it could not keep up, so its latency is its queue's.
+pub fn shortfall(offered: f64, achieved: f64, secs: f64) -> Option<String> {
+    let arrivals = offered * secs;
+    if arrivals.is_nan() || arrivals <= 0.0 {
+        return None;
+    }
+    let tolerance = (3.0 / arrivals.sqrt()).max(0.05);
+    (achieved < offered * (1.0 - tolerance)).then(|| {
+        format!(
+            "served {achieved:.1}/s of the {offered}/s offered (more than {:.1}% short): it could not keep up, so its latency is its queue's",
+            tolerance * 100.0
+        )
+    })
 }
 
 /// A row with the cell's labels and nothing measured.
@@ -42,6 +62,7 @@ pub fn empty_row(l: &CellLabels, pod: &str, status: CellStatus, source: Source, 
         precision: l.precision.clone(),
         started_at: now_rfc3339(),
         repeat: l.repeat,
+        offered_per_s: l.offered_per_pod,
         ..CellRecord::unmeasured(l.strategy, l.pods, pod, status, source, l.device)
     }
 }
@@ -178,6 +199,7 @@ pub fn cell_rows(
     let mut effective = Vec::new();
     let mut statuses = Vec::new();
     let mut layout_mismatch = Vec::new();
+    let mut short = Vec::new();
     for name in order {
         let t = &tracked[name];
         let (status, exit_code, note) = pod_status(&t.state, &t.problem);
@@ -205,6 +227,15 @@ pub fn cell_rows(
                 row.quantile_resolution = d.quantile_resolution();
                 row.errors = Some(errs.max(0.0) as u64);
                 row.duration_s = Some(secs);
+                if let Some(why) = labels.offered_per_pod.and_then(|o| shortfall(o, d.count / secs, secs)) {
+                    short.push(name.clone());
+                    row.note = [row.note.as_str(), why.as_str()]
+                        .iter()
+                        .filter(|n| !n.is_empty())
+                        .copied()
+                        .collect::<Vec<_>>()
+                        .join("; ");
+                }
                 total_tput += d.count / secs;
                 total_errors += errs.max(0.0);
                 total_inf += d.count as u64;
@@ -243,6 +274,12 @@ pub fn cell_rows(
     {
         notes.push(format!("{} {}: {}", r.pod, r.status, r.note));
     }
+    if !short.is_empty() {
+        notes.push(format!(
+            "{} could not keep up with the offered load (their rows say by how much)",
+            short.join(", ")
+        ));
+    }
     if !layout_mismatch.is_empty() {
         notes.push(format!(
             "{} left out of the cell's quantiles and mean: other histogram bucket bounds",
@@ -259,6 +296,7 @@ pub fn cell_rows(
     }
     let mut agg = empty_row(labels, ALL_PODS, status, src, notes.join("; "));
     agg.started_at = started_at.clone();
+    agg.offered_per_s = labels.offered_per_pod.map(|o| o * f64::from(labels.pods));
     if let Some(h) = total.filter(|h| h.count > 0.0) {
         agg.inferences = Some(total_inf);
         // One time base for the cell: every pod's inferences over the cell's measured
@@ -359,7 +397,36 @@ mod tests {
             model: "tiny".into(),
             precision: "fp32".into(),
             device: DeviceKind::Cpu,
+            offered_per_pod: None,
         }
+    }
+
+    #[test]
+    fn a_pod_short_of_its_offered_rate_is_named() {
+        // 100/s for 10 s: 1000 arrivals, 3 standard deviations are 9.5%.
+        assert_eq!(shortfall(100.0, 91.0, 10.0), None);
+        let why = shortfall(100.0, 90.0, 10.0).expect("short");
+        assert!(
+            why.contains("90.0/s of the 100/s offered") && why.contains("9.5%"),
+            "{why}"
+        );
+        // 1000/s for 60 s: the 5% floor.
+        assert_eq!(shortfall(1000.0, 951.0, 60.0), None);
+        assert!(shortfall(1000.0, 949.0, 60.0).is_some());
+        assert_eq!(shortfall(0.0, 0.0, 10.0), None);
+        // In a cell: the pod's row says so, and the aggregate names it.
+        let m = measured(&[("a", 10.0, 1000.0, &[0.002]), ("b", 10.0, 500.0, &[0.002])]);
+        let l = CellLabels {
+            offered_per_pod: Some(100.0),
+            ..labels()
+        };
+        let rows = cell_rows(&m, &l, Source::Scrape, &settings(), None);
+        assert_eq!(rows[0].offered_per_s, Some(100.0));
+        assert!(rows[0].note.is_empty(), "{}", rows[0].note);
+        assert!(rows[1].note.contains("could not keep up"), "{}", rows[1].note);
+        let agg = rows.last().expect("aggregate");
+        assert_eq!(agg.offered_per_s, Some(200.0));
+        assert!(agg.note.contains("b could not keep up"), "{}", agg.note);
     }
 
     fn settings() -> MeasureSettings {

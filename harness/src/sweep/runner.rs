@@ -254,6 +254,7 @@ async fn sweep_cells<B: Backend, S: MetricsSource>(
                 model: plan.model.clone(),
                 precision: plan.precision.clone(),
                 device: plan.device,
+                offered_per_pod: plan.load.per_pod_rate(pods),
             };
             let prepared = backend.prepare(strategy, shutdown).await?;
             if let Prepared::Unavailable(reason) = &prepared {
@@ -282,7 +283,8 @@ async fn sweep_cells<B: Backend, S: MetricsSource>(
                 let rows = match &prepared {
                     Prepared::Unavailable(reason) => unavailable_rows(&labels(pods), source.kind(), reason),
                     Prepared::Ready => {
-                        let launched = backend.launch(strategy, pods, shutdown).await;
+                        let load = plan.load.workload_args(pods);
+                        let launched = backend.launch(strategy, pods, &load, shutdown).await;
                         let measured = match launched {
                             Ok(_) => {
                                 let baseline = store.aggregate(repeat, strategy, 1).cloned();

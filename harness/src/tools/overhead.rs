@@ -221,7 +221,7 @@ pub async fn run(args: &OverheadArgs, shutdown: &Shutdown) -> Result<(OverheadRe
         args.phase,
         args.interval
     );
-    let launched = backend.launch(STRATEGY, 1, shutdown).await;
+    let launched = backend.launch(STRATEGY, 1, &[], shutdown).await;
     let result = match launched {
         Ok(_) => {
             measure(

@@ -1153,10 +1153,16 @@ impl Backend for KubernetesBackend {
         })
     }
 
-    async fn launch(&mut self, strategy: Strategy, pods: u32, shutdown: &Shutdown) -> Result<Vec<CellPod>> {
+    async fn launch(
+        &mut self,
+        strategy: Strategy,
+        pods: u32,
+        args: &[String],
+        shutdown: &Shutdown,
+    ) -> Result<Vec<CellPod>> {
         let resource = self.begin_cell(strategy, pods, shutdown).await?;
         self.trial = None;
-        let object = objects::deployment(&self.s.workload, strategy, pods, &resource);
+        let object = objects::deployment(&self.s.workload, strategy, pods, &resource, args);
         self.apply_deployment(objects::APP, object, &format!("{} × {pods}", strategy.name()))
             .await?;
         self.cell = Some((strategy, pods));

@@ -51,7 +51,13 @@ pub fn files(image: &str) -> Vec<(String, String)> {
         ),
         (
             "base/deployment.yaml".into(),
-            yaml(&[objects::deployment(&spec, Strategy::Exclusive, 1, "nvidia.com/gpu")]),
+            yaml(&[objects::deployment(
+                &spec,
+                Strategy::Exclusive,
+                1,
+                "nvidia.com/gpu",
+                &[],
+            )]),
         ),
         ("base/service.yaml".into(), yaml(&[objects::service(NAMESPACE)])),
         ("base/podmonitor.yaml".into(), yaml(&[objects::pod_monitor(NAMESPACE)])),
@@ -88,7 +94,7 @@ pub fn files(image: &str) -> Vec<(String, String)> {
         let resource = objects::pod_resource(s, Some("single"), objects::default_mig_layout("H100"));
         // A whole Deployment as the patch: kustomize merges it over the base, and it
         // validates against the Kubernetes schema on its own.
-        let patch = objects::deployment(&spec, s, 1, &resource);
+        let patch = objects::deployment(&spec, s, 1, &resource, &[]);
         let node_steps = match s {
             Strategy::Mig => format!(
                 "# Node: kubectl label node $NODE {}=all-1g.10gb (H200: all-1g.18gb), wait for {}=success.\n",

@@ -323,8 +323,8 @@ pub fn namespace(ns: &str) -> Value {
     json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": ns, "labels": { "app.kubernetes.io/part-of": "gpushare-bench" } } })
 }
 
-/// The workload Deployment of one cell.
-pub fn deployment(spec: &WorkloadSpec, strategy: Strategy, pods: u32, resource: &str) -> Value {
+/// The workload Deployment of one cell; `extra_args` (the cell's load) follow the run's.
+pub fn deployment(spec: &WorkloadSpec, strategy: Strategy, pods: u32, resource: &str, extra_args: &[String]) -> Value {
     workload_deployment(
         spec,
         strategy,
@@ -334,7 +334,7 @@ pub fn deployment(spec: &WorkloadSpec, strategy: Strategy, pods: u32, resource: 
             role: None,
             replicas: pods,
             pods,
-            extra_args: &[],
+            extra_args,
         },
     )
 }
@@ -793,7 +793,7 @@ mod tests {
             tolerations: vec![DEFAULT_TOLERATION.into()],
             pull_secrets: vec!["regcred".into()],
         };
-        let d = deployment(&spec, Strategy::Mps, 5, "nvidia.com/gpu");
+        let d = deployment(&spec, Strategy::Mps, 5, "nvidia.com/gpu", &[]);
         assert_eq!(d["spec"]["replicas"], 5);
         let pod = &d["spec"]["template"]["spec"];
         assert_eq!(

@@ -162,7 +162,7 @@ pub fn dry_run(plan: &SweepPlan) -> String {
                     "{} × {pods}: Deployment (server-side apply), then deleted after the cell",
                     strategy.name()
                 ),
-                objects::deployment(&s.workload, strategy, pods, &resource),
+                objects::deployment(&s.workload, strategy, pods, &resource, &plan.load.workload_args(pods)),
             );
         }
     }

@@ -215,12 +215,14 @@ fn fresh_seed(index: u32) -> u64 {
 }
 
 impl LocalBackend {
-    /// Spawns a cell's pods; `specs` (when given) name them and add their arguments.
+    /// Spawns a cell's pods; `specs` (when given) name them and add their arguments,
+    /// else every pod gets `args`.
     async fn spawn_cell(
         &mut self,
         strategy: Strategy,
         pods: u32,
         specs: &[PodSpec],
+        args: &[String],
         shutdown: &Shutdown,
     ) -> Result<Vec<Pod>> {
         let dirs = self.mps_dirs(strategy, pods);
@@ -262,7 +264,7 @@ impl LocalBackend {
                 });
                 continue;
             }
-            let mut args = spec.map(|s| s.args.clone()).unwrap_or_default();
+            let mut args = spec.map_or_else(|| args.to_vec(), |s| s.args.clone());
             // Each launch draws its own open-loop arrivals (pods of a cell, cells and
             // repeats): a seed the pod reports back, unless the user fixed one.
             let given = |a: &[String]| a.iter().any(|x| x.starts_with("--load-seed"));
@@ -342,13 +344,19 @@ impl Backend for LocalBackend {
         )
     }
 
-    async fn launch(&mut self, strategy: Strategy, pods: u32, shutdown: &Shutdown) -> Result<Vec<Pod>> {
-        self.spawn_cell(strategy, pods, &[], shutdown).await
+    async fn launch(
+        &mut self,
+        strategy: Strategy,
+        pods: u32,
+        args: &[String],
+        shutdown: &Shutdown,
+    ) -> Result<Vec<Pod>> {
+        self.spawn_cell(strategy, pods, &[], args, shutdown).await
     }
 
     async fn launch_pods(&mut self, strategy: Strategy, specs: &[PodSpec], shutdown: &Shutdown) -> Result<Vec<Pod>> {
         let pods = u32::try_from(specs.len()).unwrap_or(u32::MAX);
-        self.spawn_cell(strategy, pods, specs, shutdown).await
+        self.spawn_cell(strategy, pods, specs, &[], shutdown).await
     }
 
     async fn relaunch_pod(&mut self, name: &str, _shutdown: &Shutdown) -> Result<()> {
