@@ -814,6 +814,14 @@ mod tests {
             json!(["--model", "tiny", "--listen", "0.0.0.0:9400"])
         );
         assert_eq!(d["spec"]["template"]["metadata"]["labels"][CELL_LABEL], "mps-5");
+        // A cell's load follows the run's arguments; the listen address comes last.
+        let load = ["--load".to_string(), "poisson:20".to_string()];
+        let open = deployment(&spec, Strategy::Mps, 5, "nvidia.com/gpu", &load);
+        assert_eq!(
+            open["spec"]["template"]["spec"]["containers"][0]["args"],
+            json!(["--model", "tiny", "--load", "poisson:20", "--listen", "0.0.0.0:9400"])
+        );
+        assert!(open["spec"]["template"]["spec"]["shareProcessNamespace"].is_null());
         assert_eq!(
             node_label_patch(&[(LABEL_PLUGIN_CONFIG, None)]),
             json!({"metadata": {"labels": {LABEL_PLUGIN_CONFIG: null}}})
