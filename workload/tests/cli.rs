@@ -254,46 +254,42 @@ fn grow_memory_takes_and_touches_more_while_serving() {
     assert_eq!(w.wait_exit(Duration::from_secs(5)).0, 0);
 }
 
-#[test]
-fn an_injected_fault_on_the_cpu_aborts_the_process_and_says_so() {
+/// Starts a workload with `args`, waits until it is ready and then until it dies of a
+/// signal on its own within 10 s: the signal and its stderr.
+fn dies_of_its_own_signal(args: &[&str]) -> (Option<i32>, String) {
     use std::os::unix::process::ExitStatusExt;
-    let mut w = Workload::spawn(&["--inject-fault-after", "300ms"]);
+    let mut w = Workload::spawn(args);
     w.wait_ready();
     let deadline = Instant::now() + Duration::from_secs(10);
     let status = loop {
         if let Some(s) = w.child.try_wait().expect("wait") {
             break s;
         }
-        assert!(Instant::now() < deadline, "still running after the fault time");
+        assert!(
+            Instant::now() < deadline,
+            "{args:?}: still running after the event's time"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
-    assert_eq!(status.signal(), Some(libc::SIGABRT), "{status:?}");
     let mut err = String::new();
     if let Some(mut e) = w.child.stderr.take() {
         let _ = e.read_to_string(&mut err);
     }
+    (status.signal(), err)
+}
+
+#[test]
+fn an_injected_fault_on_the_cpu_aborts_the_process_and_says_so() {
+    let (signal, err) = dies_of_its_own_signal(&["--inject-fault-after", "300ms"]);
+    assert_eq!(signal, Some(libc::SIGABRT), "{err}");
     assert!(err.contains("injecting a fault"), "{err}");
     assert!(err.contains("the CPU stand-in for a GPU fault"), "{err}");
 }
 
 #[test]
 fn crash_after_kills_the_process_with_sigkill_mid_load() {
-    use std::os::unix::process::ExitStatusExt;
-    let mut w = Workload::spawn(&["--crash-after", "300ms"]);
-    w.wait_ready();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(s) = w.child.try_wait().expect("wait") {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "still running after the crash time");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
-    let mut err = String::new();
-    if let Some(mut e) = w.child.stderr.take() {
-        let _ = e.read_to_string(&mut err);
-    }
+    let (signal, err) = dies_of_its_own_signal(&["--crash-after", "300ms"]);
+    assert_eq!(signal, Some(libc::SIGKILL), "{err}");
     assert!(
         err.contains("killing this process with SIGKILL (--crash-after)"),
         "{err}"

@@ -873,20 +873,36 @@ async fn isolation_trials_run_as_two_deployments_and_kubernetes_restarts_the_vic
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crash_without_a_shared_process_namespace_is_the_workloads_exit_1() {
-    // The kernel drops a SIGKILL that PID 1 sends itself: without the pause container
-    // as init, `--crash-after` cannot crash the workload, which says so with exit 1.
-    let sim = start(ClusterSpec::h100("gpu-1")).await;
-    let ns = "gpushare-bench";
-    let spec = WorkloadSpec {
+/// What an isolation trial's Deployments run in these tests.
+fn trial_workload(ns: &str) -> WorkloadSpec {
+    WorkloadSpec {
         namespace: ns.into(),
         image: "img".into(),
         node: "gpu-1".into(),
         args: Vec::new(),
         tolerations: vec![objects::DEFAULT_TOLERATION.into()],
         pull_secrets: Vec::new(),
-    };
+    }
+}
+
+/// Stores a Deployment as if applied (its controllers run on the next event).
+fn put_deployment(w: &mut super::sim::World, key: &super::sim::world::Key, value: Value) {
+    w.objects.insert(
+        key.clone(),
+        super::sim::world::Object {
+            value,
+            managed: Default::default(),
+        },
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_without_a_shared_process_namespace_is_the_workloads_exit_1() {
+    // The kernel drops a SIGKILL that PID 1 sends itself: without the pause container
+    // as init, `--crash-after` cannot crash the workload, which says so with exit 1.
+    let sim = start(ClusterSpec::h100("gpu-1")).await;
+    let ns = "gpushare-bench";
+    let spec = trial_workload(ns);
     let args = ["--crash-after".to_string(), "50ms".to_string()];
     let mut codes = Vec::new();
     for shared in [true, false] {
@@ -895,13 +911,7 @@ async fn a_crash_without_a_shared_process_namespace_is_the_workloads_exit_1() {
         d["spec"]["template"]["spec"]["shareProcessNamespace"] = serde_json::json!(shared);
         let key = super::sim::world::Key::new("deployments", ns, "gpushare-workload-aggressor");
         let code = sim.with(|w| {
-            w.objects.insert(
-                key.clone(),
-                super::sim::world::Object {
-                    value: d,
-                    managed: Default::default(),
-                },
-            );
+            put_deployment(w, &key, d);
             w.controllers();
             w.settle(60.0);
             let code = w
@@ -929,24 +939,12 @@ async fn deployments_applied_together_may_give_an_exclusive_gpu_to_the_aggressor
     // sorts first, so it takes the node's one GPU and the victim stays Pending.
     let sim = start(ClusterSpec::h100("gpu-1")).await;
     let ns = "gpushare-bench";
-    let spec = WorkloadSpec {
-        namespace: ns.into(),
-        image: "img".into(),
-        node: "gpu-1".into(),
-        args: Vec::new(),
-        tolerations: vec![objects::DEFAULT_TOLERATION.into()],
-        pull_secrets: Vec::new(),
-    };
+    let spec = trial_workload(ns);
     let bound = sim.with(|w| {
         for role in objects::ROLES {
             let d = objects::role_deployment(&spec, Strategy::Exclusive, "nvidia.com/gpu", role, 1, 2, &[]);
-            w.objects.insert(
-                super::sim::world::Key::new("deployments", ns, &objects::role_deployment_name(role)),
-                super::sim::world::Object {
-                    value: d,
-                    managed: Default::default(),
-                },
-            );
+            let key = super::sim::world::Key::new("deployments", ns, &objects::role_deployment_name(role));
+            put_deployment(w, &key, d);
         }
         w.controllers();
         w.settle(60.0);

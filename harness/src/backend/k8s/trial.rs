@@ -291,20 +291,25 @@ mod tests {
         assert!(cell.iter().all(|p| p.state == PodState::Running), "{cell:?}");
     }
 
+    /// The victim's pod, not ready, after its container exited with code 5: its
+    /// container's restart count and state, and whether the exit is its last state.
+    fn victim_after_exit(restarts: u32, state: serde_json::Value, last_exit: bool) -> Pod {
+        let mut cs = json!({ "name": "workload", "image": "x", "imageID": "", "ready": false,
+                             "restartCount": restarts, "state": state });
+        if last_exit {
+            cs["lastState"] = json!({ "terminated": { "exitCode": 5, "reason": "Error" } });
+        }
+        let status = json!({ "phase": "Running", "podIP": "10.0.0.2",
+                             "conditions": [{ "type": "Ready", "status": "False" }],
+                             "containerStatuses": [cs] });
+        pod("w-victim-x", "victim", "2026-01-01T00:00:00Z", status)
+    }
+
     #[test]
     fn a_restarted_victim_is_exited_until_started_again_then_running_once_ready() {
         let specs = [spec("victim", &[])];
         let mut t = TrialCell::new(&specs);
-        let restarting = pod(
-            "w-victim-x",
-            "victim",
-            "2026-01-01T00:00:00Z",
-            json!({ "phase": "Running", "podIP": "10.0.0.2",
-                    "conditions": [{ "type": "Ready", "status": "False" }],
-                    "containerStatuses": [{ "name": "workload", "image": "x", "imageID": "", "ready": false, "restartCount": 1,
-                        "state": { "running": {} },
-                        "lastState": { "terminated": { "exitCode": 5, "reason": "Error" } } }] }),
-        );
+        let restarting = victim_after_exit(1, json!({ "running": {} }), true);
         let pods = vec![restarting.clone()];
         t.name_pods(&pods);
         assert!(matches!(
@@ -320,30 +325,13 @@ mod tests {
         status.conditions.as_mut().expect("conditions")[0].status = "True".into();
         assert_eq!(t.cell_pods(std::slice::from_ref(&ready))[0].state, PodState::Running);
         // The new container exits too: an exit again, with its code, not a start.
-        let again = pod(
-            "w-victim-x",
-            "victim",
-            "2026-01-01T00:00:00Z",
-            json!({ "phase": "Running", "podIP": "10.0.0.2",
-                    "conditions": [{ "type": "Ready", "status": "False" }],
-                    "containerStatuses": [{ "name": "workload", "image": "x", "imageID": "", "ready": false, "restartCount": 1,
-                        "state": { "waiting": { "reason": "CrashLoopBackOff" } },
-                        "lastState": { "terminated": { "exitCode": 5, "reason": "Error" } } }] }),
-        );
+        let again = victim_after_exit(1, json!({ "waiting": { "reason": "CrashLoopBackOff" } }), true);
         assert!(matches!(
             t.cell_pods(&[again])[0].state,
             PodState::Exited { code: Some(5), .. }
         ));
         // Seen before the kubelet restarted it (terminated, restart 0): the next one counts.
-        let exited = pod(
-            "w-victim-x",
-            "victim",
-            "2026-01-01T00:00:00Z",
-            json!({ "phase": "Running", "podIP": "10.0.0.2",
-                    "conditions": [{ "type": "Ready", "status": "False" }],
-                    "containerStatuses": [{ "name": "workload", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
-                        "state": { "terminated": { "exitCode": 5, "reason": "Error" } } }] }),
-        );
+        let exited = victim_after_exit(0, json!({ "terminated": { "exitCode": 5, "reason": "Error" } }), false);
         assert_eq!(next_container(&exited), 1);
         assert_eq!(t.cell_pods(&[exited])[0].state, PodState::Starting);
     }
