@@ -146,6 +146,8 @@ fn open_loop_pods_draw_their_own_arrivals_and_the_rows_say_which() {
             "open",
             "--load",
             "total:60",
+            "--slo",
+            "p50=1s,p99=2s",
         ],
     )
     .stderr(Stdio::piped())
@@ -168,6 +170,17 @@ fn open_loop_pods_draw_their_own_arrivals_and_the_rows_say_which() {
         let (per_pod, cell) = if c.pods == 1 { (60.0, 60.0) } else { (30.0, 60.0) };
         let want = if c.is_aggregate() { cell } else { per_pod };
         assert_eq!(c.offered_per_s, Some(want), "{c:?}");
+        // Judged against the SLOs unless a pod fell short of its load.
+        if !c.note.contains("keep up") {
+            let (p50, p99) = (c.slo_p50_attainment.expect("p50"), c.slo_p99_attainment.expect("p99"));
+            assert_eq!(c.slo_met, Some(p50 >= 0.5 && p99 >= 0.99), "{c:?}");
+            assert!(
+                c.slo_attainment_bound.is_some_and(|b| (0.0..=1.0).contains(&b)),
+                "{c:?}"
+            );
+            let goodput = c.goodput_per_s.expect("goodput");
+            assert!(goodput <= c.throughput_per_s.expect("rate") + 1e-9, "{c:?}");
+        }
         // A row says it fell short exactly when its rate did.
         if !c.is_aggregate() {
             let short = gpushare_bench::sweep::cell::shortfall(
@@ -284,6 +297,12 @@ fn bad_flags_get_one_line_and_exit_2() {
             "give it with --load only",
         ),
         (vec!["isolation", "--load", "poisson:5"], "a sweep option"),
+        (vec!["sweep", "--slo", "p95=10ms"], "unknown percentile `p95`"),
+        (vec!["sweep", "--slo", "25ms"], "name the percentile"),
+        (
+            vec!["isolation", "--slo", "20ms,30ms"],
+            "one latency target for the victim",
+        ),
     ] {
         let out = Command::new(BENCH).args(&args).output().expect("run");
         let err = String::from_utf8_lossy(&out.stderr);

@@ -130,7 +130,8 @@ pub struct SweepArgs {
     mut_arg("window", |a| a.hide(true)),
     mut_arg("max_cell", |a| a.hide(true)),
     mut_arg("repeat", |a| a.hide(true)),
-    mut_arg("load", |a| a.hide(true))
+    mut_arg("load", |a| a.hide(true)),
+    mut_arg("slo", |a| a.help("The victim's latency target, e.g. 20ms (or p99=20ms: only the threshold counts) [default: 1.5 × its p99 alone under the same strategy]"))
 )]
 pub struct IsolationArgs {
     /// Scenarios, comma-separated: noisy-neighbour, memory-pressure, fault, crash [default: all four].
@@ -148,9 +149,6 @@ pub struct IsolationArgs {
     /// How long the victim is followed after that (more than 5s) [default: 15s].
     #[arg(long)]
     pub observe: Option<Span>,
-    /// The victim's latency target, e.g. 20ms [default: 1.5 × its p99 alone under the same strategy].
-    #[arg(long)]
-    pub slo: Option<Span>,
     /// TOML file with sweep settings (the pods' model, device, backend, ...).
     #[arg(long)]
     pub config: Option<PathBuf>,

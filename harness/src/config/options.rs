@@ -9,7 +9,7 @@ use clap::Args;
 use serde::{Deserialize, Serialize};
 
 use crate::config::values::{
-    BackendKind, DeviceChoice, List, Load, Model, PodCount, Precision, PrometheusSetting, Span, StrategyName,
+    BackendKind, DeviceChoice, List, Load, Model, PodCount, Precision, PrometheusSetting, Slo, Span, StrategyName,
 };
 use crate::error::{BenchError, Result};
 
@@ -54,6 +54,9 @@ pub struct SweepOptions {
     /// Requests: closed (each pod back to back, the reference study), poisson:RATE (Poisson arrivals, RATE per pod per second), or total:RATE (RATE per cell, split equally over its pods) [default: closed]. Open-loop latency runs from each request's scheduled arrival.
     #[arg(long)]
     pub load: Option<Load>,
+    /// Latency objectives, comma-separated: p50=DUR, p90=DUR, p99=DUR (at most one each), e.g. p99=25ms. Each row then gets the share of requests within each threshold (slo_p99_attainment…), whether all held (slo_met) and the requests/s within the tightest (goodput_per_s).
+    #[arg(long)]
+    pub slo: Option<List<Slo>>,
     /// Longest wait for pods to become ready [default: 180s].
     #[arg(long)]
     pub ready_timeout: Option<Span>,

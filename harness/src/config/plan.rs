@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::config::options::SweepOptions;
-pub use crate::config::values::{BackendKind, DeviceChoice, Load, Model, Precision, PrometheusSetting};
+pub use crate::config::values::{BackendKind, DeviceChoice, Load, Model, Precision, PrometheusSetting, Slo};
 use crate::domain::Strategy;
 use crate::error::{BenchError, Result};
 
@@ -48,6 +48,8 @@ pub struct SweepPlan {
     pub repeat: u32,
     /// How the pods get their requests.
     pub load: Load,
+    /// Latency objectives each row is judged against.
+    pub slos: Vec<Slo>,
     /// Measurement settings.
     pub measure: MeasureSettings,
     /// Results directory.
@@ -203,6 +205,20 @@ impl SweepPlan {
                 format!("--workload-arg={arg} sets the load too; give it with --load only"),
             ));
         }
+        let slos = o.slo.map(|l| l.0).unwrap_or_default();
+        for (i, s) in slos.iter().enumerate() {
+            let text = s.to_string();
+            if s.quantile.is_none() {
+                return Err(BenchError::flag(
+                    "--slo",
+                    &text,
+                    "name the percentile, e.g. p99=25ms (p50, p90 or p99)",
+                ));
+            }
+            if slos[..i].iter().any(|o| o.quantile == s.quantile) {
+                return Err(BenchError::flag("--slo", &text, "one threshold per percentile"));
+            }
+        }
         let warmup = o.warmup.map_or(DEFAULT_WARMUP, |s| s.duration);
         let window = o.window.as_ref().map_or(DEFAULT_WINDOW, |s| s.duration);
         let window_text = o.window.as_ref().map_or("5s".to_string(), |s| s.text.clone());
@@ -299,6 +315,7 @@ impl SweepPlan {
             batch,
             repeat,
             load,
+            slos,
             measure: MeasureSettings {
                 ready_timeout,
                 warmup,

@@ -271,6 +271,59 @@ impl fmt::Display for Span {
 }
 serde_via_str!(Span);
 
+/// A latency objective (`--slo`): `pXX=DUR`, at least XX% of requests (p50, p90 or
+/// p99) within DUR, or a bare `DUR`, a latency target without a percentile (what
+/// `isolation` takes).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Slo {
+    /// The share of requests that must be within the threshold (None: a bare target).
+    pub quantile: Option<f64>,
+    /// The latency threshold.
+    pub threshold: Duration,
+}
+
+impl FromStr for Slo {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (quantile, dur) = match s.split_once('=') {
+            Some((q, d)) => {
+                let q = match q.trim() {
+                    "p50" => 0.5,
+                    "p90" => 0.9,
+                    "p99" => 0.99,
+                    other => {
+                        return Err(format!(
+                            "unknown percentile `{other}`: expected p50, p90 or p99 (e.g. p99=25ms)"
+                        ));
+                    }
+                };
+                (Some(q), d)
+            }
+            None => (None, s),
+        };
+        let threshold = humantime::parse_duration(dur.trim()).map_err(|e| format!("{e} (e.g. p99=25ms)"))?;
+        if threshold.is_zero() || threshold > MAX_SPAN {
+            return Err(format!(
+                "the threshold must be above 0 and at most {}",
+                humantime::format_duration(MAX_SPAN)
+            ));
+        }
+        Ok(Slo { quantile, threshold })
+    }
+}
+
+impl fmt::Display for Slo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let t = humantime::format_duration(self.threshold);
+        match self.quantile {
+            Some(q) => write!(f, "p{}={t}", (q * 100.0).round()),
+            None => write!(f, "{t}"),
+        }
+    }
+}
+
+serde_via_str!(Slo);
+
 /// How the pods get their requests (`--load`).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub enum Load {
@@ -461,6 +514,19 @@ impl<'de, T: FromStr<Err = String> + PartialEq> Deserialize<'de> for List<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slos_name_a_percentile_and_a_threshold() {
+        let s: Slo = "p99=25ms".parse().expect("slo");
+        assert_eq!((s.quantile, s.threshold), (Some(0.99), Duration::from_millis(25)));
+        assert_eq!(s.to_string(), "p99=25ms");
+        assert_eq!(s.to_string().parse::<Slo>(), Ok(s));
+        assert_eq!("20ms".parse::<Slo>().map(|s| s.quantile), Ok(None));
+        assert_eq!("p90=1s".parse::<List<Slo>>().map(|l| l.0.len()), Ok(1));
+        for bad in ["p95=10ms", "p99=", "p99=0ms", "p99=fast", "=5ms"] {
+            assert!(bad.parse::<Slo>().is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn loads_give_each_pod_its_rate() {

@@ -26,6 +26,19 @@ use crate::sweep::runner::{Finished, Work, run_work};
 
 /// The plan of an isolation run from its flags (and `--config`): errors name the flag.
 pub fn plan(args: IsolationArgs) -> Result<SweepPlan> {
+    let mut args = args;
+    // The victim's one latency target; a percentile, if given, is not used.
+    let slo = match args.options.slo.take().map(|l| l.0).unwrap_or_default().as_slice() {
+        [] => None,
+        [one] => Some(one.threshold.as_secs_f64()),
+        [_, two, ..] => {
+            return Err(BenchError::flag(
+                "--slo",
+                &two.to_string(),
+                "isolation takes one latency target for the victim, e.g. 20ms",
+            ));
+        }
+    };
     let o = &args.options;
     let sweep_only = [
         ("--pods", o.pods.as_ref().map(ToString::to_string)),
@@ -58,7 +71,7 @@ pub fn plan(args: IsolationArgs) -> Result<SweepPlan> {
             .map_or(DEFAULT_EVENT_AFTER, |s| s.duration)
             .as_secs_f64(),
         observe_s: args.observe.map_or(DEFAULT_OBSERVE, |s| s.duration).as_secs_f64(),
-        slo_s: args.slo.map(|s| s.duration.as_secs_f64()),
+        slo_s: slo,
     };
     iso.validate(plan.measure.warmup)?;
     plan.pods = iso.pod_counts();

@@ -112,6 +112,26 @@ pub struct CellRecord {
     /// pod's rate on its row, the cell's (rate × pods) on the aggregate row.
     #[serde(default)]
     pub offered_per_s: Option<f64>,
+    /// `--slo p50=…`: the share of requests within its threshold (None: no such SLO,
+    /// nothing measured, or the pod could not keep up with its offered load).
+    #[serde(default)]
+    pub slo_p50_attainment: Option<f64>,
+    /// `--slo p90=…`: as `slo_p50_attainment`.
+    #[serde(default)]
+    pub slo_p90_attainment: Option<f64>,
+    /// `--slo p99=…`: as `slo_p50_attainment`.
+    #[serde(default)]
+    pub slo_p99_attainment: Option<f64>,
+    /// How far each attainment can be off: the largest share of requests in a histogram
+    /// bucket that holds a threshold, which interpolation splits (0 at a bucket bound).
+    #[serde(default)]
+    pub slo_attainment_bound: Option<f64>,
+    /// Whether every SLO held: each attainment at least its percentile.
+    #[serde(default)]
+    pub slo_met: Option<bool>,
+    /// Requests per second completed within the tightest SLO threshold.
+    #[serde(default)]
+    pub goodput_per_s: Option<f64>,
     /// The seed of the pod's open-loop arrival times, as the pod reported it
     /// (`workload_info{load_seed}`; per-pod rows under `--load poisson:RATE`).
     #[serde(default)]
@@ -175,6 +195,12 @@ impl CellRecord {
             mig_reconfigure_s: None,
             pods_ready_s: None,
             offered_per_s: None,
+            slo_p50_attainment: None,
+            slo_p90_attainment: None,
+            slo_p99_attainment: None,
+            slo_attainment_bound: None,
+            slo_met: None,
+            goodput_per_s: None,
             load_seed: None,
         }
     }
@@ -283,6 +309,9 @@ pub struct PlanRecord {
     /// How the pods got their requests (`--load`: closed, poisson:RATE, total:RATE).
     #[serde(default)]
     pub load: crate::config::values::Load,
+    /// The latency objectives the rows are judged against (`--slo`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slos: Vec<crate::config::values::Slo>,
 }
 
 impl PlanRecord {
@@ -323,6 +352,7 @@ impl PlanRecord {
             workload_args: plan.workload_args.clone(),
             repeat: plan.repeat,
             load: plan.load,
+            slos: plan.slos.clone(),
         }
     }
 

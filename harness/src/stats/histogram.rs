@@ -105,6 +105,27 @@ impl Histogram {
         1.0
     }
 
+    /// The share of observations in the bucket that holds `x`: how far
+    /// [`fraction_at_most`](Self::fraction_at_most) can be from the true share, since it
+    /// splits that bucket by interpolation. 0 when `x` is a bucket bound; NaN without
+    /// observations.
+    pub fn fraction_bound(&self, x: f64) -> f64 {
+        if self.count <= 0.0 || x.is_nan() {
+            return f64::NAN;
+        }
+        let mut lower = (0.0, 0.0);
+        for &(ub, cum) in &self.buckets {
+            if x <= ub {
+                if x == ub {
+                    return 0.0;
+                }
+                return ((cum - lower.1) / self.count).clamp(0.0, 1.0);
+            }
+            lower = (ub, cum);
+        }
+        0.0
+    }
+
     /// The coarsest resolution of the p50, p90 and p99 (what the rows' quantiles carry).
     pub fn quantile_resolution(&self) -> Option<f64> {
         [0.5, 0.9, 0.99]

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::backend::PodState;
-use crate::config::plan::MeasureSettings;
+use crate::config::plan::{MeasureSettings, Slo};
 use crate::domain::{CellStatus, DeviceKind, Source, Strategy};
 use crate::metrics::PodSnapshot;
 use crate::results::record::{ALL_PODS, CellRecord, now_rfc3339};
@@ -33,6 +33,37 @@ pub struct CellLabels {
     pub device: DeviceKind,
     /// Requests per second offered to each pod (None: closed loop).
     pub offered_per_pod: Option<f64>,
+    /// The latency objectives the rows are judged against (`--slo`).
+    pub slos: Vec<Slo>,
+}
+
+/// A row's SLO columns from its latency histogram and completed requests per second
+/// (pure): each percentile's attainment (the share of requests within its threshold,
+/// interpolated inside the bucket that holds it), how far that can be off, whether every
+/// SLO held, and the goodput within the tightest threshold.
+pub fn judge_slos(row: &mut CellRecord, h: &Histogram, throughput: f64, slos: &[Slo]) {
+    if slos.is_empty() || h.count <= 0.0 {
+        return;
+    }
+    let mut met = true;
+    let mut bound: f64 = 0.0;
+    for slo in slos {
+        let x = slo.threshold.as_secs_f64();
+        let share = h.fraction_at_most(x);
+        bound = bound.max(h.fraction_bound(x));
+        let Some(q) = slo.quantile else { continue };
+        met &= share >= q;
+        let column = match (q * 100.0).round() as u32 {
+            50 => &mut row.slo_p50_attainment,
+            90 => &mut row.slo_p90_attainment,
+            _ => &mut row.slo_p99_attainment,
+        };
+        *column = finite(share);
+    }
+    row.slo_attainment_bound = finite(bound);
+    row.slo_met = Some(met);
+    let tightest = slos.iter().map(|s| s.threshold).min().unwrap_or_default();
+    row.goodput_per_s = finite(throughput * h.fraction_at_most(tightest.as_secs_f64()));
 }
 
 /// Whether a pod served the load it was offered (pure): its completed requests per
@@ -227,7 +258,11 @@ pub fn cell_rows(
                 row.quantile_resolution = d.quantile_resolution();
                 row.errors = Some(errs.max(0.0) as u64);
                 row.duration_s = Some(secs);
-                if let Some(why) = labels.offered_per_pod.and_then(|o| shortfall(o, d.count / secs, secs)) {
+                let why = labels.offered_per_pod.and_then(|o| shortfall(o, d.count / secs, secs));
+                if why.is_none() {
+                    judge_slos(&mut row, &d, d.count / secs, &labels.slos);
+                }
+                if let Some(why) = why {
                     short.push(name.clone());
                     row.note = [row.note.as_str(), why.as_str()]
                         .iter()
@@ -297,6 +332,17 @@ pub fn cell_rows(
     let mut agg = empty_row(labels, ALL_PODS, status, src, notes.join("; "));
     agg.started_at = started_at.clone();
     agg.offered_per_s = labels.offered_per_pod.map(|o| o * f64::from(labels.pods));
+    if !labels.slos.is_empty() && !short.is_empty() {
+        agg.note = [
+            agg.note.as_str(),
+            "no SLO attainment: a pod that cannot keep up measures its queue",
+        ]
+        .iter()
+        .filter(|n| !n.is_empty())
+        .copied()
+        .collect::<Vec<_>>()
+        .join("; ");
+    }
     if let Some(h) = total.filter(|h| h.count > 0.0) {
         agg.inferences = Some(total_inf);
         // One time base for the cell: every pod's inferences over the cell's measured
@@ -311,6 +357,10 @@ pub fn cell_rows(
         agg.p90_s = finite(h.quantile(0.9));
         agg.p99_s = finite(h.quantile(0.99));
         agg.quantile_resolution = h.quantile_resolution();
+        if short.is_empty() {
+            let tput = agg.throughput_per_s.unwrap_or(0.0);
+            judge_slos(&mut agg, &h, tput, &labels.slos);
+        }
         agg.errors = Some(total_errors as u64);
         agg.fairness = jain_index(&effective);
         agg.duration_s = Some(cell_secs);
@@ -398,7 +448,38 @@ mod tests {
             precision: "fp32".into(),
             device: DeviceKind::Cpu,
             offered_per_pod: None,
+            slos: Vec::new(),
         }
+    }
+
+    #[test]
+    fn slo_attainment_from_a_hand_computed_histogram() {
+        // 100 requests: 60 within 10 ms, 90 within 20 ms, all within 40 ms.
+        let h = Histogram {
+            buckets: vec![(0.01, 60.0), (0.02, 90.0), (0.04, 100.0), (f64::INFINITY, 100.0)],
+            sum: 1.0,
+            count: 100.0,
+        };
+        let slo = |t: &str| t.parse::<Slo>().expect("slo");
+        let mut row = CellRecord::unmeasured(
+            Strategy::Mps,
+            1,
+            "pod-0",
+            CellStatus::Ok,
+            Source::Scrape,
+            DeviceKind::Cpu,
+        );
+        // At bucket bounds: exact (bound 0).
+        judge_slos(&mut row, &h, 50.0, &[slo("p50=10ms"), slo("p90=20ms")]);
+        assert_eq!((row.slo_p50_attainment, row.slo_p90_attainment), (Some(0.6), Some(0.9)));
+        assert_eq!((row.slo_attainment_bound, row.slo_met), (Some(0.0), Some(true)));
+        assert_eq!(row.goodput_per_s, Some(30.0), "50/s × 60% within 10 ms");
+        // 15 ms is halfway through the 10–20 ms bucket: 75%, ± the bucket's 30%.
+        judge_slos(&mut row, &h, 50.0, &[slo("p99=15ms")]);
+        assert_eq!(row.slo_p99_attainment, Some(0.75));
+        assert_eq!(row.slo_attainment_bound, Some(0.3));
+        assert_eq!(row.slo_met, Some(false));
+        assert_eq!(row.goodput_per_s, Some(37.5));
     }
 
     #[test]

@@ -255,6 +255,7 @@ async fn sweep_cells<B: Backend, S: MetricsSource>(
                 precision: plan.precision.clone(),
                 device: plan.device,
                 offered_per_pod: plan.load.per_pod_rate(pods),
+                slos: plan.slos.clone(),
             };
             let prepared = backend.prepare(strategy, shutdown).await?;
             if let Prepared::Unavailable(reason) = &prepared {
