@@ -122,11 +122,7 @@ pub async fn run_trials<B: Backend, S: MetricsSource>(
                 };
                 let mut rec = rec;
                 if let Some(note) = backend.cell_setup().and_then(|c| c.note) {
-                    rec.note = if rec.note.is_empty() {
-                        note
-                    } else {
-                        format!("{}; {note}", rec.note)
-                    };
+                    crate::sweep::cell::add_note(&mut rec.note, &note);
                 }
                 if trial.strategy == Strategy::Mps {
                     rec.mps_split = Some(mps_split(trial.pods.len() as u32, s.memory_total_bytes));

@@ -76,6 +76,20 @@ impl Histogram {
         Some(b[i].0 / b[i - 1].0 - 1.0)
     }
 
+    /// The bucket that holds `x` (the first whose upper bound is at least `x`): its lower
+    /// bound and the count below it, then its upper bound and cumulative count; the
+    /// lowest bucket starts at 0. None beyond the last bucket.
+    fn bucket_holding(&self, x: f64) -> Option<((f64, f64), (f64, f64))> {
+        let mut lower = (0.0, 0.0);
+        for &(ub, cum) in &self.buckets {
+            if x <= ub {
+                return Some((lower, (ub, cum)));
+            }
+            lower = (ub, cum);
+        }
+        None
+    }
+
     /// The fraction of observations at or below `x`, interpolated linearly inside the
     /// bucket that holds `x` with the same assumptions as [`quantile`](Self::quantile)
     /// (uniform within a bucket, the lowest bucket starting at 0): the SLO attainment of
@@ -85,24 +99,20 @@ impl Histogram {
         if self.count <= 0.0 || x.is_nan() {
             return f64::NAN;
         }
-        let mut lower = (0.0, 0.0);
-        for &(ub, cum) in &self.buckets {
-            if x <= ub {
-                if !ub.is_finite() {
-                    // Above the last finite bound nothing is known: count none of it.
-                    return (lower.1 / self.count).min(1.0);
-                }
-                let width = ub - lower.0;
-                let part = if width > 0.0 {
-                    (x - lower.0).max(0.0) / width
-                } else {
-                    1.0
-                };
-                return ((lower.1 + part * (cum - lower.1)) / self.count).clamp(0.0, 1.0);
-            }
-            lower = (ub, cum);
+        let Some((lower, (ub, cum))) = self.bucket_holding(x) else {
+            return 1.0;
+        };
+        if !ub.is_finite() {
+            // Above the last finite bound nothing is known: count none of it.
+            return (lower.1 / self.count).min(1.0);
         }
-        1.0
+        let width = ub - lower.0;
+        let part = if width > 0.0 {
+            (x - lower.0).max(0.0) / width
+        } else {
+            1.0
+        };
+        ((lower.1 + part * (cum - lower.1)) / self.count).clamp(0.0, 1.0)
     }
 
     /// The share of observations in the bucket that holds `x`: how far
@@ -113,17 +123,11 @@ impl Histogram {
         if self.count <= 0.0 || x.is_nan() {
             return f64::NAN;
         }
-        let mut lower = (0.0, 0.0);
-        for &(ub, cum) in &self.buckets {
-            if x <= ub {
-                if x == ub {
-                    return 0.0;
-                }
-                return ((cum - lower.1) / self.count).clamp(0.0, 1.0);
-            }
-            lower = (ub, cum);
+        match self.bucket_holding(x) {
+            Some((_, (ub, _))) if x == ub => 0.0,
+            Some((lower, (_, cum))) => ((cum - lower.1) / self.count).clamp(0.0, 1.0),
+            None => 0.0,
         }
-        0.0
     }
 
     /// The coarsest resolution of the p50, p90 and p99 (what the rows' quantiles carry).

@@ -84,6 +84,14 @@ pub fn shortfall(offered: f64, achieved: f64, secs: f64) -> Option<String> {
     })
 }
 
+/// Adds `more` to a row's note, after "; " when it has one already.
+pub fn add_note(note: &mut String, more: &str) {
+    if !note.is_empty() {
+        note.push_str("; ");
+    }
+    note.push_str(more);
+}
+
 /// A row with the cell's labels and nothing measured.
 pub fn empty_row(l: &CellLabels, pod: &str, status: CellStatus, source: Source, note: String) -> CellRecord {
     CellRecord {
@@ -264,12 +272,7 @@ pub fn cell_rows(
                 }
                 if let Some(why) = why {
                     short.push(name.clone());
-                    row.note = [row.note.as_str(), why.as_str()]
-                        .iter()
-                        .filter(|n| !n.is_empty())
-                        .copied()
-                        .collect::<Vec<_>>()
-                        .join("; ");
+                    add_note(&mut row.note, &why);
                 }
                 total_tput += d.count / secs;
                 total_errors += errs.max(0.0);
@@ -281,12 +284,10 @@ pub fn cell_rows(
                         // own row keeps its quantiles; the cell's leave it out, and say so.
                         if !h.add(&d) {
                             layout_mismatch.push(name.clone());
-                            row.note = [row.note.as_str(), "its histogram has other bucket bounds than the cell's first pod: left out of the cell's quantiles and mean"]
-                                .iter()
-                                .filter(|n| !n.is_empty())
-                                .copied()
-                                .collect::<Vec<_>>()
-                                .join("; ");
+                            add_note(
+                                &mut row.note,
+                                "its histogram has other bucket bounds than the cell's first pod: left out of the cell's quantiles and mean",
+                            );
                         }
                     }
                     None => total = Some(d),
@@ -333,15 +334,10 @@ pub fn cell_rows(
     agg.started_at = started_at.clone();
     agg.offered_per_s = labels.offered_per_pod.map(|o| o * f64::from(labels.pods));
     if !labels.slos.is_empty() && !short.is_empty() {
-        agg.note = [
-            agg.note.as_str(),
+        add_note(
+            &mut agg.note,
             "no SLO attainment: a pod that cannot keep up measures its queue",
-        ]
-        .iter()
-        .filter(|n| !n.is_empty())
-        .copied()
-        .collect::<Vec<_>>()
-        .join("; ");
+        );
     }
     if let Some(h) = total.filter(|h| h.count > 0.0) {
         agg.inferences = Some(total_inf);
