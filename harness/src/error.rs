@@ -16,6 +16,14 @@ pub enum BenchError {
         /// What is wrong.
         reason: String,
     },
+    /// A command needs a flag that was not given (nor set in the config file).
+    #[error("missing {flag}: {reason}")]
+    MissingFlag {
+        /// The flag, e.g. `--slo`.
+        flag: String,
+        /// What it is for.
+        reason: String,
+    },
     /// The config file is unreadable or invalid.
     #[error("config file {}: {reason}", path.display())]
     Config {
@@ -154,7 +162,7 @@ impl BenchError {
     /// interrupt (130 SIGINT, 143 SIGTERM, 129 SIGHUP), 1 else.
     pub fn exit_code(&self) -> i32 {
         match self {
-            BenchError::Flag { .. } | BenchError::Config { .. } => 2,
+            BenchError::Flag { .. } | BenchError::MissingFlag { .. } | BenchError::Config { .. } => 2,
             BenchError::Interrupted { signal } if *signal > 0 => 128 + signal,
             BenchError::Interrupted { .. } => 130,
             _ => 1,

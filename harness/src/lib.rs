@@ -12,6 +12,7 @@
 //! `domain`/`error`/`shutdown`/`process`; nothing points back up.
 
 pub mod backend;
+pub mod capacity;
 pub mod config;
 pub mod domain;
 pub mod error;

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use gpushare_bench::backend::k8s::manifests;
-use gpushare_bench::config::cli::{Cli, Command, IsolationArgs, SweepArgs};
+use gpushare_bench::config::cli::{CapacityArgs, Cli, Command, IsolationArgs, SweepArgs};
 use gpushare_bench::config::options::SweepOptions;
 use gpushare_bench::config::plan::SweepPlan;
 use gpushare_bench::config::values::ListItemError;
@@ -39,7 +39,7 @@ fn main() -> ExitCode {
     }
     if matches!(
         cli.command,
-        Command::Sweep(_) | Command::Isolation(_) | Command::Overhead(_)
+        Command::Sweep(_) | Command::Isolation(_) | Command::Capacity(_) | Command::Overhead(_)
     ) && let Err(e) = supervisor::start()
     {
         tracing::warn!("cannot start the process supervisor ({e}); children still die with the harness");
@@ -160,6 +160,7 @@ async fn run(cli: Cli, shutdown: &Shutdown) -> Result<u8> {
     match cli.command {
         Command::Sweep(args) => run_sweep(*args, shutdown).await,
         Command::Isolation(args) => run_isolation(*args, shutdown).await,
+        Command::Capacity(args) => run_capacity(*args, shutdown).await,
         Command::Reap => Ok(0),
         Command::Doctor(args) if args.kubernetes => {
             use gpushare_bench::tools::k8s_doctor;
@@ -323,6 +324,32 @@ async fn run_isolation(args: IsolationArgs, shutdown: &Shutdown) -> Result<u8> {
         3 => eprintln!(
             "gpushare-bench: partial: the victim alone failed under {} (no baseline for its trials); the other records are saved",
             outcome.failed_baselines().join(", ")
+        ),
+        _ => {}
+    }
+    Ok(code)
+}
+
+async fn run_capacity(args: CapacityArgs, shutdown: &Shutdown) -> Result<u8> {
+    use gpushare_bench::capacity::command;
+    let (resume, quiet) = (args.resume.clone(), args.quiet);
+    let plan = command::plan(args)?;
+    let progress = sweep::progress_for(quiet);
+    let outcome = command::run(plan, resume, &*progress, shutdown).await?;
+    if let Some(label) = &outcome.sweep.label {
+        eprintln!("*** {label} ***");
+    }
+    print_out(command::render(&outcome.records).as_bytes())?;
+    println!("results: {}", outcome.sweep.dir.display());
+    let code = outcome.sweep.exit_code();
+    match code {
+        1 => eprintln!(
+            "gpushare-bench: no cell could be measured; see {}/cells.csv",
+            outcome.sweep.dir.display()
+        ),
+        3 => eprintln!(
+            "gpushare-bench: partial: {} cells failed (their notes say why); a failed count ends its strategy's search",
+            outcome.sweep.failed
         ),
         _ => {}
     }

@@ -69,6 +69,29 @@ pub enum Command {
     /// measured (its trials then have no baseline).
     #[command(verbatim_doc_comment)]
     Isolation(Box<IsolationArgs>),
+    /// How many pods fit on one GPU per strategy at a per-pod load and a latency SLO
+    ///
+    /// Every pod gets Poisson arrivals at --load poisson:RATE. Per strategy, pod counts
+    /// are measured upwards from 1 (as sweep cells, saved after each) until a count
+    /// misses the SLO:
+    ///   fits      the cell measured, every pod served its offered rate (within 5% or
+    ///             3 Poisson standard deviations) and met every --slo: p99=25ms needs
+    ///             at least 99% of each pod's requests within 25 ms
+    ///   misses    a pod failed, ran out of memory, stayed pending or fell behind its
+    ///             rate, or an attainment is below its percentile by more than the
+    ///             histogram's interpolation bound
+    ///   marginal  below the percentile, but within that bound (the histogram cannot tell)
+    /// The walk stops at the first clear miss, at a second miss in a row, or at
+    /// --max-pods (exclusive: at 1, a second pod stays pending). The capacity is the
+    /// largest count that fits with every smaller one.
+    ///
+    /// Prints the capacity table (strategy → pods that fit, aggregate goodput, p99, GPU
+    /// utilisation, energy per request, first miss and why); `report` adds the
+    /// latency-vs-offered-load chart (the knee) and `export --format capacity` the CSV.
+    /// Pods are made as in `sweep` (--backend, --model, --device, --strategies, …, also
+    /// from --config); --resume continues a broken search. Exit codes as `sweep`.
+    #[command(verbatim_doc_comment)]
+    Capacity(Box<CapacityArgs>),
     /// Render results/<run-id> as reports/<run-id>/index.html (+ one SVG per chart and summary.md).
     Report(ReportArgs),
     /// Print a run as CSV, JSON or Markdown on stdout.
@@ -156,6 +179,33 @@ pub struct IsolationArgs {
     #[command(flatten)]
     pub options: SweepOptions,
     /// Continue a broken isolation run: its recorded plan, the trials not yet on disk.
+    #[arg(long)]
+    pub resume: Option<String>,
+    /// No progress bars (CI, scripts); errors still go to stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// `capacity` flags: the search's own, and the sweep's options that make the pods
+/// (the sweep's --pods and --repeat do not apply and are refused).
+#[derive(Debug, Clone, Args)]
+#[command(
+    mut_arg("pods", |a| a.hide(true)),
+    mut_arg("repeat", |a| a.hide(true)),
+    mut_arg("load", |a| a.help("The load every pod gets: poisson:RATE, RATE requests per second per pod (required)")),
+    mut_arg("slo", |a| a.help("Latency objectives every pod must meet, comma-separated: p50=DUR, p90=DUR, p99=DUR, e.g. p99=25ms (required)"))
+)]
+pub struct CapacityArgs {
+    /// The largest pod count searched, 1 to 64 [default: 7].
+    #[arg(long)]
+    pub max_pods: Option<u32>,
+    /// TOML file with sweep settings (the pods' model, device, backend, ...).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// The pods' options, as `sweep`'s.
+    #[command(flatten)]
+    pub options: SweepOptions,
+    /// Continue a broken capacity run: its recorded plan, the counts not yet measured.
     #[arg(long)]
     pub resume: Option<String>,
     /// No progress bars (CI, scripts); errors still go to stderr.
@@ -254,6 +304,9 @@ pub enum ExportFormat {
     /// One row per cell (repeats combined): each metric's mean and the half-width of its
     /// 95% interval over repeats (`_ci95`), beside the within-cell spreads (CSV).
     Summary,
+    /// A capacity run's table: per strategy the pods that fit, goodput, p99, GPU
+    /// utilisation, energy per request and the first miss (CSV).
+    Capacity,
 }
 
 /// `export` flags.
@@ -261,7 +314,7 @@ pub enum ExportFormat {
 pub struct ExportArgs {
     /// The run directory.
     pub run_dir: PathBuf,
-    /// csv, json or markdown.
+    /// csv, json, markdown, summary or capacity.
     #[arg(long, value_enum)]
     pub format: ExportFormat,
 }

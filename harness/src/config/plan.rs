@@ -82,6 +82,9 @@ pub struct SweepPlan {
     pub prometheus_pod: (String, String),
     /// Set by the `isolation` command: its trials instead of the sweep's cells.
     pub isolation: Option<crate::isolation::plan::IsolationPlan>,
+    /// Set by the `capacity` command: the pod counts it may search (`plan.pods` is
+    /// then 1 to its `max_pods`, the cells the search may measure).
+    pub capacity: Option<crate::capacity::search::CapacityPlan>,
 }
 
 /// Defaults: the reference study's pods and strategies; settings that keep the whole
@@ -347,6 +350,7 @@ impl SweepPlan {
                     .unwrap_or_else(|| "app.kubernetes.io/name=prometheus".into()),
             ),
             isolation: None,
+            capacity: None,
         })
     }
 }

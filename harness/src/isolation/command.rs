@@ -126,7 +126,7 @@ pub async fn run(
 ) -> Result<IsolationOutcome> {
     let mut plan = plan;
     if let Some(id) = &resume {
-        plan.backend = crate::sweep::recorded_backend(&plan, id, true)?;
+        plan.backend = crate::sweep::recorded_backend(&plan, id, crate::sweep::RunKind::Isolation)?;
     }
     let finished = match plan.backend {
         BackendKind::Local => {
@@ -161,11 +161,8 @@ impl<B: Backend> Work<B> for Trials {
     ) -> Result<usize> {
         let run = session.store.run().clone();
         let Some(iso) = run.isolation.clone() else {
-            return Err(BenchError::flag(
-                "--resume",
-                &run.run_id,
-                "this run is a sweep: continue it with `gpushare-bench sweep --resume`",
-            ));
+            let kind = crate::sweep::RunKind::of(&run);
+            return Err(BenchError::flag("--resume", &run.run_id, &kind.resume_hint()));
         };
         let memory = run.gpu_memory_bytes();
         let trials = trials(&iso.settings(&run.plan.strategies, memory))?;

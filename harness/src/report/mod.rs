@@ -2,6 +2,7 @@
 //! (plotters, SVG), the environment, as one self-contained HTML page, a Markdown summary
 //! and the exports. Everything here is a pure function of the run's records.
 
+pub mod capacity;
 pub mod charts;
 pub mod compare;
 pub mod export;
@@ -84,6 +85,13 @@ impl RunData {
             ));
         }
         let plan = &self.run.plan;
+        if self.run.capacity.is_some() {
+            return Some(format!(
+                "PARTIAL RUN: run.json says state {:?}, not \"complete\"; the search stopped after {} cells, so a capacity marked unfinished may be higher",
+                self.run.state,
+                self.cells.iter().filter(|c| c.is_aggregate()).count()
+            ));
+        }
         let planned = plan.strategies.len() * plan.pods.len() * plan.repeat as usize;
         // Rows read back are inside the plan (checked at load), one aggregate per cell.
         let measured = self.cells.iter().filter(|c| c.is_aggregate()).count();
@@ -145,9 +153,13 @@ impl RunData {
         self.run.plan.strategies.clone()
     }
 
-    /// Pod counts, largest first (the reference study's column order).
+    /// Pod counts, largest first (the reference study's column order); a capacity
+    /// run's are the counts its search measured.
     pub fn pods_desc(&self) -> Vec<u32> {
         let mut p = self.run.plan.pods.clone();
+        if self.run.capacity.is_some() {
+            p.retain(|n| self.cells.iter().any(|c| c.pods == *n));
+        }
         p.sort_unstable_by(|a, b| b.cmp(a));
         p
     }
@@ -209,29 +221,51 @@ pub struct Report {
     /// (file name, SVG) of each chart.
     pub charts: Vec<(String, String)>,
     /// (file name, CSV): summary.csv, one row per cell with repeats combined and their
-    /// intervals; for an isolation run isolation.csv, one row per trial.
-    pub csv: (String, Vec<u8>),
+    /// intervals (a capacity run adds capacity.csv, one row per strategy); for an
+    /// isolation run isolation.csv, one row per trial.
+    pub csv: Vec<(String, Vec<u8>)>,
+}
+
+/// The tables of a run, as the report and the Markdown export show them (pure): an
+/// isolation run's matrix; a sweep's metric tables, after the capacity table in a
+/// capacity run.
+pub fn run_tables(data: &RunData) -> tables::Tables {
+    if data.run.isolation.is_some() {
+        return isolation::tables(data);
+    }
+    let mut t = tables::all(data);
+    if let Some(cap) = capacity::table(data, &mut t.notes) {
+        t.tables.insert(0, cap);
+        t.reading.splice(0..0, capacity::reading(data));
+    }
+    t
 }
 
 /// Renders everything (pure).
 pub fn render(data: &RunData) -> Result<Report> {
     if data.run.isolation.is_some() {
         let charts: Vec<(String, String)> = isolation::chart(data)?.into_iter().collect();
-        let tables = isolation::tables(data);
+        let tables = run_tables(data);
         return Ok(Report {
             html: html::page(data, &tables, &charts),
             markdown: tables::markdown(data, &tables),
             charts,
-            csv: ("isolation.csv".into(), isolation_csv(&data.isolation)?),
+            csv: vec![("isolation.csv".into(), isolation_csv(&data.isolation)?)],
         });
     }
-    let charts = charts::all(data)?;
-    let tables = tables::all(data);
+    let mut charts = charts::all(data)?;
+    let tables = run_tables(data);
+    let mut csv = vec![("summary.csv".into(), export::summary::csv(data)?)];
+    if data.run.capacity.is_some() {
+        charts.splice(0..0, capacity::chart(data)?);
+        let records = crate::capacity::record::records(&data.run, &data.cells);
+        csv.push(("capacity.csv".into(), crate::capacity::record::csv(&records)?));
+    }
     Ok(Report {
         html: html::page(data, &tables, &charts),
         markdown: tables::markdown(data, &tables),
         charts,
-        csv: ("summary.csv".into(), export::summary::csv(data)?),
+        csv,
     })
 }
 
@@ -253,7 +287,9 @@ pub fn write(run_dir: &Path, out: &Path) -> Result<PathBuf> {
         crate::results::store::write_atomic(&dir.join(name), svg.as_bytes())?;
     }
     crate::results::store::write_atomic(&dir.join("summary.md"), report.markdown.as_bytes())?;
-    crate::results::store::write_atomic(&dir.join(&report.csv.0), &report.csv.1)?;
+    for (name, bytes) in &report.csv {
+        crate::results::store::write_atomic(&dir.join(name), bytes)?;
+    }
     let index = dir.join("index.html");
     crate::results::store::write_atomic(&index, report.html.as_bytes())?;
     Ok(index)

@@ -31,7 +31,7 @@ impl std::fmt::Debug for Metric {
 }
 
 /// The report's tables, in order: mean latency first, as in the reference study.
-pub const METRICS: [Metric; 12] = [
+pub const METRICS: [Metric; 17] = [
     Metric {
         title: "Mean inference latency",
         unit: "ms",
@@ -59,6 +59,41 @@ pub const METRICS: [Metric; 12] = [
         value: |c| c.throughput_per_s,
         decimals: 1,
         optional: false,
+    },
+    Metric {
+        title: "Offered load",
+        unit: "requests/s, all pods",
+        value: |c| c.offered_per_s,
+        decimals: 0,
+        optional: true,
+    },
+    Metric {
+        title: "SLO attainment, p50",
+        unit: "%",
+        value: |c| c.slo_p50_attainment.map(|v| v * 100.0),
+        decimals: 2,
+        optional: true,
+    },
+    Metric {
+        title: "SLO attainment, p90",
+        unit: "%",
+        value: |c| c.slo_p90_attainment.map(|v| v * 100.0),
+        decimals: 2,
+        optional: true,
+    },
+    Metric {
+        title: "SLO attainment, p99",
+        unit: "%",
+        value: |c| c.slo_p99_attainment.map(|v| v * 100.0),
+        decimals: 2,
+        optional: true,
+    },
+    Metric {
+        title: "Goodput within the SLO",
+        unit: "requests/s completed within the tightest --slo threshold",
+        value: |c| c.goodput_per_s,
+        decimals: 1,
+        optional: true,
     },
     Metric {
         title: "Speed-up vs 1 pod",
@@ -172,6 +207,29 @@ pub fn note_number(notes: &mut Vec<(usize, String)>, text: String) -> usize {
     n
 }
 
+/// The unit of an SLO attainment table: its threshold and target, and how far an
+/// attainment can be off (None: not an attainment table).
+fn slo_unit(data: &RunData, title: &str) -> Option<String> {
+    let pct = title.strip_prefix("SLO attainment, p")?;
+    let slo = data
+        .run
+        .plan
+        .slos
+        .iter()
+        .find(|s| s.quantile.is_some_and(|q| format!("{}", (q * 100.0).round()) == pct))?;
+    let bound = data
+        .cells
+        .iter()
+        .filter(|c| c.is_aggregate())
+        .filter_map(|c| c.slo_attainment_bound)
+        .reduce(f64::max);
+    Some(format!(
+        "% of requests within {} (the SLO holds at ≥ {pct}%){}",
+        humantime::format_duration(slo.threshold),
+        bound.map_or(String::new(), |b| format!(", interpolation bound ±{:.2}%", b * 100.0))
+    ))
+}
+
 /// Builds every table (pure).
 pub fn all(data: &RunData) -> Tables {
     let pods = data.pods_desc();
@@ -210,8 +268,9 @@ pub fn all(data: &RunData) -> Tables {
         .map(|m| Table {
             corner: "Strategy".into(),
             title: m.title.to_string(),
-            unit: match resolution {
-                Some(r) if m.title.contains("p50") || m.title.contains("p99") => {
+            unit: match (resolution, slo_unit(data, m.title)) {
+                (_, Some(unit)) => unit,
+                (Some(r), None) if m.title.contains("p50") || m.title.contains("p99") => {
                     format!("{}, resolution ±{:.1}%", m.unit, r * 100.0)
                 }
                 _ => m.unit.to_string(),

@@ -418,6 +418,10 @@ pub struct RunRecord {
     /// isolation.jsonl and its cells.jsonl stays empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub isolation: Option<crate::isolation::plan::IsolationPlan>,
+    /// A capacity run's search (`gpushare-bench capacity`): its cells are those the
+    /// search measured, a subset of the plan's pod counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<crate::capacity::search::CapacityPlan>,
 }
 
 impl RunRecord {
@@ -443,6 +447,7 @@ impl RunRecord {
             environment,
             unavailable: Vec::new(),
             isolation: plan.isolation.clone(),
+            capacity: plan.capacity.clone(),
         }
     }
 }
@@ -648,6 +653,16 @@ impl RunRecord {
         if let Some(iso) = &self.isolation {
             iso.validate(std::time::Duration::from_secs_f64(self.plan.warmup_s))
                 .map_err(|e| bad_field(path, "isolation", e.to_string()))?;
+        }
+        if let Some(c) = &self.capacity {
+            c.validate().map_err(|e| bad_field(path, "capacity", e))?;
+            if self.isolation.is_some() {
+                return Err(bad_field(
+                    path,
+                    "capacity",
+                    "a run is an isolation run or a capacity run, not both",
+                ));
+            }
         }
         Ok(())
     }

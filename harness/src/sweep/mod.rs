@@ -70,7 +70,7 @@ pub async fn run(
 ) -> Result<SweepOutcome> {
     let mut plan = plan;
     if let Some(id) = &resume {
-        plan.backend = recorded_backend(&plan, id, false)?;
+        plan.backend = recorded_backend(&plan, id, RunKind::Sweep)?;
     }
     match plan.backend {
         BackendKind::Local => {
@@ -84,29 +84,57 @@ pub async fn run(
     }
 }
 
+/// What made a run: its records and how `--resume` continues it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunKind {
+    /// `sweep`: every strategy × pod count.
+    Sweep,
+    /// `isolation`: trials.
+    Isolation,
+    /// `capacity`: the search's cells.
+    Capacity,
+}
+
+impl RunKind {
+    /// The kind of a recorded run.
+    pub fn of(run: &crate::results::record::RunRecord) -> RunKind {
+        match (run.isolation.is_some(), run.capacity.is_some()) {
+            (true, _) => RunKind::Isolation,
+            (false, true) => RunKind::Capacity,
+            (false, false) => RunKind::Sweep,
+        }
+    }
+
+    /// The command that made it.
+    pub fn command(self) -> &'static str {
+        match self {
+            RunKind::Sweep => "sweep",
+            RunKind::Isolation => "isolation",
+            RunKind::Capacity => "capacity",
+        }
+    }
+
+    /// What `--resume` of another command says about a run of this kind.
+    pub fn resume_hint(self) -> String {
+        format!(
+            "this run is {} {} run: continue it with `gpushare-bench {} --resume`",
+            if self == RunKind::Isolation { "an" } else { "a" },
+            self.command(),
+            self.command()
+        )
+    }
+}
+
 /// The backend a run was made with: a resume continues there, whatever the flags say.
-/// A sweep resumes only a sweep, and `isolation` only an isolation run, refused here
-/// before anything is opened or changed.
-pub(crate) fn recorded_backend(plan: &SweepPlan, id: &str, isolation: bool) -> Result<BackendKind> {
+/// A run resumes only with the command that made it, refused here before anything is
+/// opened or changed.
+pub(crate) fn recorded_backend(plan: &SweepPlan, id: &str, kind: RunKind) -> Result<BackendKind> {
     crate::config::plan::validate_run_id(id)?;
     let path = plan.out.join(id).join("run.json");
     let run = crate::results::store::read_run(&path)?;
-    match (run.isolation.is_some(), isolation) {
-        (true, false) => {
-            return Err(BenchError::flag(
-                "--resume",
-                id,
-                "this run is an isolation run: continue it with `gpushare-bench isolation --resume`",
-            ));
-        }
-        (false, true) => {
-            return Err(BenchError::flag(
-                "--resume",
-                id,
-                "this run is a sweep: continue it with `gpushare-bench sweep --resume`",
-            ));
-        }
-        _ => {}
+    let recorded = RunKind::of(&run);
+    if recorded != kind {
+        return Err(BenchError::flag("--resume", id, &recorded.resume_hint()));
     }
     let recorded: BackendKind = run.plan.backend.parse().map_err(|reason: String| BenchError::Results {
         path: path.clone(),

@@ -16,7 +16,7 @@ use crate::results::record::{Unavailable, now_rfc3339};
 use crate::results::store::RunStore;
 use crate::shutdown::Shutdown;
 use crate::sweep::SweepOutcome;
-use crate::sweep::cell::{CellLabels, cell_summary, failed_rows, unavailable_rows};
+use crate::sweep::cell::{CellLabels, add_note, cell_summary, failed_rows, unavailable_rows};
 use crate::sweep::measure::measure_cell;
 use crate::sweep::progress::{Progress, cell_title};
 use crate::telemetry::Telemetry;
@@ -47,12 +47,10 @@ impl<B: Backend> Work<B> for Cells {
         progress: &dyn Progress,
         shutdown: &Shutdown,
     ) -> Result<usize> {
-        if session.store.run().isolation.is_some() {
-            return Err(BenchError::flag(
-                "--resume",
-                &session.store.run().run_id,
-                "this run is an isolation run: continue it with `gpushare-bench isolation --resume`",
-            ));
+        let run = session.store.run();
+        let kind = crate::sweep::RunKind::of(run);
+        if kind != crate::sweep::RunKind::Sweep {
+            return Err(BenchError::flag("--resume", &run.run_id, &kind.resume_hint()));
         }
         sweep_cells(
             &mut session.backend,
@@ -153,7 +151,7 @@ pub async fn run_work_with_source<B: Backend, W: Work<B>, S: MetricsSource>(
 }
 
 /// A sweep's outcome from its finished store.
-fn outcome(f: Finished) -> SweepOutcome {
+pub(crate) fn outcome(f: Finished) -> SweepOutcome {
     let count = |p: fn(CellStatus) -> bool| {
         f.store
             .cells()
@@ -225,6 +223,14 @@ async fn sweep_cells<B: Backend, S: MetricsSource>(
     let total = (plan.strategies.len() * plan.pods.len()) as u64 * u64::from(repeats);
     let done = store.cells().iter().filter(|c| c.is_aggregate()).count() as u64;
     progress.sweep_start(total, done, "cells");
+    let mut cells = CellRunner {
+        backend,
+        source,
+        telemetry,
+        settings,
+        progress,
+        shutdown,
+    };
     let mut ran = 0;
     for (repeat, order) in &passes {
         let repeat = *repeat;
@@ -245,122 +251,165 @@ async fn sweep_cells<B: Backend, S: MetricsSource>(
             if plan.pods.iter().all(|p| store.has_cell(repeat, strategy, *p)) {
                 continue;
             }
-            let run_id = store.run().run_id.clone();
-            let labels = |pods| CellLabels {
-                run_id: run_id.clone(),
-                strategy,
-                pods,
-                repeat,
-                model: plan.model.clone(),
-                precision: plan.precision.clone(),
-                device: plan.device,
-                offered_per_pod: plan.load.per_pod_rate(pods),
-                slos: plan.slos.clone(),
-            };
-            let prepared = backend.prepare(strategy, shutdown).await?;
-            if let Prepared::Unavailable(reason) = &prepared {
-                progress.message(&format!("{} unavailable: {reason}", strategy.title()));
-                store.update_run(|r| {
-                    if !r.unavailable.iter().any(|u| u.strategy == strategy) {
-                        r.unavailable.push(Unavailable {
-                            strategy,
-                            reason: reason.clone(),
-                        });
-                    }
-                })?;
-            }
+            let prepared = cells.prepare(strategy, store).await?;
             for &pods in &plan.pods {
                 if store.has_cell(repeat, strategy, pods) {
                     continue;
                 }
-                // A stop asked for between cells launches nothing more.
-                if shutdown.is_requested() {
-                    return Err(shutdown.interrupted());
-                }
-                progress.cell_start(&cell_title(strategy, pods, (repeats > 1).then_some((repeat, repeats))));
-                // A failure to stop the cell's pods ends the sweep, but only after the cell's
-                // rows are on disk: a measured cell is never lost.
-                let mut stop_error = None;
-                let rows = match &prepared {
-                    Prepared::Unavailable(reason) => unavailable_rows(&labels(pods), source.kind(), reason),
-                    Prepared::Ready => {
-                        let load = plan.load.workload_args(pods);
-                        let launched = backend.launch(strategy, pods, &load, shutdown).await;
-                        let measured = match launched {
-                            Ok(_) => {
-                                let baseline = store.aggregate(repeat, strategy, 1).cloned();
-                                measure_cell(
-                                    backend,
-                                    source,
-                                    telemetry.clone(),
-                                    settings,
-                                    &labels(pods),
-                                    baseline.as_ref(),
-                                    progress,
-                                    shutdown,
-                                )
-                                .await
-                            }
-                            Err(e) => Err(e),
-                        };
-                        // Pods stop before anything else happens, whatever the outcome.
-                        let stopped = backend.stop_pods(shutdown).await;
-                        match measured {
-                            Ok(rows) => {
-                                stop_error = stopped.err();
-                                rows
-                            }
-                            Err(e) if e.is_interrupt() => {
-                                if let Err(se) = stopped {
-                                    tracing::warn!("stopping the cell's pods after the interrupt: {se}");
-                                }
-                                return Err(e);
-                            }
-                            // Without its metrics source nothing more can be measured.
-                            Err(e @ BenchError::Prometheus { .. }) => return Err(e),
-                            // A cell that could not start is an outcome, not the end of the sweep.
-                            Err(e) => {
-                                stop_error = stopped.err();
-                                failed_rows(&labels(pods), source.kind(), &e.to_string())
-                            }
-                        }
-                    }
-                };
-                let mut rows = rows;
-                if prepared == Prepared::Ready
-                    && let Some(setup) = backend.cell_setup()
-                {
-                    for r in rows.iter_mut().filter(|r| r.is_aggregate()) {
-                        r.switch_s = setup.switch_s;
-                        r.mig_reconfigure_s = setup.mig_reconfigure_s;
-                        r.pods_ready_s = setup.pods_ready_s;
-                        if let Some(n) = &setup.note {
-                            r.note = if r.note.is_empty() {
-                                n.clone()
-                            } else {
-                                format!("{}; {n}", r.note)
-                            };
-                        }
-                    }
-                }
-                let failed = rows
-                    .iter()
-                    .any(|r| r.is_aggregate() && r.status == crate::domain::CellStatus::Failed);
-                progress.cell_done(&cell_summary(&rows), failed);
-                store.save_cell(rows)?;
+                let title = cell_title(strategy, pods, (repeats > 1).then_some((repeat, repeats)));
+                cells
+                    .run(store, &prepared, &labels(store, strategy, pods, repeat), &title)
+                    .await?;
                 ran += 1;
-                if let Some(e) = stop_error {
-                    // A forced stop that cut the pods' clean-up short is still an interrupt.
-                    return Err(if shutdown.is_requested() {
-                        shutdown.interrupted()
-                    } else {
-                        e
-                    });
-                }
             }
         }
     }
     Ok(ran)
+}
+
+/// The labels of a cell of the run in `store`.
+pub(crate) fn labels(store: &RunStore, strategy: Strategy, pods: u32, repeat: u32) -> CellLabels {
+    let run = store.run();
+    let plan = &run.plan;
+    CellLabels {
+        run_id: run.run_id.clone(),
+        strategy,
+        pods,
+        repeat,
+        model: plan.model.clone(),
+        precision: plan.precision.clone(),
+        device: plan.device,
+        offered_per_pod: plan.load.per_pod_rate(pods),
+        slos: plan.slos.clone(),
+    }
+}
+
+/// What measuring one cell needs: the sweep's and the capacity search's cells go
+/// through it alike.
+pub(crate) struct CellRunner<'a, B, S> {
+    /// The backend.
+    pub backend: &'a mut B,
+    /// Where the pods' metrics come from.
+    pub source: &'a S,
+    /// GPU telemetry.
+    pub telemetry: Arc<dyn Telemetry>,
+    /// Warm-up, windows, limits.
+    pub settings: &'a MeasureSettings,
+    /// What the user sees.
+    pub progress: &'a dyn Progress,
+    /// Stop requests.
+    pub shutdown: &'a Shutdown,
+}
+
+impl<B: Backend, S: MetricsSource> CellRunner<'_, B, S> {
+    /// Prepares a strategy; one that cannot run here is said and recorded in run.json.
+    pub async fn prepare(&mut self, strategy: Strategy, store: &mut RunStore) -> Result<Prepared> {
+        let prepared = self.backend.prepare(strategy, self.shutdown).await?;
+        if let Prepared::Unavailable(reason) = &prepared {
+            self.progress
+                .message(&format!("{} unavailable: {reason}", strategy.title()));
+            store.update_run(|r| {
+                if !r.unavailable.iter().any(|u| u.strategy == strategy) {
+                    r.unavailable.push(Unavailable {
+                        strategy,
+                        reason: reason.clone(),
+                    });
+                }
+            })?;
+        }
+        Ok(prepared)
+    }
+
+    /// Launches, measures and stops one cell of a prepared strategy and saves its rows
+    /// (an unavailable strategy's cell gets its rows without launching anything). A
+    /// cell that cannot start is saved as failed; an interrupt, a lost metrics source
+    /// or a failure to stop the pods ends the run, after a measured cell is saved.
+    pub async fn run(
+        &mut self,
+        store: &mut RunStore,
+        prepared: &Prepared,
+        labels: &CellLabels,
+        title: &str,
+    ) -> Result<()> {
+        let (strategy, pods, repeat) = (labels.strategy, labels.pods, labels.repeat);
+        let shutdown = self.shutdown;
+        // A stop asked for between cells launches nothing more.
+        if shutdown.is_requested() {
+            return Err(shutdown.interrupted());
+        }
+        self.progress.cell_start(title);
+        let kind = self.source.kind();
+        // A failure to stop the cell's pods ends the run, but only after the cell's rows
+        // are on disk: a measured cell is never lost.
+        let mut stop_error = None;
+        let rows = match prepared {
+            Prepared::Unavailable(reason) => unavailable_rows(labels, kind, reason),
+            Prepared::Ready => {
+                let load = store.run().plan.load.workload_args(pods);
+                let launched = self.backend.launch(strategy, pods, &load, shutdown).await;
+                let measured = match launched {
+                    Ok(_) => {
+                        let baseline = store.aggregate(repeat, strategy, 1).cloned();
+                        measure_cell(
+                            self.backend,
+                            self.source,
+                            self.telemetry.clone(),
+                            self.settings,
+                            labels,
+                            baseline.as_ref(),
+                            self.progress,
+                            shutdown,
+                        )
+                        .await
+                    }
+                    Err(e) => Err(e),
+                };
+                // Pods stop before anything else happens, whatever the outcome.
+                let stopped = self.backend.stop_pods(shutdown).await;
+                match measured {
+                    Ok(rows) => {
+                        stop_error = stopped.err();
+                        rows
+                    }
+                    Err(e) if e.is_interrupt() => {
+                        if let Err(se) = stopped {
+                            tracing::warn!("stopping the cell's pods after the interrupt: {se}");
+                        }
+                        return Err(e);
+                    }
+                    // Without its metrics source nothing more can be measured.
+                    Err(e @ BenchError::Prometheus { .. }) => return Err(e),
+                    // A cell that could not start is an outcome, not the end of the run.
+                    Err(e) => {
+                        stop_error = stopped.err();
+                        failed_rows(labels, kind, &e.to_string())
+                    }
+                }
+            }
+        };
+        let mut rows = rows;
+        if *prepared == Prepared::Ready
+            && let Some(setup) = self.backend.cell_setup()
+        {
+            for r in rows.iter_mut().filter(|r| r.is_aggregate()) {
+                r.switch_s = setup.switch_s;
+                r.mig_reconfigure_s = setup.mig_reconfigure_s;
+                r.pods_ready_s = setup.pods_ready_s;
+                if let Some(n) = &setup.note {
+                    add_note(&mut r.note, n);
+                }
+            }
+        }
+        let failed = rows.iter().any(|r| r.is_aggregate() && r.status == CellStatus::Failed);
+        self.progress.cell_done(&cell_summary(&rows), failed);
+        store.save_cell(rows)?;
+        match stop_error {
+            None => Ok(()),
+            // A forced stop that cut the pods' clean-up short is still an interrupt.
+            Some(_) if shutdown.is_requested() => Err(shutdown.interrupted()),
+            Some(e) => Err(e),
+        }
+    }
 }
 
 /// The strategies of pass `repeat` (from 1): the plan's order rotated left by

@@ -459,3 +459,124 @@ async fn repeats_rotate_the_strategies_resume_midway_and_keep_their_own_baseline
     );
     assert!(tables.reading.iter().any(|r| r.contains("3 passes over the plan")));
 }
+
+/// A capacity run of `strategies` at 100 requests/s per pod, p99 ≤ `slo`, up to 5 pods.
+fn capacity_plan(dir: &std::path::Path, strategies: &str, slo: &str) -> SweepPlan {
+    let mut p = plan(dir, strategies, "1");
+    p.load = crate::config::values::Load::PerPod(100.0);
+    p.slos = vec![slo.parse().expect("slo")];
+    p.pods = (1..=5).collect();
+    p.capacity = Some(crate::capacity::search::CapacityPlan { max_pods: 5 });
+    p
+}
+
+async fn capacity(
+    plan: &SweepPlan,
+    backend: &FakeBackend,
+    resume: bool,
+    progress: &Recorder,
+    shutdown: &Shutdown,
+) -> Result<usize> {
+    let metrics = backend.metrics();
+    let session = session(plan, backend.clone(), resume);
+    let search = &mut crate::capacity::command::Search;
+    crate::sweep::runner::run_work_with_source(session, search, &metrics, progress, shutdown)
+        .await
+        .map(|f| f.ran)
+}
+
+/// Every pod serves its 100/s; latency grows 1.5 ms per pod (time-slicing) or 1 ms
+/// (MPS), so with the scripted buckets (…, 2, 5, 10 ms) p99 ≤ 5 ms holds up to 3 pods
+/// under time-slicing (4.5 ms) and to the limit under MPS.
+fn growing() -> FakeBackend {
+    FakeBackend::new(|s, n| {
+        let per_pod = if s == Strategy::Mps { 0.001 } else { 0.0015 };
+        (0..n)
+            .map(|_| PodScript::steady(100.0, per_pod * f64::from(n)))
+            .collect()
+    })
+    .without(Strategy::Mig)
+}
+
+#[tokio::test(start_paused = true)]
+async fn capacity_walks_up_to_the_first_miss_and_resume_replays_the_search_from_disk() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let plan = capacity_plan(tmp.path(), "exclusive,time-slicing,mps,mig", "p99=5ms");
+    let b = growing();
+    // Stopped after three cells: exclusive × 1, time-slicing × 1 and × 2.
+    let shutdown = Shutdown::new();
+    let progress = Recorder {
+        done: Mutex::default(),
+        stop_after: Some((3, shutdown.clone())),
+    };
+    let err = capacity(&plan, &b, false, &progress, &shutdown)
+        .await
+        .expect_err("stopped");
+    assert!(err.is_interrupt(), "{err}");
+    assert_eq!(cells(&plan).iter().filter(|c| c.is_aggregate()).count(), 3);
+
+    let ran = capacity(&plan, &b, true, &Recorder::default(), &Shutdown::new())
+        .await
+        .expect("resumed");
+    // time-slicing × 3 and × 4 (the miss), MPS × 1 to 5, MIG × 1 (unavailable).
+    assert_eq!(ran, 8);
+    let launches: Vec<String> = log(&b).into_iter().filter(|l| l.starts_with("launch")).collect();
+    assert_eq!(
+        launches,
+        [
+            "launch exclusive 1 --load poisson:100",
+            "launch time-slicing 1 --load poisson:100",
+            "launch time-slicing 2 --load poisson:100",
+            "launch time-slicing 3 --load poisson:100",
+            "launch time-slicing 4 --load poisson:100",
+            "launch mps 1 --load poisson:100",
+            "launch mps 2 --load poisson:100",
+            "launch mps 3 --load poisson:100",
+            "launch mps 4 --load poisson:100",
+            "launch mps 5 --load poisson:100",
+        ],
+        "nothing measured twice, nothing past a miss"
+    );
+    let run = crate::results::store::read_run(&plan.out.join("fake/run.json")).expect("run");
+    let table = crate::capacity::record::records(&run, &cells(&plan));
+    let fit: Vec<(Strategy, Option<u32>, Option<u32>)> = table
+        .iter()
+        .map(|r| (r.strategy, r.pods_fit, r.first_miss_pods))
+        .collect();
+    assert_eq!(
+        fit,
+        [
+            (Strategy::Exclusive, Some(1), None),
+            (Strategy::TimeSlicing, Some(3), Some(4)),
+            (Strategy::Mps, Some(5), None),
+            (Strategy::Mig, None, None),
+        ]
+    );
+    let ts = &table[1];
+    assert_eq!(ts.walk, "1 fits, 2 fits, 3 fits, 4 misses");
+    assert_eq!(ts.first_miss, "misses: pod-0: 0.00% within 5ms (needs 99%)");
+    assert_eq!((ts.offered_per_s, ts.goodput_per_s), (Some(300.0), Some(300.0)));
+    assert!(table.iter().all(|r| r.finished));
+    assert_eq!(state(&plan), "complete");
+    assert_eq!(b.running(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_threshold_inside_a_bucket_is_marginal_and_two_marginal_misses_end_the_walk() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    // 8 ms lies inside the (5, 10] ms bucket that holds every request from 4 pods on.
+    let plan = capacity_plan(tmp.path(), "time-slicing", "p99=8ms");
+    let b = growing();
+    capacity(&plan, &b, false, &Recorder::default(), &Shutdown::new())
+        .await
+        .expect("capacity");
+    let run = crate::results::store::read_run(&plan.out.join("fake/run.json")).expect("run");
+    let table = crate::capacity::record::records(&run, &cells(&plan));
+    assert_eq!(table[0].walk, "1 fits, 2 fits, 3 fits, 4 marginal, 5 marginal");
+    assert_eq!(table[0].pods_fit, Some(3));
+    assert!(
+        table[0].first_miss.starts_with("marginal: pod-0: 60.00% within 8ms"),
+        "{}",
+        table[0].first_miss
+    );
+}

@@ -69,12 +69,7 @@ impl Exporter for Markdown {
         "markdown"
     }
     fn export(&self, data: &RunData) -> Result<Vec<u8>> {
-        let tables = if data.run.isolation.is_some() {
-            crate::report::isolation::tables(data)
-        } else {
-            crate::report::tables::all(data)
-        };
-        Ok(crate::report::tables::markdown(data, &tables).into_bytes())
+        Ok(crate::report::tables::markdown(data, &crate::report::run_tables(data)).into_bytes())
     }
 }
 
@@ -98,6 +93,26 @@ impl Exporter for Summary {
     }
 }
 
+/// A capacity run's table: one row per strategy (CSV).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Capacity;
+
+impl Exporter for Capacity {
+    fn name(&self) -> &'static str {
+        "capacity"
+    }
+    fn export(&self, data: &RunData) -> Result<Vec<u8>> {
+        if data.run.capacity.is_none() {
+            return Err(BenchError::flag(
+                "--format",
+                "capacity",
+                "not a capacity run: `gpushare-bench capacity` makes one",
+            ));
+        }
+        crate::capacity::record::csv(&crate::capacity::record::records(&data.run, &data.cells))
+    }
+}
+
 /// The exporter of a format.
 pub fn for_format(format: ExportFormat) -> Box<dyn Exporter> {
     match format {
@@ -105,5 +120,6 @@ pub fn for_format(format: ExportFormat) -> Box<dyn Exporter> {
         ExportFormat::Json => Box::new(Json),
         ExportFormat::Markdown => Box::new(Markdown),
         ExportFormat::Summary => Box::new(Summary),
+        ExportFormat::Capacity => Box::new(Capacity),
     }
 }

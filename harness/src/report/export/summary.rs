@@ -64,6 +64,22 @@ pub struct SummaryRecord {
     pub throughput_spread: Option<f64>,
     /// Within-cell noise: window-to-window spread of the mean latency, mean over repeats.
     pub mean_spread: Option<f64>,
+    /// Requests per second offered to the cell (`--load`).
+    pub offered_per_s: Option<f64>,
+    /// `--slo p50=…` attainment, mean over repeats.
+    pub slo_p50_attainment: Option<f64>,
+    /// `--slo p90=…` attainment, mean over repeats.
+    pub slo_p90_attainment: Option<f64>,
+    /// `--slo p99=…` attainment, mean over repeats.
+    pub slo_p99_attainment: Option<f64>,
+    /// The largest interpolation bound of the repeats' attainments.
+    pub slo_attainment_bound: Option<f64>,
+    /// Whether every SLO held in every repeat that judged it.
+    pub slo_met: Option<bool>,
+    /// Requests per second within the tightest threshold, mean over repeats.
+    pub goodput_per_s: Option<f64>,
+    /// Its 95% half-width.
+    pub goodput_per_s_ci95: Option<f64>,
     /// The combined note.
     pub note: String,
 }
@@ -91,6 +107,8 @@ pub fn records(data: &RunData) -> Vec<SummaryRecord> {
             let (fairness, fairness_ci95) = with_ci(&rows, |r| r.fairness);
             let (energy_j_per_inference, energy_j_per_inference_ci95) = with_ci(&rows, |r| r.energy_j_per_inference);
             let (gpu_util_pct, gpu_util_pct_ci95) = with_ci(&rows, |r| r.gpu_util_pct);
+            let (goodput_per_s, goodput_per_s_ci95) = with_ci(&rows, |r| r.goodput_per_s);
+            let judged: Vec<bool> = rows.iter().filter_map(|r| r.slo_met).collect();
             out.push(SummaryRecord {
                 run_id: data.run.run_id.clone(),
                 strategy: s,
@@ -117,6 +135,14 @@ pub fn records(data: &RunData) -> Vec<SummaryRecord> {
                 gpu_util_pct_ci95,
                 throughput_spread: with_ci(&rows, |r| r.throughput_spread).0,
                 mean_spread: with_ci(&rows, |r| r.mean_spread).0,
+                offered_per_s: combined.offered_per_s,
+                slo_p50_attainment: with_ci(&rows, |r| r.slo_p50_attainment).0,
+                slo_p90_attainment: with_ci(&rows, |r| r.slo_p90_attainment).0,
+                slo_p99_attainment: with_ci(&rows, |r| r.slo_p99_attainment).0,
+                slo_attainment_bound: rows.iter().filter_map(|r| r.slo_attainment_bound).reduce(f64::max),
+                slo_met: (!judged.is_empty()).then(|| judged.iter().all(|m| *m)),
+                goodput_per_s,
+                goodput_per_s_ci95,
                 note: combined.note.clone(),
             });
         }

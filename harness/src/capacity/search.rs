@@ -1,0 +1,323 @@
+//! The capacity search (pure): how a measured pod count stands against the SLOs
+//! ([`judge`]), which count to measure next ([`next`]), and what a strategy's counts
+//! come to ([`outcome`]).
+//!
+//! The rule, as `capacity --help` and the report state it:
+//! - A count **fits** when its cell measured (`ok`) and every pod served its offered
+//!   load (see `sweep::cell::shortfall`) and met every SLO, each attainment at least
+//!   its percentile (p99 needs 99% of the pod's requests within the threshold).
+//! - It **misses clearly** when the cell did not measure (failed, out of memory, a pod
+//!   pending or the strategy unavailable), a pod could not keep up, or an attainment
+//!   is below its percentile by more than the interpolation bound (the share of
+//!   requests in the histogram bucket holding the threshold).
+//! - Otherwise it **misses marginally**: below the percentile, but within that bound,
+//!   so the histogram cannot tell.
+//! - Counts are walked upwards from 1 (latency is not assumed monotone in pods, so no
+//!   bisection). The walk stops at the first clear miss, at the second miss in a row,
+//!   or at the limit: `--max-pods`, or 1 for exclusive (a second pod stays pending).
+//! - The capacity is the largest count such that it and every smaller count fit.
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::values::Slo;
+use crate::domain::{CellStatus, Strategy};
+use crate::results::record::CellRecord;
+
+/// How one measured pod count stands against the SLOs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// Every pod served its load and met every SLO.
+    Fits,
+    /// Missed by no more than the histogram's interpolation bound: the reason.
+    Marginal(String),
+    /// Missed clearly: the reason.
+    Misses(String),
+}
+
+impl Verdict {
+    /// Whether the count fits.
+    pub fn fits(&self) -> bool {
+        matches!(self, Verdict::Fits)
+    }
+}
+
+/// The attainment a row records for a percentile (None: no such SLO on the row).
+fn attainment(row: &CellRecord, quantile: f64) -> Option<f64> {
+    match (quantile * 100.0).round() as u32 {
+        50 => row.slo_p50_attainment,
+        90 => row.slo_p90_attainment,
+        99 => row.slo_p99_attainment,
+        _ => None,
+    }
+}
+
+/// Judges one cell: its aggregate row and its pods' rows (pure).
+pub fn judge(aggregate: &CellRecord, pods: &[&CellRecord], slos: &[Slo]) -> Verdict {
+    if aggregate.status != CellStatus::Ok {
+        let why = if aggregate.note.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", aggregate.note)
+        };
+        return Verdict::Misses(format!("the cell is {}{why}", aggregate.status));
+    }
+    if pods.is_empty() {
+        return Verdict::Misses("the cell has no pod rows".into());
+    }
+    let mut marginal = Vec::new();
+    for row in pods {
+        if row.status != CellStatus::Ok {
+            return Verdict::Misses(format!("{} is {}", row.pod, row.status));
+        }
+        // A pod that served nothing, or fell behind its offered load, has no attainment
+        // (`sweep::cell` leaves it empty): its latency is its queue's.
+        if row.slo_met.is_none() {
+            return Verdict::Misses(format!(
+                "{} could not keep up with its offered load{}",
+                row.pod,
+                match (row.throughput_per_s, row.offered_per_s) {
+                    (Some(t), Some(o)) => format!(" (served {t:.1}/s of {o}/s)"),
+                    _ => String::new(),
+                }
+            ));
+        }
+        let bound = row.slo_attainment_bound.unwrap_or(0.0);
+        for slo in slos {
+            let Some(q) = slo.quantile else { continue };
+            let Some(a) = attainment(row, q) else {
+                return Verdict::Misses(format!("{} has no attainment for {slo}", row.pod));
+            };
+            if a >= q {
+                continue;
+            }
+            let what = format!(
+                "{}: {:.2}% within {} (needs {:.0}%)",
+                row.pod,
+                a * 100.0,
+                humantime::format_duration(slo.threshold),
+                q * 100.0
+            );
+            if a + bound < q {
+                return Verdict::Misses(what);
+            }
+            marginal.push(format!("{what}, within the ±{:.2}% interpolation bound", bound * 100.0));
+        }
+    }
+    if marginal.is_empty() {
+        Verdict::Fits
+    } else {
+        Verdict::Marginal(marginal.join("; "))
+    }
+}
+
+/// The verdict of a cell among a run's rows (pure; None: the cell is not on disk).
+/// A capacity run has one repeat.
+pub fn cell_verdict(rows: &[CellRecord], strategy: Strategy, pods: u32, slos: &[Slo]) -> Option<Verdict> {
+    let same = |c: &&CellRecord| c.repeat == 1 && c.strategy == strategy && c.pods == pods;
+    let aggregate = rows.iter().filter(same).find(|c| c.is_aggregate())?;
+    let pod_rows: Vec<&CellRecord> = rows.iter().filter(same).filter(|c| !c.is_aggregate()).collect();
+    Some(judge(aggregate, &pod_rows, slos))
+}
+
+/// The largest count the search measures for a strategy.
+pub fn limit(strategy: Strategy, max_pods: u32) -> u32 {
+    match strategy {
+        Strategy::Exclusive => 1,
+        _ => max_pods.max(1),
+    }
+}
+
+/// The search's next step for one strategy.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Measure this pod count.
+    Measure(u32),
+    /// The walk is over.
+    Done,
+}
+
+/// The next count to measure, given the verdicts of the counts measured so far
+/// (`verdict(n)`: None when n is not measured yet). Pure; a resumed run replays it
+/// from the cells on disk.
+pub fn next(limit: u32, verdict: impl Fn(u32) -> Option<Verdict>) -> Step {
+    let mut misses_in_a_row = 0;
+    for n in 1..=limit {
+        match verdict(n) {
+            None => return Step::Measure(n),
+            Some(Verdict::Fits) => misses_in_a_row = 0,
+            Some(Verdict::Misses(_)) => return Step::Done,
+            Some(Verdict::Marginal(_)) => {
+                misses_in_a_row += 1;
+                if misses_in_a_row >= 2 {
+                    return Step::Done;
+                }
+            }
+        }
+    }
+    Step::Done
+}
+
+/// What a strategy's walk came to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// The capacity: the largest count that, with every smaller one, fits (0: none).
+    pub fits: u32,
+    /// The first count that did not fit, and why.
+    pub first_miss: Option<(u32, Verdict)>,
+    /// Every measured count with its verdict, in order.
+    pub walk: Vec<(u32, Verdict)>,
+    /// Whether the walk is over (false: a run that stopped before it ended).
+    pub finished: bool,
+}
+
+/// The outcome of a strategy's walk over its measured counts (pure).
+pub fn outcome(limit: u32, verdict: impl Fn(u32) -> Option<Verdict>) -> Outcome {
+    let walk: Vec<(u32, Verdict)> = (1..=limit).map_while(|n| verdict(n).map(|v| (n, v))).collect();
+    let fits = walk.iter().take_while(|(_, v)| v.fits()).count() as u32;
+    let first_miss = walk.iter().find(|(_, v)| !v.fits()).cloned();
+    let finished = next(limit, &verdict) == Step::Done;
+    Outcome {
+        fits,
+        first_miss,
+        walk,
+        finished,
+    }
+}
+
+/// The recorded part of a capacity run's plan (`run.json` `capacity`): the counts it
+/// may search. The load and the SLOs are the plan's own (`plan.load`, `plan.slos`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CapacityPlan {
+    /// The largest pod count searched (`--max-pods`).
+    pub max_pods: u32,
+}
+
+/// The most pods `--max-pods` accepts (the sweep's pod-count limit).
+pub const MAX_PODS: u32 = 64;
+
+impl CapacityPlan {
+    /// Checks a plan read back from run.json or built from flags.
+    pub fn validate(&self) -> Result<(), String> {
+        if (1..=MAX_PODS).contains(&self.max_pods) {
+            Ok(())
+        } else {
+            Err(format!("max_pods {} is not between 1 and {MAX_PODS}", self.max_pods))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::domain::{DeviceKind, Source};
+    use crate::results::record::ALL_PODS;
+
+    fn test_row(strategy: Strategy, pods: u32, pod: &str) -> CellRecord {
+        CellRecord::unmeasured(strategy, pods, pod, CellStatus::Ok, Source::Scrape, DeviceKind::Cpu)
+    }
+
+    fn p99(ms: u64) -> Vec<Slo> {
+        vec![Slo {
+            quantile: Some(0.99),
+            threshold: Duration::from_millis(ms),
+        }]
+    }
+
+    /// A pod's row with a p99 attainment and bound.
+    fn pod(name: &str, attained: Option<f64>, bound: f64) -> CellRecord {
+        let mut r = test_row(Strategy::Mps, 3, name);
+        r.status = CellStatus::Ok;
+        r.slo_p99_attainment = attained;
+        r.slo_attainment_bound = attained.map(|_| bound);
+        r.slo_met = attained.map(|a| a >= 0.99);
+        r.throughput_per_s = Some(90.0);
+        r.offered_per_s = Some(100.0);
+        r
+    }
+
+    fn agg(status: CellStatus) -> CellRecord {
+        let mut r = test_row(Strategy::Mps, 3, ALL_PODS);
+        r.status = status;
+        r.note = "pod-2 oom: out of memory".into();
+        r
+    }
+
+    #[test]
+    fn a_count_fits_only_when_every_pod_meets_every_slo() {
+        let (a, b) = (pod("pod-1", Some(0.995), 0.001), pod("pod-2", Some(0.99), 0.0));
+        assert_eq!(judge(&agg(CellStatus::Ok), &[&a, &b], &p99(25)), Verdict::Fits);
+        // 98.7% with 0.2% in the threshold's bucket: clearly below 99%.
+        let c = pod("pod-3", Some(0.987), 0.002);
+        match judge(&agg(CellStatus::Ok), &[&a, &c], &p99(25)) {
+            Verdict::Misses(why) => assert_eq!(why, "pod-3: 98.70% within 25ms (needs 99%)"),
+            v => panic!("{v:?}"),
+        }
+        // 98.9% with 0.2% in the bucket: the histogram cannot tell.
+        let d = pod("pod-3", Some(0.989), 0.002);
+        match judge(&agg(CellStatus::Ok), &[&a, &d], &p99(25)) {
+            Verdict::Marginal(why) => assert!(why.contains("within the ±0.20% interpolation bound"), "{why}"),
+            v => panic!("{v:?}"),
+        }
+    }
+
+    #[test]
+    fn a_cell_that_did_not_measure_or_a_pod_that_fell_behind_misses_clearly() {
+        let a = pod("pod-1", Some(1.0), 0.0);
+        match judge(&agg(CellStatus::Oom), &[&a], &p99(25)) {
+            Verdict::Misses(why) => assert_eq!(why, "the cell is oom: pod-2 oom: out of memory"),
+            v => panic!("{v:?}"),
+        }
+        let short = pod("pod-2", None, 0.0);
+        match judge(&agg(CellStatus::Ok), &[&a, &short], &p99(25)) {
+            Verdict::Misses(why) => assert_eq!(
+                why,
+                "pod-2 could not keep up with its offered load (served 90.0/s of 100/s)"
+            ),
+            v => panic!("{v:?}"),
+        }
+        assert!(matches!(judge(&agg(CellStatus::Ok), &[], &p99(25)), Verdict::Misses(_)));
+    }
+
+    #[test]
+    fn the_walk_goes_up_from_one_and_stops_at_a_clear_miss_or_two_misses_in_a_row() {
+        let m = |w: &'static [char]| {
+            move |n: u32| {
+                w.get(n as usize - 1).map(|c| match c {
+                    'f' => Verdict::Fits,
+                    'm' => Verdict::Marginal("m".into()),
+                    _ => Verdict::Misses("x".into()),
+                })
+            }
+        };
+        assert_eq!(next(7, m(&[])), Step::Measure(1));
+        assert_eq!(next(7, m(&['f', 'f'])), Step::Measure(3));
+        assert_eq!(next(7, m(&['f', 'x'])), Step::Done);
+        // One marginal miss: the next count decides.
+        assert_eq!(next(7, m(&['f', 'm'])), Step::Measure(3));
+        assert_eq!(next(7, m(&['f', 'm', 'm'])), Step::Done);
+        assert_eq!(next(7, m(&['f', 'm', 'f'])), Step::Measure(4));
+        assert_eq!(next(2, m(&['f', 'f'])), Step::Done);
+        assert_eq!(next(limit(Strategy::Exclusive, 7), m(&['f'])), Step::Done);
+
+        let o = outcome(7, m(&['f', 'f', 'm', 'f', 'x']));
+        // A marginal miss ends the capacity even when a larger count fits again.
+        assert_eq!(o.fits, 2);
+        assert_eq!(o.first_miss, Some((3, Verdict::Marginal("m".into()))));
+        assert_eq!(o.walk.len(), 5);
+        assert!(o.finished);
+        let o = outcome(7, m(&['f', 'f']));
+        assert_eq!((o.fits, o.first_miss, o.finished), (2, None, false));
+        let o = outcome(7, m(&['x']));
+        assert_eq!((o.fits, o.finished), (0, true));
+    }
+
+    #[test]
+    fn max_pods_is_checked() {
+        assert!(CapacityPlan { max_pods: 7 }.validate().is_ok());
+        assert!(CapacityPlan { max_pods: 0 }.validate().is_err());
+        assert!(CapacityPlan { max_pods: 65 }.validate().is_err());
+    }
+}
