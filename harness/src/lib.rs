@@ -5,7 +5,7 @@
 //! One folder per concern. Pure (no I/O): [`config`] (options → validated plan),
 //! [`stats`], [`results::record`], [`report`], [`metrics::exposition`],
 //! [`metrics::prometheus::query`], [`backend::k8s::objects`], [`backend::local::strategy`],
-//! [`sweep::cell`] and [`isolation::plan`]. I/O happens in the [`sweep`] runner and the backend sessions
+//! [`sweep::cell`], [`isolation::plan`], [`capacity::search`] and [`capacity::record`]. I/O happens in the [`sweep`] runner and the backend sessions
 //! ([`backend::local`], [`backend::k8s`]) and the adapters they call ([`metrics`],
 //! [`telemetry`], [`results::store`]). Dependencies point downwards:
 //! `tools` → `sweep` → `backend` → `metrics`/`telemetry`/`results` → `config`/`stats` →

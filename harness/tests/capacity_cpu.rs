@@ -90,6 +90,32 @@ fn a_search_measures_upwards_until_a_miss_and_reports_the_capacity() {
     );
     assert_eq!(measured_counts(&out.path().join("misses")), [1]);
 
+    // A finished search resumed measures nothing more; a sweep does not resume it.
+    let again = Command::new(BENCH)
+        .args(["capacity", "--quiet", "--resume", "misses", "--out"])
+        .arg(out.path())
+        .output()
+        .expect("resume");
+    let text = String::from_utf8_lossy(&again.stdout);
+    assert_eq!(
+        again.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    assert!(text.contains("Time-slicing: 0 pods fit; 1 misses"), "{text}");
+    assert_eq!(measured_counts(&out.path().join("misses")), [1]);
+    let wrong = common::cpu_sweep(BENCH, out.path(), &["--resume", "misses"])
+        .output()
+        .expect("sweep --resume");
+    assert_eq!(wrong.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&wrong.stderr)
+            .contains("a capacity run: continue it with `gpushare-bench capacity --resume`"),
+        "{}",
+        String::from_utf8_lossy(&wrong.stderr)
+    );
+
     // The report leads with the capacity table and the knee chart.
     let reports = out.path().join("reports");
     let st = Command::new(BENCH)
@@ -164,4 +190,12 @@ fn capacity_refuses_what_it_cannot_search_with_one_line() {
         !out.path().join("refused").exists(),
         "nothing is created for refused flags"
     );
+    let sweep_run = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/h100-run");
+    let o = Command::new(BENCH)
+        .args(["export", "--format", "capacity"])
+        .arg(&sweep_run)
+        .output()
+        .expect("export");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not a capacity run"));
 }

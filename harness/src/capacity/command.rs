@@ -6,10 +6,10 @@
 
 use crate::backend::{Backend, k8s, local};
 use crate::capacity::record::{CapacityRecord, records};
-use crate::capacity::search::{CapacityPlan, Step, cell_verdict, limit, next};
+use crate::capacity::search::{Step, cell_verdict, limit, next};
 use crate::config::cli::CapacityArgs;
 use crate::config::options::SweepOptions;
-use crate::config::plan::{BackendKind, Load, SweepPlan};
+use crate::config::plan::{BackendKind, CapacityPlan, Load, SweepPlan};
 use crate::error::{BenchError, Result};
 use crate::metrics::MetricsSource;
 use crate::shutdown::Shutdown;
@@ -35,11 +35,8 @@ pub fn plan(args: CapacityArgs) -> Result<SweepPlan> {
             "a sweep option: capacity walks pod counts from 1 to --max-pods once per strategy",
         ));
     }
-    let max_pods = args.max_pods.unwrap_or(DEFAULT_MAX_PODS);
+    let max_pods = args.max_pods.map_or(DEFAULT_MAX_PODS, |p| p.0);
     let capacity = CapacityPlan { max_pods };
-    capacity
-        .validate()
-        .map_err(|_| BenchError::flag("--max-pods", &max_pods.to_string(), "pod counts go from 1 to 64"))?;
     let file = match &args.config {
         Some(path) => SweepOptions::from_file(path)?,
         None => SweepOptions::default(),

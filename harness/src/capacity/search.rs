@@ -17,8 +17,6 @@
 //!   or at the limit: `--max-pods`, or 1 for exclusive (a second pod stays pending).
 //! - The capacity is the largest count such that it and every smaller count fit.
 
-use serde::{Deserialize, Serialize};
-
 use crate::config::values::Slo;
 use crate::domain::{CellStatus, Strategy};
 use crate::results::record::CellRecord;
@@ -64,6 +62,8 @@ pub fn judge(aggregate: &CellRecord, pods: &[&CellRecord], slos: &[Slo]) -> Verd
     if pods.is_empty() {
         return Verdict::Misses("the cell has no pod rows".into());
     }
+    // (how far below its percentile, pod, what) of every miss.
+    let mut clear: Vec<(f64, &str, String)> = Vec::new();
     let mut marginal = Vec::new();
     for row in pods {
         if row.status != CellStatus::Ok {
@@ -98,10 +98,21 @@ pub fn judge(aggregate: &CellRecord, pods: &[&CellRecord], slos: &[Slo]) -> Verd
                 q * 100.0
             );
             if a + bound < q {
-                return Verdict::Misses(what);
+                clear.push((a - q, &row.pod, what));
+                continue;
             }
             marginal.push(format!("{what}, within the ±{:.2}% interpolation bound", bound * 100.0));
         }
+    }
+    clear.sort_by(|x, y| x.0.total_cmp(&y.0));
+    if let Some((_, _, worst)) = clear.first() {
+        let mut missing: Vec<&str> = clear.iter().map(|c| c.1).collect();
+        missing.sort_unstable();
+        missing.dedup();
+        return Verdict::Misses(match missing.len() {
+            1 => worst.clone(),
+            n => format!("{n} of {} pods miss, the worst {worst}", pods.len()),
+        });
     }
     if marginal.is_empty() {
         Verdict::Fits
@@ -184,29 +195,6 @@ pub fn outcome(limit: u32, verdict: impl Fn(u32) -> Option<Verdict>) -> Outcome 
     }
 }
 
-/// The recorded part of a capacity run's plan (`run.json` `capacity`): the counts it
-/// may search. The load and the SLOs are the plan's own (`plan.load`, `plan.slos`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CapacityPlan {
-    /// The largest pod count searched (`--max-pods`).
-    pub max_pods: u32,
-}
-
-/// The most pods `--max-pods` accepts (the sweep's pod-count limit).
-pub const MAX_PODS: u32 = 64;
-
-impl CapacityPlan {
-    /// Checks a plan read back from run.json or built from flags.
-    pub fn validate(&self) -> Result<(), String> {
-        if (1..=MAX_PODS).contains(&self.max_pods) {
-            Ok(())
-        } else {
-            Err(format!("max_pods {} is not between 1 and {MAX_PODS}", self.max_pods))
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -253,6 +241,14 @@ mod tests {
         let c = pod("pod-3", Some(0.987), 0.002);
         match judge(&agg(CellStatus::Ok), &[&a, &c], &p99(25)) {
             Verdict::Misses(why) => assert_eq!(why, "pod-3: 98.70% within 25ms (needs 99%)"),
+            v => panic!("{v:?}"),
+        }
+        // Several pods below: the count and the worst.
+        let e = pod("pod-4", Some(0.95), 0.001);
+        match judge(&agg(CellStatus::Ok), &[&c, &a, &e], &p99(25)) {
+            Verdict::Misses(why) => {
+                assert_eq!(why, "2 of 3 pods miss, the worst pod-4: 95.00% within 25ms (needs 99%)")
+            }
             v => panic!("{v:?}"),
         }
         // 98.9% with 0.2% in the bucket: the histogram cannot tell.
@@ -312,12 +308,5 @@ mod tests {
         assert_eq!((o.fits, o.first_miss, o.finished), (2, None, false));
         let o = outcome(7, m(&['x']));
         assert_eq!((o.fits, o.finished), (0, true));
-    }
-
-    #[test]
-    fn max_pods_is_checked() {
-        assert!(CapacityPlan { max_pods: 7 }.validate().is_ok());
-        assert!(CapacityPlan { max_pods: 0 }.validate().is_err());
-        assert!(CapacityPlan { max_pods: 65 }.validate().is_err());
     }
 }

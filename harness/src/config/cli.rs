@@ -198,7 +198,7 @@ pub struct IsolationArgs {
 pub struct CapacityArgs {
     /// The largest pod count searched, 1 to 64 [default: 7].
     #[arg(long)]
-    pub max_pods: Option<u32>,
+    pub max_pods: Option<PodCount>,
     /// TOML file with sweep settings (the pods' model, device, backend, ...).
     #[arg(long)]
     pub config: Option<PathBuf>,

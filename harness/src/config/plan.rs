@@ -84,7 +84,7 @@ pub struct SweepPlan {
     pub isolation: Option<crate::isolation::plan::IsolationPlan>,
     /// Set by the `capacity` command: the pod counts it may search (`plan.pods` is
     /// then 1 to its `max_pods`, the cells the search may measure).
-    pub capacity: Option<crate::capacity::search::CapacityPlan>,
+    pub capacity: Option<crate::config::plan::CapacityPlan>,
 }
 
 /// Defaults: the reference study's pods and strategies; settings that keep the whole
@@ -380,6 +380,27 @@ pub fn default_run_id(now_rfc3339: &str, device: &str) -> String {
     format!("{stamp}-{device}")
 }
 
+/// The recorded part of a capacity run's plan (`run.json` `capacity`): the counts it
+/// may search. The load and the SLOs are the plan's own (`plan.load`, `plan.slos`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CapacityPlan {
+    /// The largest pod count searched (`--max-pods`).
+    pub max_pods: u32,
+}
+
+impl CapacityPlan {
+    /// Checks a plan read back from run.json or built from flags.
+    pub fn validate(&self) -> Result<(), String> {
+        use crate::config::values::MAX_PODS;
+        if (1..=MAX_PODS).contains(&self.max_pods) {
+            Ok(())
+        } else {
+            Err(format!("max_pods {} is not between 1 and {MAX_PODS}", self.max_pods))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -511,5 +532,12 @@ mod tests {
         assert!(validate_run_id("../x").is_err());
         assert!(validate_run_id("").is_err());
         assert_eq!(default_run_id("2026-11-22T14:15:00Z", "h100"), "20261122T141500Z-h100");
+    }
+
+    #[test]
+    fn capacity_max_pods_is_checked() {
+        assert!(CapacityPlan { max_pods: 7 }.validate().is_ok());
+        assert!(CapacityPlan { max_pods: 0 }.validate().is_err());
+        assert!(CapacityPlan { max_pods: 65 }.validate().is_err());
     }
 }

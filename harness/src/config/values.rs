@@ -396,7 +396,10 @@ impl Load {
     }
 }
 
-/// A pod count of a sweep, 1 to 64.
+/// The most pods a cell may have.
+pub const MAX_PODS: u32 = 64;
+
+/// A pod count of a sweep, 1 to [`MAX_PODS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct PodCount(pub u32);
 
@@ -404,7 +407,7 @@ impl FromStr for PodCount {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         let n: u32 = s.trim().parse().map_err(|_| "not a whole number".to_string())?;
-        if (1..=64).contains(&n) {
+        if (1..=MAX_PODS).contains(&n) {
             Ok(PodCount(n))
         } else {
             Err("pod counts go from 1 to 64".into())

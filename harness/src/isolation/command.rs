@@ -162,7 +162,7 @@ impl<B: Backend> Work<B> for Trials {
         let run = session.store.run().clone();
         let Some(iso) = run.isolation.clone() else {
             let kind = crate::sweep::RunKind::of(&run);
-            return Err(BenchError::flag("--resume", &run.run_id, &kind.resume_hint()));
+            return Err(BenchError::flag("--resume", &run.run_id, kind.resume_hint()));
         };
         let memory = run.gpu_memory_bytes();
         let trials = trials(&iso.settings(&run.plan.strategies, memory))?;

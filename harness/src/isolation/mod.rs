@@ -9,9 +9,8 @@
 //! the isolation matrix of a run's records. I/O: [`runner`] drives trials through any
 //! backend; [`command`] is the `isolation` command, which runs them through the sweep's
 //! generic runner (same run directory, metrics source, clean-up and `--resume`). The
-//! report's tables and chart are in `report::isolation`. The Kubernetes backend cannot
-//! launch pods with their own arguments yet: an isolation run there stops with that
-//! error.
+//! report's tables and chart are in `report::isolation`. On Kubernetes a trial is two
+//! Deployments, the victim's and the aggressors' (`backend::k8s::trial`).
 
 pub mod command;
 pub mod matrix;

@@ -69,8 +69,11 @@ fn row(r: &CapacityRecord, notes: &mut Vec<(usize, String)>) -> Vec<Cell> {
         format!("≥ {fits} (unfinished)")
     };
     let miss = match r.first_miss_pods {
-        Some(n) => Cell::Value(format!("{n} pods: {}", r.first_miss)),
-        None if r.finished && fits == r.searched_to => Cell::Value(format!("none up to {}", r.searched_to)),
+        Some(n) => Cell::Value(format!(
+            "{n} pods: {}",
+            r.first_miss.strip_prefix("misses: ").unwrap_or(&r.first_miss)
+        )),
+        None if r.finished && fits == r.searched_to => Cell::Value(format!("none (searched to {})", r.searched_to)),
         None => Cell::Empty,
     };
     vec![
@@ -165,6 +168,8 @@ pub fn chart(data: &RunData) -> Result<Option<(String, String)>> {
             .x_desc("offered load, all pods (requests/s)")
             .y_desc(format!("{name} latency of the cell (ms, log scale)"))
             .y_labels(12)
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .y_label_formatter(&|y| format!("{y}"))
             .light_line_style(RGBColor(235, 235, 235))
             .draw()
             .map_err(err)?;

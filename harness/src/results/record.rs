@@ -421,7 +421,7 @@ pub struct RunRecord {
     /// A capacity run's search (`gpushare-bench capacity`): its cells are those the
     /// search measured, a subset of the plan's pod counts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub capacity: Option<crate::capacity::search::CapacityPlan>,
+    pub capacity: Option<crate::config::plan::CapacityPlan>,
 }
 
 impl RunRecord {

@@ -134,7 +134,7 @@ pub(crate) fn recorded_backend(plan: &SweepPlan, id: &str, kind: RunKind) -> Res
     let run = crate::results::store::read_run(&path)?;
     let recorded = RunKind::of(&run);
     if recorded != kind {
-        return Err(BenchError::flag("--resume", id, &recorded.resume_hint()));
+        return Err(BenchError::flag("--resume", id, recorded.resume_hint()));
     }
     let recorded: BackendKind = run.plan.backend.parse().map_err(|reason: String| BenchError::Results {
         path: path.clone(),

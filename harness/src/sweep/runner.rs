@@ -50,7 +50,7 @@ impl<B: Backend> Work<B> for Cells {
         let run = session.store.run();
         let kind = crate::sweep::RunKind::of(run);
         if kind != crate::sweep::RunKind::Sweep {
-            return Err(BenchError::flag("--resume", &run.run_id, &kind.resume_hint()));
+            return Err(BenchError::flag("--resume", &run.run_id, kind.resume_hint()));
         }
         sweep_cells(
             &mut session.backend,

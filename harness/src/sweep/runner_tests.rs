@@ -466,7 +466,7 @@ fn capacity_plan(dir: &std::path::Path, strategies: &str, slo: &str) -> SweepPla
     p.load = crate::config::values::Load::PerPod(100.0);
     p.slos = vec![slo.parse().expect("slo")];
     p.pods = (1..=5).collect();
-    p.capacity = Some(crate::capacity::search::CapacityPlan { max_pods: 5 });
+    p.capacity = Some(crate::config::plan::CapacityPlan { max_pods: 5 });
     p
 }
 
@@ -554,7 +554,10 @@ async fn capacity_walks_up_to_the_first_miss_and_resume_replays_the_search_from_
     );
     let ts = &table[1];
     assert_eq!(ts.walk, "1 fits, 2 fits, 3 fits, 4 misses");
-    assert_eq!(ts.first_miss, "misses: pod-0: 0.00% within 5ms (needs 99%)");
+    assert_eq!(
+        ts.first_miss,
+        "misses: 4 of 4 pods miss, the worst pod-0: 0.00% within 5ms (needs 99%)"
+    );
     assert_eq!((ts.offered_per_s, ts.goodput_per_s), (Some(300.0), Some(300.0)));
     assert!(table.iter().all(|r| r.finished));
     assert_eq!(state(&plan), "complete");
@@ -575,7 +578,9 @@ async fn a_threshold_inside_a_bucket_is_marginal_and_two_marginal_misses_end_the
     assert_eq!(table[0].walk, "1 fits, 2 fits, 3 fits, 4 marginal, 5 marginal");
     assert_eq!(table[0].pods_fit, Some(3));
     assert!(
-        table[0].first_miss.starts_with("marginal: pod-0: 60.00% within 8ms"),
+        table[0].first_miss.starts_with(
+            "marginal: pod-0: 60.00% within 8ms (needs 99%), within the ±100.00% interpolation bound; pod-1"
+        ),
         "{}",
         table[0].first_miss
     );
