@@ -190,6 +190,23 @@ fn capacity_refuses_what_it_cannot_search_with_one_line() {
         !out.path().join("refused").exists(),
         "nothing is created for refused flags"
     );
+    let config = out.path().join("sweep.toml");
+    std::fs::write(&config, "pods = \"1,3\"\n").expect("config");
+    let o = capacity(
+        out.path(),
+        "refused",
+        &[
+            "--load",
+            "poisson:20",
+            "--slo",
+            "p99=5ms",
+            "--config",
+            config.to_str().expect("utf-8"),
+        ],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("pods = 1,3: a sweep option"), "{err}");
     let sweep_run = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/h100-run");
     let o = Command::new(BENCH)
         .args(["export", "--format", "capacity"])

@@ -332,3 +332,42 @@ fn the_committed_gpu_runs_compare_as_they_did_on_the_gpu_machine() {
     );
     assert_eq!(got, Some(0), "{text}");
 }
+
+#[test]
+fn the_committed_h100_capacity_runs_give_the_readmes_answer() {
+    use gpushare_bench::capacity::record::records;
+    use gpushare_bench::domain::Strategy;
+    let results = Path::new(env!("CARGO_MANIFEST_DIR")).join("../results");
+    for (run, want) in [
+        (
+            "20261123-h100-capacity",
+            vec![
+                (Strategy::Exclusive, Some(1), None),
+                (Strategy::TimeSlicing, Some(3), Some(4)),
+                (Strategy::Mps, Some(2), Some(3)),
+                (Strategy::Mig, None, None),
+            ],
+        ),
+        (
+            "20261123-h100-capacity-again",
+            vec![
+                (Strategy::TimeSlicing, Some(3), Some(4)),
+                (Strategy::Mps, Some(2), Some(3)),
+            ],
+        ),
+    ] {
+        let data = RunData::load(&results.join(run)).expect("committed run");
+        let got: Vec<_> = records(&data.run, &data.cells)
+            .iter()
+            .map(|r| (r.strategy, r.pods_fit, r.first_miss_pods))
+            .collect();
+        assert_eq!(got, want, "{run}");
+        let rendered = report::render(&data).expect("render");
+        assert!(rendered.charts.iter().any(|(name, _)| name == "capacity-knee.svg"));
+        assert!(
+            rendered
+                .markdown
+                .contains("## Capacity: pods per GPU at 125 requests/s per pod, p99=25ms")
+        );
+    }
+}

@@ -41,6 +41,18 @@ pub fn plan(args: CapacityArgs) -> Result<SweepPlan> {
         Some(path) => SweepOptions::from_file(path)?,
         None => SweepOptions::default(),
     };
+    let from_file = [
+        ("pods", file.pods.as_ref().map(ToString::to_string)),
+        ("repeat", file.repeat.map(|r| r.to_string())),
+    ];
+    if let Some((key, Some(value))) = from_file.into_iter().find(|(_, v)| v.is_some()) {
+        return Err(BenchError::Config {
+            path: args.config.clone().unwrap_or_default(),
+            reason: format!(
+                "{key} = {value}: a sweep option; capacity walks pod counts from 1 to --max-pods once per strategy"
+            ),
+        });
+    }
     let load_given = args.options.load.is_some() || file.load.is_some();
     let mut plan = SweepPlan::from_options(file.overridden_by(args.options)?)?;
     if args.resume.is_none() {

@@ -47,7 +47,8 @@ pub struct CapacityRecord {
     pub first_miss: String,
     /// Every measured count and its verdict: `1 fits, 2 fits, 3 misses`.
     pub walk: String,
-    /// Whether the search ended (false: the run stopped before it did).
+    /// Whether the search ended (false: the run stopped before it did; the capacity
+    /// may then be higher only when there is no first miss yet).
     pub finished: bool,
     /// Why a strategy has no capacity (unavailable here).
     pub note: String,
@@ -89,7 +90,7 @@ pub fn records(run: &RunRecord, cells: &[CellRecord]) -> Vec<CapacityRecord> {
                 .then(|| {
                     cells
                         .iter()
-                        .filter(|c| c.strategy == strategy && c.pods == o.fits && !c.is_aggregate())
+                        .filter(|c| c.repeat == 1 && c.strategy == strategy && c.pods == o.fits && !c.is_aggregate())
                         .filter_map(|c| c.slo_attainment_bound)
                         .reduce(f64::max)
                 })
@@ -118,12 +119,15 @@ pub fn records(run: &RunRecord, cells: &[CellRecord]) -> Vec<CapacityRecord> {
                     Some((_, Verdict::Marginal(why))) => format!("marginal: {why}"),
                     _ => String::new(),
                 },
-                walk: o
-                    .walk
-                    .iter()
-                    .map(|(n, v)| format!("{n} {}", verdict_word(v)))
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                walk: if unavailable.is_some() {
+                    "1 unavailable".into()
+                } else {
+                    o.walk
+                        .iter()
+                        .map(|(n, v)| format!("{n} {}", verdict_word(v)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                },
                 finished: o.finished,
                 note: unavailable.map(|c| c.note.clone()).unwrap_or_default(),
             }

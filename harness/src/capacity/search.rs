@@ -8,8 +8,10 @@
 //!   its percentile (p99 needs 99% of the pod's requests within the threshold).
 //! - It **misses clearly** when the cell did not measure (failed, out of memory, a pod
 //!   pending or the strategy unavailable), a pod could not keep up, or an attainment
-//!   is below its percentile by more than the interpolation bound (the share of
-//!   requests in the histogram bucket holding the threshold).
+//!   is below its percentile by more than the row's interpolation bound (the share of
+//!   requests in the histogram bucket holding the threshold; with several SLOs the
+//!   largest over their thresholds, so a miss is called clear only when no bucket
+//!   could hide it).
 //! - Otherwise it **misses marginally**: below the percentile, but within that bound,
 //!   so the histogram cannot tell.
 //! - Counts are walked upwards from 1 (latency is not assumed monotone in pods, so no
@@ -71,6 +73,9 @@ pub fn judge(aggregate: &CellRecord, pods: &[&CellRecord], slos: &[Slo]) -> Verd
         }
         // A pod that served nothing, or fell behind its offered load, has no attainment
         // (`sweep::cell` leaves it empty): its latency is its queue's.
+        if row.slo_met.is_none() && row.inferences.unwrap_or(0) == 0 {
+            return Verdict::Misses(format!("{} completed no request while measured", row.pod));
+        }
         if row.slo_met.is_none() {
             return Verdict::Misses(format!(
                 "{} could not keep up with its offered load{}",
@@ -222,6 +227,7 @@ mod tests {
         r.slo_attainment_bound = attained.map(|_| bound);
         r.slo_met = attained.map(|a| a >= 0.99);
         r.throughput_per_s = Some(90.0);
+        r.inferences = Some(900);
         r.offered_per_s = Some(100.0);
         r
     }
@@ -275,6 +281,14 @@ mod tests {
             v => panic!("{v:?}"),
         }
         assert!(matches!(judge(&agg(CellStatus::Ok), &[], &p99(25)), Verdict::Misses(_)));
+        let idle = CellRecord {
+            inferences: Some(0),
+            ..short
+        };
+        match judge(&agg(CellStatus::Ok), &[&a, &idle], &p99(25)) {
+            Verdict::Misses(why) => assert_eq!(why, "pod-2 completed no request while measured"),
+            v => panic!("{v:?}"),
+        }
     }
 
     #[test]

@@ -79,7 +79,8 @@ pub enum Command {
     ///             at least 99% of each pod's requests within 25 ms
     ///   misses    a pod failed, ran out of memory, stayed pending or fell behind its
     ///             rate, or an attainment is below its percentile by more than the
-    ///             histogram's interpolation bound
+    ///             histogram's interpolation bound (the share of requests in the
+    ///             bucket holding a threshold; with several SLOs the largest)
     ///   marginal  below the percentile, but within that bound (the histogram cannot tell)
     /// The walk stops at the first clear miss, at a second miss in a row, or at
     /// --max-pods (exclusive: at 1, a second pod stays pending). The capacity is the

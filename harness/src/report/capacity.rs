@@ -14,7 +14,7 @@ use super::charts::{draw_legend, draw_markers, err, legend_entry, look};
 use super::tables::{Cell, Table, note_number};
 
 /// The search's rule, as the report states it.
-pub const RULE: &str = "How the capacity was found: per strategy, pod counts were measured upwards from 1. A count fits when every pod served its offered rate (within 5% or three Poisson standard deviations) and met every SLO (p99=25ms: at least 99% of each pod's requests within 25 ms, read from its histogram). It misses clearly when a pod failed, ran out of memory, stayed pending or fell behind, or an attainment is below its percentile by more than the interpolation bound (the share of requests in the bucket holding the threshold); a miss within that bound is marginal. The walk stops at the first clear miss, a second miss in a row, or --max-pods (exclusive: at 1, since a second pod stays pending). The capacity is the largest count that fits with every smaller one. Each count is one measurement: the table's bound is the histogram's, not the run-to-run noise.";
+pub const RULE: &str = "How the capacity was found: per strategy, pod counts were measured upwards from 1. A count fits when every pod served its offered rate (within 5% or three Poisson standard deviations) and met every SLO (p99=25ms: at least 99% of each pod's requests within 25 ms, read from its histogram). It misses clearly when a pod failed, ran out of memory, stayed pending or fell behind, or an attainment is below its percentile by more than the interpolation bound (the share of requests in the bucket holding the threshold, the largest such share with several SLOs); a miss within that bound is marginal. A count whose cell failed (a pod crashed or never became ready) ends the search too: its note says why. The walk stops at the first clear miss, a second miss in a row, or --max-pods (exclusive: at 1, since a second pod stays pending). The capacity is the largest count that fits with every smaller one. Each count is one measurement: the table's bound is the histogram's, not the run-to-run noise.";
 
 fn num(v: Option<f64>, decimals: usize) -> Cell {
     match v {
@@ -58,19 +58,27 @@ pub fn table(data: &RunData, notes: &mut Vec<(usize, String)>) -> Option<Table> 
 
 fn row(r: &CapacityRecord, notes: &mut Vec<(usize, String)>) -> Vec<Cell> {
     let Some(fits) = r.pods_fit else {
+        if r.note.is_empty() {
+            // Never reached: a run that stopped before this strategy.
+            return std::iter::once(Cell::Missing)
+                .chain(std::iter::repeat_n(Cell::Empty, 7))
+                .collect();
+        }
         let n = note_number(notes, format!("{} — unavailable: {}", r.strategy.title(), r.note));
         return std::iter::once(Cell::Status(CellStatus::Unavailable, n))
             .chain(std::iter::repeat_n(Cell::Empty, 7))
             .collect();
     };
-    let fits_text = if r.finished {
+    // A run that stopped before its first miss: the capacity may be higher.
+    let fits_text = if r.finished || r.first_miss_pods.is_some() {
         fits.to_string()
     } else {
         format!("≥ {fits} (unfinished)")
     };
     let miss = match r.first_miss_pods {
         Some(n) => Cell::Value(format!(
-            "{n} pods: {}",
+            "{n} pod{}: {}",
+            if n == 1 { "" } else { "s" },
             r.first_miss.strip_prefix("misses: ").unwrap_or(&r.first_miss)
         )),
         None if r.finished && fits == r.searched_to => Cell::Value(format!("none (searched to {})", r.searched_to)),
@@ -90,14 +98,15 @@ fn row(r: &CapacityRecord, notes: &mut Vec<(usize, String)>) -> Vec<Cell> {
 
 /// The reading lines of a capacity run: the rule, and what exclusive's row means.
 pub fn reading(data: &RunData) -> Vec<String> {
-    match &data.run.capacity {
-        Some(cap) if data.strategies().iter().any(|&s| limit(s, cap.max_pods) < cap.max_pods) => vec![
-            RULE.to_string(),
-            "Exclusive gives the GPU to one pod, so its capacity is 1 or 0.".to_string(),
-        ],
-        Some(_) => vec![RULE.to_string()],
-        None => Vec::new(),
+    let Some(cap) = &data.run.capacity else {
+        return Vec::new();
+    };
+    let mut out = vec![RULE.to_string()];
+    if data.strategies().iter().any(|&s| limit(s, cap.max_pods) < cap.max_pods) {
+        out.push("Exclusive gives the GPU to one pod, so its capacity is 1 or 0.".to_string());
     }
+    out.push("In the tables below, – marks a count the search did not measure.".to_string());
+    out
 }
 
 /// The knee: each strategy's cell latency (at the first SLO's percentile) against the
@@ -122,7 +131,7 @@ pub fn chart(data: &RunData) -> Result<Option<(String, String)>> {
                 .iter()
                 .filter(|c| c.strategy == s && c.is_aggregate() && c.status == CellStatus::Ok)
                 .filter_map(|c| Some((c.offered_per_s?, quantile(c)? * 1e3)))
-                .filter(|(x, y)| x.is_finite() && y.is_finite() && *y > 0.0)
+                .filter(|(x, y)| x.is_finite() && *x > 0.0 && y.is_finite() && *y > 0.0)
                 .collect();
             pts.sort_by(|a, b| a.0.total_cmp(&b.0));
             (s, pts)

@@ -115,8 +115,9 @@ fn draw(data: &RunData, chart: LineChart<'_>) -> Result<Option<(String, String)>
     }
     let y_max = points.iter().cloned().fold(0.0, f64::max) * 1.15;
     let y_max = if y_max > 0.0 { y_max } else { 1.0 };
-    let max_pods = data.run.plan.pods.iter().copied().max().unwrap_or(1) as f64;
-    let pods = data.run.plan.pods.clone();
+    // The counts the run measured (a capacity run's search stops early).
+    let pods = data.pods_desc();
+    let max_pods = pods.iter().copied().max().unwrap_or(1) as f64;
     let mut svg = String::new();
     {
         let root: DrawingArea<SVGBackend<'_>, Shift> = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();

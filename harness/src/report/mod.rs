@@ -87,7 +87,7 @@ impl RunData {
         let plan = &self.run.plan;
         if self.run.capacity.is_some() {
             return Some(format!(
-                "PARTIAL RUN: run.json says state {:?}, not \"complete\"; the search stopped after {} cells, so a capacity marked unfinished may be higher",
+                "PARTIAL RUN: run.json says state {:?}, not \"complete\"; the search stopped after {} cells; a capacity marked unfinished may be higher",
                 self.run.state,
                 self.cells.iter().filter(|c| c.is_aggregate()).count()
             ));
@@ -235,6 +235,17 @@ pub fn run_tables(data: &RunData) -> tables::Tables {
     }
     let mut t = tables::all(data);
     if let Some(cap) = capacity::table(data, &mut t.notes) {
+        // A count the search did not need is not a cell missing from the run.
+        for cell in t
+            .tables
+            .iter_mut()
+            .flat_map(|t| t.rows.iter_mut())
+            .flat_map(|r| r.1.iter_mut())
+        {
+            if *cell == tables::Cell::Missing {
+                *cell = tables::Cell::Empty;
+            }
+        }
         t.tables.insert(0, cap);
         t.reading.splice(0..0, capacity::reading(data));
     }

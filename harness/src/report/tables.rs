@@ -307,7 +307,9 @@ pub fn all(data: &RunData) -> Tables {
                 .collect(),
         })
         .collect();
-    let mut reading = if data.strategies().contains(&crate::domain::Strategy::Exclusive) && pods.iter().any(|p| *p > 1)
+    let mut reading = if data.run.capacity.is_none()
+        && data.strategies().contains(&crate::domain::Strategy::Exclusive)
+        && pods.iter().any(|p| *p > 1)
     {
         vec![EXCLUSIVE_READING.to_string()]
     } else {

@@ -656,12 +656,25 @@ impl RunRecord {
         }
         if let Some(c) = &self.capacity {
             c.validate().map_err(|e| bad_field(path, "capacity", e))?;
-            if self.isolation.is_some() {
-                return Err(bad_field(
-                    path,
-                    "capacity",
-                    "a run is an isolation run or a capacity run, not both",
-                ));
+            let p = &self.plan;
+            let problem = if self.isolation.is_some() {
+                Some("a run is an isolation run or a capacity run, not both".to_string())
+            } else if p.pods != (1..=c.max_pods).collect::<Vec<u32>>() {
+                Some(format!(
+                    "plan.pods must be 1 to max_pods {}, not {:?}",
+                    c.max_pods, p.pods
+                ))
+            } else if p.repeat != 1 {
+                Some(format!("a capacity run has one repeat, not plan.repeat {}", p.repeat))
+            } else if !matches!(p.load, crate::config::values::Load::PerPod(_)) {
+                Some(format!("a capacity run's plan.load is poisson:RATE, not {}", p.load))
+            } else if p.slos.is_empty() || p.slos.iter().any(|s| s.quantile.is_none()) {
+                Some("a capacity run's plan.slos name a percentile each, e.g. p99=25ms".to_string())
+            } else {
+                None
+            };
+            if let Some(problem) = problem {
+                return Err(bad_field(path, "capacity", problem));
             }
         }
         Ok(())
@@ -877,6 +890,51 @@ mod tests {
             assert!(e.starts_with("results results/r/run.json: "), "{e}");
             assert!(e.contains(want), "{want:?} not in {e:?}");
             assert!(!e.contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_capacity_run_must_record_the_plan_its_search_walks() {
+        let path = Path::new("results/r/run.json");
+        let capacity = |r: &mut RunRecord| {
+            r.capacity = Some(crate::config::plan::CapacityPlan { max_pods: 3 });
+            r.plan.pods = vec![1, 2, 3];
+            r.plan.load = crate::config::values::Load::PerPod(125.0);
+            r.plan.slos = vec!["p99=25ms".parse().expect("slo")];
+        };
+        let mut ok = fixture_run();
+        capacity(&mut ok);
+        assert!(ok.validate(path).is_ok());
+        type Tamper = fn(&mut RunRecord);
+        let cases: [(&str, Tamper); 6] = [
+            ("max_pods 0 is not between 1 and 64", |r| {
+                r.capacity = Some(crate::config::plan::CapacityPlan { max_pods: 0 })
+            }),
+            ("plan.pods must be 1 to max_pods 3, not [1, 3, 5, 7]", |r| {
+                r.plan.pods = vec![1, 3, 5, 7]
+            }),
+            ("one repeat, not plan.repeat 2", |r| r.plan.repeat = 2),
+            ("plan.load is poisson:RATE, not total:300", |r| {
+                r.plan.load = crate::config::values::Load::Total(300.0)
+            }),
+            ("plan.slos name a percentile each", |r| r.plan.slos.clear()),
+            ("an isolation run or a capacity run, not both", |r| {
+                r.isolation = Some(crate::isolation::plan::IsolationPlan {
+                    scenarios: vec![crate::isolation::plan::Scenario::Crash],
+                    victim_rate: 50.0,
+                    aggressors: vec![1],
+                    event_after_s: 15.0,
+                    observe_s: 15.0,
+                    slo_s: None,
+                })
+            }),
+        ];
+        for (want, tamper) in cases {
+            let mut run = fixture_run();
+            capacity(&mut run);
+            tamper(&mut run);
+            let e = run.validate(path).expect_err(want).to_string();
+            assert!(e.contains("capacity: ") && e.contains(want), "{want:?} not in {e:?}");
         }
     }
 
