@@ -54,9 +54,10 @@ pub struct SweepOptions {
     /// Requests: closed (each pod back to back, the reference study), poisson:RATE (Poisson arrivals, RATE per pod per second), or total:RATE (RATE per cell, split equally over its pods) [default: closed]. Open-loop latency runs from each request's scheduled arrival.
     #[arg(long)]
     pub load: Option<Load>,
-    /// Latency objectives, comma-separated: p50=DUR, p90=DUR, p99=DUR (at most one each), e.g. p99=25ms. Each row then gets the share of requests within each threshold (slo_p99_attainment…), whether all held (slo_met) and the requests/s within the tightest (goodput_per_s).
+    /// Latency objectives, comma-separated or repeated: p50=DUR, p90=DUR, p99=DUR (at most one each), e.g. p99=25ms. Each row then gets the share of requests within each threshold (slo_p99_attainment…), whether all held (slo_met) and the requests/s within the tightest (goodput_per_s).
     #[arg(long)]
-    pub slo: Option<List<Slo>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "one_list")]
+    pub slo: Vec<List<Slo>>,
     /// Longest wait for pods to become ready [default: 180s].
     #[arg(long)]
     pub ready_timeout: Option<Span>,
@@ -151,6 +152,26 @@ impl SweepOptions {
             }
         }
         serde_json::from_value(serde_json::Value::Object(base)).map_err(fail)
+    }
+}
+
+/// A repeatable list flag (`--slo A --slo B,C`) is one list in the config file and in
+/// the merge of flags over it: `"A,B,C"`.
+mod one_list {
+    use std::str::FromStr;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use crate::config::values::List;
+
+    pub fn serialize<T: std::fmt::Display + Clone, S: Serializer>(lists: &[List<T>], s: S) -> Result<S::Ok, S::Error> {
+        List(lists.iter().flat_map(|l| l.0.iter().cloned()).collect()).serialize(s)
+    }
+
+    pub fn deserialize<'de, T: FromStr<Err = String> + PartialEq, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Vec<List<T>>, D::Error> {
+        Ok(vec![List::deserialize(d)?])
     }
 }
 

@@ -208,7 +208,7 @@ impl SweepPlan {
                 format!("--workload-arg={arg} sets the load too; give it with --load only"),
             ));
         }
-        let slos = o.slo.map(|l| l.0).unwrap_or_default();
+        let slos: Vec<Slo> = o.slo.into_iter().flat_map(|l| l.0).collect();
         for (i, s) in slos.iter().enumerate() {
             let text = s.to_string();
             if s.quantile.is_none() {
@@ -539,5 +539,34 @@ mod tests {
         assert!(CapacityPlan { max_pods: 7 }.validate().is_ok());
         assert!(CapacityPlan { max_pods: 0 }.validate().is_err());
         assert!(CapacityPlan { max_pods: 65 }.validate().is_err());
+    }
+
+    #[test]
+    fn slo_is_repeatable_and_one_list_in_the_config_file() {
+        use clap::Parser;
+        let cli = crate::config::cli::Cli::try_parse_from([
+            "gpushare-bench",
+            "sweep",
+            "--slo",
+            "p99=25ms",
+            "--slo",
+            "p50=5ms,p90=9ms",
+        ])
+        .expect("flags");
+        let crate::config::cli::Command::Sweep(args) = cli.command else {
+            panic!("not a sweep");
+        };
+        let file: SweepOptions = toml::from_str("slo = \"p90=1s\"\nrepeat = 2\n").expect("file");
+        let plan = SweepPlan::from_options(file.overridden_by(args.options).expect("merge")).expect("plan");
+        let slos: Vec<String> = plan.slos.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            slos,
+            ["p99=25ms", "p50=5ms", "p90=9ms"],
+            "the flags win, all three of them"
+        );
+        assert_eq!(plan.repeat, 2);
+        let file_only =
+            SweepPlan::from_options(toml::from_str("slo = \"p90=1s,p99=2s\"\n").expect("file")).expect("plan");
+        assert_eq!(file_only.slos.len(), 2);
     }
 }

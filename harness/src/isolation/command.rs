@@ -28,7 +28,11 @@ use crate::sweep::runner::{Finished, Work, run_work};
 pub fn plan(args: IsolationArgs) -> Result<SweepPlan> {
     let mut args = args;
     // The victim's one latency target; a percentile, if given, is not used.
-    let slo = match args.options.slo.take().map(|l| l.0).unwrap_or_default().as_slice() {
+    let slos: Vec<_> = std::mem::take(&mut args.options.slo)
+        .into_iter()
+        .flat_map(|l| l.0)
+        .collect();
+    let slo = match slos.as_slice() {
         [] => None,
         [one] => Some(one.threshold.as_secs_f64()),
         [_, two, ..] => {
