@@ -972,3 +972,37 @@ async fn deployments_applied_together_may_give_an_exclusive_gpu_to_the_aggressor
         sim.log()
     );
 }
+
+/// A capacity search on the simulated cluster: the operator's default MIG layout on an
+/// H100 has seven 1g.10gb instances (UPSTREAM-RULES F6), so an eighth pod stays pending
+/// and the walk ends there; the node ends as it began.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mig_capacity_search_fits_one_pod_per_instance_and_the_eighth_stays_pending() {
+    let sim = start(ClusterSpec::h100("gpu-1")).await;
+    let before = state(&sim);
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut p = plan(dir.path(), "mig", "1");
+    p.load = crate::config::values::Load::PerPod(100.0);
+    p.slos = vec!["p99=20ms".parse().expect("slo")];
+    p.pods = (1..=8).collect();
+    p.capacity = Some(crate::config::plan::CapacityPlan { max_pods: 8 });
+    let s = session(&sim, &p, false)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
+    let finished = crate::sweep::runner::run_work_with_source(
+        s,
+        &mut crate::capacity::command::Search,
+        &SteadyMetrics::default(),
+        &Quiet,
+        &Shutdown::new(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
+    assert_eq!(finished.ran, 8);
+    let table = crate::capacity::record::records(finished.store.run(), finished.store.cells());
+    assert_eq!(table.len(), 1);
+    let mig = &table[0];
+    assert_eq!((mig.pods_fit, mig.first_miss_pods), (Some(7), Some(8)), "{mig:?}");
+    assert!(mig.first_miss.contains("is pending"), "{}", mig.first_miss);
+    assert_eq!(state(&sim), before, "{}", sim.log());
+}
