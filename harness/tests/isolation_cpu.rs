@@ -19,12 +19,12 @@ fn backend(dir: &Path) -> LocalBackend {
     let binary = Path::new(BENCH).with_file_name("gpushare-workload");
     assert!(binary.is_file(), "build the workspace first (`make test` does)");
     std::fs::create_dir_all(dir.join("logs")).expect("logs");
-    let workload = WorkloadCommand {
+    let workload = WorkloadCommand::builtin(
         binary,
-        args: ["--model", "tiny", "--device", "cpu", "--precision", "fp32"]
+        ["--model", "tiny", "--device", "cpu", "--precision", "fp32"]
             .map(String::from)
             .to_vec(),
-    };
+    );
     LocalBackend::new(workload, DeviceKind::Cpu, GpuInventory::default(), dir, None)
 }
 

@@ -28,12 +28,12 @@ const BENCH: &str = env!("CARGO_BIN_EXE_gpushare-bench");
 fn workload() -> WorkloadCommand {
     let binary = Path::new(BENCH).with_file_name("gpushare-workload");
     assert!(binary.is_file(), "build the workspace first (`make test` does)");
-    WorkloadCommand {
+    WorkloadCommand::builtin(
         binary,
-        args: ["--model", "tiny", "--device", "cpu", "--precision", "fp32"]
+        ["--model", "tiny", "--device", "cpu", "--precision", "fp32"]
             .map(String::from)
             .to_vec(),
-    }
+    )
 }
 
 fn epoch() -> f64 {

@@ -73,6 +73,15 @@ pub struct SweepOptions {
     /// The gpushare-workload binary [default: beside gpushare-bench, then PATH].
     #[arg(long, value_parser = utf8_path)]
     pub workload_bin: Option<PathBuf>,
+    /// Your own inference server instead of gpushare-workload (local backend): a shell command run once per pod, with {port} replaced by the port its /metrics must listen on (127.0.0.1), and PORT, POD and STRATEGY in its environment beside the strategy's CUDA/MPS settings, e.g. 'python3 serve.py --port {port}'. It must export a latency histogram (--metric) and make its own requests.
+    #[arg(long)]
+    pub workload_cmd: Option<String>,
+    /// The latency histogram to read, in seconds [default: inference_time_seconds].
+    #[arg(long)]
+    pub metric: Option<String>,
+    /// Readiness: the HTTP path that answers 200 once a pod serves, or `none` for a server without one (ready at the histogram's first observation) [default: /healthz].
+    #[arg(long)]
+    pub ready_path: Option<String>,
     /// Extra argument for every workload pod (repeatable), e.g. --workload-arg=--weights --workload-arg=DIR.
     #[arg(long = "workload-arg", allow_hyphen_values = true)]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -62,6 +62,12 @@ pub struct SweepPlan {
     pub workload_bin: Option<PathBuf>,
     /// Extra workload arguments.
     pub workload_args: Vec<String>,
+    /// The user's own server (`--workload-cmd`, local): a shell command with `{port}`.
+    pub workload_cmd: Option<String>,
+    /// The latency histogram read from every pod (`--metric`).
+    pub metric: String,
+    /// The readiness path, or `none`: ready at the histogram's first observation.
+    pub ready_path: String,
     /// Kubernetes node.
     pub node: Option<String>,
     /// Kubernetes namespace.
@@ -158,6 +164,85 @@ pub fn device_precision(cpu: bool, asked: Option<Precision>) -> Result<Precision
         (false, Some(p)) => Ok(p),
         (false, None) => Ok(Precision::Bf16),
     }
+}
+
+/// The latency histogram of gpushare-workload, read unless `--metric` names another.
+pub const DEFAULT_METRIC: &str = crate::metrics::LATENCY_METRIC;
+/// Where gpushare-workload answers once it serves.
+pub const DEFAULT_READY_PATH: &str = "/healthz";
+
+/// Whether `name` is a Prometheus metric name (`[a-zA-Z_:][a-zA-Z0-9_:]*`).
+pub fn is_metric_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+}
+
+/// `--workload-cmd`, `--metric` and `--ready-path`, checked together: what a user's own
+/// server can be measured with today (the local backend, the direct scrape, its own
+/// load).
+struct OwnWorkload {
+    cmd: Option<String>,
+    metric: Option<String>,
+    ready_path: Option<String>,
+    with_workload_args: bool,
+}
+
+fn own_workload(
+    o: OwnWorkload,
+    backend: BackendKind,
+    load: Load,
+    prometheus: &PrometheusSetting,
+) -> Result<(Option<String>, String, String)> {
+    let metric = o.metric.unwrap_or_else(|| DEFAULT_METRIC.to_string());
+    if !is_metric_name(&metric) {
+        return Err(BenchError::flag(
+            "--metric",
+            &metric,
+            "not a Prometheus metric name (letters, digits, '_' and ':', not starting with a digit)",
+        ));
+    }
+    if metric != DEFAULT_METRIC && *prometheus != PrometheusSetting::Off {
+        return Err(BenchError::flag(
+            "--metric",
+            &metric,
+            "another histogram is read by the direct scrape only for now (--prometheus off)",
+        ));
+    }
+    let ready_path = o.ready_path.unwrap_or_else(|| DEFAULT_READY_PATH.to_string());
+    if ready_path != "none"
+        && (!ready_path.starts_with('/') || ready_path.chars().any(|c| c.is_whitespace() || c.is_control()))
+    {
+        return Err(BenchError::flag(
+            "--ready-path",
+            &ready_path,
+            "an HTTP path such as /healthz (or none: ready at the histogram's first observation)",
+        ));
+    }
+    let Some(cmd) = o.cmd else {
+        return Ok((None, metric, ready_path));
+    };
+    let refuse = |why: &str| Err(BenchError::flag("--workload-cmd", &cmd, why.to_string()));
+    if cmd.trim().is_empty() || !cmd.contains("{port}") {
+        return refuse("put {port} where the server's metrics port goes, e.g. 'python3 serve.py --port {port}'");
+    }
+    if backend == BackendKind::Kubernetes {
+        return refuse(
+            "the local backend's; on Kubernetes give the server's image with --image and its arguments with --workload-arg",
+        );
+    }
+    if load != Load::Closed {
+        return refuse("your server makes its own requests for now: --load drives gpushare-workload's generator");
+    }
+    if *prometheus != PrometheusSetting::Off {
+        return refuse("a server of your own is read by the direct scrape only for now (--prometheus off)");
+    }
+    if o.with_workload_args {
+        return refuse("--workload-arg is for gpushare-workload; put your server's arguments in the command");
+    }
+    Ok((Some(cmd), metric, ready_path))
 }
 
 impl SweepPlan {
@@ -298,6 +383,13 @@ impl SweepPlan {
                 ));
             }
         }
+        let own = OwnWorkload {
+            cmd: o.workload_cmd,
+            metric: o.metric,
+            ready_path: o.ready_path,
+            with_workload_args: !o.workload_args.is_empty(),
+        };
+        let (workload_cmd, metric, ready_path) = own_workload(own, backend, load, &prometheus)?;
         let base_port = match o.base_port {
             Some(p) if !(1024..=65535 - 64).contains(&p) => {
                 return Err(BenchError::flag(
@@ -332,6 +424,9 @@ impl SweepPlan {
             prometheus,
             workload_bin: o.workload_bin,
             workload_args: o.workload_args,
+            workload_cmd,
+            metric,
+            ready_path,
             node: o.node,
             namespace: o.namespace.unwrap_or_else(|| "gpushare-bench".into()),
             base_port,

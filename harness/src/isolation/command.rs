@@ -63,6 +63,13 @@ pub fn plan(args: IsolationArgs) -> Result<SweepPlan> {
         None => SweepOptions::default(),
     };
     let mut plan = SweepPlan::from_options(file.overridden_by(args.options)?)?;
+    if let Some(cmd) = &plan.workload_cmd {
+        return Err(BenchError::flag(
+            "--workload-cmd",
+            cmd,
+            "isolation trials drive gpushare-workload's own flags (load, memory, fault, crash); a server of your own runs in `sweep` for now",
+        ));
+    }
     let iso = IsolationPlan {
         scenarios: args.scenarios.map_or_else(|| Scenario::ALL.to_vec(), |l| l.0),
         victim_rate: args.victim_rate.unwrap_or(DEFAULT_VICTIM_RATE),

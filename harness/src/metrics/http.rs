@@ -46,10 +46,15 @@ pub async fn http_get(client: &HttpClient, url: &str, timeout: Duration) -> std:
 
 /// Whether a pod on this machine answers `/healthz` with 200.
 pub async fn healthz(port: u16) -> bool {
+    ready(port, "/healthz").await
+}
+
+/// Whether `http://127.0.0.1:PORT{path}` answers 2xx within a second.
+pub async fn ready(port: u16, path: &str) -> bool {
     matches!(
         http_get(
             &http_client(),
-            &format!("http://127.0.0.1:{port}/healthz"),
+            &format!("http://127.0.0.1:{port}{path}"),
             Duration::from_secs(1)
         )
         .await,

@@ -42,18 +42,26 @@ pub struct PodSnapshot {
     pub load_seed: Option<u64>,
 }
 
-/// Builds a snapshot from a pod's exposition text.
-pub fn snapshot_from_text(pod: &str, text: &str, at: Instant) -> Result<PodSnapshot> {
+/// Builds a snapshot from a pod's exposition text, its latency from the histogram
+/// `metric`.
+pub fn snapshot_from_text(pod: &str, text: &str, at: Instant, metric: &str) -> Result<PodSnapshot> {
     let exp = exposition::parse(text).map_err(|e| BenchError::MetricsText {
         source_name: pod.to_string(),
         line: e.line,
         reason: e.reason,
     })?;
-    let latency = exposition::histogram(&exp, LATENCY_METRIC, &[]).map_err(|e| BenchError::MetricsContract {
+    let latency = exposition::histogram(&exp, metric, &[]).map_err(|e| BenchError::MetricsContract {
         source_name: pod.to_string(),
         reason: match e {
-            HistogramError::Missing => format!("no {LATENCY_METRIC} histogram (is this a gpushare-workload?)"),
-            HistogramError::Malformed(r) => r,
+            HistogramError::Missing => match exp.samples.iter().find(|s| s.name == metric) {
+                // A gauge or counter of that name: the wrong kind, not missing.
+                Some(_) => format!("{metric} is not a histogram (no {metric}_bucket series, but a plain {metric} sample): give --metric a histogram of latencies in seconds"),
+                None if metric == LATENCY_METRIC => {
+                    format!("no {metric} histogram (is this a gpushare-workload? --metric names another)")
+                }
+                None => format!("no {metric} histogram in its metrics"),
+            },
+            HistogramError::Malformed(r) => format!("{metric}: {r}"),
         },
     })?;
     let errors = exp
@@ -111,10 +119,10 @@ mod tests {
                     inference_time_seconds_count{pod=\"p\"} 4\n\
                     inference_errors_total{kind=\"dropped\",pod=\"p\"} 2\n\
                     inference_errors_total{kind=\"failed\",pod=\"p\"} 1\n";
-        let s = snapshot_from_text("p", text, Instant::now()).expect("valid");
+        let s = snapshot_from_text("p", text, Instant::now(), LATENCY_METRIC).expect("valid");
         assert_eq!(s.latency.count, 4.0);
         assert_eq!(s.errors, 3.0);
-        let err = snapshot_from_text("pod-1", "up 1\n", Instant::now())
+        let err = snapshot_from_text("pod-1", "up 1\n", Instant::now(), LATENCY_METRIC)
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
@@ -122,7 +130,7 @@ mod tests {
             err.contains("pod-1") && err.contains("no inference_time_seconds histogram"),
             "{err}"
         );
-        let err = snapshot_from_text("pod-2", "up{ 1\n", Instant::now())
+        let err = snapshot_from_text("pod-2", "up{ 1\n", Instant::now(), LATENCY_METRIC)
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();

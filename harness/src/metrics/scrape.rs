@@ -15,6 +15,7 @@ use crate::metrics::{MetricsSource, PodSnapshot, Target, snapshot_from_text};
 pub struct ScrapeSource {
     client: HttpClient,
     timeout: Duration,
+    metric: String,
 }
 
 impl Default for ScrapeSource {
@@ -29,7 +30,14 @@ impl ScrapeSource {
         Self {
             client: http_client(),
             timeout,
+            metric: crate::metrics::LATENCY_METRIC.to_string(),
         }
+    }
+
+    /// This scraper, reading the latency histogram `metric` (`--metric`).
+    pub fn reading(mut self, metric: &str) -> Self {
+        self.metric = metric.to_string();
+        self
     }
 
     /// GETs a URL, returning the body of a 200 answer.
@@ -47,7 +55,7 @@ impl ScrapeSource {
             url: t.url.clone(),
             reason,
         })?;
-        snapshot_from_text(&t.pod, &text, Instant::now())
+        snapshot_from_text(&format!("{} at {}", t.pod, t.url), &text, Instant::now(), &self.metric)
     }
 }
 

@@ -312,6 +312,31 @@ pub struct PlanRecord {
     /// The latency objectives the rows are judged against (`--slo`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub slos: Vec<crate::config::values::Slo>,
+    /// The user's own server (`--workload-cmd`) instead of gpushare-workload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload_cmd: Option<String>,
+    /// The latency histogram read (`--metric`).
+    #[serde(default = "default_metric", skip_serializing_if = "is_default_metric")]
+    pub metric: String,
+    /// The readiness path, or `none` (`--ready-path`).
+    #[serde(default = "default_ready_path", skip_serializing_if = "is_default_ready_path")]
+    pub ready_path: String,
+}
+
+fn default_metric() -> String {
+    crate::config::plan::DEFAULT_METRIC.to_string()
+}
+
+fn is_default_metric(m: &str) -> bool {
+    m == crate::config::plan::DEFAULT_METRIC
+}
+
+fn default_ready_path() -> String {
+    crate::config::plan::DEFAULT_READY_PATH.to_string()
+}
+
+fn is_default_ready_path(p: &str) -> bool {
+    p == crate::config::plan::DEFAULT_READY_PATH
 }
 
 impl PlanRecord {
@@ -331,6 +356,8 @@ impl PlanRecord {
             },
             pods: plan.pods.clone(),
             model: match (plan.model, device) {
+                // The rows say whose numbers they are.
+                _ if plan.workload_cmd.is_some() => "custom".into(),
                 (Some(m), _) if !smoke => m.name().into(),
                 (_, DeviceKind::Cpu) => "tiny".into(),
                 (_, DeviceKind::Cuda) => "yolos-small".into(),
@@ -353,6 +380,9 @@ impl PlanRecord {
             repeat: plan.repeat,
             load: plan.load,
             slos: plan.slos.clone(),
+            workload_cmd: plan.workload_cmd.clone(),
+            metric: plan.metric.clone(),
+            ready_path: plan.ready_path.clone(),
         }
     }
 
@@ -522,6 +552,25 @@ impl PlanRecord {
     /// run.json it came from, named with the field in every error. `--resume`, `report`,
     /// `export` and `compare` call this before trusting a plan read back from disk.
     pub fn validate(&self, path: &Path) -> Result<()> {
+        if !crate::config::plan::is_metric_name(&self.metric) {
+            return Err(bad_field(
+                path,
+                "plan.metric",
+                format!("{:?} is not a metric name", self.metric),
+            ));
+        }
+        if self.ready_path != "none" && !self.ready_path.starts_with('/') {
+            return Err(bad_field(
+                path,
+                "plan.ready_path",
+                format!("{:?} is neither an HTTP path nor \"none\"", self.ready_path),
+            ));
+        }
+        if let Some(cmd) = &self.workload_cmd
+            && !cmd.contains("{port}")
+        {
+            return Err(bad_field(path, "plan.workload_cmd", format!("{cmd:?} has no {{port}}")));
+        }
         if !matches!(self.backend.as_str(), "local" | "kubernetes") {
             return Err(bad_field(
                 path,

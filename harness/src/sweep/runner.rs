@@ -98,9 +98,8 @@ pub async fn run_work<B: Backend, W: Work<B>>(
     }
     match session.metrics.clone() {
         PrometheusSetting::Off => {
-            let result = work
-                .run(&mut session, &ScrapeSource::default(), progress, shutdown)
-                .await;
+            let scrape = ScrapeSource::default().reading(&session.store.run().plan.metric);
+            let result = work.run(&mut session, &scrape, progress, shutdown).await;
             finish(session, result, progress, shutdown).await
         }
         PrometheusSetting::Spawn => {

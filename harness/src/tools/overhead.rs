@@ -203,9 +203,9 @@ pub async fn run(args: &OverheadArgs, shutdown: &Shutdown) -> Result<(OverheadRe
     validate_run_id(&id)?;
     let dir = args.out.join(&id);
     std::fs::create_dir_all(dir.join("logs")).map_err(BenchError::io(format!("creating {}", dir.display())))?;
-    let command = WorkloadCommand {
-        binary: find_workload(args.workload_bin.as_deref())?,
-        args: vec![
+    let command = WorkloadCommand::builtin(
+        find_workload(args.workload_bin.as_deref())?,
+        vec![
             "--model".into(),
             args.model.name().into(),
             "--device".into(),
@@ -213,7 +213,7 @@ pub async fn run(args: &OverheadArgs, shutdown: &Shutdown) -> Result<(OverheadRe
             "--precision".into(),
             precision.name().into(),
         ],
-    };
+    );
     let mut backend = LocalBackend::new(command, device, inventory, &dir, None);
     eprintln!(
         "overhead: {} phases of {} each, alternating no scraping / scraping every {}",

@@ -31,6 +31,32 @@ pub struct WorkloadCommand {
     pub binary: PathBuf,
     /// Arguments every pod gets (`--model`, `--device`, `--precision`, ...).
     pub args: Vec<String>,
+    /// The user's own server instead (`--workload-cmd`): a shell command with `{port}`,
+    /// run with `sh -c` in its own process group, so all it starts stops with the pod.
+    pub custom: Option<String>,
+    /// When a pod is ready: a 200 answer on this path, or (`none`) the first
+    /// observation in its latency histogram.
+    pub ready_path: String,
+    /// The latency histogram (`--metric`), for readiness by first observation.
+    pub metric: String,
+}
+
+impl WorkloadCommand {
+    /// gpushare-workload with these arguments.
+    pub fn builtin(binary: PathBuf, args: Vec<String>) -> Self {
+        Self {
+            binary,
+            args,
+            custom: None,
+            ready_path: crate::config::plan::DEFAULT_READY_PATH.into(),
+            metric: crate::metrics::LATENCY_METRIC.into(),
+        }
+    }
+}
+
+/// The shell command of a pod of the user's own server (pure): `{port}` replaced.
+pub fn custom_command(template: &str, port: u16) -> String {
+    template.replace("{port}", &port.to_string())
 }
 
 /// Finds the workload binary: `explicit`, else beside the harness binary, else on PATH.
@@ -200,6 +226,45 @@ impl LocalBackend {
     }
 }
 
+/// Whether a pod is ready yet.
+#[derive(Debug, Clone, PartialEq)]
+enum Readiness {
+    Ready,
+    /// Not yet: what was seen last (said if it never becomes ready).
+    NotYet(String),
+    /// It never will: its metrics are not what `--metric` asks for.
+    Broken(String),
+}
+
+/// Whether the pod on `port` is ready: a 200 answer on `path`, or with `none` a first
+/// observation in its histogram `metric` (a server without a readiness endpoint).
+async fn readiness(pod: &str, port: u16, path: &str, metric: &str) -> Readiness {
+    if path != "none" {
+        return if crate::metrics::http::ready(port, path).await {
+            Readiness::Ready
+        } else {
+            Readiness::NotYet(format!("http://127.0.0.1:{port}{path} never answered 2xx"))
+        };
+    }
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let text = match crate::metrics::scrape::ScrapeSource::default().get(&url).await {
+        Ok(t) => t,
+        Err(e) => return Readiness::NotYet(format!("{url}: {e}")),
+    };
+    let name = format!("{pod} at {url}");
+    match crate::metrics::snapshot_from_text(&name, &text, tokio::time::Instant::now(), metric) {
+        Ok(s) if s.latency.count > 0.0 => Readiness::Ready,
+        Ok(_) => Readiness::NotYet(format!("{metric} at {url} has no observation")),
+        // A histogram can appear late; text that does not parse, or a metric of that
+        // name that is not a histogram, will not mend itself.
+        Err(e @ BenchError::MetricsText { .. }) => Readiness::Broken(e.to_string()),
+        Err(e @ BenchError::MetricsContract { .. }) if !e.to_string().contains(&format!(": no {metric} histogram")) => {
+            Readiness::Broken(e.to_string())
+        }
+        Err(e) => Readiness::NotYet(e.to_string()),
+    }
+}
+
 /// A new random seed (std's per-process random hasher keys, the clock and the pod's
 /// index): different for every launch, recorded by the pod (`workload_info{load_seed}`).
 fn fresh_seed(index: u32) -> u64 {
@@ -268,7 +333,7 @@ impl LocalBackend {
             // Each launch draws its own open-loop arrivals (pods of a cell, cells and
             // repeats): a seed the pod reports back, unless the user fixed one.
             let given = |a: &[String]| a.iter().any(|x| x.starts_with("--load-seed"));
-            if !given(&self.workload.args) && !given(&args) {
+            if self.workload.custom.is_none() && !given(&self.workload.args) && !given(&args) {
                 args.extend(["--load-seed".to_string(), fresh_seed(p.index).to_string()]);
             }
             let launch = PodLaunch {
@@ -301,22 +366,38 @@ impl LocalBackend {
         };
         let file = std::fs::File::create(&log).map_err(BenchError::io(format!("creating {}", log.display())))?;
         let err_file = file.try_clone().map_err(BenchError::io("duplicating a log handle"))?;
-        let mut cmd = Command::new(&self.workload.binary);
-        cmd.args(&self.workload.args)
-            .args(&launch.args)
-            .arg("--listen")
-            .arg(format!("127.0.0.1:{port}"))
-            .env("GPUSHARE_POD", &name)
+        let mut cmd = match &self.workload.custom {
+            Some(template) => {
+                let mut c = Command::new("/bin/sh");
+                c.arg("-c")
+                    .arg(custom_command(template, port))
+                    .env("PORT", port.to_string())
+                    .env("POD", &name)
+                    .env("STRATEGY", launch.strategy.name());
+                c
+            }
+            None => {
+                let mut c = Command::new(&self.workload.binary);
+                c.args(&self.workload.args)
+                    .args(&launch.args)
+                    .arg("--listen")
+                    .arg(format!("127.0.0.1:{port}"));
+                c
+            }
+        };
+        cmd.env("GPUSHARE_POD", &name)
             .env("GPUSHARE_STRATEGY", launch.strategy.name())
             .envs(launch.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .stdout(Stdio::from(file))
             .stderr(Stdio::from(err_file));
-        let child = OwnedChild::spawn(&mut cmd, &self.workload.binary.display().to_string()).map_err(|e| {
-            BenchError::Spawn {
-                pod: name.clone(),
-                reason: e.to_string(),
-            }
+        let what = match &self.workload.custom {
+            Some(template) => format!("--workload-cmd {template:?}"),
+            None => self.workload.binary.display().to_string(),
+        };
+        let child = OwnedChild::spawn(&mut cmd, &what).map_err(|e| BenchError::Spawn {
+            pod: name.clone(),
+            reason: e.to_string(),
         })?;
         Ok(PodProcess {
             name,
@@ -385,27 +466,49 @@ impl Backend for LocalBackend {
 
     async fn wait_ready(&mut self, timeout: Duration, shutdown: &Shutdown) -> Result<Vec<Pod>> {
         let deadline = Instant::now() + timeout;
+        let mut last_seen: std::collections::HashMap<usize, String> = std::collections::HashMap::new();
         loop {
-            for p in &mut self.pods {
+            for (i, p) in self.pods.iter_mut().enumerate() {
                 p.reap();
                 if p.state == PodState::Starting
                     && let Some(port) = p.port
-                    && shutdown
-                        .guard(async { Ok(crate::metrics::http::healthz(port).await) })
-                        .await?
                 {
-                    p.state = PodState::Running;
+                    let (path, metric) = (&self.workload.ready_path, &self.workload.metric);
+                    let name = p.name.clone();
+                    match shutdown
+                        .guard(async { Ok(readiness(&name, port, path, metric).await) })
+                        .await?
+                    {
+                        Readiness::Ready => p.state = PodState::Running,
+                        Readiness::NotYet(seen) => {
+                            last_seen.insert(i, seen);
+                        }
+                        Readiness::Broken(why) => {
+                            if let Some(c) = &p.child {
+                                c.terminate();
+                            }
+                            p.state = PodState::Exited {
+                                code: None,
+                                detail: format!("not ready: {why}"),
+                            };
+                        }
+                    }
                 }
             }
             if !self.pods.iter().any(|p| p.state == PodState::Starting) {
                 break;
             }
             if Instant::now() > deadline {
-                for p in self.pods.iter_mut().filter(|p| p.state == PodState::Starting) {
-                    p.state = PodState::Exited {
-                        code: None,
-                        detail: format!("not ready after {} s", timeout.as_secs()),
-                    };
+                for (i, p) in self.pods.iter_mut().enumerate() {
+                    if p.state == PodState::Starting {
+                        p.state = PodState::Exited {
+                            code: None,
+                            detail: match last_seen.get(&i) {
+                                Some(seen) => format!("not ready after {} s: {seen}", timeout.as_secs()),
+                                None => format!("not ready after {} s", timeout.as_secs()),
+                            },
+                        };
+                    }
                 }
                 break;
             }

@@ -57,7 +57,11 @@ pub fn short_device_name(device: DeviceKind, inventory: &GpuInventory) -> String
 /// Opens a local sweep (a new run, or `resume`).
 pub fn open(plan: &SweepPlan, resume: Option<&str>) -> Result<Session<LocalBackend>> {
     let inventory = crate::telemetry::nvml::probe();
-    let workload = find_workload(plan.workload_bin.as_deref())?;
+    // A server of the user's own runs under sh; gpushare-workload is not needed.
+    let workload = match plan.workload_cmd {
+        Some(_) => std::path::PathBuf::from("/bin/sh"),
+        None => find_workload(plan.workload_bin.as_deref())?,
+    };
     let mps_control = mps::find_control();
     // When resuming, the recorded plan decides; the device only names a new run.
     let device = if resume.is_some() {
@@ -102,8 +106,10 @@ pub fn open(plan: &SweepPlan, resume: Option<&str>) -> Result<Session<LocalBacke
         _ => Arc::new(NoTelemetry),
     };
     let command = WorkloadCommand {
-        binary: workload,
-        args: recorded.workload_args(),
+        custom: recorded.workload_cmd.clone(),
+        ready_path: recorded.ready_path.clone(),
+        metric: recorded.metric.clone(),
+        ..WorkloadCommand::builtin(workload, recorded.workload_args())
     };
     let backend =
         LocalBackend::new(command, recorded.device, inventory, store.dir(), mps_control).with_base_port(plan.base_port);
@@ -127,7 +133,10 @@ pub fn dry_run(plan: &SweepPlan) -> String {
         pipe: "<run>/mps/<cell>/pipe".into(),
         log: "<run>/mps/<cell>/log".into(),
     });
-    let mut out = format!("gpushare-workload {}\n", record.workload_args().join(" "));
+    let mut out = match &record.workload_cmd {
+        Some(cmd) => format!("sh -c {cmd:?} (per pod, {{port}} its port; PORT, POD, STRATEGY set)\n"),
+        None => format!("gpushare-workload {}\n", record.workload_args().join(" ")),
+    };
     for &s in &record.strategies {
         for &n in &record.pods {
             let _ = writeln!(out, "{} × {n}:", s.title());

@@ -1,0 +1,165 @@
+//! A server of the user's own (`sweep --workload-cmd`), played by
+//! `tests/fixtures/fake_server.py` (200 inferences/s of 4 ms, its histogram named by
+//! `--metric`): a CPU sweep end to end with readiness by the first observation and the
+//! pod's environment, and the errors a wrong server gets, each naming the pod, the URL
+//! and the metric.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use gpushare_bench::domain::CellStatus;
+use gpushare_bench::results::store::read_cells;
+
+const BENCH: &str = env!("CARGO_BIN_EXE_gpushare-bench");
+
+fn server(mode: &str) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake_server.py");
+    format!("python3 {} {{port}} my_latency_seconds {mode}", script.display())
+}
+
+fn sweep(out: &Path, run_id: &str, extra: &[&str]) -> Output {
+    Command::new(BENCH)
+        .args([
+            "sweep",
+            "--device",
+            "cpu",
+            "--quiet",
+            "--warmup",
+            "1s",
+            "--window",
+            "1s",
+            "--max-cell",
+            "3s",
+            "--strategies",
+            "time-slicing",
+            "--metric",
+            "my_latency_seconds",
+            "--run-id",
+            run_id,
+        ])
+        .arg("--out")
+        .arg(out)
+        .args(extra)
+        .env("FAKE_ENV_DIR", out)
+        .output()
+        .expect("run")
+}
+
+#[test]
+fn a_server_of_ones_own_is_swept_like_the_workload() {
+    let out = tempfile::tempdir().expect("tempdir");
+    let cmd = server("ok");
+    let o = sweep(
+        out.path(),
+        "own",
+        &["--pods", "1,2", "--workload-cmd", &cmd, "--ready-path", "none"],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let cells = read_cells(&out.path().join("own/cells.jsonl")).expect("cells");
+    let two = cells
+        .iter()
+        .find(|c| c.pods == 2 && c.is_aggregate())
+        .expect("2-pod cell");
+    assert_eq!(two.status, CellStatus::Ok, "{}", two.note);
+    assert_eq!(two.model, "custom", "the rows say whose numbers they are");
+    // 2 × 200/s of 4 ms (the histogram's sum over its count).
+    let tput = two.throughput_per_s.expect("throughput");
+    assert!((360.0..440.0).contains(&tput), "{tput}");
+    assert!(two.mean_s.is_some_and(|m| (m - 0.004).abs() < 1e-6), "{:?}", two.mean_s);
+    // Each pod got its name, strategy and port in its environment.
+    let env = std::fs::read_to_string(out.path().join("pod-1")).expect("pod-1's environment");
+    let fields: Vec<&str> = env.split_whitespace().collect();
+    assert_eq!(fields[..2], ["pod-1", "time-slicing"], "{env}");
+    assert!(fields[2].parse::<u16>().is_ok(), "{env}");
+    let run = std::fs::read_to_string(out.path().join("own/run.json")).expect("run.json");
+    assert!(run.contains("\"workload_cmd\"") && run.contains("\"metric\": \"my_latency_seconds\""));
+}
+
+#[test]
+fn a_wrong_server_is_named_with_its_url_and_metric() {
+    let out = tempfile::tempdir().expect("tempdir");
+    // A gauge of that name: it will never be a histogram, so readiness stops at once.
+    let gauge = server("gauge");
+    let o = sweep(
+        out.path(),
+        "gauge",
+        &["--pods", "1", "--workload-cmd", &gauge, "--ready-path", "none"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+    let cells = read_cells(&out.path().join("gauge/cells.jsonl")).expect("cells");
+    let pod = cells.iter().find(|c| c.pod == "pod-0").expect("pod row");
+    assert_eq!(pod.status, CellStatus::Failed);
+    assert!(
+        pod.note
+            .starts_with("not ready: metrics from pod-0 at http://127.0.0.1:")
+            && pod.note.contains("/metrics: my_latency_seconds is not a histogram"),
+        "{}",
+        pod.note
+    );
+    // No such histogram, ready by its own path: the measurement names what is missing.
+    let missing = server("missing");
+    let o = sweep(
+        out.path(),
+        "missing",
+        &["--pods", "1", "--workload-cmd", &missing, "--ready-path", "/ready"],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let cells = read_cells(&out.path().join("missing/cells.jsonl")).expect("cells");
+    let pod = cells.iter().find(|c| c.pod == "pod-0").expect("pod row");
+    assert!(
+        pod.note.contains("metrics from pod-0 at http://127.0.0.1:")
+            && pod
+                .note
+                .contains("/metrics: no my_latency_seconds histogram in its metrics"),
+        "{}",
+        pod.note
+    );
+}
+
+#[test]
+fn what_a_server_of_ones_own_cannot_do_yet_is_refused_with_one_line() {
+    let out = tempfile::tempdir().expect("tempdir");
+    let cmd = server("ok");
+    for (args, says) in [
+        (vec!["--workload-cmd", "python3 serve.py"], "put {port} where"),
+        (
+            vec!["--workload-cmd", &cmd, "--load", "poisson:10"],
+            "makes its own requests",
+        ),
+        (
+            vec!["--workload-cmd", &cmd, "--prometheus", "spawn"],
+            "direct scrape only",
+        ),
+        (
+            vec!["--workload-cmd", &cmd, "--workload-arg=--x"],
+            "put your server's arguments in the command",
+        ),
+        (
+            vec!["--workload-cmd", &cmd, "--backend", "kubernetes", "--node", "n"],
+            "give the server's image with --image",
+        ),
+        (vec!["--ready-path", "healthz"], "an HTTP path such as /healthz"),
+    ] {
+        let o = sweep(out.path(), "refused", &args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+    }
+    let o = Command::new(BENCH)
+        .args(["sweep", "--device", "cpu", "--metric", "1bad"])
+        .output()
+        .expect("sweep");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("bad --metric `1bad`: not a Prometheus metric name"));
+    let o = Command::new(BENCH)
+        .args(["isolation", "--device", "cpu", "--workload-cmd", &cmd])
+        .arg("--out")
+        .arg(out.path())
+        .output()
+        .expect("isolation");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("a server of your own runs in `sweep` for now"));
+    assert!(!out.path().join("refused").exists());
+}
