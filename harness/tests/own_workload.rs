@@ -74,6 +74,26 @@ fn a_server_of_ones_own_is_swept_like_the_workload() {
     assert!(fields[2].parse::<u16>().is_ok(), "{env}");
     let run = std::fs::read_to_string(out.path().join("own/run.json")).expect("run.json");
     assert!(run.contains("\"workload_cmd\"") && run.contains("\"metric\": \"my_latency_seconds\""));
+
+    // A resume runs the recorded command only when it is given again.
+    let resume = |extra: &[&str]| {
+        Command::new(BENCH)
+            .args(["sweep", "--quiet", "--resume", "own"])
+            .arg("--out")
+            .arg(out.path())
+            .args(extra)
+            .output()
+            .expect("resume")
+    };
+    let o = resume(&[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("resume it with the same --workload-cmd"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = resume(&["--workload-cmd", &cmd]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
 #[test]
@@ -137,7 +157,7 @@ fn what_a_server_of_ones_own_cannot_do_yet_is_refused_with_one_line() {
         ),
         (
             vec!["--workload-cmd", &cmd, "--backend", "kubernetes", "--node", "n"],
-            "give the server's image with --image",
+            "bad --metric `my_latency_seconds`: the local backend's for now",
         ),
         (vec!["--ready-path", "healthz"], "an HTTP path such as /healthz"),
     ] {
@@ -146,6 +166,29 @@ fn what_a_server_of_ones_own_cannot_do_yet_is_refused_with_one_line() {
         assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(says), "{args:?}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+    }
+    for (args, says) in [
+        (
+            vec![
+                "sweep",
+                "--workload-cmd",
+                &cmd,
+                "--backend",
+                "kubernetes",
+                "--node",
+                "n",
+            ],
+            "give the server's image with --image",
+        ),
+        (
+            vec!["capacity", "--workload-cmd", &cmd],
+            "a server of your own runs in `sweep` for now",
+        ),
+    ] {
+        let o = Command::new(BENCH).args(&args).output().expect("run");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
     }
     let o = Command::new(BENCH)
         .args(["sweep", "--device", "cpu", "--metric", "1bad"])

@@ -35,6 +35,13 @@ pub fn plan(args: CapacityArgs) -> Result<SweepPlan> {
             "a sweep option: capacity walks pod counts from 1 to --max-pods once per strategy",
         ));
     }
+    if let Some(cmd) = &o.workload_cmd {
+        return Err(BenchError::flag(
+            "--workload-cmd",
+            cmd,
+            "capacity offers each pod a Poisson load through gpushare-workload's generator; a server of your own runs in `sweep` for now",
+        ));
+    }
     let max_pods = args.max_pods.map_or(DEFAULT_MAX_PODS, |p| p.0);
     let capacity = CapacityPlan { max_pods };
     let file = match &args.config {

@@ -77,10 +77,10 @@ pub struct SweepOptions {
     #[arg(long)]
     pub workload_cmd: Option<String>,
     /// The latency histogram to read, in seconds [default: inference_time_seconds].
-    #[arg(long)]
+    #[arg(long, conflicts_with = "resume")]
     pub metric: Option<String>,
     /// Readiness: the HTTP path that answers 200 once a pod serves, or `none` for a server without one (ready at the histogram's first observation) [default: /healthz].
-    #[arg(long)]
+    #[arg(long, conflicts_with = "resume")]
     pub ready_path: Option<String>,
     /// Extra argument for every workload pod (repeatable), e.g. --workload-arg=--weights --workload-arg=DIR.
     #[arg(long = "workload-arg", allow_hyphen_values = true)]

@@ -204,6 +204,20 @@ fn own_workload(
             "not a Prometheus metric name (letters, digits, '_' and ':', not starting with a digit)",
         ));
     }
+    if backend == BackendKind::Kubernetes && metric != DEFAULT_METRIC {
+        return Err(BenchError::flag(
+            "--metric",
+            &metric,
+            "the local backend's for now: on Kubernetes the pods are read through PromQL written for inference_time_seconds",
+        ));
+    }
+    if backend == BackendKind::Kubernetes && o.ready_path.as_deref().is_some_and(|p| p != DEFAULT_READY_PATH) {
+        return Err(BenchError::flag(
+            "--ready-path",
+            o.ready_path.as_deref().unwrap_or_default(),
+            "the local backend's for now: the Deployment's readiness probe asks gpushare-workload's /healthz",
+        ));
+    }
     if metric != DEFAULT_METRIC && *prometheus != PrometheusSetting::Off {
         return Err(BenchError::flag(
             "--metric",

@@ -62,6 +62,15 @@ pub struct OwnedChild {
     entry: Option<supervisor::Entry>,
 }
 
+/// A value no other process group has: this harness's pid, its start and a count.
+fn group_token() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let me = std::process::id();
+    let started = procfs::stat(me).map_or(0, |s| s.start_ticks);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{me}.{started}.{n}")
+}
+
 impl OwnedChild {
     /// Spawns `cmd` in a new process group. `what` names the child in the error.
     ///
@@ -83,9 +92,11 @@ impl OwnedChild {
                 Ok(())
             });
         }
+        let token = group_token();
         let child = cmd
             .process_group(0)
             .kill_on_drop(true)
+            .env(procfs::GROUP_TOKEN, &token)
             .spawn()
             .map_err(BenchError::io(format!("starting {what}")))?;
         let pid = child.id();
@@ -94,6 +105,7 @@ impl OwnedChild {
                 pgid: p,
                 start_ticks: s.start_ticks,
                 what: what.to_string(),
+                token: Some(token),
             })
         });
         if let Some(e) = &entry {

@@ -47,15 +47,32 @@ fn pids() -> impl Iterator<Item = u32> {
         .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
 }
 
+/// The variable every process group the harness starts carries in its environment,
+/// with a value of its own (`OwnedChild::spawn`).
+pub const GROUP_TOKEN: &str = "GPUSHARE_GROUP";
+
 /// Live processes of the group whose leader is `pgid` and started at exactly `start`
 /// (clock ticks): only a group we created, never a later one that reused the number.
-/// Empty when the leader is gone (members it left cannot be proved ours by time alone).
-pub fn live_group_members(pgid: u32, start: u64) -> Vec<u32> {
-    match stat(pgid) {
-        Some(leader) if leader.start_ticks == start && leader.pgrp == pgid => pids()
-            .filter(|&p| stat(p).is_some_and(|s| s.pgrp == pgid && s.state != 'Z' && s.start_ticks >= start))
-            .collect(),
-        _ => Vec::new(),
+/// Once the leader is gone (a shell killed with the harness), members count only when
+/// their environment also holds `GPUSHARE_GROUP=token`: time alone cannot prove them
+/// ours.
+pub fn live_group_members(pgid: u32, start: u64, token: Option<&str>) -> Vec<u32> {
+    let member = |p: u32| stat(p).is_some_and(|s| s.pgrp == pgid && s.state != 'Z' && s.start_ticks >= start);
+    match (stat(pgid), token) {
+        (Some(leader), _) if leader.start_ticks == start && leader.pgrp == pgid => {
+            pids().filter(|&p| member(p)).collect()
+        }
+        (Some(_), _) | (None, None) => Vec::new(),
+        (None, Some(t)) => {
+            let needle = format!("{GROUP_TOKEN}={t}");
+            pids()
+                .filter(|&p| member(p))
+                .filter(|&p| {
+                    std::fs::read(format!("/proc/{p}/environ"))
+                        .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()))
+                })
+                .collect()
+        }
     }
 }
 

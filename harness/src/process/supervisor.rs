@@ -37,6 +37,10 @@ pub enum Entry {
         start_ticks: u64,
         /// What it is, for messages.
         what: String,
+        /// The value of `GPUSHARE_GROUP` in the group's environment: what proves a
+        /// member ours once its leader is gone (a shell's children outlive it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        token: Option<String>,
     },
     /// Processes whose environment holds `key=value` (an MPS daemon and its servers,
     /// found by their private pipe directory).
@@ -54,7 +58,12 @@ impl Entry {
     /// Live processes this entry provably owns.
     pub fn live(&self) -> Vec<u32> {
         match self {
-            Entry::Group { pgid, start_ticks, .. } => procfs::live_group_members(*pgid, *start_ticks),
+            Entry::Group {
+                pgid,
+                start_ticks,
+                token,
+                ..
+            } => procfs::live_group_members(*pgid, *start_ticks, token.as_deref()),
             Entry::Env { key, value, .. } => procfs::live_with_env(key, value),
         }
     }
@@ -310,16 +319,19 @@ mod tests {
             pgid: pid,
             start_ticks: start,
             what: "pod-0".into(),
+            token: None,
         };
         let stale = Entry::Group {
             pgid: pid,
             start_ticks: start + 1_000_000,
             what: "a reused number".into(),
+            token: None,
         };
         let older = Entry::Group {
             pgid: pid,
             start_ticks: start.saturating_sub(1),
             what: "recorded before this process started".into(),
+            token: None,
         };
         assert_eq!(group.live(), vec![pid]);
         assert!(
@@ -341,10 +353,59 @@ mod tests {
             pgid: other.id(),
             start_ticks: 0,
             what: "x".into(),
+            token: None,
         };
         reap_main((line('+', &g) + "done\n").as_bytes());
         assert!(procfs::is_live(other.id()), "after done the supervisor stops nothing");
         let _ = other.kill();
         let _ = other.wait();
+    }
+
+    #[test]
+    fn a_shells_children_are_ours_by_their_token_once_the_shell_is_gone() {
+        use std::os::unix::process::CommandExt;
+        let token = format!("test.{}", std::process::id());
+        let mut sh = Command::new("sh")
+            .args(["-c", "sleep 60 & wait"])
+            .env(procfs::GROUP_TOKEN, &token)
+            .process_group(0)
+            .spawn()
+            .expect("sh");
+        let pgid = sh.id();
+        let start = procfs::stat(pgid).expect("stat").start_ticks;
+        let entry = |token: Option<&str>| Entry::Group {
+            pgid,
+            start_ticks: start,
+            what: "pod-0".into(),
+            token: token.map(String::from),
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while entry(None).live().len() < 2 {
+            assert!(std::time::Instant::now() < deadline, "sh never started its sleep");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        // The shell dies as it would with the harness (PDEATHSIG): its sleep lives on.
+        let _ = sh.kill();
+        let _ = sh.wait();
+        assert!(
+            entry(None).live().is_empty(),
+            "without a token a leaderless group is not provably ours"
+        );
+        assert!(
+            entry(Some("another")).live().is_empty(),
+            "another token is another group"
+        );
+        let left = entry(Some(&token)).live();
+        assert_eq!(left.len(), 1, "the sleep, by its token");
+        let line = |op: char, e: &Entry| format!("{op}{}\n", serde_json::to_string(e).expect("json"));
+        reap_main(line('+', &entry(Some(&token))).as_bytes());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while procfs::is_live(left[0]) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the supervisor left the sleep running"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
     }
 }

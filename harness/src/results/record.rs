@@ -559,7 +559,10 @@ impl PlanRecord {
                 format!("{:?} is not a metric name", self.metric),
             ));
         }
-        if self.ready_path != "none" && !self.ready_path.starts_with('/') {
+        if self.ready_path != "none"
+            && (!self.ready_path.starts_with('/')
+                || self.ready_path.chars().any(|c| c.is_whitespace() || c.is_control()))
+        {
             return Err(bad_field(
                 path,
                 "plan.ready_path",
@@ -570,6 +573,21 @@ impl PlanRecord {
             && !cmd.contains("{port}")
         {
             return Err(bad_field(path, "plan.workload_cmd", format!("{cmd:?} has no {{port}}")));
+        }
+        let own = self.workload_cmd.is_some() || self.metric != crate::config::plan::DEFAULT_METRIC;
+        if own && (self.backend != "local" || self.prometheus != "off") {
+            return Err(bad_field(
+                path,
+                "plan.metric",
+                "a server of your own or another metric is read by the local backend's direct scrape only",
+            ));
+        }
+        if self.workload_cmd.is_some() && self.load != crate::config::values::Load::Closed {
+            return Err(bad_field(
+                path,
+                "plan.load",
+                "a server of your own makes its own requests: its load is closed",
+            ));
         }
         if !matches!(self.backend.as_str(), "local" | "kubernetes") {
             return Err(bad_field(
@@ -939,6 +957,49 @@ mod tests {
             assert!(e.starts_with("results results/r/run.json: "), "{e}");
             assert!(e.contains(want), "{want:?} not in {e:?}");
             assert!(!e.contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_recorded_server_of_ones_own_is_checked_like_its_flags() {
+        let path = Path::new("results/r/run.json");
+        let own = |r: &mut RunRecord| {
+            r.plan.workload_cmd = Some("python3 serve.py {port}".into());
+            r.plan.metric = "my_latency_seconds".into();
+            r.plan.ready_path = "none".into();
+            r.plan.backend = "local".into();
+            r.plan.prometheus = "off".into();
+        };
+        let mut ok = fixture_run();
+        own(&mut ok);
+        assert!(ok.validate(path).is_ok(), "{:?}", ok.validate(path));
+        type Tamper = fn(&mut RunRecord);
+        let cases: [(&str, Tamper); 6] = [
+            ("plan.workload_cmd: \"serve\" has no {port}", |r| {
+                r.plan.workload_cmd = Some("serve".into())
+            }),
+            ("plan.metric: \"1x\" is not a metric name", |r| {
+                r.plan.metric = "1x".into()
+            }),
+            ("plan.ready_path: \"/a b\" is neither", |r| {
+                r.plan.ready_path = "/a b".into()
+            }),
+            ("read by the local backend's direct scrape only", |r| {
+                r.plan.backend = "kubernetes".into()
+            }),
+            ("read by the local backend's direct scrape only", |r| {
+                r.plan.prometheus = "spawn".into()
+            }),
+            ("its load is closed", |r| {
+                r.plan.load = crate::config::values::Load::PerPod(10.0)
+            }),
+        ];
+        for (want, tamper) in cases {
+            let mut run = fixture_run();
+            own(&mut run);
+            tamper(&mut run);
+            let e = run.validate(path).expect_err(want).to_string();
+            assert!(e.contains(want), "{want:?} not in {e:?}");
         }
     }
 

@@ -140,6 +140,15 @@ pub(crate) fn recorded_backend(plan: &SweepPlan, id: &str, kind: RunKind) -> Res
         path: path.clone(),
         reason: format!("plan.backend {:?}: {reason}", run.plan.backend),
     })?;
+    if recorded == BackendKind::Kubernetes
+        && let Some(cmd) = &plan.workload_cmd
+    {
+        return Err(BenchError::flag(
+            "--workload-cmd",
+            cmd,
+            "this run was made with the Kubernetes backend, which runs images (--image), not commands",
+        ));
+    }
     if recorded == BackendKind::Kubernetes && plan.node.is_none() {
         return Err(BenchError::flag(
             "--resume",

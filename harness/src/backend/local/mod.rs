@@ -124,6 +124,10 @@ impl PodProcess {
 
     fn exited(&mut self, status: std::process::ExitStatus) {
         self.child = None;
+        // A pod the harness stopped because it could never be ready keeps that reason.
+        if matches!(&self.state, PodState::Exited { detail, .. } if detail.starts_with("not ready")) {
+            return;
+        }
         let detail = match (
             last_error_line(&self.log),
             std::os::unix::process::ExitStatusExt::signal(&status),
