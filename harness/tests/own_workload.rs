@@ -206,3 +206,82 @@ fn what_a_server_of_ones_own_cannot_do_yet_is_refused_with_one_line() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("a server of your own runs in `sweep` for now"));
     assert!(!out.path().join("refused").exists());
 }
+
+/// The shell dies with the harness (PDEATHSIG); its children are stopped by the
+/// supervisor, through the group while the shell's zombie lasts and by `GPUSHARE_GROUP`
+/// once it is reaped (that case alone: `process::supervisor`'s tests).
+#[test]
+fn sigkill_of_the_harness_stops_a_servers_children_too() {
+    let out = tempfile::tempdir().expect("tempdir");
+    // The shell starts a child of its own beside the server; both carry FAKE_ENV_DIR.
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake_server.py");
+    let cmd = format!(
+        "sleep 300 & python3 {} {{port}} my_latency_seconds ok",
+        script.display()
+    );
+    let dir = out.path().to_str().expect("utf-8").to_string();
+    let mut harness = Command::new(BENCH)
+        .args([
+            "sweep",
+            "--device",
+            "cpu",
+            "--quiet",
+            "--warmup",
+            "30s",
+            "--strategies",
+            "time-slicing",
+            "--pods",
+            "2",
+            "--metric",
+            "my_latency_seconds",
+            "--ready-path",
+            "/ready",
+            "--run-id",
+            "killed",
+            "--workload-cmd",
+            &cmd,
+            "--out",
+            &dir,
+        ])
+        .env("FAKE_ENV_DIR", &dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("sweep");
+    // The shells' children: a sleep and a server per pod (not the harness, its
+    // supervisor or the shells, which carry FAKE_ENV_DIR too).
+    let ours = || {
+        gpushare_bench::process::procfs::live_with_env("FAKE_ENV_DIR", &dir)
+            .into_iter()
+            .filter(|p| {
+                // By the program's own name (argv[0]), not its arguments: the
+                // harness's command line holds the server's too.
+                let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+                let argv0 = cmdline.split(|b| *b == 0).next().unwrap_or_default();
+                let argv0 = String::from_utf8_lossy(argv0);
+                argv0 == "sleep" || argv0.ends_with("python3")
+            })
+            .collect::<Vec<u32>>()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while ours().len() < 4 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the pods never started: {:?}",
+            ours()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(harness.id() as i32, libc::SIGKILL) };
+    let _ = harness.wait();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !ours().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "left running after SIGKILL of the harness: {:?}",
+            ours()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
