@@ -180,6 +180,11 @@ pub fn is_metric_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
 }
 
+/// Whether `p` is a `--ready-path`: `none`, or an HTTP path without spaces.
+pub fn is_ready_path(p: &str) -> bool {
+    p == "none" || (p.starts_with('/') && !p.chars().any(|c| c.is_whitespace() || c.is_control()))
+}
+
 /// `--workload-cmd`, `--metric` and `--ready-path`, checked together: what a user's own
 /// server can be measured with today (the local backend, the direct scrape, its own
 /// load).
@@ -226,9 +231,7 @@ fn own_workload(
         ));
     }
     let ready_path = o.ready_path.unwrap_or_else(|| DEFAULT_READY_PATH.to_string());
-    if ready_path != "none"
-        && (!ready_path.starts_with('/') || ready_path.chars().any(|c| c.is_whitespace() || c.is_control()))
-    {
+    if !is_ready_path(&ready_path) {
         return Err(BenchError::flag(
             "--ready-path",
             &ready_path,

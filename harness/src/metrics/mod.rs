@@ -42,6 +42,47 @@ pub struct PodSnapshot {
     pub load_seed: Option<u64>,
 }
 
+/// Why a pod's metrics give no latency histogram, in words.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NoLatency {
+    /// There is none (yet: a server may register it late).
+    Missing(String),
+    /// There is something that will not mend itself: text that does not parse, a
+    /// metric of that name of another kind, a malformed histogram.
+    Unusable(String),
+}
+
+impl NoLatency {
+    /// The words.
+    pub fn reason(&self) -> &str {
+        match self {
+            NoLatency::Missing(r) | NoLatency::Unusable(r) => r,
+        }
+    }
+}
+
+/// The latency histogram `metric` of parsed metrics (pure).
+fn latency(exp: &exposition::Exposition, metric: &str) -> std::result::Result<Histogram, NoLatency> {
+    exposition::histogram(exp, metric, &[]).map_err(|e| match e {
+        HistogramError::Missing => match exp.samples.iter().find(|s| s.name == metric) {
+            // A gauge or counter of that name: the wrong kind, not missing.
+            Some(_) => NoLatency::Unusable(format!("{metric} is not a histogram (no {metric}_bucket series, but a plain {metric} sample): give --metric a histogram of latencies in seconds")),
+            None if metric == LATENCY_METRIC => NoLatency::Missing(format!(
+                "no {metric} histogram (is this a gpushare-workload? --metric names another)"
+            )),
+            None => NoLatency::Missing(format!("no {metric} histogram in its metrics")),
+        },
+        HistogramError::Malformed(r) => NoLatency::Unusable(format!("{metric}: {r}")),
+    })
+}
+
+/// The latency histogram `metric` of a pod's exposition text (pure): what readiness by
+/// the first observation reads.
+pub fn latency_from_text(text: &str, metric: &str) -> std::result::Result<Histogram, NoLatency> {
+    let exp = exposition::parse(text).map_err(|e| NoLatency::Unusable(format!("line {}: {}", e.line, e.reason)))?;
+    latency(&exp, metric)
+}
+
 /// Builds a snapshot from a pod's exposition text, its latency from the histogram
 /// `metric`.
 pub fn snapshot_from_text(pod: &str, text: &str, at: Instant, metric: &str) -> Result<PodSnapshot> {
@@ -50,19 +91,9 @@ pub fn snapshot_from_text(pod: &str, text: &str, at: Instant, metric: &str) -> R
         line: e.line,
         reason: e.reason,
     })?;
-    let latency = exposition::histogram(&exp, metric, &[]).map_err(|e| BenchError::MetricsContract {
+    let latency = latency(&exp, metric).map_err(|e| BenchError::MetricsContract {
         source_name: pod.to_string(),
-        reason: match e {
-            HistogramError::Missing => match exp.samples.iter().find(|s| s.name == metric) {
-                // A gauge or counter of that name: the wrong kind, not missing.
-                Some(_) => format!("{metric} is not a histogram (no {metric}_bucket series, but a plain {metric} sample): give --metric a histogram of latencies in seconds"),
-                None if metric == LATENCY_METRIC => {
-                    format!("no {metric} histogram (is this a gpushare-workload? --metric names another)")
-                }
-                None => format!("no {metric} histogram in its metrics"),
-            },
-            HistogramError::Malformed(r) => format!("{metric}: {r}"),
-        },
+        reason: e.reason().to_string(),
     })?;
     let errors = exp
         .samples
@@ -135,5 +166,16 @@ mod tests {
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(err.starts_with("metrics from pod-2, line 1:"), "{err}");
+    }
+
+    #[test]
+    fn a_missing_histogram_may_come_later_and_a_wrong_one_will_not() {
+        let ok = "h_bucket{le=\"0.01\"} 2\nh_bucket{le=\"+Inf\"} 2\nh_sum 0.01\nh_count 2\n";
+        assert_eq!(latency_from_text(ok, "h").map(|h| h.count), Ok(2.0));
+        assert!(matches!(latency_from_text("up 1\n", "h"), Err(NoLatency::Missing(_))));
+        assert!(
+            matches!(latency_from_text("h 0.004\n", "h"), Err(NoLatency::Unusable(r)) if r.starts_with("h is not a histogram"))
+        );
+        assert!(matches!(latency_from_text("h{ 1\n", "h"), Err(NoLatency::Unusable(r)) if r.starts_with("line 1:")));
     }
 }

@@ -10,7 +10,7 @@ use crate::domain::CellStatus;
 use crate::error::Result;
 
 use super::RunData;
-use super::charts::{draw_legend, draw_markers, err, legend_entry, look};
+use super::charts::{draw_legend, draw_line, draw_markers, err, legend_entry, look};
 use super::tables::{Cell, Table, note_number};
 
 /// The search's rule, as the report states it.
@@ -192,17 +192,7 @@ pub fn chart(data: &RunData) -> Result<Option<(String, String)>> {
         .label(format!("SLO {slo}"))
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RGBColor(180, 30, 30).stroke_width(1)));
         for (s, pts) in &series {
-            let (col, mk, dash) = look(*s);
-            let style = col.stroke_width(2);
-            match dash {
-                None => c.draw_series(LineSeries::new(pts.clone(), style)).map_err(err)?,
-                Some((len, gap)) => c
-                    .draw_series(DashedLineSeries::new(pts.clone(), len, gap, style))
-                    .map_err(err)?,
-            };
-            draw_markers!(c, pts, mk, col)
-                .label(s.title())
-                .legend(legend_entry!(mk, col, true));
+            draw_line!(c, *s, pts);
         }
         draw_legend(&mut c)?;
         root.present().map_err(err)?;

@@ -72,6 +72,25 @@ macro_rules! legend_entry {
 }
 pub(crate) use legend_entry;
 
+/// A strategy's line (its colour and dash) with its markers and legend entry.
+macro_rules! draw_line {
+    ($c:expr, $s:expr, $pts:expr) => {{
+        let (s, pts) = ($s, $pts);
+        let (col, mk, dash) = look(s);
+        let style = col.stroke_width(2);
+        match dash {
+            None => $c.draw_series(LineSeries::new(pts.clone(), style)).map_err(err)?,
+            Some((len, gap)) => $c
+                .draw_series(DashedLineSeries::new(pts.clone(), len, gap, style))
+                .map_err(err)?,
+        };
+        draw_markers!($c, pts, mk, col)
+            .label(s.title())
+            .legend(legend_entry!(mk, col, true));
+    }};
+}
+pub(crate) use draw_line;
+
 /// The legend box every chart draws: upper left, on a translucent white ground.
 pub(crate) fn draw_legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
     c: &mut ChartContext<'a, DB, CT>,
@@ -158,17 +177,7 @@ fn draw(data: &RunData, chart: LineChart<'_>) -> Result<Option<(String, String)>
             }
         }
         for (s, pts) in &chart.series {
-            let (col, mk, dash) = look(*s);
-            let style = col.stroke_width(2);
-            match dash {
-                None => c.draw_series(LineSeries::new(pts.clone(), style)).map_err(err)?,
-                Some((len, gap)) => c
-                    .draw_series(DashedLineSeries::new(pts.clone(), len, gap, style))
-                    .map_err(err)?,
-            };
-            draw_markers!(c, pts, mk, col)
-                .label(s.title())
-                .legend(legend_entry!(mk, col, true));
+            draw_line!(c, *s, pts);
         }
         for (s, bars) in &chart.errors {
             let (col, _, _) = look(*s);

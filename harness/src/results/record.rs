@@ -559,10 +559,7 @@ impl PlanRecord {
                 format!("{:?} is not a metric name", self.metric),
             ));
         }
-        if self.ready_path != "none"
-            && (!self.ready_path.starts_with('/')
-                || self.ready_path.chars().any(|c| c.is_whitespace() || c.is_control()))
-        {
+        if !crate::config::plan::is_ready_path(&self.ready_path) {
             return Err(bad_field(
                 path,
                 "plan.ready_path",

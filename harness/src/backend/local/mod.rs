@@ -124,10 +124,6 @@ impl PodProcess {
 
     fn exited(&mut self, status: std::process::ExitStatus) {
         self.child = None;
-        // A pod the harness stopped because it could never be ready keeps that reason.
-        if matches!(&self.state, PodState::Exited { detail, .. } if detail.starts_with("not ready")) {
-            return;
-        }
         let detail = match (
             last_error_line(&self.log),
             std::os::unix::process::ExitStatusExt::signal(&status),
@@ -255,17 +251,14 @@ async fn readiness(pod: &str, port: u16, path: &str, metric: &str) -> Readiness 
         Ok(t) => t,
         Err(e) => return Readiness::NotYet(format!("{url}: {e}")),
     };
-    let name = format!("{pod} at {url}");
-    match crate::metrics::snapshot_from_text(&name, &text, tokio::time::Instant::now(), metric) {
-        Ok(s) if s.latency.count > 0.0 => Readiness::Ready,
+    use crate::metrics::NoLatency;
+    let said = |r: &str| format!("metrics from {pod} at {url}: {r}");
+    match crate::metrics::latency_from_text(&text, metric) {
+        Ok(h) if h.count > 0.0 => Readiness::Ready,
         Ok(_) => Readiness::NotYet(format!("{metric} at {url} has no observation")),
-        // A histogram can appear late; text that does not parse, or a metric of that
-        // name that is not a histogram, will not mend itself.
-        Err(e @ BenchError::MetricsText { .. }) => Readiness::Broken(e.to_string()),
-        Err(e @ BenchError::MetricsContract { .. }) if !e.to_string().contains(&format!(": no {metric} histogram")) => {
-            Readiness::Broken(e.to_string())
-        }
-        Err(e) => Readiness::NotYet(e.to_string()),
+        // A histogram can appear late; what is unusable will not mend itself.
+        Err(NoLatency::Missing(r)) => Readiness::NotYet(said(&r)),
+        Err(NoLatency::Unusable(r)) => Readiness::Broken(said(&r)),
     }
 }
 
@@ -488,9 +481,9 @@ impl Backend for LocalBackend {
                             last_seen.insert(i, seen);
                         }
                         Readiness::Broken(why) => {
-                            if let Some(c) = &p.child {
-                                c.terminate();
-                            }
+                            // Dropped, its group is killed: nothing reaps it over
+                            // this reason later.
+                            p.child = None;
                             p.state = PodState::Exited {
                                 code: None,
                                 detail: format!("not ready: {why}"),
