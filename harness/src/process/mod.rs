@@ -173,7 +173,7 @@ impl OwnedChild {
             if let Some(pid) = pid {
                 signal_group(pid, libc::SIGKILL);
             }
-            self.forget();
+            self.forget_once_gone(GROUP_EXIT).await;
             return Some((status, false));
         }
         if let Some(pid) = pid {
@@ -181,10 +181,37 @@ impl OwnedChild {
         }
         let _ = child.start_kill();
         let r = child.wait().await.ok().map(|s| (s, true));
-        self.forget();
+        self.forget_once_gone(GROUP_EXIT).await;
         r
     }
+
+    /// Waits until no process of the child's group lives, at most `limit`, then forgets
+    /// the group. A killed process is not gone at once: a shell's server outlives
+    /// the shell by the time it takes to die, and a CUDA process releases its GPU memory
+    /// on the way out, which the next cell must not share. A group still alive after that
+    /// stays registered, so the supervisor stops it when the harness ends.
+    async fn forget_once_gone(&mut self, limit: Duration) {
+        if let Some(supervisor::Entry::Group {
+            pgid,
+            start_ticks,
+            token,
+            ..
+        }) = &self.entry
+        {
+            let deadline = tokio::time::Instant::now() + limit;
+            while !procfs::live_group_members(*pgid, *start_ticks, token.as_deref()).is_empty() {
+                if tokio::time::Instant::now() >= deadline {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        self.forget();
+    }
 }
+
+/// How long a killed group may take to be gone before [`OwnedChild::stop`] returns.
+pub const GROUP_EXIT: Duration = Duration::from_secs(10);
 
 impl Drop for OwnedChild {
     fn drop(&mut self) {
@@ -242,7 +269,7 @@ mod tests {
             .expect("status");
         assert!(killed, "it ignored SIGTERM, so it was killed");
         assert!(t.elapsed() < Duration::from_secs(3));
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // stop returns once the group is gone, not when it was sent SIGKILL.
         assert_eq!(live_in_group(pid), 0, "no process of the group is left");
 
         let mut cmd = Command::new("sleep");
@@ -255,6 +282,30 @@ mod tests {
             .map(|s| s.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('Z')))
             .unwrap_or(true);
         assert!(zombie_or_gone, "drop kills the child");
+    }
+
+    #[tokio::test]
+    async fn a_group_is_forgotten_only_once_it_is_gone() {
+        // A member that outlives the call to stop (as a CUDA server does while it
+        // releases the GPU): the wait ends when it ends.
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg("sleep 0.4 & wait");
+        let mut c = OwnedChild::spawn(&mut cmd, "short group").expect("spawn");
+        let pid = c.id().expect("pid");
+        let t = std::time::Instant::now();
+        c.forget_once_gone(Duration::from_secs(5)).await;
+        assert!(t.elapsed() >= Duration::from_millis(300), "{:?}", t.elapsed());
+        assert_eq!(live_in_group(pid), 0);
+        assert!(c.entry.is_none(), "gone, so no longer the supervisor's");
+
+        // One that does not end in time stays registered, for the supervisor.
+        let mut cmd = Command::new("sleep");
+        cmd.arg("60");
+        let mut c = OwnedChild::spawn(&mut cmd, "long group").expect("spawn");
+        let t = std::time::Instant::now();
+        c.forget_once_gone(Duration::from_millis(200)).await;
+        assert!(t.elapsed() < Duration::from_secs(2));
+        assert!(c.entry.is_some(), "still alive, so still registered");
     }
 
     #[test]
