@@ -50,6 +50,20 @@ bench-isolation: ## release build, the isolation run (noisy neighbour, memory pr
 	dir=$$(printf '%s\n' "$$out" | sed -n 's/^results: //p' | tail -n 1); \
 	$(BENCH_BIN) report "$$dir"
 
+PYTORCH_PRECISION ?= bf16
+PYTORCH_FLAGS ?=
+# RESUME=<run-id> continues a broken run of bench-pytorch.
+RESUME ?=
+PYTORCH_SERVER := workload/examples/pytorch/server.py
+
+.PHONY: bench-pytorch
+bench-pytorch: ## (GPU machine with PyTorch) the default sweep of the PyTorch example server (workload/examples/pytorch) instead of gpushare-workload, and its report
+	@if [ ! -x $(BUNDLE)/gpushare-bench ] && [ ! -x target/release/gpushare-bench ]; then $(MAKE) --no-print-directory build; fi
+	@out=$$(PYTHONPATH=$(DEPS)/py$${PYTHONPATH:+:$$PYTHONPATH} $(BENCH_BIN) sweep $(if $(RESUME),--resume $(RESUME),$(if $(RUN_ID),--run-id $(RUN_ID))) \
+	  --workload-cmd '$(PYTHON) $(PYTORCH_SERVER) --port {port} --precision $(PYTORCH_PRECISION)' $(PYTORCH_FLAGS)); echo "$$out"; \
+	dir=$$(printf '%s\n' "$$out" | sed -n 's/^results: //p' | tail -n 1); \
+	$(BENCH_BIN) report "$$dir"
+
 # compare-check: does `compare` cry wolf on this machine, and does it see a slowdown?
 COMPARE_CHECK_OUT ?= results/compare-check-$(shell date -u +%Y%m%dT%H%M%SZ)
 COMPARE_CHECK_FLAGS ?= --strategies exclusive,mps --pods 1,3 --repeat 2 --warmup 3s --window 2s --max-cell 12s --quiet

