@@ -51,6 +51,8 @@ bench-isolation: ## release build, the isolation run (noisy neighbour, memory pr
 	$(BENCH_BIN) report "$$dir"
 
 PYTORCH_PRECISION ?= bf16
+# loop: the server makes its own load; requests: it waits for the harness's (PYTORCH_FLAGS='--request …').
+PYTORCH_MODE ?= loop
 PYTORCH_FLAGS ?=
 # RESUME=<run-id> continues a broken run of bench-pytorch.
 RESUME ?=
@@ -60,7 +62,7 @@ PYTORCH_SERVER := workload/examples/pytorch/server.py
 bench-pytorch: ## (GPU machine with PyTorch) the default sweep of the PyTorch example server (workload/examples/pytorch) instead of gpushare-workload, and its report
 	@if [ ! -x $(BUNDLE)/gpushare-bench ] && [ ! -x target/release/gpushare-bench ]; then $(MAKE) --no-print-directory build; fi
 	@out=$$(PYTHONPATH=$(DEPS)/py$${PYTHONPATH:+:$$PYTHONPATH} $(BENCH_BIN) sweep $(if $(RESUME),--resume $(RESUME),$(if $(RUN_ID),--run-id $(RUN_ID))) \
-	  --workload-cmd '$(PYTHON) $(PYTORCH_SERVER) --port {port} --precision $(PYTORCH_PRECISION)' $(PYTORCH_FLAGS)); echo "$$out"; \
+	  --workload-cmd '$(PYTHON) $(PYTORCH_SERVER) --port {port} --precision $(PYTORCH_PRECISION) --mode $(PYTORCH_MODE)' $(PYTORCH_FLAGS)); echo "$$out"; \
 	dir=$$(printf '%s\n' "$$out" | sed -n 's/^results: //p' | tail -n 1); \
 	$(BENCH_BIN) report "$$dir"
 

@@ -105,6 +105,8 @@ pub enum Source {
     Scrape,
     /// The harness queried a Prometheus server.
     Prometheus,
+    /// The harness sent the requests and timed each (`--request`).
+    Client,
 }
 
 /// What the workload computed on.

@@ -13,6 +13,7 @@
 
 pub mod backend;
 pub mod capacity;
+pub mod client;
 pub mod config;
 pub mod domain;
 pub mod error;

@@ -160,6 +160,29 @@ fn what_a_server_of_ones_own_cannot_do_yet_is_refused_with_one_line() {
             "bad --metric `my_latency_seconds`: the local backend's for now",
         ),
         (vec!["--ready-path", "healthz"], "an HTTP path such as /healthz"),
+        (
+            vec!["--request", "http://127.0.0.1:{port}/infer"],
+            "bad --request `http://127.0.0.1:{port}/infer`: for a server of your own (--workload-cmd)",
+        ),
+        (
+            vec!["--body", "req.json"],
+            "bad --body `req.json`: the body of --request",
+        ),
+        (
+            vec![
+                "--workload-cmd",
+                &cmd,
+                "--request",
+                "http://127.0.0.1:{port}/i",
+                "--ready-path",
+                "none",
+            ],
+            "bad --ready-path `none`: a server that waits for --request",
+        ),
+        (
+            vec!["--workload-cmd", &cmd, "--request", "http://127.0.0.1:{port}/i"],
+            "bad --metric `my_latency_seconds`: with --request the harness times the requests itself",
+        ),
     ] {
         let o = sweep(out.path(), "refused", &args);
         let err = String::from_utf8_lossy(&o.stderr);

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use gpushare_bench::domain::CellStatus;
+use gpushare_bench::domain::{CellStatus, Source};
 use gpushare_bench::results::store::read_cells;
 
 const BENCH: &str = env!("CARGO_BIN_EXE_gpushare-bench");
@@ -90,6 +90,124 @@ fn the_pytorch_example_is_swept_with_its_own_readiness_and_histogram() {
         log.contains("pod-1: yolos-small bf16 on cpu, torch 0.0-fake, mode loop"),
         "{log}"
     );
+}
+
+fn sweep_requests(out: &Path, run_id: &str, extra: &[&str]) -> std::process::Output {
+    let server = repo().join("workload/examples/pytorch/server.py");
+    let cmd = format!(
+        "python3 {} --port {{port}} --device cpu --warmup 5 --mode requests",
+        server.display()
+    );
+    Command::new(BENCH)
+        .args([
+            "sweep",
+            "--device",
+            "cpu",
+            "--quiet",
+            "--warmup",
+            "1s",
+            "--window",
+            "1s",
+            "--max-cell",
+            "3s",
+            "--strategies",
+            "time-slicing",
+            "--run-id",
+            run_id,
+            "--workload-cmd",
+            &cmd,
+        ])
+        .arg("--out")
+        .arg(out)
+        .args(extra)
+        .env("PYTHONPATH", python_path())
+        .env("FAKE_TORCH_MS", "4")
+        .output()
+        .expect("run")
+}
+
+#[test]
+fn the_harness_sends_the_requests_to_a_server_that_waits_for_them() {
+    let out = tempfile::tempdir().expect("tempdir");
+    let body = out.path().join("image.json");
+    std::fs::write(&body, br#"{"image": "random"}"#).expect("body");
+    let body = body.display().to_string();
+    // Closed loop: one request at a time per pod, each a 4 ms inference.
+    let o = sweep_requests(
+        out.path(),
+        "closed",
+        &[
+            "--pods",
+            "1,2",
+            "--request",
+            "http://127.0.0.1:{port}/infer",
+            "--body",
+            &body,
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let run = std::fs::read_to_string(out.path().join("closed/run.json")).expect("run.json");
+    assert!(
+        run.contains("\"request\"") && run.contains("\"body_bytes\": 19"),
+        "{run}"
+    );
+    let cells = read_cells(&out.path().join("closed/cells.jsonl")).expect("cells");
+    for pods in [1, 2] {
+        let cell = cells.iter().find(|c| c.pods == pods && c.is_aggregate()).expect("cell");
+        assert_eq!(cell.status, CellStatus::Ok, "{}", cell.note);
+        assert_eq!(cell.source, Source::Client, "the rows say who timed the requests");
+        let per_pod = cell.throughput_per_s.expect("throughput") / f64::from(pods);
+        assert!((100.0..=250.0).contains(&per_pod), "{pods} pods: {per_pod}/s per pod");
+        // The harness's time: the 4 ms inference plus HTTP and Python on both sides.
+        let mean = cell.mean_s.expect("mean");
+        assert!((0.004..0.010).contains(&mean), "{pods} pods: mean {mean}");
+        assert_eq!(cell.errors, Some(0));
+    }
+
+    // Poisson arrivals at 40/s per pod, far below what a pod serves: the throughput is
+    // the offered rate, and every pod row records its arrivals' seed.
+    let o = sweep_requests(
+        out.path(),
+        "open",
+        &[
+            "--pods",
+            "2",
+            "--load",
+            "poisson:40",
+            "--request",
+            "http://127.0.0.1:{port}/infer",
+            "--body",
+            &body,
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let cells = read_cells(&out.path().join("open/cells.jsonl")).expect("cells");
+    let cell = cells.iter().find(|c| c.is_aggregate()).expect("cell");
+    assert_eq!(cell.status, CellStatus::Ok, "{}", cell.note);
+    let tput = cell.throughput_per_s.expect("throughput");
+    // 80/s offered; over ≥ 3 s the count is Poisson, sd √240/3 ≈ 5/s.
+    assert!((55.0..105.0).contains(&tput), "{tput}");
+    let seeds: Vec<_> = cells
+        .iter()
+        .filter(|c| !c.is_aggregate())
+        .map(|c| c.load_seed)
+        .collect();
+    assert_eq!(seeds.len(), 2);
+    assert!(seeds.iter().all(Option::is_some) && seeds[0] != seeds[1], "{seeds:?}");
+
+    // Requests the server refuses (a GET of /infer: 404): counted as errors, and no
+    // latency is made up.
+    sweep_requests(
+        out.path(),
+        "refused",
+        &["--pods", "1", "--request", "http://127.0.0.1:{port}/infer"],
+    );
+    let cells = read_cells(&out.path().join("refused/cells.jsonl")).expect("cells");
+    let cell = cells.iter().find(|c| c.is_aggregate()).expect("cell");
+    assert!(cell.mean_s.is_none() && cell.throughput_per_s.is_none(), "{cell:?}");
+    let pod = cells.iter().find(|c| !c.is_aggregate()).expect("pod row");
+    assert!(pod.errors.is_some_and(|e| e > 50), "{:?} {}", pod.errors, pod.note);
+    assert!(pod.note.starts_with("nothing completed; "), "{}", pod.note);
 }
 
 #[test]

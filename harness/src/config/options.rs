@@ -73,7 +73,7 @@ pub struct SweepOptions {
     /// The gpushare-workload binary [default: beside gpushare-bench, then PATH].
     #[arg(long, value_parser = utf8_path)]
     pub workload_bin: Option<PathBuf>,
-    /// Your own inference server instead of gpushare-workload (local backend): a shell command run once per pod, with {port} replaced by the port its /metrics must listen on (127.0.0.1), and PORT, POD and STRATEGY in its environment beside the strategy's CUDA/MPS settings, e.g. 'python3 serve.py --port {port}'. It must export a latency histogram (--metric) and make its own requests.
+    /// Your own inference server instead of gpushare-workload (local backend): a shell command run once per pod, with {port} replaced by the port its /metrics must listen on (127.0.0.1), and PORT, POD and STRATEGY in its environment beside the strategy's CUDA/MPS settings, e.g. 'python3 serve.py --port {port}'. It must export a latency histogram (--metric) and make its own requests, or answer --request.
     #[arg(long)]
     pub workload_cmd: Option<String>,
     /// The latency histogram to read, in seconds [default: inference_time_seconds].
@@ -82,6 +82,12 @@ pub struct SweepOptions {
     /// Readiness: the HTTP path that answers 200 once a pod serves, or `none` for a server without one (ready at the histogram's first observation) [default: /healthz].
     #[arg(long, conflicts_with = "resume")]
     pub ready_path: Option<String>,
+    /// Send the requests yourself to a server of your own (--workload-cmd) that waits for them: the URL of each, {port} the pod's port, e.g. http://127.0.0.1:{port}/infer. The harness sends them as --load says (closed: one at a time per pod; poisson:RATE or total:RATE: Poisson arrivals, timed from each arrival) and times every answer into the rows' latency and throughput (source: client). Needs the server's --ready-path.
+    #[arg(long, conflicts_with = "resume")]
+    pub request: Option<String>,
+    /// The body of every --request, read once from FILE and POSTed (Content-Type application/json for *.json, else application/octet-stream); without it, GET.
+    #[arg(long, value_parser = utf8_path, conflicts_with = "resume")]
+    pub body: Option<PathBuf>,
     /// Extra argument for every workload pod (repeatable), e.g. --workload-arg=--weights --workload-arg=DIR.
     #[arg(long = "workload-arg", allow_hyphen_values = true)]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

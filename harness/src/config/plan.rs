@@ -68,6 +68,8 @@ pub struct SweepPlan {
     pub metric: String,
     /// The readiness path, or `none`: ready at the histogram's first observation.
     pub ready_path: String,
+    /// The harness's own requests to the user's server (`--request`, `--body`).
+    pub request: Option<crate::client::RequestPlan>,
     /// Kubernetes node.
     pub node: Option<String>,
     /// Kubernetes namespace.
@@ -193,14 +195,20 @@ struct OwnWorkload {
     metric: Option<String>,
     ready_path: Option<String>,
     with_workload_args: bool,
+    request: Option<String>,
+    body: Option<PathBuf>,
 }
+
+/// What [`own_workload`] settles: the command, the metric, the readiness path and the
+/// harness's requests.
+type OwnSettled = (Option<String>, String, String, Option<crate::client::RequestPlan>);
 
 fn own_workload(
     o: OwnWorkload,
     backend: BackendKind,
     load: Load,
     prometheus: &PrometheusSetting,
-) -> Result<(Option<String>, String, String)> {
+) -> Result<OwnSettled> {
     let metric = o.metric.unwrap_or_else(|| DEFAULT_METRIC.to_string());
     if !is_metric_name(&metric) {
         return Err(BenchError::flag(
@@ -238,8 +246,22 @@ fn own_workload(
             "an HTTP path such as /healthz (or none: ready at the histogram's first observation)",
         ));
     }
+    if let (Some(body), None) = (&o.body, &o.request) {
+        return Err(BenchError::flag(
+            "--body",
+            &body.display().to_string(),
+            "the body of --request: give the URL to send it to",
+        ));
+    }
     let Some(cmd) = o.cmd else {
-        return Ok((None, metric, ready_path));
+        if let Some(url) = &o.request {
+            return Err(BenchError::flag(
+                "--request",
+                url,
+                "for a server of your own (--workload-cmd); gpushare-workload makes its own requests",
+            ));
+        }
+        return Ok((None, metric, ready_path, None));
     };
     let refuse = |why: &str| Err(BenchError::flag("--workload-cmd", &cmd, why.to_string()));
     if cmd.trim().is_empty() || !cmd.contains("{port}") {
@@ -250,8 +272,10 @@ fn own_workload(
             "the local backend's; on Kubernetes give the server's image with --image and its arguments with --workload-arg",
         );
     }
-    if load != Load::Closed {
-        return refuse("your server makes its own requests for now: --load drives gpushare-workload's generator");
+    if load != Load::Closed && o.request.is_none() {
+        return refuse(
+            "a server that makes its own requests sets its own pace: give --request for the harness to send them as --load says",
+        );
     }
     if *prometheus != PrometheusSetting::Off {
         return refuse("a server of your own is read by the direct scrape only for now (--prometheus off)");
@@ -259,7 +283,30 @@ fn own_workload(
     if o.with_workload_args {
         return refuse("--workload-arg is for gpushare-workload; put your server's arguments in the command");
     }
-    Ok((Some(cmd), metric, ready_path))
+    let request = match &o.request {
+        None => None,
+        Some(url) => {
+            if ready_path == "none" {
+                return Err(BenchError::flag(
+                    "--ready-path",
+                    "none",
+                    "a server that waits for --request has no first observation to wait for: give its readiness path",
+                ));
+            }
+            if metric != DEFAULT_METRIC {
+                return Err(BenchError::flag(
+                    "--metric",
+                    &metric,
+                    "with --request the harness times the requests itself and reads no histogram of the server's",
+                ));
+            }
+            Some(
+                crate::client::RequestPlan::new(url, o.body.as_deref())
+                    .map_err(|(flag, value, reason)| BenchError::flag(flag, &value, reason))?,
+            )
+        }
+    };
+    Ok((Some(cmd), metric, ready_path, request))
 }
 
 impl SweepPlan {
@@ -405,8 +452,10 @@ impl SweepPlan {
             metric: o.metric,
             ready_path: o.ready_path,
             with_workload_args: !o.workload_args.is_empty(),
+            request: o.request,
+            body: o.body,
         };
-        let (workload_cmd, metric, ready_path) = own_workload(own, backend, load, &prometheus)?;
+        let (workload_cmd, metric, ready_path, request) = own_workload(own, backend, load, &prometheus)?;
         let base_port = match o.base_port {
             Some(p) if !(1024..=65535 - 64).contains(&p) => {
                 return Err(BenchError::flag(
@@ -444,6 +493,7 @@ impl SweepPlan {
             workload_cmd,
             metric,
             ready_path,
+            request,
             node: o.node,
             namespace: o.namespace.unwrap_or_else(|| "gpushare-bench".into()),
             base_port,

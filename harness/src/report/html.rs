@@ -189,6 +189,7 @@ fn environment(data: &RunData) -> Vec<(String, String)> {
     let source = match p.source {
         crate::domain::Source::Scrape => "direct scrape",
         crate::domain::Source::Prometheus => "Prometheus",
+        crate::domain::Source::Client => "the harness's own requests, timed by the harness",
     };
     let measurement = match &data.run.isolation {
         Some(iso) => format!(

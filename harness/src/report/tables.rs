@@ -353,6 +353,7 @@ pub fn markdown(data: &RunData, t: &Tables) -> String {
         match p.source {
             crate::domain::Source::Scrape => "scrape",
             crate::domain::Source::Prometheus => "prometheus",
+            crate::domain::Source::Client => "client",
         },
         data.run.started_at,
         data.run.finished_at.as_deref().unwrap_or("unfinished")

@@ -321,6 +321,10 @@ pub struct PlanRecord {
     /// The readiness path, or `none` (`--ready-path`).
     #[serde(default = "default_ready_path", skip_serializing_if = "is_default_ready_path")]
     pub ready_path: String,
+    /// The harness's own requests to that server (`--request`, `--body`); the rows'
+    /// source is then `client`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<crate::client::RequestPlan>,
 }
 
 fn default_metric() -> String {
@@ -383,6 +387,7 @@ impl PlanRecord {
             workload_cmd: plan.workload_cmd.clone(),
             metric: plan.metric.clone(),
             ready_path: plan.ready_path.clone(),
+            request: plan.request.clone(),
         }
     }
 
@@ -459,6 +464,7 @@ impl RunRecord {
     /// measurement.
     pub fn new(run_id: String, plan: &SweepPlan, device: DeviceKind, environment: Environment) -> RunRecord {
         let source = match plan.prometheus {
+            PrometheusSetting::Off if plan.request.is_some() => Source::Client,
             PrometheusSetting::Off if plan.backend == BackendKind::Local => Source::Scrape,
             _ => Source::Prometheus,
         };
@@ -579,12 +585,30 @@ impl PlanRecord {
                 "a server of your own or another metric is read by the local backend's direct scrape only",
             ));
         }
-        if self.workload_cmd.is_some() && self.load != crate::config::values::Load::Closed {
+        if self.workload_cmd.is_some() && self.request.is_none() && self.load != crate::config::values::Load::Closed {
             return Err(bad_field(
                 path,
                 "plan.load",
-                "a server of your own makes its own requests: its load is closed",
+                "a server of your own that makes its own requests: its load is closed",
             ));
+        }
+        if let Some(r) = &self.request {
+            if self.workload_cmd.is_none() {
+                return Err(bad_field(
+                    path,
+                    "plan.request",
+                    "requests go to a server of your own: plan.workload_cmd is missing",
+                ));
+            }
+            r.validate()
+                .map_err(|reason| bad_field(path, "plan.request.url", reason))?;
+            if self.ready_path == "none" || self.source != Source::Client {
+                return Err(bad_field(
+                    path,
+                    "plan.request",
+                    "the harness's requests need a readiness path and are recorded with source client",
+                ));
+            }
         }
         if !matches!(self.backend.as_str(), "local" | "kubernetes") {
             return Err(bad_field(
@@ -994,6 +1018,43 @@ mod tests {
         for (want, tamper) in cases {
             let mut run = fixture_run();
             own(&mut run);
+            tamper(&mut run);
+            let e = run.validate(path).expect_err(want).to_string();
+            assert!(e.contains(want), "{want:?} not in {e:?}");
+        }
+
+        // The harness's own requests: an open load is then allowed, with source client
+        // and a readiness path.
+        let requests = |r: &mut RunRecord| {
+            own(r);
+            r.plan.metric = crate::config::plan::DEFAULT_METRIC.into();
+            r.plan.ready_path = "/healthz".into();
+            r.plan.source = Source::Client;
+            r.plan.load = crate::config::values::Load::PerPod(10.0);
+            r.plan.request = Some(crate::client::RequestPlan {
+                url: "http://127.0.0.1:{port}/infer".into(),
+                body: None,
+                body_bytes: 0,
+            });
+        };
+        let mut ok = fixture_run();
+        requests(&mut ok);
+        assert!(ok.validate(path).is_ok(), "{:?}", ok.validate(path));
+        let cases: [(&str, Tamper); 4] = [
+            ("plan.request: requests go to a server of your own", |r| {
+                r.plan.workload_cmd = None
+            }),
+            ("plan.request.url: put {port} where", |r| {
+                if let Some(q) = r.plan.request.as_mut() {
+                    q.url = "http://127.0.0.1:80/infer".into()
+                }
+            }),
+            ("need a readiness path", |r| r.plan.ready_path = "none".into()),
+            ("recorded with source client", |r| r.plan.source = Source::Scrape),
+        ];
+        for (want, tamper) in cases {
+            let mut run = fixture_run();
+            requests(&mut run);
             tamper(&mut run);
             let e = run.validate(path).expect_err(want).to_string();
             assert!(e.contains(want), "{want:?} not in {e:?}");

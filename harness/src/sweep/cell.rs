@@ -293,7 +293,18 @@ pub fn cell_rows(
                     None => total = Some(d),
                 }
             }
-            _ => effective.push(0.0),
+            _ => {
+                // Nothing completed, but what failed is still counted (a server that
+                // answers every request with an error).
+                if let (Some(a), Some(b)) = (&t.first, &t.last) {
+                    let errs = (b.errors - a.errors).max(0.0);
+                    if errs > 0.0 {
+                        row.errors = Some(errs as u64);
+                        add_note(&mut row.note, &format!("nothing completed; {errs} errors"));
+                    }
+                }
+                effective.push(0.0)
+            }
         }
         rows.push(row);
     }

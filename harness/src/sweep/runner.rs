@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use crate::backend::{Backend, Prepared, Session};
+use crate::client::source::RequestSource;
 use crate::config::plan::{MeasureSettings, PrometheusSetting};
 use crate::domain::{CellStatus, Strategy};
 use crate::error::{BenchError, Result};
@@ -98,7 +99,18 @@ pub async fn run_work<B: Backend, W: Work<B>>(
     }
     match session.metrics.clone() {
         PrometheusSetting::Off => {
-            let scrape = ScrapeSource::default().reading(&session.store.run().plan.metric);
+            let plan = &session.store.run().plan;
+            if let Some(request) = plan.request.clone() {
+                // The harness sends the requests and times them (`--request`).
+                let source = match RequestSource::new(&request, plan.load) {
+                    Ok(s) => s,
+                    Err(e) => return finish(session, Err(e), progress, shutdown).await,
+                };
+                let result = work.run(&mut session, &source, progress, shutdown).await;
+                source.stop();
+                return finish(session, result, progress, shutdown).await;
+            }
+            let scrape = ScrapeSource::default().reading(&plan.metric);
             let result = work.run(&mut session, &scrape, progress, shutdown).await;
             finish(session, result, progress, shutdown).await
         }

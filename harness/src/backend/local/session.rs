@@ -161,6 +161,17 @@ pub fn dry_run(plan: &SweepPlan) -> String {
         Some(cmd) => format!("sh -c {cmd:?} (per pod, {{port}} its port; PORT, POD, STRATEGY set)\n"),
         None => format!("gpushare-workload {}\n", record.workload_args().join(" ")),
     };
+    if let Some(r) = &record.request {
+        let what = match &r.body {
+            Some(b) => format!("POST {} with {} ({} bytes)", r.url, b.display(), r.body_bytes),
+            None => format!("GET {}", r.url),
+        };
+        let _ = writeln!(
+            out,
+            "requests: {what}, per pod, --load {}; timed by the harness",
+            record.load
+        );
+    }
     for &s in &record.strategies {
         for &n in &record.pods {
             let _ = writeln!(out, "{} × {n}:", s.title());

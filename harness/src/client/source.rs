@@ -1,0 +1,261 @@
+//! The load generator as a metrics source: `prepare` starts one generator per ready
+//! pod (ending the last cell's), `snapshot` reads their tallies. Generators end with
+//! the next cell's `prepare` and when the source is dropped: every request task lives
+//! in a `JoinSet`, aborted with it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::client::{Arrivals, RequestPlan, Tally};
+use crate::config::values::Load;
+use crate::domain::Source;
+use crate::error::{BenchError, Result};
+use crate::metrics::{MetricsSource, PodSnapshot, Target};
+use crate::shutdown::Shutdown;
+
+type PostClient = Client<HttpConnector, Full<Bytes>>;
+
+/// The most requests in flight per pod under an open load; an arrival beyond it is
+/// dropped and counted as an error (the server is that far behind).
+pub const MAX_IN_FLIGHT: usize = 256;
+/// The longest a request may take before it counts as failed.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// A closed loop's pause after a failed request, so a dead server is not hammered.
+const RETRY_PAUSE: Duration = Duration::from_millis(10);
+
+/// What every request is.
+#[derive(Debug)]
+struct Request {
+    body: Option<Bytes>,
+    content_type: &'static str,
+}
+
+/// One pod's generator state, shared with its tasks.
+#[derive(Debug, Default)]
+struct PodLoad {
+    tally: Tally,
+    seed: Option<u64>,
+}
+
+/// Requests to every pod of a cell, timed by the harness.
+#[derive(Debug)]
+pub struct RequestSource {
+    plan: RequestPlan,
+    request: Arc<Request>,
+    load: Load,
+    client: PostClient,
+    running: Mutex<Running>,
+}
+
+#[derive(Debug, Default)]
+struct Running {
+    pods: HashMap<String, Arc<Mutex<PodLoad>>>,
+    /// Held, not read: dropping it aborts the generators.
+    _tasks: Option<JoinSet<()>>,
+}
+
+impl RequestSource {
+    /// A source for `plan` under `load`; reads the body now (a missing or changed file
+    /// is an error before any pod starts).
+    pub fn new(plan: &RequestPlan, load: Load) -> Result<Self> {
+        let body = plan
+            .read_body()
+            .map_err(|reason| BenchError::flag("--body", "", reason))?
+            .map(Bytes::from);
+        Ok(Self {
+            request: Arc::new(Request {
+                body,
+                content_type: plan.content_type(),
+            }),
+            plan: plan.clone(),
+            load,
+            client: {
+                // A request's headers and body may leave in two writes: without
+                // TCP_NODELAY the second waits for the server's delayed ACK.
+                let mut connector = HttpConnector::new();
+                connector.set_nodelay(true);
+                Client::builder(TokioExecutor::new()).build(connector)
+            },
+            running: Mutex::new(Running::default()),
+        })
+    }
+
+    fn running(&self) -> std::sync::MutexGuard<'_, Running> {
+        self.running.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The port of a pod's metrics URL (`http://127.0.0.1:PORT/metrics`).
+fn port_of(url: &str) -> Option<u16> {
+    url.parse::<hyper::Uri>().ok()?.port_u16()
+}
+
+/// One request: Ok once a 2xx answer was read whole, else why not.
+async fn send(client: &PostClient, url: &str, req: &Request) -> std::result::Result<(), String> {
+    let mut builder = hyper::Request::builder().uri(url);
+    let body = match &req.body {
+        Some(b) => {
+            builder = builder.method("POST").header("content-type", req.content_type);
+            Full::new(b.clone())
+        }
+        None => Full::new(Bytes::new()),
+    };
+    let request = builder.body(body).map_err(|e| format!("bad request: {e}"))?;
+    let answer = async {
+        let resp = client.request(request).await.map_err(|e| e.to_string())?;
+        let status = resp.status();
+        resp.into_body().collect().await.map_err(|e| e.to_string())?;
+        if status.is_success() {
+            Ok(())
+        } else {
+            Err(format!("HTTP {status}"))
+        }
+    };
+    tokio::time::timeout(REQUEST_TIMEOUT, answer)
+        .await
+        .unwrap_or_else(|_| Err("timed out".into()))
+}
+
+fn record(pod: &Mutex<PodLoad>, outcome: std::result::Result<(), String>, took: Duration) {
+    let mut p = pod.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    match outcome {
+        Ok(()) => p.tally.observe(took.as_secs_f64()),
+        Err(_) => p.tally.errors += 1,
+    }
+}
+
+/// Back to back: the next request when the last one is answered.
+async fn closed_loop(client: PostClient, url: String, req: Arc<Request>, pod: Arc<Mutex<PodLoad>>) {
+    loop {
+        let start = Instant::now();
+        let outcome = send(&client, &url, &req).await;
+        let failed = outcome.is_err();
+        record(&pod, outcome, start.elapsed());
+        if failed {
+            tokio::time::sleep(RETRY_PAUSE).await;
+        }
+    }
+}
+
+/// Poisson arrivals: each request timed from its scheduled arrival, so a slow server
+/// is charged for the queue it builds (no coordinated omission).
+async fn open_loop(
+    client: PostClient,
+    url: String,
+    req: Arc<Request>,
+    pod: Arc<Mutex<PodLoad>>,
+    mut arrivals: Arrivals,
+) {
+    let mut in_flight = JoinSet::new();
+    let mut next = Instant::now();
+    loop {
+        next += Duration::from_secs_f64(arrivals.gap());
+        tokio::time::sleep_until(next).await;
+        while in_flight.try_join_next().is_some() {}
+        if in_flight.len() >= MAX_IN_FLIGHT {
+            pod.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .tally
+                .errors += 1;
+            continue;
+        }
+        let (client, url, req, pod, arrival) = (client.clone(), url.clone(), req.clone(), pod.clone(), next);
+        in_flight.spawn(async move {
+            let outcome = send(&client, &url, &req).await;
+            record(&pod, outcome, arrival.elapsed());
+        });
+    }
+}
+
+/// A seed of its own for every pod of every cell, recorded in its rows.
+fn seed_for(pod: &str) -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    pod.bytes().fold(nanos ^ 0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+impl MetricsSource for RequestSource {
+    fn kind(&self) -> Source {
+        Source::Client
+    }
+
+    async fn prepare(&self, targets: &[Target], _shutdown: &Shutdown) -> Result<()> {
+        let mut tasks = JoinSet::new();
+        let mut pods = HashMap::new();
+        let rate = self.load.per_pod_rate(targets.len() as u32);
+        for t in targets {
+            let port = port_of(&t.url).ok_or_else(|| BenchError::Scrape {
+                pod: t.pod.clone(),
+                url: t.url.clone(),
+                reason: "no port in its URL to send --request to".into(),
+            })?;
+            let url = self.plan.url_for(port);
+            let pod = Arc::new(Mutex::new(PodLoad::default()));
+            let (client, req) = (self.client.clone(), self.request.clone());
+            match rate {
+                None => {
+                    tasks.spawn(closed_loop(client, url, req, pod.clone()));
+                }
+                Some(rate) => {
+                    let seed = seed_for(&t.pod);
+                    pod.lock().unwrap_or_else(std::sync::PoisonError::into_inner).seed = Some(seed);
+                    tasks.spawn(open_loop(client, url, req, pod.clone(), Arrivals::new(seed, rate)));
+                }
+            }
+            pods.insert(t.pod.clone(), pod);
+        }
+        // The last cell's generators end here (dropping a JoinSet aborts its tasks).
+        *self.running() = Running {
+            pods,
+            _tasks: Some(tasks),
+        };
+        Ok(())
+    }
+
+    async fn snapshot(&self, targets: &[Target]) -> Result<Vec<(String, Result<PodSnapshot>)>> {
+        let at = Instant::now();
+        let running = self.running();
+        Ok(targets
+            .iter()
+            .map(|t| {
+                let snap = match running.pods.get(&t.pod) {
+                    Some(p) => {
+                        let p = p.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                        Ok(PodSnapshot {
+                            at,
+                            latency: p.tally.histogram(),
+                            errors: p.tally.errors as f64,
+                            load_seed: p.seed,
+                        })
+                    }
+                    None => Err(BenchError::Scrape {
+                        pod: t.pod.clone(),
+                        url: t.url.clone(),
+                        reason: "no requests were sent to it (not prepared)".into(),
+                    }),
+                };
+                (t.pod.clone(), snap)
+            })
+            .collect())
+    }
+}
+
+impl RequestSource {
+    /// Ends every generator (the cell is over); also done by the next `prepare` and on
+    /// drop.
+    pub fn stop(&self) {
+        *self.running() = Running::default();
+    }
+}
