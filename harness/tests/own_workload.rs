@@ -148,8 +148,15 @@ fn what_a_server_of_ones_own_cannot_do_yet_is_refused_with_one_line() {
             "makes its own requests",
         ),
         (
-            vec!["--workload-cmd", &cmd, "--prometheus", "spawn"],
-            "direct scrape only",
+            vec![
+                "--workload-cmd",
+                &cmd,
+                "--request",
+                "http://127.0.0.1:{port}/i",
+                "--prometheus",
+                "spawn",
+            ],
+            "bad --prometheus `spawn`: with --request the harness times the requests itself",
         ),
         (
             vec!["--workload-cmd", &cmd, "--workload-arg=--x"],

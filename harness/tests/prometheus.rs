@@ -360,6 +360,52 @@ async fn an_existing_server_by_url_measures_pods_on_fixed_ports() {
 }
 
 #[test]
+fn a_server_of_ones_own_is_read_through_a_private_prometheus_by_its_metric() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake_server.py");
+    let cmd = format!("python3 {} {{port}} my_latency_seconds ok", script.display());
+    let out = dir.path().join("results");
+    let st = sweep(
+        &out,
+        &[
+            "--pods",
+            "1",
+            "--max-cell",
+            "4s",
+            "--run-id",
+            "own",
+            "--prometheus",
+            "spawn",
+            "--workload-cmd",
+            &cmd,
+            "--metric",
+            "my_latency_seconds",
+            "--ready-path",
+            "none",
+        ],
+    )
+    .env("FAKE_ENV_DIR", dir.path())
+    .output()
+    .expect("run");
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    let cells = read_cells(&out.join("own/cells.jsonl")).expect("cells");
+    let agg = cells.iter().find(|c| c.is_aggregate()).expect("aggregate");
+    assert_eq!(
+        (agg.status, agg.source),
+        (CellStatus::Ok, Source::Prometheus),
+        "{}",
+        agg.note
+    );
+    // fake_server.py observes exactly 4 ms, 200 times a second, into my_latency_seconds.
+    assert!(agg.mean_s.is_some_and(|m| (m - 0.004).abs() < 1e-6), "{:?}", agg.mean_s);
+    assert!(
+        agg.throughput_per_s.is_some_and(|t| (150.0..250.0).contains(&t)),
+        "{:?}",
+        agg.throughput_per_s
+    );
+}
+
+#[test]
 fn a_server_killed_mid_cell_is_a_clear_error_and_the_pods_stop() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut child = sweep(

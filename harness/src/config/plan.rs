@@ -231,13 +231,6 @@ fn own_workload(
             "the local backend's for now: the Deployment's readiness probe asks gpushare-workload's /healthz",
         ));
     }
-    if metric != DEFAULT_METRIC && *prometheus != PrometheusSetting::Off {
-        return Err(BenchError::flag(
-            "--metric",
-            &metric,
-            "another histogram is read by the direct scrape only for now (--prometheus off)",
-        ));
-    }
     let ready_path = o.ready_path.unwrap_or_else(|| DEFAULT_READY_PATH.to_string());
     if !is_ready_path(&ready_path) {
         return Err(BenchError::flag(
@@ -277,15 +270,19 @@ fn own_workload(
             "a server that makes its own requests sets its own pace: give --request for the harness to send them as --load says",
         );
     }
-    if *prometheus != PrometheusSetting::Off {
-        return refuse("a server of your own is read by the direct scrape only for now (--prometheus off)");
-    }
     if o.with_workload_args {
         return refuse("--workload-arg is for gpushare-workload; put your server's arguments in the command");
     }
     let request = match &o.request {
         None => None,
         Some(url) => {
+            if *prometheus != PrometheusSetting::Off {
+                return Err(BenchError::flag(
+                    "--prometheus",
+                    &prometheus.to_string(),
+                    "with --request the harness times the requests itself: Prometheus has none of its numbers",
+                ));
+            }
             if ready_path == "none" {
                 return Err(BenchError::flag(
                     "--ready-path",

@@ -578,11 +578,11 @@ impl PlanRecord {
             return Err(bad_field(path, "plan.workload_cmd", format!("{cmd:?} has no {{port}}")));
         }
         let own = self.workload_cmd.is_some() || self.metric != crate::config::plan::DEFAULT_METRIC;
-        if own && (self.backend != "local" || self.prometheus != "off") {
+        if own && self.backend != "local" {
             return Err(bad_field(
                 path,
                 "plan.metric",
-                "a server of your own or another metric is read by the local backend's direct scrape only",
+                "a server of your own or another metric is the local backend's only",
             ));
         }
         if self.workload_cmd.is_some() && self.request.is_none() && self.load != crate::config::values::Load::Closed {
@@ -1005,11 +1005,16 @@ mod tests {
             ("plan.ready_path: \"/a b\" is neither", |r| {
                 r.plan.ready_path = "/a b".into()
             }),
-            ("read by the local backend's direct scrape only", |r| {
-                r.plan.backend = "kubernetes".into()
-            }),
-            ("read by the local backend's direct scrape only", |r| {
-                r.plan.prometheus = "spawn".into()
+            ("is the local backend's only", |r| r.plan.backend = "kubernetes".into()),
+            ("recorded with source client", |r| {
+                r.plan.request = Some(crate::client::RequestPlan {
+                    url: "http://127.0.0.1:{port}/i".into(),
+                    body: None,
+                    body_bytes: 0,
+                });
+                r.plan.ready_path = "/healthz".into();
+                r.plan.prometheus = "spawn".into();
+                r.plan.source = Source::Prometheus;
             }),
             ("its load is closed", |r| {
                 r.plan.load = crate::config::values::Load::PerPod(10.0)

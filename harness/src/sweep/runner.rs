@@ -116,7 +116,7 @@ pub async fn run_work<B: Backend, W: Work<B>>(
         }
         PrometheusSetting::Spawn => {
             let mut source = match PrometheusSource::spawn(session.store.dir(), shutdown).await {
-                Ok(s) => s,
+                Ok(s) => s.reading(&session.store.run().plan.metric),
                 Err(e) => return finish(session, Err(e), progress, shutdown).await,
             };
             progress.message(&format!("Prometheus: private server at {}", source.client().base()));
@@ -126,9 +126,8 @@ pub async fn run_work<B: Backend, W: Work<B>>(
             finish(session, result, progress, shutdown).await
         }
         PrometheusSetting::Url(url) => {
-            let result = work
-                .run(&mut session, &PrometheusSource::connect(&url), progress, shutdown)
-                .await;
+            let source = PrometheusSource::connect(&url).reading(&session.store.run().plan.metric);
+            let result = work.run(&mut session, &source, progress, shutdown).await;
             finish(session, result, progress, shutdown).await
         }
     }

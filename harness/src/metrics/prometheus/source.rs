@@ -26,11 +26,11 @@ fn epoch_now() -> f64 {
 /// The raw series of one snapshot query, each by `instance`.
 #[derive(Debug, Clone, Copy)]
 pub struct Series<'a> {
-    /// `inference_time_seconds_bucket`.
+    /// `<metric>_bucket` (`inference_time_seconds` unless `--metric` says).
     pub buckets: &'a [VectorSample],
-    /// `inference_time_seconds_sum`.
+    /// `<metric>_sum`.
     pub sums: &'a [VectorSample],
-    /// `inference_time_seconds_count`.
+    /// `<metric>_count`.
     pub counts: &'a [VectorSample],
     /// When each count was last scraped.
     pub times: &'a [VectorSample],
@@ -93,6 +93,7 @@ pub struct PrometheusSource {
     client: PromClient,
     server: Option<PrometheusServer>,
     up_timeout: Duration,
+    metric: String,
 }
 
 impl PrometheusSource {
@@ -102,6 +103,7 @@ impl PrometheusSource {
             client: PromClient::new(url),
             server: None,
             up_timeout: Duration::from_secs(60),
+            metric: crate::metrics::LATENCY_METRIC.to_string(),
         }
     }
 
@@ -112,7 +114,14 @@ impl PrometheusSource {
             client: PromClient::new(&server.url),
             server: Some(server),
             up_timeout: Duration::from_secs(60),
+            metric: crate::metrics::LATENCY_METRIC.to_string(),
         })
+    }
+
+    /// This source, reading the latency histogram `metric` (`--metric`).
+    pub fn reading(mut self, metric: &str) -> Self {
+        self.metric = metric.to_string();
+        self
     }
 
     /// The API client.
@@ -176,11 +185,12 @@ impl MetricsSource for PrometheusSource {
             equal: Vec::new(),
             one_of: Some(("instance".into(), targets.iter().map(|t| instance_of(&t.url)).collect())),
         };
+        let m = &self.metric;
         let q = [
-            promql::raw("inference_time_seconds_bucket", &sel),
-            promql::raw("inference_time_seconds_sum", &sel),
-            promql::raw("inference_time_seconds_count", &sel),
-            promql::sample_time("inference_time_seconds_count", &sel),
+            promql::raw(&format!("{m}_bucket"), &sel),
+            promql::raw(&format!("{m}_sum"), &sel),
+            promql::raw(&format!("{m}_count"), &sel),
+            promql::sample_time(&format!("{m}_count"), &sel),
             promql::raw("inference_errors_total", &sel),
             promql::raw(crate::metrics::INFO_METRIC, &sel),
         ];
@@ -213,7 +223,7 @@ impl MetricsSource for PrometheusSource {
                     .cloned()
                     .ok_or_else(|| BenchError::MetricsContract {
                         source_name: format!("{} via {}", t.pod, self.client.base()),
-                        reason: "no inference_time_seconds series for this pod".into(),
+                        reason: format!("no {m}_bucket series for this pod (is {m} a histogram it exports?)"),
                     });
                 (t.pod.clone(), r)
             })
