@@ -82,6 +82,7 @@ async fn restore_node_puts_back_a_killed_runs_changes_from_its_journal() {
             args: Vec::new(),
             tolerations: vec![objects::DEFAULT_TOLERATION.into()],
             pull_secrets: Vec::new(),
+            server: None,
         };
         let mut s = KubeSettings::new("gpu-1", workload);
         s.strategies = vec![Strategy::TimeSlicing];

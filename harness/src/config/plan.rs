@@ -195,6 +195,7 @@ struct OwnWorkload {
     metric: Option<String>,
     ready_path: Option<String>,
     with_workload_args: bool,
+    image_given: bool,
     request: Option<String>,
     body: Option<PathBuf>,
 }
@@ -217,18 +218,21 @@ fn own_workload(
             "not a Prometheus metric name (letters, digits, '_' and ':', not starting with a digit)",
         ));
     }
-    if backend == BackendKind::Kubernetes && metric != DEFAULT_METRIC {
-        return Err(BenchError::flag(
-            "--metric",
-            &metric,
-            "the local backend's for now: on Kubernetes the pods are read through PromQL written for inference_time_seconds",
-        ));
-    }
-    if backend == BackendKind::Kubernetes && o.ready_path.as_deref().is_some_and(|p| p != DEFAULT_READY_PATH) {
+    if backend == BackendKind::Kubernetes
+        && o.cmd.is_none()
+        && o.ready_path.as_deref().is_some_and(|p| p != DEFAULT_READY_PATH)
+    {
         return Err(BenchError::flag(
             "--ready-path",
             o.ready_path.as_deref().unwrap_or_default(),
-            "the local backend's for now: the Deployment's readiness probe asks gpushare-workload's /healthz",
+            "gpushare-workload answers /healthz; another path is for a server of your own (--workload-cmd with --image)",
+        ));
+    }
+    if backend == BackendKind::Kubernetes && o.ready_path.as_deref() == Some("none") {
+        return Err(BenchError::flag(
+            "--ready-path",
+            "none",
+            "on Kubernetes the kubelet's readiness probe decides when a pod serves: give your server's path",
         ));
     }
     let ready_path = o.ready_path.unwrap_or_else(|| DEFAULT_READY_PATH.to_string());
@@ -260,10 +264,17 @@ fn own_workload(
     if cmd.trim().is_empty() || !cmd.contains("{port}") {
         return refuse("put {port} where the server's metrics port goes, e.g. 'python3 serve.py --port {port}'");
     }
-    if backend == BackendKind::Kubernetes {
+    if backend == BackendKind::Kubernetes && !o.image_given {
         return refuse(
-            "the local backend's; on Kubernetes give the server's image with --image and its arguments with --workload-arg",
+            "on Kubernetes it runs in your server's image: give it with --image (the command runs there under /bin/sh -c, {port} the metrics port 9400)",
         );
+    }
+    if backend == BackendKind::Kubernetes && o.request.is_some() {
+        return Err(BenchError::flag(
+            "--request",
+            o.request.as_deref().unwrap_or_default(),
+            "the local backend's for now: on Kubernetes your server must make its own requests",
+        ));
     }
     if load != Load::Closed && o.request.is_none() {
         return refuse(
@@ -449,6 +460,7 @@ impl SweepPlan {
             metric: o.metric,
             ready_path: o.ready_path,
             with_workload_args: !o.workload_args.is_empty(),
+            image_given: o.image.is_some(),
             request: o.request,
             body: o.body,
         };

@@ -577,12 +577,11 @@ impl PlanRecord {
         {
             return Err(bad_field(path, "plan.workload_cmd", format!("{cmd:?} has no {{port}}")));
         }
-        let own = self.workload_cmd.is_some() || self.metric != crate::config::plan::DEFAULT_METRIC;
-        if own && self.backend != "local" {
+        if self.request.is_some() && self.backend != "local" {
             return Err(bad_field(
                 path,
-                "plan.metric",
-                "a server of your own or another metric is the local backend's only",
+                "plan.request",
+                "the harness's own requests are the local backend's only",
             ));
         }
         if self.workload_cmd.is_some() && self.request.is_none() && self.load != crate::config::values::Load::Closed {
@@ -1005,7 +1004,9 @@ mod tests {
             ("plan.ready_path: \"/a b\" is neither", |r| {
                 r.plan.ready_path = "/a b".into()
             }),
-            ("is the local backend's only", |r| r.plan.backend = "kubernetes".into()),
+            ("plan.ready_path: \"/a\tb\" is neither", |r| {
+                r.plan.ready_path = "/a\tb".into()
+            }),
             ("recorded with source client", |r| {
                 r.plan.request = Some(crate::client::RequestPlan {
                     url: "http://127.0.0.1:{port}/i".into(),
@@ -1045,10 +1046,11 @@ mod tests {
         let mut ok = fixture_run();
         requests(&mut ok);
         assert!(ok.validate(path).is_ok(), "{:?}", ok.validate(path));
-        let cases: [(&str, Tamper); 4] = [
+        let cases: [(&str, Tamper); 5] = [
             ("plan.request: requests go to a server of your own", |r| {
                 r.plan.workload_cmd = None
             }),
+            ("the local backend's only", |r| r.plan.backend = "kubernetes".into()),
             ("plan.request.url: put {port} where", |r| {
                 if let Some(q) = r.plan.request.as_mut() {
                     q.url = "http://127.0.0.1:80/infer".into()

@@ -43,6 +43,7 @@ pub fn files(image: &str) -> Vec<(String, String)> {
             .to_vec(),
         tolerations: vec![objects::DEFAULT_TOLERATION.to_string()],
         pull_secrets: Vec::new(),
+        server: None,
     };
     let mut out = vec![
         (

@@ -285,6 +285,18 @@ pub struct WorkloadSpec {
     pub tolerations: Vec<String>,
     /// Image pull secrets.
     pub pull_secrets: Vec<String>,
+    /// A server of the user's own in `image` (`--workload-cmd`): its container runs the
+    /// command instead of gpushare-workload's arguments.
+    pub server: Option<OwnServer>,
+}
+
+/// The container of a server of the user's own.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OwnServer {
+    /// The shell command, `{port}` already the metrics port (run by `/bin/sh -c`).
+    pub command: String,
+    /// The path of its readiness probe.
+    pub ready_path: String,
 }
 
 /// The toleration GPU nodes' usual taint needs (every GPU operator operand carries it).
@@ -446,12 +458,40 @@ fn workload_deployment(spec: &WorkloadSpec, strategy: Strategy, resource: &str, 
             }
         }
     });
+    if let Some(own) = &spec.server {
+        own_server(&mut d, own, strategy);
+    }
     if shape.role.is_some() {
         // The pause container is then PID 1, so a workload's `--crash-after` SIGKILL to
         // itself is not dropped as a signal to its namespace's init.
         d["spec"]["template"]["spec"]["shareProcessNamespace"] = json!(true);
     }
     d
+}
+
+/// Turns the workload container into a server of the user's own: the command under
+/// `/bin/sh -c` instead of gpushare-workload's arguments, `PORT`, `POD` and `STRATEGY` in
+/// its environment as on the local backend, its own readiness path, and a writable
+/// `/tmp` as `HOME` (the root filesystem stays read-only; Python libraries keep caches
+/// under `$HOME`).
+fn own_server(d: &mut Value, own: &OwnServer, strategy: Strategy) {
+    let pod = &mut d["spec"]["template"]["spec"];
+    pod["volumes"] = json!([{ "name": "tmp", "emptyDir": {} }]);
+    let c = &mut pod["containers"][0];
+    if let Some(obj) = c.as_object_mut() {
+        obj.remove("args");
+    }
+    c["command"] = json!(["/bin/sh", "-c", own.command]);
+    c["env"] = json!([
+        { "name": "POD", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } },
+        { "name": "POD_NAME", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } },
+        { "name": "STRATEGY", "value": strategy.name() },
+        { "name": "GPUSHARE_STRATEGY", "value": strategy.name() },
+        { "name": "PORT", "value": METRICS_PORT.to_string() },
+        { "name": "HOME", "value": "/tmp" }
+    ]);
+    c["readinessProbe"]["httpGet"]["path"] = json!(own.ready_path);
+    c["volumeMounts"] = json!([{ "name": "tmp", "mountPath": "/tmp" }]);
 }
 
 /// A Service in front of the pods (for people and ServiceMonitors; the harness reads pods).
@@ -792,6 +832,7 @@ mod tests {
             args: vec!["--model".into(), "tiny".into()],
             tolerations: vec![DEFAULT_TOLERATION.into()],
             pull_secrets: vec!["regcred".into()],
+            server: None,
         };
         let d = deployment(&spec, Strategy::Mps, 5, "nvidia.com/gpu", &[]);
         assert_eq!(d["spec"]["replicas"], 5);
@@ -822,6 +863,47 @@ mod tests {
             json!(["--model", "tiny", "--load", "poisson:20", "--listen", "0.0.0.0:9400"])
         );
         assert!(open["spec"]["template"]["spec"]["shareProcessNamespace"].is_null());
+
+        // A server of the user's own: its command, its probe, the local backend's
+        // environment, and nothing of gpushare-workload's arguments or load.
+        let own = WorkloadSpec {
+            image: "registry.example/yolos-pytorch:1".into(),
+            server: Some(OwnServer {
+                command: "python3 /app/server.py --host 0.0.0.0 --port 9400".into(),
+                ready_path: "/ready".into(),
+            }),
+            ..spec.clone()
+        };
+        let d = deployment(&own, Strategy::TimeSlicing, 3, "nvidia.com/gpu", &load);
+        let pod = &d["spec"]["template"]["spec"];
+        let c = &pod["containers"][0];
+        assert_eq!(
+            c["command"],
+            json!(["/bin/sh", "-c", "python3 /app/server.py --host 0.0.0.0 --port 9400"])
+        );
+        assert!(c["args"].is_null(), "{}", c["args"]);
+        assert_eq!(
+            c["readinessProbe"]["httpGet"],
+            json!({"path": "/ready", "port": "metrics"})
+        );
+        let env = |k: &str| {
+            c["env"]
+                .as_array()
+                .and_then(|e| e.iter().find(|v| v["name"] == k))
+                .cloned()
+        };
+        assert_eq!(env("PORT").map(|v| v["value"].clone()), Some(json!("9400")));
+        assert_eq!(env("STRATEGY").map(|v| v["value"].clone()), Some(json!("time-slicing")));
+        assert_eq!(
+            env("POD").map(|v| v["valueFrom"]["fieldRef"]["fieldPath"].clone()),
+            Some(json!("metadata.name"))
+        );
+        assert_eq!(c["volumeMounts"][0]["mountPath"], "/tmp");
+        assert_eq!(pod["volumes"][0], json!({"name": "tmp", "emptyDir": {}}));
+        assert_eq!(
+            c["resources"]["limits"]["nvidia.com/gpu"], 1,
+            "the GPU request is the strategy's"
+        );
         assert_eq!(
             node_label_patch(&[(LABEL_PLUGIN_CONFIG, None)]),
             json!({"metadata": {"labels": {LABEL_PLUGIN_CONFIG: null}}})

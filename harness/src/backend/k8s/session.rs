@@ -51,16 +51,24 @@ pub fn inventory_from_labels(labels: &BTreeMap<String, String>) -> GpuInventory 
     }
 }
 
-fn settings(plan: &SweepPlan, node: &str, args: Vec<String>) -> KubeSettings {
-    let workload = WorkloadSpec {
+/// What the cell's pods run, from the plan (pure).
+pub(crate) fn workload_spec(plan: &SweepPlan, node: &str, args: Vec<String>) -> WorkloadSpec {
+    WorkloadSpec {
         namespace: plan.namespace.clone(),
         image: plan.image.clone(),
         node: node.to_string(),
         args,
         tolerations: plan.tolerations.clone(),
         pull_secrets: plan.image_pull_secrets.clone(),
-    };
-    let mut s = KubeSettings::new(node, workload);
+        server: plan.workload_cmd.as_ref().map(|cmd| objects::OwnServer {
+            command: crate::backend::local::custom_command(cmd, objects::METRICS_PORT),
+            ready_path: plan.ready_path.clone(),
+        }),
+    }
+}
+
+fn settings(plan: &SweepPlan, node: &str, args: Vec<String>) -> KubeSettings {
+    let mut s = KubeSettings::new(node, workload_spec(plan, node, args));
     s.operator_namespace = plan.operator_namespace.clone();
     s.mig_layout = plan.mig_layout.clone();
     s.strategies = plan.strategies.clone();
@@ -287,6 +295,7 @@ pub async fn restore_node(args: &RestoreArgs, shutdown: &Shutdown) -> Result<Res
         args: Vec::new(),
         tolerations: Vec::new(),
         pull_secrets: Vec::new(),
+        server: None,
     };
     let s = KubeSettings::new(&j.node, workload);
     let client = shutdown.guard(KubernetesBackend::connect(s.clone())).await?.client();

@@ -109,6 +109,7 @@ fn settings(plan: &SweepPlan) -> KubeSettings {
         args: vec!["--model".into(), "yolos-small".into()],
         tolerations: vec![objects::DEFAULT_TOLERATION.into()],
         pull_secrets: Vec::new(),
+        server: None,
     };
     let mut s = KubeSettings::new("gpu-1", workload);
     s.strategies = plan.strategies.clone();
@@ -120,7 +121,17 @@ fn settings(plan: &SweepPlan) -> KubeSettings {
 /// Opens a session as `k8s::session::open` does (check the cluster, create or reopen
 /// the run, attach its journal) on the simulator's client.
 async fn session(sim: &SimCluster, plan: &SweepPlan, resume: bool) -> Result<Session<KubernetesBackend>> {
-    let mut backend = KubernetesBackend::new(sim.client(), settings(plan));
+    session_with(sim, plan, resume, settings(plan)).await
+}
+
+/// [`session`] with the backend's settings given.
+async fn session_with(
+    sim: &SimCluster,
+    plan: &SweepPlan,
+    resume: bool,
+    settings: KubeSettings,
+) -> Result<Session<KubernetesBackend>> {
+    let mut backend = KubernetesBackend::new(sim.client(), settings);
     backend.check_cluster().await?;
     let store = if resume {
         RunStore::open(&plan.out, "sim")?
@@ -305,6 +316,46 @@ async fn the_default_sweep_in_both_directions_leaves_the_node_as_it_began() {
             assert!(titles.iter().any(|x| x == t), "{t} missing from {titles:?}");
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_of_ones_own_is_swept_through_the_cluster_and_leaves_nothing() {
+    let sim = start(ClusterSpec::h100("gpu-1")).await;
+    let before = state(&sim);
+    let dir = tempfile::tempdir().expect("tmp");
+    let o: SweepOptions = toml::from_str(&format!(
+        "backend = \"kubernetes\"\nnode = \"gpu-1\"\nstrategies = \"time-slicing,mps\"\npods = \"1,3\"\n\
+         run_id = \"sim\"\nout = \"{}\"\nimage = \"me/yolos-pytorch:1\"\n\
+         workload_cmd = \"python3 /app/server.py --host 0.0.0.0 --port {{port}}\"\n\
+         metric = \"my_latency_seconds\"\nready_path = \"/ready\"\n",
+        dir.path().display()
+    ))
+    .expect("options");
+    let p = SweepPlan::from_options(o).expect("plan");
+    // The workload the real session makes from this plan (session::settings).
+    let own = super::session::workload_spec(&p, "gpu-1", Vec::new());
+    assert_eq!(
+        own.server.as_ref().map(|o| (o.command.as_str(), o.ready_path.as_str())),
+        Some(("python3 /app/server.py --host 0.0.0.0 --port 9400", "/ready"))
+    );
+    let mut k = settings(&p);
+    k.workload = own;
+    let s = session_with(&sim, &p, false, k).await.expect("session");
+    let outcome = run_with_source(s, &SteadyMetrics::default(), &Quiet, &Shutdown::new())
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
+    assert_eq!((outcome.measured, outcome.failed), (4, 0), "{}", sim.log());
+    let text = std::fs::read_to_string(dir.path().join("sim/cells.jsonl")).expect("cells");
+    assert!(text.lines().all(|l| l.contains("\"model\":\"custom\"")), "{text}");
+    assert_eq!(state(&sim), before, "{}", sim.log());
+    let left: Vec<String> = sim.with(|w| {
+        w.objects
+            .keys()
+            .filter(|k| k.namespace == "gpushare-bench" && matches!(k.resource.as_str(), "deployments" | "pods"))
+            .map(|k| format!("{}/{}", k.resource, k.name))
+            .collect()
+    });
+    assert!(left.is_empty(), "{left:?}");
 }
 
 /// Resolves when the run's journal satisfies `f` (the harness journals each change
@@ -882,6 +933,7 @@ fn trial_workload(ns: &str) -> WorkloadSpec {
         args: Vec::new(),
         tolerations: vec![objects::DEFAULT_TOLERATION.into()],
         pull_secrets: Vec::new(),
+        server: None,
     }
 }
 
