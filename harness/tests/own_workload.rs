@@ -242,9 +242,10 @@ fn what_a_server_of_ones_own_cannot_do_yet_is_refused_with_one_line() {
             ],
             "bad --request `http://127.0.0.1:{port}/i`: the local backend's for now",
         ),
+        (vec!["capacity", "--workload-cmd", &cmd], "bad --workload-cmd"),
         (
-            vec!["capacity", "--workload-cmd", &cmd],
-            "a server of your own runs in `sweep` for now",
+            vec!["capacity", "--workload-cmd", &cmd, "--load", "poisson:10"],
+            "capacity offers each pod a Poisson load: give --request for the harness to send it",
         ),
     ] {
         let o = Command::new(BENCH).args(&args).output().expect("run");

@@ -195,19 +195,75 @@ fn the_harness_sends_the_requests_to_a_server_that_waits_for_them() {
     assert_eq!(seeds.len(), 2);
     assert!(seeds.iter().all(Option::is_some) && seeds[0] != seeds[1], "{seeds:?}");
 
-    // Requests the server refuses (a GET of /infer: 404): counted as errors, and no
-    // latency is made up.
+    // Requests the server refuses (404): counted as errors, in the cell's row too, and
+    // no latency is made up.
     sweep_requests(
         out.path(),
         "refused",
-        &["--pods", "1", "--request", "http://127.0.0.1:{port}/infer"],
+        &["--pods", "1", "--request", "http://127.0.0.1:{port}/nowhere"],
     );
     let cells = read_cells(&out.path().join("refused/cells.jsonl")).expect("cells");
     let cell = cells.iter().find(|c| c.is_aggregate()).expect("cell");
     assert!(cell.mean_s.is_none() && cell.throughput_per_s.is_none(), "{cell:?}");
+    assert!(cell.errors.is_some_and(|e| e > 50), "{:?}", cell.errors);
     let pod = cells.iter().find(|c| !c.is_aggregate()).expect("pod row");
     assert!(pod.errors.is_some_and(|e| e > 50), "{:?} {}", pod.errors, pod.note);
     assert!(pod.note.starts_with("nothing completed; "), "{}", pod.note);
+}
+
+#[test]
+fn capacity_searches_a_server_of_ones_own_through_the_harnesss_requests() {
+    let out = tempfile::tempdir().expect("tempdir");
+    let server = repo().join("workload/examples/pytorch/server.py");
+    let cmd = format!(
+        "python3 {} --port {{port}} --device cpu --warmup 5 --mode requests",
+        server.display()
+    );
+    // 40 requests/s per pod of 4 ms each, p99 within 100 ms: both counts fit (each
+    // pod is its own process, sleeping in its stand-in forward pass).
+    let o = Command::new(BENCH)
+        .args([
+            "capacity",
+            "--device",
+            "cpu",
+            "--warmup",
+            "1s",
+            "--window",
+            "1s",
+            "--max-cell",
+            "4s",
+            "--strategies",
+            "time-slicing",
+            "--run-id",
+            "cap",
+            "--max-pods",
+            "2",
+            "--load",
+            "poisson:40",
+            "--slo",
+            "p99=100ms",
+            "--workload-cmd",
+            &cmd,
+            "--request",
+            "http://127.0.0.1:{port}/infer",
+        ])
+        .arg("--out")
+        .arg(out.path())
+        .env("PYTHONPATH", python_path())
+        .env("FAKE_TORCH_MS", "4")
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(stdout.contains("Time-slicing: 2 pods fit"), "{stdout}");
+    let cells = read_cells(&out.path().join("cap/cells.jsonl")).expect("cells");
+    assert!(cells.iter().all(|c| c.source == Source::Client && c.model == "custom"));
+    assert_eq!(cells.iter().filter(|c| c.is_aggregate()).count(), 2);
 }
 
 #[test]

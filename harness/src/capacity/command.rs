@@ -35,11 +35,11 @@ pub fn plan(args: CapacityArgs) -> Result<SweepPlan> {
             "a sweep option: capacity walks pod counts from 1 to --max-pods once per strategy",
         ));
     }
-    if let Some(cmd) = &o.workload_cmd {
+    if let (Some(cmd), None) = (&o.workload_cmd, &o.request) {
         return Err(BenchError::flag(
             "--workload-cmd",
             cmd,
-            "capacity offers each pod a Poisson load through gpushare-workload's generator; a server of your own runs in `sweep` for now",
+            "capacity offers each pod a Poisson load: give --request for the harness to send it to your server",
         ));
     }
     let max_pods = args.max_pods.map_or(DEFAULT_MAX_PODS, |p| p.0);

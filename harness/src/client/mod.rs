@@ -72,11 +72,10 @@ impl RequestPlan {
     /// recorded one.
     pub fn read_body(&self) -> Result<Option<Vec<u8>>, String> {
         let Some(path) = &self.body else { return Ok(None) };
-        let bytes = std::fs::read(path).map_err(|e| format!("--body {}: cannot read: {e}", path.display()))?;
+        let bytes = std::fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
         if bytes.len() as u64 != self.body_bytes {
             return Err(format!(
-                "--body {}: {} bytes now, {} when the run began: the requests would differ",
-                path.display(),
+                "{} bytes now, {} when the run began: the requests would differ",
                 bytes.len(),
                 self.body_bytes
             ));
@@ -102,8 +101,8 @@ fn check_url(url: &str) -> Result<(), String> {
     }
     let example = url.replace("{port}", "9400");
     let uri: hyper::Uri = example.parse().map_err(|e| format!("not a URL: {e}"))?;
-    if uri.host().is_none_or(str::is_empty) || uri.port_u16().is_none() {
-        return Err("the URL needs a host and {port} as its port".into());
+    if uri.host().is_none_or(str::is_empty) || uri.port_u16() != Some(9400) {
+        return Err("the URL needs a host and {port} as its port, e.g. http://127.0.0.1:{port}/infer".into());
     }
     Ok(())
 }
@@ -282,6 +281,7 @@ mod tests {
         assert_eq!(err("https://127.0.0.1:{port}/infer").0, "--request");
         assert!(err("http://127.0.0.1:9400/infer").2.contains("{port}"));
         assert!(err("http://:{port}/x").2.contains("needs a host"));
+        assert!(err("http://127.0.0.1:8000/x?p={port}").2.contains("{port} as its port"));
         let ok = RequestPlan::new("http://127.0.0.1:{port}/infer", None).expect("ok");
         assert_eq!(ok.url_for(9401), "http://127.0.0.1:9401/infer");
         assert_eq!(ok.read_body(), Ok(None));

@@ -69,7 +69,10 @@ impl RequestSource {
     pub fn new(plan: &RequestPlan, load: Load) -> Result<Self> {
         let body = plan
             .read_body()
-            .map_err(|reason| BenchError::flag("--body", "", reason))?
+            .map_err(|reason| {
+                let path = plan.body.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+                BenchError::flag("--body", &path, reason)
+            })?
             .map(Bytes::from);
         Ok(Self {
             request: Arc::new(Request {
@@ -158,7 +161,8 @@ async fn open_loop(
     let mut in_flight = JoinSet::new();
     let mut next = Instant::now();
     loop {
-        next += Duration::from_secs_f64(arrivals.gap());
+        // At most a day: a tiny --load rate would overflow the clock.
+        next += Duration::from_secs_f64(arrivals.gap().min(86_400.0));
         tokio::time::sleep_until(next).await;
         while in_flight.try_join_next().is_some() {}
         if in_flight.len() >= MAX_IN_FLIGHT {
@@ -224,6 +228,11 @@ impl MetricsSource for RequestSource {
         Ok(())
     }
 
+    /// Ends every generator of the cell (also done by the next `prepare` and on drop).
+    fn release(&self) {
+        *self.running() = Running::default();
+    }
+
     async fn snapshot(&self, targets: &[Target]) -> Result<Vec<(String, Result<PodSnapshot>)>> {
         let at = Instant::now();
         let running = self.running();
@@ -249,13 +258,5 @@ impl MetricsSource for RequestSource {
                 (t.pod.clone(), snap)
             })
             .collect())
-    }
-}
-
-impl RequestSource {
-    /// Ends every generator (the cell is over); also done by the next `prepare` and on
-    /// drop.
-    pub fn stop(&self) {
-        *self.running() = Running::default();
     }
 }

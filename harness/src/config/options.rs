@@ -73,7 +73,7 @@ pub struct SweepOptions {
     /// The gpushare-workload binary [default: beside gpushare-bench, then PATH].
     #[arg(long, value_parser = utf8_path)]
     pub workload_bin: Option<PathBuf>,
-    /// Your own inference server instead of gpushare-workload (local backend): a shell command run once per pod, with {port} replaced by the port its /metrics must listen on (127.0.0.1), and PORT, POD and STRATEGY in its environment beside the strategy's CUDA/MPS settings, e.g. 'python3 serve.py --port {port}'. It must export a latency histogram (--metric) and make its own requests, or answer --request. On Kubernetes it runs in the image given by --image, under /bin/sh -c, {port} being 9400.
+    /// Your own inference server instead of gpushare-workload: a shell command run once per pod, with {port} replaced by the port its /metrics must listen on (127.0.0.1 on the local backend), and PORT, POD and STRATEGY in its environment beside the strategy's CUDA/MPS settings, e.g. 'python3 serve.py --port {port}'. It must export a latency histogram (--metric) and make its own requests, or answer --request. On Kubernetes it runs in the image given by --image, under /bin/sh -c, {port} being 9400.
     #[arg(long)]
     pub workload_cmd: Option<String>,
     /// The latency histogram to read, in seconds [default: inference_time_seconds].

@@ -187,9 +187,9 @@ pub fn is_ready_path(p: &str) -> bool {
     p == "none" || (p.starts_with('/') && !p.chars().any(|c| c.is_whitespace() || c.is_control()))
 }
 
-/// `--workload-cmd`, `--metric` and `--ready-path`, checked together: what a user's own
-/// server can be measured with today (the local backend, the direct scrape, its own
-/// load).
+/// `--workload-cmd`, `--metric`, `--ready-path`, `--request` and `--body`, checked
+/// together: what a user's own server can be measured with (both backends, its own
+/// load or the harness's requests on the local one).
 struct OwnWorkload {
     cmd: Option<String>,
     metric: Option<String>,
@@ -256,6 +256,13 @@ fn own_workload(
                 "--request",
                 url,
                 "for a server of your own (--workload-cmd); gpushare-workload makes its own requests",
+            ));
+        }
+        if metric != DEFAULT_METRIC {
+            return Err(BenchError::flag(
+                "--metric",
+                &metric,
+                "gpushare-workload exports inference_time_seconds; another histogram is a server of your own's (--workload-cmd)",
             ));
         }
         return Ok((None, metric, ready_path, None));

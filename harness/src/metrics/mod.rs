@@ -136,6 +136,18 @@ pub trait MetricsSource {
     /// One snapshot per target, taken as close together as possible. The outer error
     /// means the source itself failed (fatal); inner ones concern single pods.
     async fn snapshot(&self, targets: &[Target]) -> Result<Vec<(String, Result<PodSnapshot>)>>;
+    /// The cell is over, on every path out of it: what `prepare` started for it stops
+    /// (the harness's request generators) before its pods go.
+    fn release(&self) {}
+}
+
+/// Calls [`MetricsSource::release`] when dropped.
+pub struct Release<'a, S: MetricsSource>(pub &'a S);
+
+impl<S: MetricsSource> Drop for Release<'_, S> {
+    fn drop(&mut self) {
+        self.0.release();
+    }
 }
 
 #[cfg(test)]

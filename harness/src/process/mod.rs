@@ -173,7 +173,10 @@ impl OwnedChild {
             if let Some(pid) = pid {
                 signal_group(pid, libc::SIGKILL);
             }
-            self.forget_once_gone(GROUP_EXIT).await;
+            tokio::select! {
+                () = self.forget_once_gone(GROUP_EXIT) => {}
+                _ = shutdown.forced() => {}
+            }
             return Some((status, false));
         }
         if let Some(pid) = pid {
@@ -181,7 +184,11 @@ impl OwnedChild {
         }
         let _ = child.start_kill();
         let r = child.wait().await.ok().map(|s| (s, true));
-        self.forget_once_gone(GROUP_EXIT).await;
+        // A forced stop does not wait: what is left stays the supervisor's.
+        tokio::select! {
+            () = self.forget_once_gone(GROUP_EXIT) => {}
+            _ = shutdown.forced() => {}
+        }
         r
     }
 

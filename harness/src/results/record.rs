@@ -577,6 +577,13 @@ impl PlanRecord {
         {
             return Err(bad_field(path, "plan.workload_cmd", format!("{cmd:?} has no {{port}}")));
         }
+        if self.backend == "kubernetes" && self.ready_path == "none" {
+            return Err(bad_field(
+                path,
+                "plan.ready_path",
+                "none on Kubernetes: the kubelet's probe needs a path",
+            ));
+        }
         if self.request.is_some() && self.backend != "local" {
             return Err(bad_field(
                 path,
@@ -601,11 +608,15 @@ impl PlanRecord {
             }
             r.validate()
                 .map_err(|reason| bad_field(path, "plan.request.url", reason))?;
-            if self.ready_path == "none" || self.source != Source::Client {
+            if self.ready_path == "none"
+                || self.source != Source::Client
+                || self.prometheus != "off"
+                || self.metric != crate::config::plan::DEFAULT_METRIC
+            {
                 return Err(bad_field(
                     path,
                     "plan.request",
-                    "the harness's requests need a readiness path and are recorded with source client",
+                    "the harness's requests need a readiness path and are recorded with source client, no Prometheus and the default metric",
                 ));
             }
         }
@@ -1004,7 +1015,7 @@ mod tests {
             ("plan.ready_path: \"/a b\" is neither", |r| {
                 r.plan.ready_path = "/a b".into()
             }),
-            ("plan.ready_path: \"/a\tb\" is neither", |r| {
+            ("plan.ready_path: \"/a\\tb\" is neither", |r| {
                 r.plan.ready_path = "/a\tb".into()
             }),
             ("recorded with source client", |r| {

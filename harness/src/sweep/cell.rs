@@ -300,6 +300,7 @@ pub fn cell_rows(
                     let errs = (b.errors - a.errors).max(0.0);
                     if errs > 0.0 {
                         row.errors = Some(errs as u64);
+                        total_errors += errs;
                         add_note(&mut row.note, &format!("nothing completed; {errs} errors"));
                     }
                 }
@@ -342,6 +343,10 @@ pub fn cell_rows(
         ));
     }
     let mut agg = empty_row(labels, ALL_PODS, status, src, notes.join("; "));
+    // Failures count even where nothing completed (a server that answers only errors).
+    if total.as_ref().is_some_and(|h| h.count > 0.0) || total_errors > 0.0 {
+        agg.errors = Some(total_errors as u64);
+    }
     agg.started_at = started_at.clone();
     agg.offered_per_s = labels.offered_per_pod.map(|o| o * f64::from(labels.pods));
     if !labels.slos.is_empty() && !short.is_empty() {
@@ -368,7 +373,6 @@ pub fn cell_rows(
             let tput = agg.throughput_per_s.unwrap_or(0.0);
             judge_slos(&mut agg, &h, tput, &labels.slos);
         }
-        agg.errors = Some(total_errors as u64);
         agg.fairness = jain_index(&effective);
         agg.duration_s = Some(cell_secs);
         agg.windows = Some(windows.len() as u32);

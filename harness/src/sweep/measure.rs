@@ -59,6 +59,7 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
         })
         .collect();
     let started_at = now_rfc3339();
+    let _release = crate::metrics::Release(source);
     if !targets.is_empty() {
         progress.phase("waiting for the metrics source");
         source.prepare(&targets, shutdown).await?;

@@ -140,14 +140,23 @@ pub(crate) fn recorded_backend(plan: &SweepPlan, id: &str, kind: RunKind) -> Res
         path: path.clone(),
         reason: format!("plan.backend {:?}: {reason}", run.plan.backend),
     })?;
-    if recorded == BackendKind::Kubernetes
-        && let Some(cmd) = &plan.workload_cmd
-    {
-        return Err(BenchError::flag(
-            "--workload-cmd",
-            cmd,
-            "this run was made with the Kubernetes backend, which runs images (--image), not commands",
-        ));
+    // A recorded command runs only when the user gives it again (as on the local
+    // backend): a run directory never makes the harness execute a command on its own.
+    if recorded == BackendKind::Kubernetes && plan.workload_cmd != run.plan.workload_cmd {
+        return Err(match (&run.plan.workload_cmd, &plan.workload_cmd) {
+            (Some(cmd), _) => BenchError::flag(
+                "--resume",
+                id,
+                format!(
+                    "this run measured a server of your own: resume it with the same --workload-cmd {cmd:?} and its --image"
+                ),
+            ),
+            (None, given) => BenchError::flag(
+                "--workload-cmd",
+                given.as_deref().unwrap_or_default(),
+                "this run measured gpushare-workload: resume it without --workload-cmd",
+            ),
+        });
     }
     if recorded == BackendKind::Kubernetes && plan.node.is_none() {
         return Err(BenchError::flag(

@@ -107,7 +107,7 @@ pub async fn run_work<B: Backend, W: Work<B>>(
                     Err(e) => return finish(session, Err(e), progress, shutdown).await,
                 };
                 let result = work.run(&mut session, &source, progress, shutdown).await;
-                source.stop();
+                source.release();
                 return finish(session, result, progress, shutdown).await;
             }
             let scrape = ScrapeSource::default().reading(&plan.metric);

@@ -10,14 +10,15 @@ same way, at the same resolution (a quantile inside its bucket is off by at most
 Endpoints on --port:
   GET  /metrics  the Prometheus text (prometheus_client)
   GET  /healthz  200 once the model is built and warmed up, 503 before
-  POST /infer    (--mode requests only) runs one inference; the body is read and
+  POST /infer    (--mode requests only; GET too) runs one inference; a body is read and
                  ignored (the input is the random image built at start); answers JSON
                  {"latency_s": ...}
 
 Modes:
   loop      (default) the server makes its own load: inferences back to back, as
             gpushare-workload does in its closed loop
-  requests  it waits for requests; one inference at a time, in arrival order
+  requests  it waits for requests; one inference at a time (a lock, not a queue:
+            the order among waiting requests is the threads')
 
 Its labels `pod` and `strategy` come from POD and STRATEGY, which gpushare-bench sets
 for every pod it starts (else the host name and "none").
@@ -127,7 +128,9 @@ def handler_for(server: Server, mode: str):
 
         def do_GET(self):
             path = self.path.split("?", 1)[0]
-            if path == "/metrics":
+            if path == "/infer":
+                self.do_POST()
+            elif path == "/metrics":
                 self.reply(200, generate_latest(server.metrics.registry), CONTENT_TYPE_LATEST)
             elif path == "/healthz":
                 if server.is_ready.is_set():
@@ -135,7 +138,7 @@ def handler_for(server: Server, mode: str):
                 else:
                     self.reply(503, b"warming up\n")
             else:
-                self.reply(404, b"GET /metrics or /healthz\n")
+                self.reply(404, b"GET /metrics, /healthz or /infer\n")
 
         def do_POST(self):
             path = self.path.split("?", 1)[0]
@@ -143,7 +146,7 @@ def handler_for(server: Server, mode: str):
             if length:
                 self.rfile.read(length)
             if path != "/infer":
-                self.reply(404, b"POST /infer\n")
+                self.reply(404, b"POST or GET /infer\n")
             elif mode != "requests":
                 self.reply(409, b"this server makes its own load (--mode loop); start it with --mode requests\n")
             elif not server.is_ready.is_set():

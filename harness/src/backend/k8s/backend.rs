@@ -383,6 +383,11 @@ impl KubernetesBackend {
         self.s.workload.args = args;
     }
 
+    /// Sets the user's own server the pods run (the recorded one when resuming).
+    pub fn set_server(&mut self, server: Option<super::objects::OwnServer>) {
+        self.s.workload.server = server;
+    }
+
     /// The client (shared with the port-forward).
     pub fn client(&self) -> Client {
         self.client.clone()

@@ -60,11 +60,16 @@ pub(crate) fn workload_spec(plan: &SweepPlan, node: &str, args: Vec<String>) -> 
         args,
         tolerations: plan.tolerations.clone(),
         pull_secrets: plan.image_pull_secrets.clone(),
-        server: plan.workload_cmd.as_ref().map(|cmd| objects::OwnServer {
-            command: crate::backend::local::custom_command(cmd, objects::METRICS_PORT),
-            ready_path: plan.ready_path.clone(),
-        }),
+        server: own_server(plan.workload_cmd.as_deref(), &plan.ready_path),
     }
+}
+
+/// The container of `--workload-cmd`, `{port}` the metrics port (pure).
+fn own_server(cmd: Option<&str>, ready_path: &str) -> Option<objects::OwnServer> {
+    cmd.map(|cmd| objects::OwnServer {
+        command: crate::backend::local::custom_command(cmd, objects::METRICS_PORT),
+        ready_path: ready_path.to_string(),
+    })
 }
 
 fn settings(plan: &SweepPlan, node: &str, args: Vec<String>) -> KubeSettings {
@@ -228,8 +233,10 @@ pub async fn open(plan: &SweepPlan, resume: Option<&str>, shutdown: &Shutdown) -
             store.dir().display()
         ));
     }
-    // The pods' arguments come from the recorded plan (it wins when resuming).
+    // The pods' arguments and server come from the recorded plan (it wins when
+    // resuming; recorded_backend checked that the same --workload-cmd was given).
     backend.set_workload_args(recorded.workload_args());
+    backend.set_server(own_server(recorded.workload_cmd.as_deref(), &recorded.ready_path));
     // The cluster's Prometheus: by URL, or through a port-forward to its pod.
     let mut keep_alive: Vec<Box<dyn std::any::Any + Send>> = Vec::new();
     let url = match recorded.prometheus_setting() {
