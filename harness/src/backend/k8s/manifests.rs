@@ -120,6 +120,39 @@ pub fn files(image: &str) -> Vec<(String, String)> {
                 })]),
         ));
     }
+    // A server of your own: the PyTorch example's image (workload/examples/pytorch),
+    // its command in place of gpushare-workload's arguments, as `--workload-cmd` with
+    // `--image` makes it.
+    let own = WorkloadSpec {
+        image: "yolos-pytorch:0.1.0".into(),
+        args: Vec::new(),
+        server: Some(objects::OwnServer {
+            command: format!(
+                "python3 /app/server.py --host 0.0.0.0 --port {} --precision bf16",
+                objects::METRICS_PORT
+            ),
+            ready_path: crate::config::plan::DEFAULT_READY_PATH.into(),
+        }),
+        ..spec.clone()
+    };
+    let resource = objects::pod_resource(Strategy::TimeSlicing, Some("single"), None);
+    out.push((
+        "overlays/own-server/deployment-patch.yaml".into(),
+        yaml(&[objects::deployment(&own, Strategy::TimeSlicing, 1, &resource, &[])]),
+    ));
+    out.push((
+        "overlays/own-server/kustomization.yaml".into(),
+        "# The PyTorch example server (docker build -t yolos-pytorch:0.1.0 workload/examples/pytorch)\n\
+         # in place of gpushare-workload, time-slicing; the harness makes this Deployment from\n\
+         # --image and --workload-cmd.\n"
+            .to_string()
+            + &yaml(&[json!({
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": ["../../base"],
+                "patches": [{ "path": "deployment-patch.yaml" }]
+            })]),
+    ));
     out
 }
 

@@ -478,9 +478,10 @@ fn own_server(d: &mut Value, own: &OwnServer, strategy: Strategy) {
     let pod = &mut d["spec"]["template"]["spec"];
     pod["volumes"] = json!([{ "name": "tmp", "emptyDir": {} }]);
     let c = &mut pod["containers"][0];
-    if let Some(obj) = c.as_object_mut() {
-        obj.remove("args");
-    }
+    // Empty, not absent: the kubelet then runs the command alone (the image's CMD is
+    // ignored once a command is given), and as a kustomize patch it replaces the base's
+    // arguments instead of inheriting them.
+    c["args"] = json!([]);
     c["command"] = json!(["/bin/sh", "-c", own.command]);
     c["env"] = json!([
         { "name": "POD", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } },
@@ -881,7 +882,7 @@ mod tests {
             c["command"],
             json!(["/bin/sh", "-c", "python3 /app/server.py --host 0.0.0.0 --port 9400"])
         );
-        assert!(c["args"].is_null(), "{}", c["args"]);
+        assert_eq!(c["args"], json!([]), "gpushare-workload's arguments and load are gone");
         assert_eq!(
             c["readinessProbe"]["httpGet"],
             json!({"path": "/ready", "port": "metrics"})
