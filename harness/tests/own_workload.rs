@@ -197,49 +197,24 @@ fn what_a_server_of_ones_own_cannot_do_yet_is_refused_with_one_line() {
         assert!(err.contains(says), "{args:?}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
     }
+    let k8s = [
+        "sweep",
+        "--workload-cmd",
+        &cmd,
+        "--backend",
+        "kubernetes",
+        "--node",
+        "n",
+    ];
+    let with = |more: &[&'static str]| [&k8s[..], more].concat();
     for (args, says) in [
+        (k8s.to_vec(), "give it with --image"),
         (
-            vec![
-                "sweep",
-                "--workload-cmd",
-                &cmd,
-                "--backend",
-                "kubernetes",
-                "--node",
-                "n",
-            ],
-            "give it with --image",
-        ),
-        (
-            vec![
-                "sweep",
-                "--workload-cmd",
-                &cmd,
-                "--image",
-                "me/server:1",
-                "--backend",
-                "kubernetes",
-                "--node",
-                "n",
-                "--ready-path",
-                "none",
-            ],
+            with(&["--image", "me/server:1", "--ready-path", "none"]),
             "bad --ready-path `none`: on Kubernetes the kubelet's readiness probe decides",
         ),
         (
-            vec![
-                "sweep",
-                "--workload-cmd",
-                &cmd,
-                "--image",
-                "me/server:1",
-                "--backend",
-                "kubernetes",
-                "--node",
-                "n",
-                "--request",
-                "http://127.0.0.1:{port}/i",
-            ],
+            with(&["--image", "me/server:1", "--request", "http://127.0.0.1:{port}/i"]),
             "bad --request `http://127.0.0.1:{port}/i`: the local backend's for now",
         ),
         (vec!["capacity", "--workload-cmd", &cmd], "bad --workload-cmd"),

@@ -7,7 +7,7 @@
 //! label order); what the GPU does is the GPU run's (`results/`).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
 use gpushare_bench::domain::{CellStatus, Source};
 use gpushare_bench::results::store::read_cells;
@@ -32,38 +32,13 @@ fn python_path() -> String {
 #[test]
 fn the_pytorch_example_is_swept_with_its_own_readiness_and_histogram() {
     let out = tempfile::tempdir().expect("tempdir");
-    let server = repo().join("workload/examples/pytorch/server.py");
-    let cmd = format!(
-        "python3 {} --port {{port}} --device cpu --precision bf16 --warmup 5",
-        server.display()
+    let o = run(
+        "sweep",
+        out.path(),
+        "torch",
+        "loop",
+        &["--pods", "1,2", "--max-cell", "3s"],
     );
-    let o = Command::new(BENCH)
-        .args([
-            "sweep",
-            "--device",
-            "cpu",
-            "--quiet",
-            "--warmup",
-            "1s",
-            "--window",
-            "1s",
-            "--max-cell",
-            "3s",
-            "--strategies",
-            "time-slicing",
-            "--pods",
-            "1,2",
-            "--run-id",
-            "torch",
-            "--workload-cmd",
-            &cmd,
-        ])
-        .arg("--out")
-        .arg(out.path())
-        .env("PYTHONPATH", python_path())
-        .env("FAKE_TORCH_MS", "4")
-        .output()
-        .expect("run");
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     let cells = read_cells(&out.path().join("torch/cells.jsonl")).expect("cells");
     for pods in [1, 2] {
@@ -92,15 +67,17 @@ fn the_pytorch_example_is_swept_with_its_own_readiness_and_histogram() {
     );
 }
 
-fn sweep_requests(out: &Path, run_id: &str, extra: &[&str]) -> std::process::Output {
+/// `gpushare-bench COMMAND` (sweep or capacity) on the CPU, time-slicing, 1 s warm-up
+/// and windows, with the example server in `mode` (loop or requests) as every pod.
+fn run(command: &str, out: &Path, run_id: &str, mode: &str, extra: &[&str]) -> Output {
     let server = repo().join("workload/examples/pytorch/server.py");
     let cmd = format!(
-        "python3 {} --port {{port}} --device cpu --warmup 5 --mode requests",
+        "python3 {} --port {{port}} --device cpu --precision bf16 --warmup 5 --mode {mode}",
         server.display()
     );
     Command::new(BENCH)
         .args([
-            "sweep",
+            command,
             "--device",
             "cpu",
             "--quiet",
@@ -108,8 +85,6 @@ fn sweep_requests(out: &Path, run_id: &str, extra: &[&str]) -> std::process::Out
             "1s",
             "--window",
             "1s",
-            "--max-cell",
-            "3s",
             "--strategies",
             "time-slicing",
             "--run-id",
@@ -124,6 +99,17 @@ fn sweep_requests(out: &Path, run_id: &str, extra: &[&str]) -> std::process::Out
         .env("FAKE_TORCH_MS", "4")
         .output()
         .expect("run")
+}
+
+/// A sweep of the example waiting for requests, 3 s cells.
+fn sweep_requests(out: &Path, run_id: &str, extra: &[&str]) -> Output {
+    run(
+        "sweep",
+        out,
+        run_id,
+        "requests",
+        &[&["--max-cell", "3s"], extra].concat(),
+    )
 }
 
 #[test]
@@ -214,45 +200,26 @@ fn the_harness_sends_the_requests_to_a_server_that_waits_for_them() {
 #[test]
 fn capacity_searches_a_server_of_ones_own_through_the_harnesss_requests() {
     let out = tempfile::tempdir().expect("tempdir");
-    let server = repo().join("workload/examples/pytorch/server.py");
-    let cmd = format!(
-        "python3 {} --port {{port}} --device cpu --warmup 5 --mode requests",
-        server.display()
-    );
     // 40 requests/s per pod of 4 ms each, p99 within 100 ms: both counts fit (each
     // pod is its own process, sleeping in its stand-in forward pass).
-    let o = Command::new(BENCH)
-        .args([
-            "capacity",
-            "--device",
-            "cpu",
-            "--warmup",
-            "1s",
-            "--window",
-            "1s",
+    let o = run(
+        "capacity",
+        out.path(),
+        "cap",
+        "requests",
+        &[
             "--max-cell",
             "4s",
-            "--strategies",
-            "time-slicing",
-            "--run-id",
-            "cap",
             "--max-pods",
             "2",
             "--load",
             "poisson:40",
             "--slo",
             "p99=100ms",
-            "--workload-cmd",
-            &cmd,
             "--request",
             "http://127.0.0.1:{port}/infer",
-        ])
-        .arg("--out")
-        .arg(out.path())
-        .env("PYTHONPATH", python_path())
-        .env("FAKE_TORCH_MS", "4")
-        .output()
-        .expect("run");
+        ],
+    );
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert_eq!(
         o.status.code(),

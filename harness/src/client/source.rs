@@ -93,7 +93,7 @@ impl RequestSource {
     }
 
     fn running(&self) -> std::sync::MutexGuard<'_, Running> {
-        self.running.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        locked(&self.running)
     }
 }
 
@@ -129,7 +129,7 @@ async fn send(client: &PostClient, url: &str, req: &Request) -> std::result::Res
 }
 
 fn record(pod: &Mutex<PodLoad>, outcome: std::result::Result<(), String>, took: Duration) {
-    let mut p = pod.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut p = locked(pod);
     match outcome {
         Ok(()) => p.tally.observe(took.as_secs_f64()),
         Err(_) => p.tally.errors += 1,
@@ -166,10 +166,7 @@ async fn open_loop(
         tokio::time::sleep_until(next).await;
         while in_flight.try_join_next().is_some() {}
         if in_flight.len() >= MAX_IN_FLIGHT {
-            pod.lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .tally
-                .errors += 1;
+            locked(&pod).tally.errors += 1;
             continue;
         }
         let (client, url, req, pod, arrival) = (client.clone(), url.clone(), req.clone(), pod.clone(), next);
@@ -180,14 +177,9 @@ async fn open_loop(
     }
 }
 
-/// A seed of its own for every pod of every cell, recorded in its rows.
-fn seed_for(pod: &str) -> u64 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    pod.bytes().fold(nanos ^ 0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    })
+/// A mutex's value, also after a task panicked while holding it (a tally stays valid).
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl MetricsSource for RequestSource {
@@ -199,7 +191,7 @@ impl MetricsSource for RequestSource {
         let mut tasks = JoinSet::new();
         let mut pods = HashMap::new();
         let rate = self.load.per_pod_rate(targets.len() as u32);
-        for t in targets {
+        for (index, t) in targets.iter().enumerate() {
             let port = port_of(&t.url).ok_or_else(|| BenchError::Scrape {
                 pod: t.pod.clone(),
                 url: t.url.clone(),
@@ -213,8 +205,8 @@ impl MetricsSource for RequestSource {
                     tasks.spawn(closed_loop(client, url, req, pod.clone()));
                 }
                 Some(rate) => {
-                    let seed = seed_for(&t.pod);
-                    pod.lock().unwrap_or_else(std::sync::PoisonError::into_inner).seed = Some(seed);
+                    let seed = crate::backend::local::fresh_seed(index as u32);
+                    locked(&pod).seed = Some(seed);
                     tasks.spawn(open_loop(client, url, req, pod.clone(), Arrivals::new(seed, rate)));
                 }
             }
@@ -241,7 +233,7 @@ impl MetricsSource for RequestSource {
             .map(|t| {
                 let snap = match running.pods.get(&t.pod) {
                     Some(p) => {
-                        let p = p.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                        let p = locked(p);
                         Ok(PodSnapshot {
                             at,
                             latency: p.tally.histogram(),

@@ -140,15 +140,20 @@ pub(crate) fn recorded_backend(plan: &SweepPlan, id: &str, kind: RunKind) -> Res
         path: path.clone(),
         reason: format!("plan.backend {:?}: {reason}", run.plan.backend),
     })?;
-    // A recorded command runs only when the user gives it again (as on the local
-    // backend): a run directory never makes the harness execute a command on its own.
-    if recorded == BackendKind::Kubernetes && plan.workload_cmd != run.plan.workload_cmd {
+    // A recorded command runs only when the user gives it again, on either backend: a
+    // run directory never makes the harness execute a command on its own.
+    if plan.workload_cmd != run.plan.workload_cmd {
+        let image = if recorded == BackendKind::Kubernetes {
+            " and its --image"
+        } else {
+            ""
+        };
         return Err(match (&run.plan.workload_cmd, &plan.workload_cmd) {
             (Some(cmd), _) => BenchError::flag(
                 "--resume",
                 id,
                 format!(
-                    "this run measured a server of your own: resume it with the same --workload-cmd {cmd:?} and its --image"
+                    "this run measured a server of your own: resume it with the same --workload-cmd {cmd:?}{image}"
                 ),
             ),
             (None, given) => BenchError::flag(

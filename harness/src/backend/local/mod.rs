@@ -263,8 +263,9 @@ async fn readiness(pod: &str, port: u16, path: &str, metric: &str) -> Readiness 
 }
 
 /// A new random seed (std's per-process random hasher keys, the clock and the pod's
-/// index): different for every launch, recorded by the pod (`workload_info{load_seed}`).
-fn fresh_seed(index: u32) -> u64 {
+/// index): different for every launch, recorded by the pod (`workload_info{load_seed}`)
+/// or by the harness's own request generator.
+pub(crate) fn fresh_seed(index: u32) -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u32(index);

@@ -79,24 +79,7 @@ pub fn open(plan: &SweepPlan, resume: Option<&str>) -> Result<Session<LocalBacke
     };
     let store = RunStore::open_or_create(plan, resume, device, &short, env)?;
     let recorded = store.run().plan.clone();
-    // A run directory's command runs only when the user gives it again: a resume never
-    // executes a shell command it read from a file.
-    if let Some(id) = resume
-        && plan.workload_cmd != recorded.workload_cmd
-    {
-        return Err(match (&recorded.workload_cmd, &plan.workload_cmd) {
-            (Some(cmd), _) => BenchError::flag(
-                "--resume",
-                id,
-                format!("this run measured a server of your own: resume it with the same --workload-cmd {cmd:?}"),
-            ),
-            (None, given) => BenchError::flag(
-                "--workload-cmd",
-                given.as_deref().unwrap_or_default(),
-                "this run measured gpushare-workload: resume it without --workload-cmd",
-            ),
-        });
-    }
+    // The same --workload-cmd was given again (`sweep::recorded_backend`).
     let mut notes = Vec::new();
     if resume.is_some() {
         // Whatever a killed run left running (its supervisor killed too) is stopped
