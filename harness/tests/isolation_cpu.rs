@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use gpushare_bench::backend::local::{LocalBackend, WorkloadCommand};
 use gpushare_bench::backend::{Backend, Pod, PodSpec, PodState};
 use gpushare_bench::domain::{DeviceKind, Strategy};
-use gpushare_bench::isolation::plan::{IsolationSettings, Scenario, trials};
+use gpushare_bench::isolation::plan::{IsolationSettings, Role, Scenario, trials};
 use gpushare_bench::shutdown::Shutdown;
 use gpushare_bench::telemetry::GpuInventory;
 
@@ -37,6 +37,7 @@ fn specs(scenario: Scenario) -> Vec<PodSpec> {
         noisy_aggressors: vec![1],
         event_after: Duration::from_millis(700),
         memory_total_bytes: None,
+        own_victim: false,
     })
     .expect("plan");
     let trial = plan.iter().find(|t| t.scenario == Some(scenario)).expect("trial");
@@ -47,6 +48,7 @@ fn specs(scenario: Scenario) -> Vec<PodSpec> {
             name: p.name.clone(),
             args: p.args.clone(),
             group: scenario.name().into(),
+            builtin: p.role == Role::Aggressor,
         })
         .collect()
 }

@@ -234,15 +234,112 @@ fn what_a_server_of_ones_own_cannot_do_yet_is_refused_with_one_line() {
         .expect("sweep");
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("bad --metric `1bad`: not a Prometheus metric name"));
+    for (more, says) in [
+        (
+            vec!["--victim-rate", "20"],
+            "bad --victim-rate `20`: the rate of the harness's requests to a server of your own: give --request URL",
+        ),
+        (
+            vec!["--aggressor-image", "me/w:1"],
+            "bad --aggressor-image `me/w:1`: for Kubernetes with a server of your own",
+        ),
+    ] {
+        let o = Command::new(BENCH)
+            .args(["isolation", "--device", "cpu", "--workload-cmd", &cmd])
+            .args(&more)
+            .arg("--out")
+            .arg(out.path())
+            .output()
+            .expect("isolation");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{more:?}: {err}");
+        assert!(err.contains(says), "{more:?}: {err}");
+    }
+    assert!(!out.path().join("refused").exists());
+}
+
+/// In isolation a server of one's own is the victim, here in its own loop (no
+/// `--request`), and gpushare-workload the aggressors: their crash is gpushare-workload's
+/// `--crash-after`, and the victim, read through its own histogram, serves on.
+#[test]
+fn a_server_of_ones_own_is_the_isolation_victim_beside_gpushare_workload() {
+    let out = tempfile::tempdir().expect("tempdir");
     let o = Command::new(BENCH)
-        .args(["isolation", "--device", "cpu", "--workload-cmd", &cmd])
+        .args([
+            "isolation",
+            "--device",
+            "cpu",
+            "--quiet",
+            "--strategies",
+            "time-slicing",
+            "--scenarios",
+            "crash",
+            "--warmup",
+            "1s",
+            "--event-after",
+            "2s",
+            "--observe",
+            "6s",
+            "--run-id",
+            "iso",
+            "--workload-cmd",
+            &server("ok"),
+            "--metric",
+            "my_latency_seconds",
+            "--ready-path",
+            "/ready",
+        ])
+        .arg("--workload-bin")
+        .arg(Path::new(BENCH).with_file_name("gpushare-workload"))
         .arg("--out")
         .arg(out.path())
+        .env("FAKE_ENV_DIR", out.path())
         .output()
         .expect("isolation");
-    assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("a server of your own runs in `sweep` for now"));
-    assert!(!out.path().join("refused").exists());
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let dir = out.path().join("iso");
+    let records: Vec<serde_json::Value> = std::fs::read_to_string(dir.join("isolation.jsonl"))
+        .expect("records")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("record"))
+        .collect();
+    assert_eq!(records.len(), 2, "{records:?}");
+    for r in &records {
+        assert_eq!(r["victim_status"], "ok", "{r}");
+        // The fake server's own histogram: 200 inferences/s of 4 ms.
+        assert!(r["victim_inferences"].as_u64().is_some_and(|n| n > 500), "{r}");
+    }
+    let crash = &records[1];
+    assert!(
+        crash["aggressor_outcome"]
+            .as_str()
+            .is_some_and(|o| o.contains("killed by signal 9")),
+        "{crash}"
+    );
+    // The victim was the user's server (it wrote its environment), the aggressor
+    // gpushare-workload (its log is the workload's), on the aggressors' model.
+    assert!(out.path().join("victim").is_file(), "the server ran as the victim");
+    assert!(
+        !out.path().join("aggressor-1").exists(),
+        "the aggressor is not the server"
+    );
+    let log = std::fs::read_to_string(dir.join("logs/time-slicing-crash-aggressor-1.log")).expect("aggressor log");
+    assert!(log.contains("tiny"), "{log}");
+    let run: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).expect("run.json")).expect("json");
+    assert_eq!(run["plan"]["model"], "tiny", "the aggressors' model");
+    let reports = out.path().join("reports");
+    let r = Command::new(BENCH)
+        .arg("report")
+        .arg(&dir)
+        .arg("--out")
+        .arg(&reports)
+        .output()
+        .expect("report");
+    assert!(r.status.success(), "{r:?}");
+    let html = std::fs::read_to_string(reports.join("iso/index.html")).expect("html");
+    assert!(html.contains("under the load it makes itself"), "{html}");
+    assert!(html.contains("The victim is a server of your own"), "{html}");
 }
 
 /// The shell dies with the harness (PDEATHSIG); its children are stopped by the

@@ -233,6 +233,80 @@ fn capacity_searches_a_server_of_ones_own_through_the_harnesss_requests() {
     assert_eq!(cells.iter().filter(|c| c.is_aggregate()).count(), 2);
 }
 
+/// The example waiting for requests is an isolation victim: the harness sends it the
+/// Poisson load of `--victim-rate` (and only it: the aggressor is gpushare-workload,
+/// in its own closed loop) and times every answer.
+#[test]
+fn isolation_sends_the_victim_rate_to_the_example_beside_a_gpushare_workload_aggressor() {
+    let out = tempfile::tempdir().expect("tempdir");
+    let server = repo().join("workload/examples/pytorch/server.py");
+    let cmd = format!(
+        "python3 {} --port {{port}} --device cpu --precision bf16 --warmup 5 --mode requests",
+        server.display()
+    );
+    let o = Command::new(BENCH)
+        .args([
+            "isolation",
+            "--device",
+            "cpu",
+            "--quiet",
+            "--strategies",
+            "time-slicing",
+            "--scenarios",
+            "noisy-neighbour",
+            "--aggressors",
+            "1",
+            "--victim-rate",
+            "40",
+            "--warmup",
+            "1s",
+            "--event-after",
+            "2s",
+            "--observe",
+            "6s",
+            "--run-id",
+            "iso",
+            "--workload-cmd",
+            &cmd,
+            "--request",
+            "http://127.0.0.1:{port}/infer",
+        ])
+        .arg("--workload-bin")
+        .arg(Path::new(BENCH).with_file_name("gpushare-workload"))
+        .arg("--out")
+        .arg(out.path())
+        .env("PYTHONPATH", python_path())
+        .env("FAKE_TORCH_MS", "4")
+        .output()
+        .expect("isolation");
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let dir = out.path().join("iso");
+    let records: Vec<serde_json::Value> = std::fs::read_to_string(dir.join("isolation.jsonl"))
+        .expect("records")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("record"))
+        .collect();
+    assert_eq!(records.len(), 2, "{records:?}");
+    for r in &records {
+        assert_eq!(r["victim_status"], "ok", "{r}");
+        // 40 requests/s for the 7 s after the warm-up: about 280 (Poisson).
+        let n = r["victim_inferences"].as_u64().unwrap_or(0);
+        assert!((150..450).contains(&n), "{n}: {r}");
+        // Each answer is a 4 ms stand-in inference plus HTTP.
+        let mean = r["victim_mean_s"].as_f64().unwrap_or(0.0);
+        assert!((0.0039..0.05).contains(&mean), "{mean}: {r}");
+    }
+    let run: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).expect("run.json")).expect("json");
+    assert_eq!(run["plan"]["load"], "poisson:40", "the victim's requests");
+    assert_eq!(run["plan"]["source"], "client");
+    // The aggressor ran gpushare-workload, not the example.
+    let aggressor = std::fs::read_to_string(dir.join("logs/time-slicing-noisy-1-aggressor-1.log")).expect("log");
+    assert!(!aggressor.contains("yolos-small bf16"), "{aggressor}");
+    let victim = std::fs::read_to_string(dir.join("logs/time-slicing-noisy-1-victim.log")).expect("log");
+    assert!(victim.contains("mode requests"), "{victim}");
+}
+
 #[test]
 fn the_example_teaches_its_endpoints_and_modes_without_torch() {
     // Its --help works where torch is not installed (the import waits for the model).

@@ -111,6 +111,7 @@ impl FakeBackend {
     pub fn metrics(&self) -> ScriptedMetrics {
         ScriptedMetrics {
             world: self.world.clone(),
+            calls: self.calls.clone(),
         }
     }
 
@@ -286,6 +287,8 @@ impl Backend for FakeBackend {
 #[derive(Debug, Clone)]
 pub struct ScriptedMetrics {
     world: Arc<Mutex<World>>,
+    /// Logs `metrics for POD,POD` (prepare) and `metrics released` into the backend's calls.
+    calls: Arc<Mutex<Calls>>,
 }
 
 /// A pod's cumulative histogram `t` after launch (pure).
@@ -308,6 +311,20 @@ pub fn histogram_at(s: &PodScript, since_launch: Duration) -> Histogram {
 impl MetricsSource for ScriptedMetrics {
     fn kind(&self) -> Source {
         Source::Scrape
+    }
+
+    async fn prepare(&self, targets: &[Target], _shutdown: &Shutdown) -> Result<()> {
+        let names: Vec<&str> = targets.iter().map(|t| t.pod.as_str()).collect();
+        if let Ok(mut c) = self.calls.lock() {
+            c.log.push(format!("metrics for {}", names.join(",")));
+        }
+        Ok(())
+    }
+
+    fn release(&self) {
+        if let Ok(mut c) = self.calls.lock() {
+            c.log.push("metrics released".into());
+        }
     }
 
     async fn snapshot(&self, targets: &[Target]) -> Result<Vec<(String, Result<PodSnapshot>)>> {

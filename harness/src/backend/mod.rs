@@ -65,6 +65,10 @@ pub struct PodSpec {
     pub args: Vec<String>,
     /// What the pod's cell is, for its log's name (e.g. `fault`; empty: the pod count).
     pub group: String,
+    /// It runs gpushare-workload even where the run's pods are a server of the user's
+    /// own (`--workload-cmd`): an isolation trial's aggressors, whose load, memory,
+    /// fault and crash are gpushare-workload's flags.
+    pub builtin: bool,
 }
 
 /// How a backend set the last launched cell up (recorded in its aggregate row).

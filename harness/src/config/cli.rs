@@ -65,8 +65,14 @@ pub enum Command {
     /// Pods are made as in `sweep` (--backend, --model, --device, --workload-arg, …,
     /// also from --config). On Kubernetes (--backend kubernetes --node NODE) a trial is
     /// two Deployments, the victim's (applied first, bound before the aggressors come)
-    /// and the aggressors'; the kubelet restarts a container that exits. Exit codes as `sweep`: 3 when a victim alone could not be
-    /// measured (its trials then have no baseline).
+    /// and the aggressors'; the kubelet restarts a container that exits. Exit codes as
+    /// `sweep`: 3 when a victim alone could not be measured (its trials then have no
+    /// baseline).
+    ///
+    /// Your own server as the victim: --workload-cmd 'CMD … {port} …' (as in `sweep`);
+    /// the aggressors stay gpushare-workload. With --request URL the harness sends it
+    /// --victim-rate; without, it makes its own load. On Kubernetes (--image) the
+    /// aggressors run --aggressor-image.
     #[command(verbatim_doc_comment)]
     Isolation(Box<IsolationArgs>),
     /// How many pods fit on one GPU per strategy at a per-pod load and a latency SLO
@@ -173,6 +179,9 @@ pub struct IsolationArgs {
     /// How long the victim is followed after that (more than 5s) [default: 15s].
     #[arg(long)]
     pub observe: Option<Span>,
+    /// On Kubernetes, where the victim is a server of your own (--workload-cmd with --image): the image of gpushare-workload the aggressors run [default: gpushare-workload:0.1.0].
+    #[arg(long)]
+    pub aggressor_image: Option<String>,
     /// TOML file with sweep settings (the pods' model, device, backend, ...).
     #[arg(long)]
     pub config: Option<PathBuf>,

@@ -11,6 +11,7 @@ use crate::backend::{Backend, Session, k8s, local};
 use crate::config::cli::IsolationArgs;
 use crate::config::options::SweepOptions;
 use crate::config::plan::{BackendKind, SweepPlan};
+use crate::config::values::Load;
 use crate::domain::CellStatus;
 use crate::error::{BenchError, Result};
 use crate::isolation::plan::{
@@ -63,11 +64,23 @@ pub fn plan(args: IsolationArgs) -> Result<SweepPlan> {
         None => SweepOptions::default(),
     };
     let mut plan = SweepPlan::from_options(file.overridden_by(args.options)?)?;
-    if let Some(cmd) = &plan.workload_cmd {
+    // A server of the user's own is the victim, loaded at --victim-rate by the
+    // harness's requests (--request) or by itself; the aggressors run gpushare-workload,
+    // whose flags make them misbehave.
+    if let (Some(_), None, Some(rate)) = (&plan.workload_cmd, &plan.request, args.victim_rate) {
         return Err(BenchError::flag(
-            "--workload-cmd",
-            cmd,
-            "isolation trials drive gpushare-workload's own flags (load, memory, fault, crash); a server of your own runs in `sweep` for now",
+            "--victim-rate",
+            &rate.to_string(),
+            "the rate of the harness's requests to a server of your own: give --request URL (and --body FILE), or leave it out for a server that makes its own load",
+        ));
+    }
+    if let Some(image) = &args.aggressor_image
+        && (plan.backend != BackendKind::Kubernetes || plan.workload_cmd.is_none())
+    {
+        return Err(BenchError::flag(
+            "--aggressor-image",
+            image,
+            "for Kubernetes with a server of your own (--workload-cmd with --image); otherwise the aggressors run the pods' own gpushare-workload",
         ));
     }
     let iso = IsolationPlan {
@@ -83,10 +96,16 @@ pub fn plan(args: IsolationArgs) -> Result<SweepPlan> {
             .as_secs_f64(),
         observe_s: args.observe.map_or(DEFAULT_OBSERVE, |s| s.duration).as_secs_f64(),
         slo_s: slo,
+        aggressor_image: args.aggressor_image,
     };
     iso.validate(plan.measure.warmup)?;
     plan.pods = iso.pod_counts();
     plan.repeat = 1;
+    if plan.request.is_some() {
+        // The harness's requests to the victim (and only to it: the runner prepares
+        // the source for the victim alone).
+        plan.load = Load::PerPod(iso.victim_rate);
+    }
     plan.isolation = Some(iso);
     Ok(plan)
 }
@@ -176,7 +195,7 @@ impl<B: Backend> Work<B> for Trials {
             return Err(BenchError::flag("--resume", &run.run_id, kind.resume_hint()));
         };
         let memory = run.gpu_memory_bytes();
-        let trials = trials(&iso.settings(&run.plan.strategies, memory))?;
+        let trials = trials(&iso.settings(&run.plan.strategies, memory, run.plan.workload_cmd.is_some()))?;
         let settings = TrialSettings {
             ready_timeout: session.settings.ready_timeout,
             warmup: session.settings.warmup,

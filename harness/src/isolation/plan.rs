@@ -146,6 +146,11 @@ pub struct IsolationSettings {
     pub event_after: Duration,
     /// The GPU's memory (None on the CPU: the memory scenario uses small sizes there).
     pub memory_total_bytes: Option<u64>,
+    /// The victim is a server of the user's own (`--workload-cmd`): it runs as it is,
+    /// without gpushare-workload's arguments (its load is the harness's requests; in
+    /// the memory scenario it does not ask for more), and the aggressors run
+    /// gpushare-workload (`PodSpec::builtin`).
+    pub own_victim: bool,
 }
 
 /// An isolation run's own plan, recorded in run.json (`isolation`) beside the sweep
@@ -165,6 +170,10 @@ pub struct IsolationPlan {
     pub observe_s: f64,
     /// The victim's latency target, seconds (None: 1.5 × its p99 alone).
     pub slo_s: Option<f64>,
+    /// On Kubernetes beside a server of the user's own: the image the aggressors run
+    /// (None: gpushare-workload's default image).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aggressor_image: Option<String>,
 }
 
 /// Defaults of the `isolation` command.
@@ -244,7 +253,13 @@ impl IsolationPlan {
 
     /// The settings [`trials`] plans from, for `strategies` on a GPU of
     /// `memory_total_bytes` (None: the CPU).
-    pub fn settings(&self, strategies: &[Strategy], memory_total_bytes: Option<u64>) -> IsolationSettings {
+    /// `own_victim`: the pods are a server of the user's own.
+    pub fn settings(
+        &self,
+        strategies: &[Strategy],
+        memory_total_bytes: Option<u64>,
+        own_victim: bool,
+    ) -> IsolationSettings {
         IsolationSettings {
             scenarios: self.scenarios.clone(),
             strategies: strategies.to_vec(),
@@ -252,6 +267,7 @@ impl IsolationPlan {
             noisy_aggressors: self.aggressors.clone(),
             event_after: Duration::from_secs_f64(self.event_after_s),
             memory_total_bytes,
+            own_victim,
         }
     }
 
@@ -292,9 +308,14 @@ fn millis(d: Duration) -> String {
     format!("{}ms", d.as_millis())
 }
 
-fn victim(rate: f64, extra: &[String]) -> TrialPod {
+/// The victim: gpushare-workload at `rate` with `extra`, or (`own`) a server of the
+/// user's own as it is.
+fn victim(rate: f64, extra: &[String], own: bool) -> TrialPod {
     let mut args = vec!["--load".to_string(), format!("poisson:{rate}")];
     args.extend(extra.iter().cloned());
+    if own {
+        args.clear();
+    }
     TrialPod {
         name: "victim".into(),
         role: Role::Victim,
@@ -329,19 +350,22 @@ pub fn trials(s: &IsolationSettings) -> Result<Vec<Trial>> {
             strategy,
             scenario: None,
             aggressors: 0,
-            pods: vec![victim(s.victim_rate, &[])],
+            pods: vec![victim(s.victim_rate, &[], s.own_victim)],
         });
         for &scenario in &s.scenarios {
             let one = |victim_extra: Vec<String>, aggressor_args: Vec<String>| Trial {
                 strategy,
                 scenario: Some(scenario),
                 aggressors: 1,
-                pods: vec![victim(s.victim_rate, &victim_extra), aggressor(1, aggressor_args)],
+                pods: vec![
+                    victim(s.victim_rate, &victim_extra, s.own_victim),
+                    aggressor(1, aggressor_args),
+                ],
             };
             match scenario {
                 Scenario::NoisyNeighbour => {
                     for &k in &s.noisy_aggressors {
-                        let mut pods = vec![victim(s.victim_rate, &[])];
+                        let mut pods = vec![victim(s.victim_rate, &[], s.own_victim)];
                         pods.extend((1..=k).map(|i| aggressor(i, Vec::new())));
                         out.push(Trial {
                             strategy,
@@ -410,6 +434,7 @@ mod tests {
             noisy_aggressors: vec![1, 3, 6],
             event_after: Duration::from_secs(10),
             memory_total_bytes: Some(80 << 30),
+            own_victim: false,
         }
     }
 
@@ -443,6 +468,22 @@ mod tests {
     }
 
     #[test]
+    fn a_server_of_ones_own_is_a_victim_without_arguments_beside_the_same_aggressors() {
+        let own = trials(&IsolationSettings {
+            own_victim: true,
+            ..settings()
+        })
+        .expect("trials");
+        let plain = trials(&settings()).expect("trials");
+        assert_eq!(own.len(), plain.len());
+        for (o, p) in own.iter().zip(&plain) {
+            assert!(o.pods[0].args.is_empty(), "{:?}", o.pods[0]);
+            assert!(!p.pods[0].args.is_empty());
+            assert_eq!(o.pods[1..], p.pods[1..], "the aggressors do not change");
+        }
+    }
+
+    #[test]
     fn each_scenario_is_made_of_workload_arguments() {
         let t = trials(&settings()).expect("trials");
         let find = |s| {
@@ -462,6 +503,7 @@ mod tests {
         // On the CPU: small sizes.
         let cpu = trials(&IsolationSettings {
             memory_total_bytes: None,
+            own_victim: false,
             ..settings()
         })
         .expect("trials");

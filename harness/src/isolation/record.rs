@@ -300,6 +300,7 @@ mod tests {
             noisy_aggressors: vec![1],
             event_after: Duration::from_secs(10),
             memory_total_bytes: Some(80 << 30),
+            own_victim: false,
         })
         .expect("plan")
         .into_iter()

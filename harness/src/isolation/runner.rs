@@ -14,9 +14,9 @@ use crate::backend::{Backend, Pod, PodSpec, PodState, Prepared};
 use crate::domain::{CellStatus, Strategy};
 use crate::error::{BenchError, Result};
 use crate::isolation::matrix::outcome_text;
-use crate::isolation::plan::{Scenario, Trial, mps_split};
+use crate::isolation::plan::{Role, Scenario, Trial, mps_split};
 use crate::isolation::record::{IsolationRecord, Observed, Recovery, record};
-use crate::metrics::{MetricsSource, PodSnapshot, Target};
+use crate::metrics::{MetricsSource, PodSnapshot, Release, Target};
 use crate::shutdown::Shutdown;
 use crate::sweep::progress::Progress;
 
@@ -169,6 +169,8 @@ async fn run_one<B: Backend, S: MetricsSource>(
                 Some(Scenario::NoisyNeighbour) => format!("noisy-{}", trial.aggressors),
                 Some(s) => s.name().into(),
             },
+            // Beside a server of the user's own, the aggressors are gpushare-workload.
+            builtin: p.role == Role::Aggressor,
         })
         .collect();
     progress.phase("starting pods");
@@ -192,6 +194,10 @@ async fn run_one<B: Backend, S: MetricsSource>(
             recovery: None,
         });
     };
+    // The source follows the victim alone: a private Prometheus scrapes it, the
+    // harness's requests (`--request`) go to it; they end with the trial.
+    source.prepare(std::slice::from_ref(&target), shutdown).await?;
+    let _release = Release(source);
     progress.phase("warm-up");
     shutdown.sleep(s.warmup).await?;
     let read = |snaps: Vec<(String, Result<PodSnapshot>)>| snaps.into_iter().next().and_then(|(_, r)| r.ok());

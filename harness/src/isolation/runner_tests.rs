@@ -29,6 +29,7 @@ fn plan(strategies: Vec<Strategy>, scenarios: Vec<Scenario>) -> Vec<crate::isola
         noisy_aggressors: vec![1],
         event_after: Duration::from_secs(10),
         memory_total_bytes: Some(80 << 30),
+        own_victim: false,
     })
     .expect("plan")
 }
@@ -137,6 +138,20 @@ async fn a_fault_next_door_is_recorded_per_strategy_against_the_victim_alone() {
             "launch mps victim",
             "launch mps victim,aggressor-1"
         ]
+    );
+    // The metrics source follows the victim alone, and lets go of it before the
+    // trial's pods stop.
+    let around: Vec<&str> = log
+        .iter()
+        .map(String::as_str)
+        .filter(|l| l.starts_with("metrics") || *l == "stop")
+        .take(3)
+        .collect();
+    assert_eq!(around, ["metrics for victim", "metrics released", "stop"]);
+    assert_eq!(
+        log.iter().filter(|l| *l == "metrics for victim").count(),
+        4,
+        "each measured trial: {log:?}"
     );
     assert_eq!(log.iter().filter(|l| *l == "relaunch victim").count(), 1, "{log:?}");
     assert_eq!(log.iter().filter(|l| *l == "stop").count(), 4, "{log:?}");

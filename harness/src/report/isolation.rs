@@ -133,8 +133,15 @@ pub fn tables(data: &RunData) -> Tables {
             .collect(),
     };
     let mut reading = vec![format!(
-        "Each trial runs one victim pod serving an open-loop Poisson load of {} inferences/s beside its aggressors, from the pods' readiness for {} s (the first {} s are a discarded warm-up); an aggressor grows, faults or is killed {} s after readiness. Inflation is the victim's p99 over its own p99 alone under the same strategy; the SLO is {}.",
-        plan.victim_rate,
+        "Each trial runs one victim pod {} beside its aggressors, from the pods' readiness for {} s (the first {} s are a discarded warm-up); an aggressor grows, faults or is killed {} s after readiness. Inflation is the victim's p99 over its own p99 alone under the same strategy; the SLO is {}.",
+        match (&data.run.plan.workload_cmd, &data.run.plan.request) {
+            (Some(_), None) => "(your server) under the load it makes itself".to_string(),
+            (Some(_), Some(_)) => format!(
+                "(your server) sent an open-loop Poisson load of {} requests/s by the harness",
+                plan.victim_rate
+            ),
+            (None, _) => format!("serving an open-loop Poisson load of {} inferences/s", plan.victim_rate),
+        },
         plan.event_after_s + plan.observe_s,
         data.run.plan.warmup_s,
         plan.event_after_s,
@@ -147,13 +154,30 @@ pub fn tables(data: &RunData) -> Tables {
         }
     )];
     let scenarios = plan.scenarios.as_slice();
+    if let Some(cmd) = &data.run.plan.workload_cmd {
+        let load = match &data.run.plan.request {
+            Some(req) => format!(
+                "the harness sends it the Poisson load ({} {}) and times each answer",
+                if req.body.is_some() { "POST" } else { "GET" },
+                req.url
+            ),
+            None => format!(
+                "it makes its own load, and its histogram ({}) is read",
+                data.run.plan.metric
+            ),
+        };
+        reading.push(format!(
+            "The victim is a server of your own (`{cmd}`): {load}. It runs as it is, so in the memory-pressure scenario it asks for no more memory. The aggressors are gpushare-workload ({}), whose flags make them load the GPU, take its memory, fault or die.",
+            data.run.plan.model
+        ));
+    }
     if strategies.contains(&Strategy::Exclusive) {
         reading.push("Exclusive is the reference: the victim holds the GPU and every aggressor stays pending, so its rows are the victim alone measured again; their spread around ×1.00 is the trial-to-trial noise of the inflation.".into());
     }
     if scenarios.contains(&Scenario::MemoryPressure) {
         reading.push(match data.run.gpu_memory_bytes() {
             Some(_) => format!(
-                "The memory-pressure aggressor takes {:.0}% of the GPU's memory, and {} s later the victim asks for {:.0}%: together more than the GPU has, each less than half.",
+                "The memory-pressure aggressor takes {:.0}% of the GPU's memory, and {} s later a gpushare-workload victim asks for {:.0}%: together more than the GPU has, each less than half.",
                 AGGRESSOR_MEMORY * 100.0,
                 VICTIM_GROWS_AFTER.as_secs(),
                 VICTIM_MEMORY * 100.0

@@ -76,7 +76,11 @@ impl RunData {
             return None;
         }
         if let Some(iso) = &self.run.isolation {
-            let planned = iso.settings(&self.run.plan.strategies, self.run.gpu_memory_bytes());
+            let planned = iso.settings(
+                &self.run.plan.strategies,
+                self.run.gpu_memory_bytes(),
+                self.run.plan.workload_cmd.is_some(),
+            );
             let planned = crate::isolation::plan::trials(&planned).map_or(0, |t| t.len());
             return Some(format!(
                 "PARTIAL RUN: run.json says state {:?}, not \"complete\"; {} of {planned} trials are on disk, the others were never run",

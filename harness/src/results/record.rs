@@ -279,7 +279,8 @@ pub struct PlanRecord {
     pub strategies: Vec<Strategy>,
     /// Pod counts in order.
     pub pods: Vec<u32>,
-    /// Model preset.
+    /// Model preset (`custom`: a server of the user's own; in an isolation run beside
+    /// one, the model its gpushare-workload aggressors run).
     pub model: String,
     /// Precision.
     pub precision: String,
@@ -360,8 +361,9 @@ impl PlanRecord {
             },
             pods: plan.pods.clone(),
             model: match (plan.model, device) {
-                // The rows say whose numbers they are.
-                _ if plan.workload_cmd.is_some() => "custom".into(),
+                // The rows say whose numbers they are. An isolation run beside a
+                // server of the user's own records its aggressors' model (they run it).
+                _ if plan.workload_cmd.is_some() && plan.isolation.is_none() => "custom".into(),
                 (Some(m), _) if !smoke => m.name().into(),
                 (_, DeviceKind::Cpu) => "tiny".into(),
                 (_, DeviceKind::Cuda) => "yolos-small".into(),
@@ -1112,6 +1114,7 @@ mod tests {
                     event_after_s: 15.0,
                     observe_s: 15.0,
                     slo_s: None,
+                    aggressor_image: None,
                 })
             }),
         ];

@@ -133,8 +133,12 @@ async fn steady_pods_give_exact_numbers_and_every_cell_is_stopped() {
         [
             "prepare time-slicing",
             "launch time-slicing 1",
+            "metrics for pod-0",
+            "metrics released",
             "stop",
             "launch time-slicing 3",
+            "metrics for pod-0,pod-1,pod-2",
+            "metrics released",
             "stop",
             "restore"
         ]
@@ -291,6 +295,8 @@ async fn interrupt_between_cells_then_resume_measures_each_cell_once() {
             "prepare exclusive",
             "prepare time-slicing",
             "launch time-slicing 1",
+            "metrics for pod-0",
+            "metrics released",
             "stop",
             "restore"
         ],
@@ -306,7 +312,14 @@ async fn interrupt_between_cells_then_resume_measures_each_cell_once() {
     assert_eq!(out.cells_run, 1, "only the missing cell");
     assert_eq!(
         log(&b2),
-        ["prepare time-slicing", "launch time-slicing 3", "stop", "restore"]
+        [
+            "prepare time-slicing",
+            "launch time-slicing 3",
+            "metrics for pod-0,pod-1,pod-2",
+            "metrics released",
+            "stop",
+            "restore"
+        ]
     );
     let rows = cells(&plan);
     for (s, n) in [

@@ -62,6 +62,10 @@ pub struct KubeSettings {
     pub settle: Duration,
     /// Time between polls.
     pub poll: Duration,
+    /// The image an isolation trial's aggressors run where the pods are a server of the
+    /// user's own (`--aggressor-image`; gpushare-workload's, whose flags make them
+    /// misbehave).
+    pub aggressor_image: String,
 }
 
 impl KubeSettings {
@@ -79,6 +83,21 @@ impl KubeSettings {
             projection_wait: Duration::from_secs(120),
             settle: Duration::from_secs(15),
             poll: Duration::from_secs(2),
+            aggressor_image: crate::config::plan::DEFAULT_IMAGE.into(),
+        }
+    }
+
+    /// What a pod that runs gpushare-workload runs ([`crate::backend::PodSpec::builtin`]):
+    /// the run's workload, or where that is a server of the user's own, gpushare-workload
+    /// in the aggressor image with the run's workload arguments.
+    pub fn builtin_workload(&self) -> WorkloadSpec {
+        match self.workload.server {
+            None => self.workload.clone(),
+            Some(_) => WorkloadSpec {
+                image: self.aggressor_image.clone(),
+                server: None,
+                ..self.workload.clone()
+            },
         }
     }
 
@@ -386,6 +405,12 @@ impl KubernetesBackend {
     /// Sets the user's own server the pods run (the recorded one when resuming).
     pub fn set_server(&mut self, server: Option<super::objects::OwnServer>) {
         self.s.workload.server = server;
+    }
+
+    /// Sets the image an isolation trial's aggressors run beside a server of the user's
+    /// own (the recorded one when resuming).
+    pub fn set_aggressor_image(&mut self, image: &str) {
+        self.s.aggressor_image = image.to_string();
     }
 
     /// The client (shared with the port-forward).
@@ -1188,11 +1213,17 @@ impl Backend for KubernetesBackend {
         self.trial = Some(TrialCell::new(specs));
         self.cell = Some((strategy, pods));
         self.launched_at = Some(Instant::now());
-        for (i, (role, replicas, args)) in parts.iter().enumerate() {
+        for (i, part) in parts.iter().enumerate() {
             if i > 0 {
                 self.wait_victim_bound(Duration::from_secs(120), shutdown).await?;
             }
-            let object = objects::role_deployment(&self.s.workload, strategy, &resource, role, *replicas, pods, args);
+            let (role, replicas) = (part.role, part.replicas);
+            let runs = if part.builtin {
+                self.s.builtin_workload()
+            } else {
+                self.s.workload.clone()
+            };
+            let object = objects::role_deployment(&runs, strategy, &resource, role, replicas, pods, &part.args);
             let what = format!("{} × {replicas} in a trial of {pods} under {}", role, strategy.name());
             self.apply_deployment(&objects::role_deployment_name(role), object, &what)
                 .await?;

@@ -237,6 +237,14 @@ pub async fn open(plan: &SweepPlan, resume: Option<&str>, shutdown: &Shutdown) -
     // resuming; recorded_backend checked that the same --workload-cmd was given).
     backend.set_workload_args(recorded.workload_args());
     backend.set_server(own_server(recorded.workload_cmd.as_deref(), &recorded.ready_path));
+    if let Some(image) = store
+        .run()
+        .isolation
+        .as_ref()
+        .and_then(|i| i.aggressor_image.as_deref())
+    {
+        backend.set_aggressor_image(image);
+    }
     // The cluster's Prometheus: by URL, or through a port-forward to its pod.
     let mut keep_alive: Vec<Box<dyn std::any::Any + Send>> = Vec::new();
     let url = match recorded.prometheus_setting() {

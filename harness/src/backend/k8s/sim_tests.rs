@@ -817,6 +817,7 @@ fn isolation_plan(dir: &Path) -> SweepPlan {
         event_after_s: 0.3,
         observe_s: 0.4,
         slo_s: None,
+        aggressor_image: None,
     };
     let mut p = plan(dir, "exclusive,time-slicing,mps", "1");
     p.pods = iso.pod_counts();
@@ -922,6 +923,67 @@ async fn isolation_trials_run_as_two_deployments_and_kubernetes_restarts_the_vic
         "node or ConfigMap not as they began\n{}",
         sim.log()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_of_ones_own_is_the_victim_and_gpushare_workload_the_aggressors() {
+    use crate::isolation::plan::Scenario;
+    let sim = start(ClusterSpec::h100("gpu-1")).await;
+    let before = state(&sim);
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut p = isolation_plan(dir.path());
+    p.strategies = vec![Strategy::TimeSlicing];
+    p.image = "me/yolos-pytorch:1".into();
+    p.workload_cmd = Some("python3 /app/server.py --port {port}".into());
+    let aggressor_image = "registry.local/gpushare-workload:0.1.0";
+    if let Some(iso) = p.isolation.as_mut() {
+        iso.scenarios = vec![Scenario::NoisyNeighbour, Scenario::Crash];
+        iso.aggressors = vec![2];
+        iso.aggressor_image = Some(aggressor_image.into());
+        p.pods = iso.pod_counts();
+    }
+    // What the real session makes of this plan (session::settings, set_aggressor_image).
+    let mut k = settings(&p);
+    k.workload = super::session::workload_spec(&p, "gpu-1", k.workload.args.clone());
+    k.aggressor_image = aggressor_image.into();
+    let s = session_with(&sim, &p, false, k).await.expect("session");
+    let finished = crate::sweep::runner::run_work_with_source(
+        s,
+        &mut crate::isolation::command::Trials,
+        &SteadyMetrics::default(),
+        &Quiet,
+        &Shutdown::new(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
+    let records = finished.store.isolation().to_vec();
+    assert_eq!(records.len(), 3, "{records:#?}");
+    assert!(
+        records.iter().all(|r| r.victim_status == crate::domain::CellStatus::Ok),
+        "{records:#?}\n{}",
+        sim.log()
+    );
+    // The crash is the aggressor's (gpushare-workload's --crash-after); the user's
+    // server, which knows no such flag, serves on.
+    let crash = records.iter().find(|r| r.scenario == "crash").expect("crash");
+    assert!(crash.aggressor_outcome.contains("exit 137"), "{crash:?}");
+    sim.with(|w| {
+        let mut seen: Vec<(String, String)> = w
+            .pod_facts
+            .values()
+            .map(|f| (f.role.clone(), f.image.clone()))
+            .collect();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(
+            seen,
+            [
+                ("aggressor".to_string(), aggressor_image.to_string()),
+                ("victim".to_string(), "me/yolos-pytorch:1".to_string())
+            ]
+        );
+    });
+    assert_eq!(state(&sim), before, "{}", sim.log());
 }
 
 /// What an isolation trial's Deployments run in these tests.

@@ -30,15 +30,37 @@ pub struct TrialCell {
     pub relaunched: BTreeMap<String, u32>,
 }
 
-/// The Deployments a trial is made of (pure): (role, replicas, extra arguments), the
-/// victim's first. The aggressors share one Deployment, so their arguments must agree.
-pub fn deployments(specs: &[PodSpec]) -> Result<Vec<(&'static str, u32, Vec<String>)>> {
+/// One Deployment of a trial.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Part {
+    /// Its role ([`objects::ROLES`]).
+    pub role: &'static str,
+    /// Its pods.
+    pub replicas: u32,
+    /// Their extra arguments.
+    pub args: Vec<String>,
+    /// They run gpushare-workload's image even where the run's pods are a server of
+    /// the user's own ([`PodSpec::builtin`]).
+    pub builtin: bool,
+}
+
+/// The Deployments a trial is made of (pure), the victim's first. The aggressors share
+/// one Deployment, so their arguments (and what they run) must agree.
+pub fn deployments(specs: &[PodSpec]) -> Result<Vec<Part>> {
     let Some((victim, aggressors)) = specs.split_first() else {
         return Err(BenchError::kube("internal: an isolation trial without pods"));
     };
-    let mut out = vec![(objects::ROLES[0], 1, victim.args.clone())];
+    let mut out = vec![Part {
+        role: objects::ROLES[0],
+        replicas: 1,
+        args: victim.args.clone(),
+        builtin: victim.builtin,
+    }];
     if let Some(first) = aggressors.first() {
-        if let Some(other) = aggressors.iter().find(|a| a.args != first.args) {
+        if let Some(other) = aggressors
+            .iter()
+            .find(|a| a.args != first.args || a.builtin != first.builtin)
+        {
             return Err(BenchError::Spawn {
                 pod: other.name.clone(),
                 reason: format!(
@@ -47,7 +69,12 @@ pub fn deployments(specs: &[PodSpec]) -> Result<Vec<(&'static str, u32, Vec<Stri
                 ),
             });
         }
-        out.push((objects::ROLES[1], aggressors.len() as u32, first.args.clone()));
+        out.push(Part {
+            role: objects::ROLES[1],
+            replicas: aggressors.len() as u32,
+            args: first.args.clone(),
+            builtin: first.builtin,
+        });
     }
     Ok(out)
 }
@@ -201,6 +228,7 @@ mod tests {
             name: name.into(),
             args: args.iter().map(|a| (*a).to_string()).collect(),
             group: "fault".into(),
+            builtin: name != "victim",
         }
     }
 
@@ -227,11 +255,17 @@ mod tests {
             spec("aggressor-2", &[]),
         ];
         let d = deployments(&specs).expect("deployments");
+        let seen: Vec<_> = d
+            .iter()
+            .map(|p| (p.role, p.replicas, p.args.clone(), p.builtin))
+            .collect();
         assert_eq!(
-            d[0],
-            ("victim", 1, vec!["--load".to_string(), "poisson:50".to_string()])
+            seen,
+            [
+                ("victim", 1, vec!["--load".to_string(), "poisson:50".to_string()], false),
+                ("aggressor", 2, Vec::<String>::new(), true)
+            ]
         );
-        assert_eq!(d[1], ("aggressor", 2, Vec::<String>::new()));
         assert_eq!(deployments(&specs[..1]).expect("alone").len(), 1);
         let odd = [
             spec("victim", &[]),

@@ -111,6 +111,9 @@ struct PodLaunch {
     env: Vec<(String, String)>,
     /// Its log's name without `.log` (a new process gets `.2.log`, …).
     log_base: String,
+    /// It runs gpushare-workload although the run's pods are a server of the user's
+    /// own ([`PodSpec::builtin`]).
+    builtin: bool,
 }
 
 impl PodProcess {
@@ -328,10 +331,11 @@ impl LocalBackend {
                 continue;
             }
             let mut args = spec.map_or_else(|| args.to_vec(), |s| s.args.clone());
+            let builtin = spec.is_some_and(|s| s.builtin);
             // Each launch draws its own open-loop arrivals (pods of a cell, cells and
             // repeats): a seed the pod reports back, unless the user fixed one.
             let given = |a: &[String]| a.iter().any(|x| x.starts_with("--load-seed"));
-            if self.workload.custom.is_none() && !given(&self.workload.args) && !given(&args) {
+            if self.runs_builtin(builtin) && !given(&self.workload.args) && !given(&args) {
                 args.extend(["--load-seed".to_string(), fresh_seed(p.index).to_string()]);
             }
             let launch = PodLaunch {
@@ -340,6 +344,7 @@ impl LocalBackend {
                 args,
                 env: p.env,
                 log_base,
+                builtin,
             };
             let pod = self.spawn_pod(p.name, launch, log)?;
             self.pods.push(pod);
@@ -349,6 +354,12 @@ impl LocalBackend {
 }
 
 impl LocalBackend {
+    /// Whether a pod runs gpushare-workload: every pod of a run without a server of
+    /// the user's own, and those marked `builtin` beside one.
+    fn runs_builtin(&self, builtin: bool) -> bool {
+        self.workload.custom.is_none() || builtin
+    }
+
     /// Starts one workload process: the run's arguments, the pod's own, its port, the
     /// strategy's environment; output to `log`.
     fn spawn_pod(&self, name: String, launch: PodLaunch, log: PathBuf) -> Result<PodProcess> {
@@ -364,7 +375,12 @@ impl LocalBackend {
         };
         let file = std::fs::File::create(&log).map_err(BenchError::io(format!("creating {}", log.display())))?;
         let err_file = file.try_clone().map_err(BenchError::io("duplicating a log handle"))?;
-        let mut cmd = match &self.workload.custom {
+        let custom = self
+            .workload
+            .custom
+            .as_ref()
+            .filter(|_| !self.runs_builtin(launch.builtin));
+        let mut cmd = match custom {
             Some(template) => {
                 let mut c = Command::new("/bin/sh");
                 c.arg("-c")
@@ -389,7 +405,7 @@ impl LocalBackend {
             .stdin(Stdio::null())
             .stdout(Stdio::from(file))
             .stderr(Stdio::from(err_file));
-        let what = match &self.workload.custom {
+        let what = match custom {
             Some(template) => format!("--workload-cmd {template:?}"),
             None => self.workload.binary.display().to_string(),
         };
@@ -471,7 +487,13 @@ impl Backend for LocalBackend {
                 if p.state == PodState::Starting
                     && let Some(port) = p.port
                 {
-                    let (path, metric) = (&self.workload.ready_path, &self.workload.metric);
+                    // gpushare-workload's own contract, or the user's server's.
+                    let builtin = self.workload.custom.is_none() || p.launch.as_ref().is_some_and(|l| l.builtin);
+                    let (path, metric) = if builtin {
+                        (crate::config::plan::DEFAULT_READY_PATH, crate::metrics::LATENCY_METRIC)
+                    } else {
+                        (self.workload.ready_path.as_str(), self.workload.metric.as_str())
+                    };
                     let name = p.name.clone();
                     match shutdown
                         .guard(async { Ok(readiness(&name, port, path, metric).await) })

@@ -57,10 +57,11 @@ pub fn short_device_name(device: DeviceKind, inventory: &GpuInventory) -> String
 /// Opens a local sweep (a new run, or `resume`).
 pub fn open(plan: &SweepPlan, resume: Option<&str>) -> Result<Session<LocalBackend>> {
     let inventory = crate::telemetry::nvml::probe();
-    // A server of the user's own runs under sh; gpushare-workload is not needed.
-    let workload = match plan.workload_cmd {
-        Some(_) => std::path::PathBuf::from("/bin/sh"),
-        None => find_workload(plan.workload_bin.as_deref())?,
+    // A server of the user's own runs under sh; gpushare-workload is needed only for
+    // an isolation run's aggressors beside it.
+    let workload = match (&plan.workload_cmd, &plan.isolation) {
+        (Some(_), None) => std::path::PathBuf::from("/bin/sh"),
+        _ => find_workload(plan.workload_bin.as_deref())?,
     };
     let mps_control = mps::find_control();
     // When resuming, the recorded plan decides; the device only names a new run.
@@ -73,7 +74,10 @@ pub fn open(plan: &SweepPlan, resume: Option<&str>) -> Result<Session<LocalBacke
     let env = || {
         let mut e = host::environment(&inventory, &workload.display().to_string(), mps_control.as_deref());
         if let Some(cmd) = &plan.workload_cmd {
-            e.workload = format!("custom: {cmd}");
+            e.workload = match plan.isolation {
+                Some(_) => format!("custom: {cmd}; aggressors: {}", workload.display()),
+                None => format!("custom: {cmd}"),
+            };
         }
         e
     };

@@ -327,6 +327,10 @@ pub struct PodFacts {
     pub mig: bool,
     /// Its `gpushare.dev/cell` label (`mps-3`).
     pub cell: String,
+    /// Its container's image.
+    pub image: String,
+    /// Its `gpushare.dev/role` label in an isolation trial (`victim`, `aggressor`).
+    pub role: String,
 }
 
 /// The whole simulated cluster.
@@ -1616,6 +1620,14 @@ impl World {
                 },
                 mig: self.gpu_state.mig.is_some(),
                 cell: pod["metadata"]["labels"]["gpushare.dev/cell"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                image: pod["spec"]["containers"][0]["image"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                role: pod["metadata"]["labels"]["gpushare.dev/role"]
                     .as_str()
                     .unwrap_or_default()
                     .to_string(),
