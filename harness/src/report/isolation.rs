@@ -135,9 +135,9 @@ pub fn tables(data: &RunData) -> Tables {
     let mut reading = vec![format!(
         "Each trial runs one victim pod {} beside its aggressors, from the pods' readiness for {} s (the first {} s are a discarded warm-up); an aggressor grows, faults or is killed {} s after readiness. Inflation is the victim's p99 over its own p99 alone under the same strategy; the SLO is {}.",
         match (&data.run.plan.workload_cmd, &data.run.plan.request) {
-            (Some(_), None) => "(your server) under the load it makes itself".to_string(),
+            (Some(_), None) => "(your server), under the load it makes itself,".to_string(),
             (Some(_), Some(_)) => format!(
-                "(your server) sent an open-loop Poisson load of {} requests/s by the harness",
+                "(your server), sent an open-loop Poisson load of {} requests/s by the harness,",
                 plan.victim_rate
             ),
             (None, _) => format!("serving an open-loop Poisson load of {} inferences/s", plan.victim_rate),
