@@ -167,7 +167,7 @@ pub struct IsolationArgs {
     /// Scenarios, comma-separated: noisy-neighbour, memory-pressure, fault, crash [default: all four].
     #[arg(long)]
     pub scenarios: Option<List<Scenario>>,
-    /// The victim's open-loop Poisson load, inferences per second; keep it well below one pod's capacity [default: 50].
+    /// The victim's open-loop Poisson load, inferences per second; keep it well below one pod's capacity [default: 50]. With --workload-cmd, the rate of the harness's --request to your server (refused without --request).
     #[arg(long)]
     pub victim_rate: Option<f64>,
     /// Aggressor counts of the noisy-neighbour scenario, comma-separated, 1 to 63 [default: 1,3,6].

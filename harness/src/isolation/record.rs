@@ -78,6 +78,9 @@ pub struct Observed {
     pub pods: Vec<Pod>,
     /// Whether the victim served again after the event (None: not tried).
     pub recovery: Option<Recovery>,
+    /// Errors the victim counted over the measurement (failed or dropped inferences,
+    /// or the harness's failed requests): they add no latency, so they are said.
+    pub victim_errors: f64,
 }
 
 /// After a fault or a kill: did the strategy serve the victim again?
@@ -181,7 +184,19 @@ pub fn record(
             Some(Recovery::Failed(why)) => format!("a new victim did not serve: {why}"),
         },
         mps_split,
-        note: victim_note,
+        note: match seen.victim_errors {
+            n if n >= 1.0 => {
+                let mut note = victim_note;
+                crate::sweep::cell::add_note(
+                    &mut note,
+                    &format!(
+                        "the victim counted {n:.0} errors over the measurement (failed or dropped inferences or requests), which add no latency"
+                    ),
+                );
+                note
+            }
+            _ => victim_note,
+        },
     }
 }
 
@@ -338,6 +353,7 @@ mod tests {
             &alone_trial,
             &Observed {
                 recovery: None,
+                victim_errors: 0.0,
                 victim: Some(spread(1.0)),
                 pods: vec![pod("victim", PodState::Running)],
             },
@@ -357,6 +373,7 @@ mod tests {
             &trial(Some(Scenario::NoisyNeighbour), Strategy::TimeSlicing),
             &Observed {
                 recovery: None,
+                victim_errors: 12.0,
                 victim: Some(spread(2.0)),
                 pods: vec![pod("victim", PodState::Running), pod("aggressor-1", PodState::Running)],
             },
@@ -371,6 +388,13 @@ mod tests {
         assert!((noisy.slo_attainment.expect("attainment") - 0.7425).abs() < 1e-9);
         assert_eq!((noisy.survivors, noisy.started), (2, 2));
         assert_eq!(noisy.aggressor_outcome, "aggressor-1 serving");
+        // Errors add no latency: they are said.
+        assert!(
+            noisy.note.contains("the victim counted 12 errors over the measurement"),
+            "{}",
+            noisy.note
+        );
+        assert!(alone.note.is_empty(), "{}", alone.note);
     }
 
     #[test]
@@ -380,6 +404,7 @@ mod tests {
             &trial(Some(Scenario::Fault), Strategy::Mps),
             &Observed {
                 recovery: None,
+                victim_errors: 0.0,
                 victim: Some(spread(1.0)),
                 pods: vec![
                     pod(
@@ -420,6 +445,7 @@ mod tests {
             &trial(Some(Scenario::Crash), Strategy::Exclusive),
             &Observed {
                 recovery: None,
+                victim_errors: 0.0,
                 victim: None,
                 pods: vec![
                     pod("victim", PodState::Running),

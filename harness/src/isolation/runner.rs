@@ -45,6 +45,7 @@ const READ_EVERY: u32 = 4;
 /// A record for a trial whose strategy cannot run here.
 fn unavailable(run_id: &str, trial: &Trial, reason: &str) -> IsolationRecord {
     let nothing = Observed {
+        victim_errors: 0.0,
         victim: None,
         pods: Vec::new(),
         recovery: None,
@@ -189,6 +190,7 @@ async fn run_one<B: Backend, S: MetricsSource>(
         });
     let Some(target) = target else {
         return Ok(Observed {
+            victim_errors: 0.0,
             victim: None,
             pods,
             recovery: None,
@@ -196,13 +198,15 @@ async fn run_one<B: Backend, S: MetricsSource>(
     };
     // The source follows the victim alone: a private Prometheus scrapes it, the
     // harness's requests (`--request`) go to it; they end with the trial.
-    source.prepare(std::slice::from_ref(&target), shutdown).await?;
     let _release = Release(source);
+    source.prepare(std::slice::from_ref(&target), shutdown).await?;
     progress.phase("warm-up");
-    shutdown.sleep(s.warmup).await?;
+    // Counted from readiness, as the aggressors' events are.
+    shutdown.sleep(s.warmup.saturating_sub(ready_at.elapsed())).await?;
     let read = |snaps: Vec<(String, Result<PodSnapshot>)>| snaps.into_iter().next().and_then(|(_, r)| r.ok());
     let Some(first) = read(source.snapshot(std::slice::from_ref(&target)).await?) else {
         return Ok(Observed {
+            victim_errors: 0.0,
             victim: None,
             pods: backend.poll().await,
             recovery: None,
@@ -253,6 +257,7 @@ async fn run_one<B: Backend, S: MetricsSource>(
         }
     }
     Ok(Observed {
+        victim_errors: (last.errors - first.errors).max(0.0),
         victim: last.latency.delta(&first.latency),
         pods,
         recovery,

@@ -176,8 +176,12 @@ pub fn tables(data: &RunData) -> Tables {
     }
     if scenarios.contains(&Scenario::MemoryPressure) {
         reading.push(match data.run.gpu_memory_bytes() {
+            Some(_) if data.run.plan.workload_cmd.is_some() => format!(
+                "The memory-pressure aggressor takes {:.0}% of the GPU's memory; your server, the victim, asks for no more.",
+                AGGRESSOR_MEMORY * 100.0
+            ),
             Some(_) => format!(
-                "The memory-pressure aggressor takes {:.0}% of the GPU's memory, and {} s later a gpushare-workload victim asks for {:.0}%: together more than the GPU has, each less than half.",
+                "The memory-pressure aggressor takes {:.0}% of the GPU's memory, and {} s later the victim asks for {:.0}%: together more than the GPU has, each less than half.",
                 AGGRESSOR_MEMORY * 100.0,
                 VICTIM_GROWS_AFTER.as_secs(),
                 VICTIM_MEMORY * 100.0
