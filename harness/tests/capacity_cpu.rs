@@ -117,16 +117,8 @@ fn a_search_measures_upwards_until_a_miss_and_reports_the_capacity() {
     );
 
     // The report leads with the capacity table and the knee chart.
-    let reports = out.path().join("reports");
-    let st = Command::new(BENCH)
-        .arg("report")
-        .arg(&dir)
-        .arg("--out")
-        .arg(&reports)
-        .output()
-        .expect("report");
-    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
-    let md = std::fs::read_to_string(reports.join("fits/summary.md")).expect("summary.md");
+    let reports = common::report(BENCH, &dir, &out.path().join("reports"));
+    let md = std::fs::read_to_string(reports.join("summary.md")).expect("summary.md");
     let first_table = md.lines().find(|l| l.starts_with("## ")).unwrap_or_default();
     assert!(
         first_table.starts_with("## Capacity: pods per GPU at 20 requests/s per pod, p99=5s"),
@@ -134,9 +126,9 @@ fn a_search_measures_upwards_until_a_miss_and_reports_the_capacity() {
     );
     assert!(md.contains("| Time-slicing | 2 | 40 |"), "{md}");
     assert!(md.contains("## SLO attainment, p99 (% of requests within 5s"), "{md}");
-    let svg = std::fs::read_to_string(reports.join("fits/capacity-knee.svg")).expect("knee chart");
+    let svg = std::fs::read_to_string(reports.join("capacity-knee.svg")).expect("knee chart");
     assert!(svg.contains("SLO p99=5s"), "the threshold line is labelled");
-    let csv = std::fs::read_to_string(reports.join("fits/capacity.csv")).expect("capacity.csv");
+    let csv = std::fs::read_to_string(reports.join("capacity.csv")).expect("capacity.csv");
     assert!(
         csv.starts_with("run_id,strategy,offered_per_pod,slos,searched_to,pods_fit,"),
         "{csv}"

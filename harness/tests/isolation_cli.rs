@@ -139,16 +139,8 @@ fn the_scenarios_run_through_the_binary_resume_after_sigint_and_render_a_matrix(
     assert_eq!(journal.trim(), "[]", "{journal}");
 
     // The report: the matrix, the latency table, the event table and the chart.
-    let reports = tmp.path().join("reports");
-    let r = Command::new(BENCH)
-        .arg("report")
-        .arg(&dir)
-        .arg("--out")
-        .arg(&reports)
-        .output()
-        .expect("report");
-    assert!(r.status.success(), "{r:?}");
-    let html = std::fs::read_to_string(reports.join("iso/index.html")).expect("html");
+    let reports = common::report(BENCH, &dir, &tmp.path().join("reports"));
+    let html = std::fs::read_to_string(reports.join("index.html")).expect("html");
     for needle in [
         "Isolation matrix: the victim beside its aggressors",
         "noisy neighbour × 1 aggressor",
@@ -161,8 +153,8 @@ fn the_scenarios_run_through_the_binary_resume_after_sigint_and_render_a_matrix(
     ] {
         assert!(html.contains(needle), "{needle} missing from the report");
     }
-    assert!(reports.join("iso/isolation-latency.svg").is_file());
-    assert!(reports.join("iso/isolation.csv").is_file());
+    assert!(reports.join("isolation-latency.svg").is_file());
+    assert!(reports.join("isolation.csv").is_file());
     // The exports.
     let export = |format: &str| {
         Command::new(BENCH)

@@ -4,6 +4,8 @@
 //! pod's environment, and the errors a wrong server gets, each naming the pod, the URL
 //! and the metric.
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -290,7 +292,7 @@ fn a_server_of_ones_own_is_the_isolation_victim_beside_gpushare_workload() {
             "/ready",
         ])
         .arg("--workload-bin")
-        .arg(Path::new(BENCH).with_file_name("gpushare-workload"))
+        .arg(common::workload_beside(BENCH))
         .arg("--out")
         .arg(out.path())
         .env("FAKE_ENV_DIR", out.path())
@@ -298,24 +300,15 @@ fn a_server_of_ones_own_is_the_isolation_victim_beside_gpushare_workload() {
         .expect("isolation");
     assert_eq!(o.status.code(), Some(0), "{o:?}");
     let dir = out.path().join("iso");
-    let records: Vec<serde_json::Value> = std::fs::read_to_string(dir.join("isolation.jsonl"))
-        .expect("records")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("record"))
-        .collect();
+    let (run, records) = common::isolation_run(&dir);
     assert_eq!(records.len(), 2, "{records:?}");
     for r in &records {
-        assert_eq!(r["victim_status"], "ok", "{r}");
+        assert_eq!(r.victim_status, CellStatus::Ok, "{r:?}");
         // The fake server's own histogram: 200 inferences/s of 4 ms.
-        assert!(r["victim_inferences"].as_u64().is_some_and(|n| n > 500), "{r}");
+        assert!(r.victim_inferences.is_some_and(|n| n > 500), "{r:?}");
     }
     let crash = &records[1];
-    assert!(
-        crash["aggressor_outcome"]
-            .as_str()
-            .is_some_and(|o| o.contains("killed by signal 9")),
-        "{crash}"
-    );
+    assert!(crash.aggressor_outcome.contains("killed by signal 9"), "{crash:?}");
     // The victim was the user's server (it wrote its environment), the aggressor
     // gpushare-workload (its log is the workload's), on the aggressors' model.
     assert!(out.path().join("victim").is_file(), "the server ran as the victim");
@@ -325,19 +318,9 @@ fn a_server_of_ones_own_is_the_isolation_victim_beside_gpushare_workload() {
     );
     let log = std::fs::read_to_string(dir.join("logs/time-slicing-crash-aggressor-1.log")).expect("aggressor log");
     assert!(log.contains("tiny"), "{log}");
-    let run: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).expect("run.json")).expect("json");
-    assert_eq!(run["plan"]["model"], "tiny", "the aggressors' model");
-    let reports = out.path().join("reports");
-    let r = Command::new(BENCH)
-        .arg("report")
-        .arg(&dir)
-        .arg("--out")
-        .arg(&reports)
-        .output()
-        .expect("report");
-    assert!(r.status.success(), "{r:?}");
-    let html = std::fs::read_to_string(reports.join("iso/index.html")).expect("html");
+    assert_eq!(run.plan.model, "tiny", "the aggressors' model");
+    let reports = common::report(BENCH, &dir, &out.path().join("reports"));
+    let html = std::fs::read_to_string(reports.join("index.html")).expect("html");
     assert!(html.contains("under the load it makes itself"), "{html}");
     assert!(html.contains("The victim is a server of your own"), "{html}");
 }

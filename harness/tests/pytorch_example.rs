@@ -6,9 +6,12 @@
 //! harness reads prometheus_client's exposition (`_created` series, float counts, its
 //! label order); what the GPU does is the GPU run's (`results/`).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use gpushare_bench::config::values::Load;
 use gpushare_bench::domain::{CellStatus, Source};
 use gpushare_bench::results::store::read_cells;
 
@@ -272,7 +275,7 @@ fn isolation_sends_the_victim_rate_to_the_example_beside_a_gpushare_workload_agg
             "http://127.0.0.1:{port}/infer",
         ])
         .arg("--workload-bin")
-        .arg(Path::new(BENCH).with_file_name("gpushare-workload"))
+        .arg(common::workload_beside(BENCH))
         .arg("--out")
         .arg(out.path())
         .env("PYTHONPATH", python_path())
@@ -281,25 +284,19 @@ fn isolation_sends_the_victim_rate_to_the_example_beside_a_gpushare_workload_agg
         .expect("isolation");
     assert_eq!(o.status.code(), Some(0), "{o:?}");
     let dir = out.path().join("iso");
-    let records: Vec<serde_json::Value> = std::fs::read_to_string(dir.join("isolation.jsonl"))
-        .expect("records")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("record"))
-        .collect();
+    let (run, records) = common::isolation_run(&dir);
     assert_eq!(records.len(), 2, "{records:?}");
     for r in &records {
-        assert_eq!(r["victim_status"], "ok", "{r}");
+        assert_eq!(r.victim_status, CellStatus::Ok, "{r:?}");
         // 40 requests/s for the 7 s after the warm-up: about 280 (Poisson).
-        let n = r["victim_inferences"].as_u64().unwrap_or(0);
-        assert!((150..450).contains(&n), "{n}: {r}");
+        let n = r.victim_inferences.unwrap_or(0);
+        assert!((150..450).contains(&n), "{n}: {r:?}");
         // Each answer is a 4 ms stand-in inference plus HTTP.
-        let mean = r["victim_mean_s"].as_f64().unwrap_or(0.0);
-        assert!((0.0039..0.05).contains(&mean), "{mean}: {r}");
+        let mean = r.victim_mean_s.unwrap_or(0.0);
+        assert!((0.0039..0.05).contains(&mean), "{mean}: {r:?}");
     }
-    let run: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).expect("run.json")).expect("json");
-    assert_eq!(run["plan"]["load"], "poisson:40", "the victim's requests");
-    assert_eq!(run["plan"]["source"], "client");
+    assert_eq!(run.plan.load, Load::PerPod(40.0), "the victim's requests");
+    assert_eq!(run.plan.source, Source::Client);
     // The aggressor ran gpushare-workload, not the example.
     let aggressor = std::fs::read_to_string(dir.join("logs/time-slicing-noisy-1-aggressor-1.log")).expect("log");
     assert!(!aggressor.contains("yolos-small bf16"), "{aggressor}");

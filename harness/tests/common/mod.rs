@@ -55,6 +55,33 @@ pub fn workload_beside(bench: &str) -> std::path::PathBuf {
     p
 }
 
+/// A finished isolation run's run.json and records, read by the project's own readers.
+pub fn isolation_run(
+    dir: &std::path::Path,
+) -> (
+    gpushare_bench::results::record::RunRecord,
+    Vec<gpushare_bench::isolation::record::IsolationRecord>,
+) {
+    use gpushare_bench::results::store::{read_isolation, read_run};
+    let run = read_run(&dir.join("run.json")).expect("run.json");
+    let records = read_isolation(&dir.join("isolation.jsonl"), &run).expect("isolation.jsonl");
+    (run, records)
+}
+
+/// `gpushare-bench report DIR --out OUT`, which must succeed; the report's directory
+/// (`OUT/<run-id>`).
+pub fn report(bench: &str, dir: &std::path::Path, out: &std::path::Path) -> std::path::PathBuf {
+    let r = std::process::Command::new(bench)
+        .arg("report")
+        .arg(dir)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .expect("report");
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    out.join(dir.file_name().expect("a run directory's name"))
+}
+
 /// A CPU sweep command with short settings, into `out`; time-slicing unless `extra`
 /// names strategies or resumes.
 pub fn cpu_sweep(bench: &str, out: &std::path::Path, extra: &[&str]) -> std::process::Command {

@@ -826,8 +826,17 @@ fn isolation_plan(dir: &Path) -> SweepPlan {
 }
 
 async fn isolation(sim: &SimCluster, plan: &SweepPlan) -> Result<Vec<crate::isolation::record::IsolationRecord>> {
+    isolation_with(sim, plan, settings(plan)).await
+}
+
+/// [`isolation`] with the backend's settings given.
+async fn isolation_with(
+    sim: &SimCluster,
+    plan: &SweepPlan,
+    k: KubeSettings,
+) -> Result<Vec<crate::isolation::record::IsolationRecord>> {
     let shutdown = Shutdown::new();
-    let s = session(sim, plan, false).await?;
+    let s = session_with(sim, plan, false, k).await?;
     let trials = &mut crate::isolation::command::Trials;
     let finished =
         crate::sweep::runner::run_work_with_source(s, trials, &SteadyMetrics::default(), &Quiet, &shutdown).await?;
@@ -946,17 +955,9 @@ async fn a_server_of_ones_own_is_the_victim_and_gpushare_workload_the_aggressors
     let mut k = settings(&p);
     k.workload = super::session::workload_spec(&p, "gpu-1", k.workload.args.clone());
     k.aggressor_image = aggressor_image.into();
-    let s = session_with(&sim, &p, false, k).await.expect("session");
-    let finished = crate::sweep::runner::run_work_with_source(
-        s,
-        &mut crate::isolation::command::Trials,
-        &SteadyMetrics::default(),
-        &Quiet,
-        &Shutdown::new(),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
-    let records = finished.store.isolation().to_vec();
+    let records = isolation_with(&sim, &p, k)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
     assert_eq!(records.len(), 3, "{records:#?}");
     assert!(
         records.iter().all(|r| r.victim_status == crate::domain::CellStatus::Ok),

@@ -42,6 +42,12 @@ pub struct WorkloadCommand {
 }
 
 impl WorkloadCommand {
+    /// Whether a pod runs gpushare-workload: every pod of a run without a server of
+    /// the user's own, and those marked `builtin` beside one.
+    fn runs_builtin(&self, builtin: bool) -> bool {
+        self.custom.is_none() || builtin
+    }
+
     /// gpushare-workload with these arguments.
     pub fn builtin(binary: PathBuf, args: Vec<String>) -> Self {
         Self {
@@ -335,7 +341,7 @@ impl LocalBackend {
             // Each launch draws its own open-loop arrivals (pods of a cell, cells and
             // repeats): a seed the pod reports back, unless the user fixed one.
             let given = |a: &[String]| a.iter().any(|x| x.starts_with("--load-seed"));
-            if self.runs_builtin(builtin) && !given(&self.workload.args) && !given(&args) {
+            if self.workload.runs_builtin(builtin) && !given(&self.workload.args) && !given(&args) {
                 args.extend(["--load-seed".to_string(), fresh_seed(p.index).to_string()]);
             }
             let launch = PodLaunch {
@@ -354,12 +360,6 @@ impl LocalBackend {
 }
 
 impl LocalBackend {
-    /// Whether a pod runs gpushare-workload: every pod of a run without a server of
-    /// the user's own, and those marked `builtin` beside one.
-    fn runs_builtin(&self, builtin: bool) -> bool {
-        self.workload.custom.is_none() || builtin
-    }
-
     /// Starts one workload process: the run's arguments, the pod's own, its port, the
     /// strategy's environment; output to `log`.
     fn spawn_pod(&self, name: String, launch: PodLaunch, log: PathBuf) -> Result<PodProcess> {
@@ -379,7 +379,7 @@ impl LocalBackend {
             .workload
             .custom
             .as_ref()
-            .filter(|_| !self.runs_builtin(launch.builtin));
+            .filter(|_| !self.workload.runs_builtin(launch.builtin));
         let mut cmd = match custom {
             Some(template) => {
                 let mut c = Command::new("/bin/sh");
@@ -488,7 +488,7 @@ impl Backend for LocalBackend {
                     && let Some(port) = p.port
                 {
                     // gpushare-workload's own contract, or the user's server's.
-                    let builtin = self.workload.custom.is_none() || p.launch.as_ref().is_some_and(|l| l.builtin);
+                    let builtin = self.workload.runs_builtin(p.launch.as_ref().is_some_and(|l| l.builtin));
                     let (path, metric) = if builtin {
                         (crate::config::plan::DEFAULT_READY_PATH, crate::metrics::LATENCY_METRIC)
                     } else {
