@@ -219,6 +219,11 @@ fn what_a_server_of_ones_own_cannot_do_yet_is_refused_with_one_line() {
             with(&["--image", "me/server:1", "--request", "http://127.0.0.1:{port}/i"]),
             "bad --request `http://127.0.0.1:{port}/i`: the local backend's for now",
         ),
+        (
+            vec!["sweep", "--server-image", "me/server:1"],
+            "bad --server-image `me/server:1`: the Kubernetes backend's",
+        ),
+        (with(&["--server-image", "me/server:1"]), "cannot be used with"),
         (vec!["capacity", "--workload-cmd", &cmd], "bad --workload-cmd"),
         (
             vec!["capacity", "--workload-cmd", &cmd, "--load", "poisson:10"],

@@ -73,7 +73,7 @@ pub struct SweepOptions {
     /// The gpushare-workload binary [default: beside gpushare-bench, then PATH].
     #[arg(long, value_parser = utf8_path)]
     pub workload_bin: Option<PathBuf>,
-    /// Your own inference server instead of gpushare-workload: a shell command run once per pod, with {port} replaced by the port its /metrics must listen on (127.0.0.1 on the local backend), and PORT, POD and STRATEGY in its environment beside the strategy's CUDA/MPS settings, e.g. 'python3 serve.py --port {port}'. It must export a latency histogram (--metric) and make its own requests, or answer --request. On Kubernetes it runs in the image given by --image, under /bin/sh -c, {port} being 9400.
+    /// Your own inference server instead of gpushare-workload: a shell command run once per pod, with {port} replaced by the port its /metrics must listen on (127.0.0.1 on the local backend), and PORT, POD and STRATEGY in its environment beside the strategy's CUDA/MPS settings, e.g. 'python3 serve.py --port {port}'. It must export a latency histogram (--metric) and make its own requests, or answer --request. On Kubernetes it runs in the image given by --image, under /bin/sh -c, {port} being 9400 (for an image without a shell, see --server-image).
     #[arg(long)]
     pub workload_cmd: Option<String>,
     /// The latency histogram to read, in seconds [default: inference_time_seconds].
@@ -88,7 +88,7 @@ pub struct SweepOptions {
     /// The body of every --request, read once from FILE and POSTed (Content-Type application/json for *.json, else application/octet-stream); without it, GET.
     #[arg(long, value_parser = utf8_path, conflicts_with = "resume")]
     pub body: Option<PathBuf>,
-    /// Extra argument for every workload pod (repeatable), e.g. --workload-arg=--weights --workload-arg=DIR.
+    /// Extra argument for every workload pod (repeatable), e.g. --workload-arg=--weights --workload-arg=DIR; with --server-image, the arguments of your server's entrypoint.
     #[arg(long = "workload-arg", allow_hyphen_values = true)]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workload_args: Vec<String>,
@@ -104,6 +104,9 @@ pub struct SweepOptions {
     /// Kubernetes: the workload image, or your server's with --workload-cmd [default: gpushare-workload:0.1.0, built from workload/Dockerfile].
     #[arg(long)]
     pub image: Option<String>,
+    /// Kubernetes: your own inference server as its image runs it: the image's entrypoint, with the --workload-arg values as its arguments ({port} in them is the metrics port 9400; PORT, POD and STRATEGY are in its environment), e.g. --server-image REG/yolos-pytorch --workload-arg=--port={port}. No shell needed, so distroless images work; without --workload-arg the image's own CMD runs. Instead of --image with --workload-cmd.
+    #[arg(long, conflicts_with_all = ["image", "workload_cmd"])]
+    pub server_image: Option<String>,
     /// Kubernetes: a toleration of the workload pods, KEY[=VALUE][:EFFECT] (repeatable) [default: nvidia.com/gpu:NoSchedule, the taint GPU nodes commonly carry].
     #[arg(long = "toleration")]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

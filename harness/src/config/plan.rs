@@ -64,6 +64,9 @@ pub struct SweepPlan {
     pub workload_args: Vec<String>,
     /// The user's own server (`--workload-cmd`, local): a shell command with `{port}`.
     pub workload_cmd: Option<String>,
+    /// Kubernetes: the user's own server as its image runs it (`--server-image`): the
+    /// entrypoint's arguments (the `--workload-arg` values, `{port}` not yet replaced).
+    pub server_args: Option<Vec<String>>,
     /// The latency histogram read from every pod (`--metric`).
     pub metric: String,
     /// The readiness path, or `none`: ready at the histogram's first observation.
@@ -196,6 +199,8 @@ struct OwnWorkload {
     ready_path: Option<String>,
     with_workload_args: bool,
     image_given: bool,
+    /// `--server-image` (Kubernetes): the image's entrypoint is the server.
+    server_image: Option<String>,
     request: Option<String>,
     body: Option<PathBuf>,
 }
@@ -203,6 +208,49 @@ struct OwnWorkload {
 /// What [`own_workload`] settles: the command, the metric, the readiness path and the
 /// harness's requests.
 type OwnSettled = (Option<String>, String, String, Option<crate::client::RequestPlan>);
+
+impl SweepPlan {
+    /// Whether the pods run a server of the user's own (`--workload-cmd` or
+    /// `--server-image`) instead of gpushare-workload.
+    pub fn own_server(&self) -> bool {
+        self.workload_cmd.is_some() || self.server_args.is_some()
+    }
+}
+
+/// `--server-image`'s refusals: a Kubernetes server of the user's own that makes its own
+/// requests (the harness's are the local backend's).
+fn server_image(image: &str, beside: bool, request: Option<&str>, backend: BackendKind, load: Load) -> Result<()> {
+    let refuse = |why: &str| Err(BenchError::flag("--server-image", image, why.to_string()));
+    validate_image(image).map_err(|_| {
+        BenchError::flag(
+            "--server-image",
+            image,
+            "give an image reference, e.g. registry.example/yolos-pytorch:1",
+        )
+    })?;
+    if backend != BackendKind::Kubernetes {
+        return refuse(
+            "the Kubernetes backend's: on the local backend give your server's command line with --workload-cmd",
+        );
+    }
+    // clap refuses these pairs on the command line; a config file can still hold them.
+    if beside {
+        return refuse(
+            "it names the image and runs its entrypoint: give either it or --image with --workload-cmd, not both",
+        );
+    }
+    if let Some(url) = request {
+        return Err(BenchError::flag(
+            "--request",
+            url,
+            "the local backend's for now: on Kubernetes your server must make its own requests",
+        ));
+    }
+    if load != Load::Closed {
+        return refuse("a server that makes its own requests sets its own pace: on Kubernetes --load stays closed");
+    }
+    Ok(())
+}
 
 fn own_workload(
     o: OwnWorkload,
@@ -220,12 +268,13 @@ fn own_workload(
     }
     if backend == BackendKind::Kubernetes
         && o.cmd.is_none()
+        && o.server_image.is_none()
         && o.ready_path.as_deref().is_some_and(|p| p != DEFAULT_READY_PATH)
     {
         return Err(BenchError::flag(
             "--ready-path",
             o.ready_path.as_deref().unwrap_or_default(),
-            "gpushare-workload answers /healthz; another path is for a server of your own (--workload-cmd with --image)",
+            "gpushare-workload answers /healthz; another path is for a server of your own (--server-image, or --workload-cmd with --image)",
         ));
     }
     if backend == BackendKind::Kubernetes && o.ready_path.as_deref() == Some("none") {
@@ -249,6 +298,11 @@ fn own_workload(
             &body.display().to_string(),
             "the body of --request: give the URL to send it to",
         ));
+    }
+    if let Some(image) = &o.server_image {
+        let beside = o.cmd.is_some() || o.image_given;
+        server_image(image, beside, o.request.as_deref(), backend, load)?;
+        return Ok((None, metric, ready_path, None));
     }
     let Some(cmd) = o.cmd else {
         if let Some(url) = &o.request {
@@ -468,10 +522,15 @@ impl SweepPlan {
             ready_path: o.ready_path,
             with_workload_args: !o.workload_args.is_empty(),
             image_given: o.image.is_some(),
+            server_image: o.server_image.clone(),
             request: o.request,
             body: o.body,
         };
         let (workload_cmd, metric, ready_path, request) = own_workload(own, backend, load, &prometheus)?;
+        // The --workload-arg values are the entrypoint's with --server-image, not
+        // gpushare-workload's (an isolation run's aggressors keep theirs).
+        let mut workload_args = o.workload_args;
+        let server_args = o.server_image.is_some().then(|| std::mem::take(&mut workload_args));
         let base_port = match o.base_port {
             Some(p) if !(1024..=65535 - 64).contains(&p) => {
                 return Err(BenchError::flag(
@@ -505,15 +564,16 @@ impl SweepPlan {
             run_id: o.run_id,
             prometheus,
             workload_bin: o.workload_bin,
-            workload_args: o.workload_args,
+            workload_args,
             workload_cmd,
+            server_args,
             metric,
             ready_path,
             request,
             node: o.node,
             namespace: o.namespace.unwrap_or_else(|| "gpushare-bench".into()),
             base_port,
-            image: o.image.unwrap_or_else(|| DEFAULT_IMAGE.into()),
+            image: o.server_image.or(o.image).unwrap_or_else(|| DEFAULT_IMAGE.into()),
             mig_layout: o.mig_layout,
             tolerations: if o.tolerations.is_empty() {
                 vec![crate::backend::k8s::objects::DEFAULT_TOLERATION.to_string()]
@@ -654,6 +714,84 @@ mod tests {
             })
             .starts_with("bad --run-id")
         );
+    }
+
+    #[test]
+    fn a_servers_image_takes_the_workload_args_as_its_entrypoints() {
+        let k8s = || SweepOptions {
+            backend: Some(BackendKind::Kubernetes),
+            node: Some("gpu-1".into()),
+            server_image: Some("me/server:1".into()),
+            workload_args: vec!["--port={port}".into(), "--x".into()],
+            ready_path: Some("/ready".into()),
+            ..opts()
+        };
+        let p = SweepPlan::from_options(k8s()).expect("plan");
+        assert_eq!(p.image, "me/server:1");
+        assert_eq!(
+            p.server_args,
+            Some(vec!["--port={port}".to_string(), "--x".to_string()])
+        );
+        assert!(
+            p.workload_args.is_empty(),
+            "not gpushare-workload's: {:?}",
+            p.workload_args
+        );
+        assert!(p.own_server() && p.workload_cmd.is_none());
+        let record = crate::results::record::PlanRecord::from_plan(
+            &p,
+            crate::domain::DeviceKind::Cuda,
+            crate::domain::Source::Prometheus,
+        );
+        assert_eq!(record.model, "custom");
+        assert_eq!(record.server_args, p.server_args);
+        for (o, says) in [
+            (
+                SweepOptions {
+                    backend: Some(BackendKind::Local),
+                    ..k8s()
+                },
+                "bad --server-image `me/server:1`: the Kubernetes backend's",
+            ),
+            (
+                SweepOptions {
+                    image: Some("me/other:1".into()),
+                    ..k8s()
+                },
+                "give either it or --image with --workload-cmd, not both",
+            ),
+            (
+                SweepOptions {
+                    workload_cmd: Some("serve {port}".into()),
+                    ..k8s()
+                },
+                "give either it or --image with --workload-cmd, not both",
+            ),
+            (
+                SweepOptions {
+                    load: Some("poisson:10".parse().expect("load")),
+                    ..k8s()
+                },
+                "on Kubernetes --load stays closed",
+            ),
+            (
+                SweepOptions {
+                    request: Some("http://127.0.0.1:{port}/i".into()),
+                    ..k8s()
+                },
+                "bad --request `http://127.0.0.1:{port}/i`: the local backend's for now",
+            ),
+            (
+                SweepOptions {
+                    server_image: Some("me/server 1".into()),
+                    ..k8s()
+                },
+                "bad --server-image `me/server 1`: give an image reference",
+            ),
+        ] {
+            let e = bad(o);
+            assert!(e.contains(says), "{says:?} not in {e:?}");
+        }
     }
 
     #[test]

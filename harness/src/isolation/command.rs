@@ -67,7 +67,7 @@ pub fn plan(args: IsolationArgs) -> Result<SweepPlan> {
     // A server of the user's own is the victim, loaded at --victim-rate by the
     // harness's requests (--request) or by itself; the aggressors run gpushare-workload,
     // whose flags make them misbehave.
-    if let (Some(_), None, Some(rate)) = (&plan.workload_cmd, &plan.request, args.victim_rate) {
+    if let (true, None, Some(rate)) = (plan.own_server(), &plan.request, args.victim_rate) {
         return Err(BenchError::flag(
             "--victim-rate",
             &rate.to_string(),
@@ -75,12 +75,12 @@ pub fn plan(args: IsolationArgs) -> Result<SweepPlan> {
         ));
     }
     if let Some(image) = &args.aggressor_image
-        && (plan.backend != BackendKind::Kubernetes || plan.workload_cmd.is_none())
+        && (plan.backend != BackendKind::Kubernetes || !plan.own_server())
     {
         return Err(BenchError::flag(
             "--aggressor-image",
             image,
-            "for Kubernetes with a server of your own (--workload-cmd with --image); otherwise the aggressors run the pods' own gpushare-workload",
+            "for Kubernetes with a server of your own (--server-image, or --workload-cmd with --image); otherwise the aggressors run the pods' own gpushare-workload",
         ));
     }
     let iso = IsolationPlan {
@@ -195,7 +195,7 @@ impl<B: Backend> Work<B> for Trials {
             return Err(BenchError::flag("--resume", &run.run_id, kind.resume_hint()));
         };
         let memory = run.gpu_memory_bytes();
-        let trials = trials(&iso.settings(&run.plan.strategies, memory, run.plan.workload_cmd.is_some()))?;
+        let trials = trials(&iso.settings(&run.plan.strategies, memory, run.plan.own_server()))?;
         let settings = TrialSettings {
             ready_timeout: session.settings.ready_timeout,
             warmup: session.settings.warmup,

@@ -134,13 +134,13 @@ pub fn tables(data: &RunData) -> Tables {
     };
     let mut reading = vec![format!(
         "Each trial runs one victim pod {} beside its aggressors, from the pods' readiness for {} s (the first {} s are a discarded warm-up); an aggressor grows, faults or is killed {} s after readiness. Inflation is the victim's p99 over its own p99 alone under the same strategy; the SLO is {}.",
-        match (&data.run.plan.workload_cmd, &data.run.plan.request) {
-            (Some(_), None) => "(your server), under the load it makes itself,".to_string(),
-            (Some(_), Some(_)) => format!(
+        match (data.run.plan.own_server(), &data.run.plan.request) {
+            (true, None) => "(your server), under the load it makes itself,".to_string(),
+            (true, Some(_)) => format!(
                 "(your server), sent an open-loop Poisson load of {} requests/s by the harness,",
                 plan.victim_rate
             ),
-            (None, _) => format!("serving an open-loop Poisson load of {} inferences/s", plan.victim_rate),
+            (false, _) => format!("serving an open-loop Poisson load of {} inferences/s", plan.victim_rate),
         },
         plan.event_after_s + plan.observe_s,
         data.run.plan.warmup_s,
@@ -154,7 +154,7 @@ pub fn tables(data: &RunData) -> Tables {
         }
     )];
     let scenarios = plan.scenarios.as_slice();
-    if let Some(cmd) = &data.run.plan.workload_cmd {
+    if let Some(server) = data.run.plan.own_server_text() {
         let load = match &data.run.plan.request {
             Some(req) => format!(
                 "the harness sends it the Poisson load ({} {}) and times each answer",
@@ -167,7 +167,7 @@ pub fn tables(data: &RunData) -> Tables {
             ),
         };
         reading.push(format!(
-            "The victim is a server of your own (`{cmd}`): {load}. It runs as it is, so in the memory-pressure scenario it asks for no more memory. The aggressors are gpushare-workload ({}), whose flags make them load the GPU, take its memory, fault or die.",
+            "The victim is a server of your own ({server}): {load}. It runs as it is, so in the memory-pressure scenario it asks for no more memory. The aggressors are gpushare-workload ({}), whose flags make them load the GPU, take its memory, fault or die.",
             data.run.plan.model
         ));
     }
@@ -176,7 +176,7 @@ pub fn tables(data: &RunData) -> Tables {
     }
     if scenarios.contains(&Scenario::MemoryPressure) {
         reading.push(match data.run.gpu_memory_bytes() {
-            Some(_) if data.run.plan.workload_cmd.is_some() => format!(
+            Some(_) if data.run.plan.own_server() => format!(
                 "The memory-pressure aggressor takes {:.0}% of the GPU's memory; your server, the victim, asks for no more.",
                 AGGRESSOR_MEMORY * 100.0
             ),

@@ -79,7 +79,7 @@ impl RunData {
             let planned = iso.settings(
                 &self.run.plan.strategies,
                 self.run.gpu_memory_bytes(),
-                self.run.plan.workload_cmd.is_some(),
+                self.run.plan.own_server(),
             );
             let planned = crate::isolation::plan::trials(&planned).map_or(0, |t| t.len());
             return Some(format!(

@@ -316,6 +316,10 @@ pub struct PlanRecord {
     /// The user's own server (`--workload-cmd`) instead of gpushare-workload.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workload_cmd: Option<String>,
+    /// The user's own server as its image runs it (`--server-image`, Kubernetes): the
+    /// entrypoint's arguments, `{port}` as given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_args: Option<Vec<String>>,
     /// The latency histogram read (`--metric`).
     #[serde(default = "default_metric", skip_serializing_if = "is_default_metric")]
     pub metric: String,
@@ -363,7 +367,7 @@ impl PlanRecord {
             model: match (plan.model, device) {
                 // The rows say whose numbers they are. An isolation run beside a
                 // server of the user's own records its aggressors' model (they run it).
-                _ if plan.workload_cmd.is_some() && plan.isolation.is_none() => "custom".into(),
+                _ if plan.own_server() && plan.isolation.is_none() => "custom".into(),
                 (Some(m), _) if !smoke => m.name().into(),
                 (_, DeviceKind::Cpu) => "tiny".into(),
                 (_, DeviceKind::Cuda) => "yolos-small".into(),
@@ -387,9 +391,27 @@ impl PlanRecord {
             load: plan.load,
             slos: plan.slos.clone(),
             workload_cmd: plan.workload_cmd.clone(),
+            server_args: plan.server_args.clone(),
             metric: plan.metric.clone(),
             ready_path: plan.ready_path.clone(),
             request: plan.request.clone(),
+        }
+    }
+
+    /// Whether the pods ran a server of the user's own (`--workload-cmd` or
+    /// `--server-image`).
+    pub fn own_server(&self) -> bool {
+        self.workload_cmd.is_some() || self.server_args.is_some()
+    }
+
+    /// How the user's own server ran, for a report's sentence: `` `CMD` `` or its image's
+    /// entrypoint with its arguments; None for gpushare-workload.
+    pub fn own_server_text(&self) -> Option<String> {
+        match (&self.workload_cmd, &self.server_args) {
+            (Some(cmd), _) => Some(format!("`{cmd}`")),
+            (None, Some(args)) if args.is_empty() => Some("its image as it runs".into()),
+            (None, Some(args)) => Some(format!("its image's entrypoint with `{}`", args.join(" "))),
+            (None, None) => None,
         }
     }
 
@@ -579,6 +601,13 @@ impl PlanRecord {
         {
             return Err(bad_field(path, "plan.workload_cmd", format!("{cmd:?} has no {{port}}")));
         }
+        if self.server_args.is_some() && (self.workload_cmd.is_some() || self.backend != "kubernetes") {
+            return Err(bad_field(
+                path,
+                "plan.server_args",
+                "an image's entrypoint is the Kubernetes backend's, and instead of plan.workload_cmd",
+            ));
+        }
         if self.backend == "kubernetes" && self.ready_path == "none" {
             return Err(bad_field(
                 path,
@@ -593,7 +622,7 @@ impl PlanRecord {
                 "the harness's own requests are the local backend's only",
             ));
         }
-        if self.workload_cmd.is_some() && self.request.is_none() && self.load != crate::config::values::Load::Closed {
+        if self.own_server() && self.request.is_none() && self.load != crate::config::values::Load::Closed {
             return Err(bad_field(
                 path,
                 "plan.load",
@@ -1007,9 +1036,23 @@ mod tests {
         own(&mut ok);
         assert!(ok.validate(path).is_ok(), "{:?}", ok.validate(path));
         type Tamper = fn(&mut RunRecord);
-        let cases: [(&str, Tamper); 6] = [
+        let cases: [(&str, Tamper); 8] = [
             ("plan.workload_cmd: \"serve\" has no {port}", |r| {
                 r.plan.workload_cmd = Some("serve".into())
+            }),
+            // An image's entrypoint (`--server-image`): Kubernetes only, never beside a
+            // command, and a server that makes its own requests.
+            (
+                "plan.server_args: an image's entrypoint is the Kubernetes backend's",
+                |r| r.plan.server_args = Some(vec!["--port={port}".into()]),
+            ),
+            ("its load is closed", |r| {
+                r.plan.workload_cmd = None;
+                r.plan.server_args = Some(Vec::new());
+                r.plan.backend = "kubernetes".into();
+                r.plan.ready_path = "/ready".into();
+                r.plan.source = Source::Prometheus;
+                r.plan.load = crate::config::values::Load::PerPod(10.0)
             }),
             ("plan.metric: \"1x\" is not a metric name", |r| {
                 r.plan.metric = "1x".into()

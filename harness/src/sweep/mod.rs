@@ -163,6 +163,23 @@ pub(crate) fn recorded_backend(plan: &SweepPlan, id: &str, kind: RunKind) -> Res
             ),
         });
     }
+    // The same for an image's entrypoint: its arguments run again only when given again.
+    if plan.server_args != run.plan.server_args {
+        return Err(match &run.plan.server_args {
+            Some(args) => BenchError::flag(
+                "--resume",
+                id,
+                format!(
+                    "this run measured your server's image as it runs: resume it with --server-image and the same --workload-arg values {args:?}"
+                ),
+            ),
+            None => BenchError::flag(
+                "--server-image",
+                &plan.image,
+                "this run did not measure a server's image as it runs: resume it without --server-image",
+            ),
+        });
+    }
     if recorded == BackendKind::Kubernetes && plan.node.is_none() {
         return Err(BenchError::flag(
             "--resume",
@@ -178,5 +195,52 @@ pub fn dry_run(plan: &SweepPlan) -> String {
     match plan.backend {
         BackendKind::Kubernetes => k8s::session::dry_run(plan),
         BackendKind::Local => local::session::dry_run(plan),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::options::SweepOptions;
+
+    /// A recorded Kubernetes run of a server's image, in `out/img/run.json`.
+    fn recorded_image_run(out: &std::path::Path) {
+        let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/h100-run/run.json");
+        let mut run: crate::results::record::RunRecord =
+            serde_json::from_str(&std::fs::read_to_string(fixture).expect("fixture")).expect("run.json");
+        run.run_id = "img".into();
+        run.plan.backend = "kubernetes".into();
+        run.plan.server_args = Some(vec!["--port={port}".into()]);
+        std::fs::create_dir_all(out.join("img")).expect("mkdir");
+        std::fs::write(out.join("img/run.json"), serde_json::to_vec(&run).expect("json")).expect("write");
+    }
+
+    #[test]
+    fn an_images_entrypoint_runs_again_only_when_given_again() {
+        let dir = tempfile::tempdir().expect("tmp");
+        recorded_image_run(dir.path());
+        let plan = |server_image: Option<&str>, args: &[&str]| {
+            SweepPlan::from_options(SweepOptions {
+                backend: Some(BackendKind::Kubernetes),
+                node: Some("gpu-1".into()),
+                out: Some(dir.path().to_path_buf()),
+                server_image: server_image.map(String::from),
+                workload_args: args.iter().map(|a| a.to_string()).collect(),
+                ..SweepOptions::default()
+            })
+            .expect("plan")
+        };
+        let resume = |p: &SweepPlan| recorded_backend(p, "img", RunKind::Sweep).map_err(|e| e.to_string());
+        assert_eq!(
+            resume(&plan(Some("me/s:1"), &["--port={port}"])),
+            Ok(BackendKind::Kubernetes)
+        );
+        for p in [plan(None, &[]), plan(Some("me/s:1"), &["--port=1"])] {
+            let e = resume(&p).expect_err("refused");
+            assert!(
+                e.contains("resume it with --server-image and the same --workload-arg values [\"--port={port}\"]"),
+                "{e}"
+            );
+        }
     }
 }

@@ -127,10 +127,10 @@ pub fn files(image: &str) -> Vec<(String, String)> {
         image: "yolos-pytorch:0.1.0".into(),
         args: Vec::new(),
         server: Some(objects::OwnServer {
-            command: format!(
+            start: objects::ServerStart::Shell(format!(
                 "python3 /app/server.py --host 0.0.0.0 --port {} --precision bf16",
                 objects::METRICS_PORT
-            ),
+            )),
             ready_path: crate::config::plan::DEFAULT_READY_PATH.into(),
         }),
         ..spec.clone()

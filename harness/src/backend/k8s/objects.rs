@@ -285,18 +285,38 @@ pub struct WorkloadSpec {
     pub tolerations: Vec<String>,
     /// Image pull secrets.
     pub pull_secrets: Vec<String>,
-    /// A server of the user's own in `image` (`--workload-cmd`): its container runs the
-    /// command instead of gpushare-workload's arguments.
+    /// A server of the user's own in `image` (`--workload-cmd` or `--server-image`): its
+    /// container runs it instead of gpushare-workload's arguments.
     pub server: Option<OwnServer>,
 }
 
 /// The container of a server of the user's own.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OwnServer {
-    /// The shell command, `{port}` already the metrics port (run by `/bin/sh -c`).
-    pub command: String,
+    /// How its container starts it.
+    pub start: ServerStart,
     /// The path of its readiness probe.
     pub ready_path: String,
+}
+
+/// How a server of the user's own starts in its image, `{port}` already the metrics port.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ServerStart {
+    /// A command line run by `/bin/sh -c` (`--workload-cmd`).
+    Shell(String),
+    /// The image's own entrypoint with these arguments (`--server-image` with
+    /// `--workload-arg`): no shell needed, so distroless images run too.
+    Entrypoint(Vec<String>),
+}
+
+/// `text` as the container must see it. The kubelet expands `$(NAME)` in a container's
+/// command and args from its environment and turns `$$` into `$` (kubernetes
+/// `pkg/kubelet/container/helpers.go` `ExpandContainerCommandAndArgs` with
+/// `third_party/forked/golang/expansion/expand.go`, read at fde22c3f9aac), so every `$`
+/// is doubled: a shell's `$(hostname)` or `$$` then reaches the shell as typed, as it
+/// does on the local backend (pure).
+pub fn literal(text: &str) -> String {
+    text.replace('$', "$$")
 }
 
 /// The toleration GPU nodes' usual taint needs (every GPU operator operand carries it).
@@ -440,7 +460,7 @@ fn workload_deployment(spec: &WorkloadSpec, strategy: Strategy, resource: &str, 
                         "name": "workload",
                         "image": spec.image,
                         "imagePullPolicy": "IfNotPresent",
-                        "args": args,
+                        "args": args.iter().map(|a| literal(a)).collect::<Vec<_>>(),
                         "env": [
                             { "name": "POD_NAME", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } },
                             { "name": "GPUSHARE_STRATEGY", "value": strategy.name() }
@@ -470,19 +490,26 @@ fn workload_deployment(spec: &WorkloadSpec, strategy: Strategy, resource: &str, 
 }
 
 /// Turns the workload container into a server of the user's own: the command under
-/// `/bin/sh -c` instead of gpushare-workload's arguments, `PORT`, `POD` and `STRATEGY` in
-/// its environment as on the local backend, its own readiness path, and a writable
-/// `/tmp` as `HOME` (the root filesystem stays read-only; Python libraries keep caches
-/// under `$HOME`).
+/// `/bin/sh -c`, or the image's entrypoint with the user's arguments, instead of
+/// gpushare-workload's arguments; `PORT`, `POD` and `STRATEGY` in its environment as on
+/// the local backend, its own readiness path, and a writable `/tmp` as `HOME` (the root
+/// filesystem stays read-only; Python libraries keep caches under `$HOME`).
 fn own_server(d: &mut Value, own: &OwnServer, strategy: Strategy) {
     let pod = &mut d["spec"]["template"]["spec"];
     pod["volumes"] = json!([{ "name": "tmp", "emptyDir": {} }]);
     let c = &mut pod["containers"][0];
-    // Empty, not absent: the kubelet then runs the command alone (the image's CMD is
-    // ignored once a command is given), and as a kustomize patch it replaces the base's
-    // arguments instead of inheriting them.
-    c["args"] = json!([]);
-    c["command"] = json!(["/bin/sh", "-c", own.command]);
+    match &own.start {
+        ServerStart::Shell(command) => {
+            // Empty, not absent: the kubelet then runs the command alone (the image's
+            // CMD is ignored once a command is given), and as a kustomize patch it
+            // replaces the base's arguments instead of inheriting them.
+            c["args"] = json!([]);
+            c["command"] = json!(["/bin/sh", "-c", literal(command)]);
+        }
+        // No command: the image's ENTRYPOINT runs with these arguments in place of its
+        // CMD (none given: the image runs as it is).
+        ServerStart::Entrypoint(args) => c["args"] = json!(args.iter().map(|a| literal(a)).collect::<Vec<_>>()),
+    }
     c["env"] = json!([
         { "name": "POD", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } },
         { "name": "POD_NAME", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } },
@@ -870,7 +897,7 @@ mod tests {
         let own = WorkloadSpec {
             image: "registry.example/yolos-pytorch:1".into(),
             server: Some(OwnServer {
-                command: "python3 /app/server.py --host 0.0.0.0 --port 9400".into(),
+                start: ServerStart::Shell("python3 /app/server.py --host 0.0.0.0 --port 9400".into()),
                 ready_path: "/ready".into(),
             }),
             ..spec.clone()

@@ -60,14 +60,25 @@ pub(crate) fn workload_spec(plan: &SweepPlan, node: &str, args: Vec<String>) -> 
         args,
         tolerations: plan.tolerations.clone(),
         pull_secrets: plan.image_pull_secrets.clone(),
-        server: own_server(plan.workload_cmd.as_deref(), &plan.ready_path),
+        server: own_server(
+            plan.workload_cmd.as_deref(),
+            plan.server_args.as_deref(),
+            &plan.ready_path,
+        ),
     }
 }
 
-/// The container of `--workload-cmd`, `{port}` the metrics port (pure).
-fn own_server(cmd: Option<&str>, ready_path: &str) -> Option<objects::OwnServer> {
-    cmd.map(|cmd| objects::OwnServer {
-        command: crate::backend::local::custom_command(cmd, objects::METRICS_PORT),
+/// The container of `--workload-cmd` or of `--server-image`'s arguments, `{port}` the
+/// metrics port (pure).
+fn own_server(cmd: Option<&str>, server_args: Option<&[String]>, ready_path: &str) -> Option<objects::OwnServer> {
+    let port = |text: &str| crate::backend::local::custom_command(text, objects::METRICS_PORT);
+    let start = match (cmd, server_args) {
+        (Some(cmd), _) => objects::ServerStart::Shell(port(cmd)),
+        (None, Some(args)) => objects::ServerStart::Entrypoint(args.iter().map(|a| port(a)).collect()),
+        (None, None) => return None,
+    };
+    Some(objects::OwnServer {
+        start,
         ready_path: ready_path.to_string(),
     })
 }
@@ -236,7 +247,11 @@ pub async fn open(plan: &SweepPlan, resume: Option<&str>, shutdown: &Shutdown) -
     // The pods' arguments and server come from the recorded plan (it wins when
     // resuming; recorded_backend checked that the same --workload-cmd was given).
     backend.set_workload_args(recorded.workload_args());
-    backend.set_server(own_server(recorded.workload_cmd.as_deref(), &recorded.ready_path));
+    backend.set_server(own_server(
+        recorded.workload_cmd.as_deref(),
+        recorded.server_args.as_deref(),
+        &recorded.ready_path,
+    ));
     if let Some(image) = store
         .run()
         .isolation

@@ -318,15 +318,17 @@ async fn the_default_sweep_in_both_directions_leaves_the_node_as_it_began() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_of_ones_own_is_swept_through_the_cluster_and_leaves_nothing() {
+/// Sweeps a server of the user's own (time-slicing and MPS × 1, 3) given by `server`
+/// (config-file lines) through the simulated cluster, and returns the command and args
+/// its containers ran as the kubelet expands them (rule I6); the node and ConfigMap end
+/// as they began and no workload object is left.
+async fn own_server_sweep(server: &str) -> (Vec<String>, Vec<String>) {
     let sim = start(ClusterSpec::h100("gpu-1")).await;
     let before = state(&sim);
     let dir = tempfile::tempdir().expect("tmp");
     let o: SweepOptions = toml::from_str(&format!(
         "backend = \"kubernetes\"\nnode = \"gpu-1\"\nstrategies = \"time-slicing,mps\"\npods = \"1,3\"\n\
-         run_id = \"sim\"\nout = \"{}\"\nimage = \"me/yolos-pytorch:1\"\n\
-         workload_cmd = \"python3 /app/server.py --host 0.0.0.0 --port {{port}}\"\n\
+         run_id = \"sim\"\nout = \"{}\"\n{server}\n\
          metric = \"my_latency_seconds\"\nready_path = \"/ready\"\n",
         dir.path().display()
     ))
@@ -334,10 +336,7 @@ async fn a_server_of_ones_own_is_swept_through_the_cluster_and_leaves_nothing() 
     let p = SweepPlan::from_options(o).expect("plan");
     // The workload the real session makes from this plan (session::settings).
     let own = super::session::workload_spec(&p, "gpu-1", Vec::new());
-    assert_eq!(
-        own.server.as_ref().map(|o| (o.command.as_str(), o.ready_path.as_str())),
-        Some(("python3 /app/server.py --host 0.0.0.0 --port 9400", "/ready"))
-    );
+    assert_eq!(own.server.as_ref().map(|o| o.ready_path.as_str()), Some("/ready"));
     let mut k = settings(&p);
     k.workload = own;
     let s = session_with(&sim, &p, false, k).await.expect("session");
@@ -347,6 +346,8 @@ async fn a_server_of_ones_own_is_swept_through_the_cluster_and_leaves_nothing() 
     assert_eq!((outcome.measured, outcome.failed), (4, 0), "{}", sim.log());
     let text = std::fs::read_to_string(dir.path().join("sim/cells.jsonl")).expect("cells");
     assert!(text.lines().all(|l| l.contains("\"model\":\"custom\"")), "{text}");
+    let run = crate::results::store::read_run(&dir.path().join("sim/run.json")).expect("run.json");
+    assert_eq!(run.plan.server_args, p.server_args, "recorded for --resume");
     assert_eq!(state(&sim), before, "{}", sim.log());
     let left: Vec<String> = sim.with(|w| {
         w.objects
@@ -356,6 +357,50 @@ async fn a_server_of_ones_own_is_swept_through_the_cluster_and_leaves_nothing() 
             .collect()
     });
     assert!(left.is_empty(), "{left:?}");
+    sim.with(|w| {
+        let mut ran: Vec<(String, Vec<String>, Vec<String>)> = w
+            .pod_facts
+            .values()
+            .map(|f| (f.image.clone(), f.command.clone(), f.args.clone()))
+            .collect();
+        ran.dedup();
+        assert_eq!(ran.len(), 1, "every pod ran the same: {ran:?}");
+        assert_eq!(ran[0].0, "me/yolos-pytorch:1");
+        (ran[0].1.clone(), ran[0].2.clone())
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_of_ones_own_is_swept_through_the_cluster_and_leaves_nothing() {
+    // `$(PORT)` and `$$` are the shell's: the kubelet would expand the first and halve
+    // the second were they not escaped (I6).
+    let (command, args) = own_server_sweep(
+        "image = \"me/yolos-pytorch:1\"\n\
+         workload_cmd = \"python3 /app/server.py --host 0.0.0.0 --port {port} --tag $(PORT)-$$\"",
+    )
+    .await;
+    assert_eq!(
+        command,
+        [
+            "/bin/sh",
+            "-c",
+            "python3 /app/server.py --host 0.0.0.0 --port 9400 --tag $(PORT)-$$"
+        ]
+    );
+    assert!(args.is_empty(), "{args:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_image_runs_its_entrypoint_with_the_workload_args() {
+    // --server-image: no command (the image's ENTRYPOINT), the --workload-arg values as
+    // args with {port} the metrics port, and `$(POD)` reaching the server as typed.
+    let (command, args) = own_server_sweep(
+        "server_image = \"me/yolos-pytorch:1\"\n\
+         workload_args = [\"--port={port}\", \"--precision\", \"bf16\", \"--tag=$(POD)\"]",
+    )
+    .await;
+    assert!(command.is_empty(), "{command:?}");
+    assert_eq!(args, ["--port=9400", "--precision", "bf16", "--tag=$(POD)"]);
 }
 
 /// Resolves when the run's journal satisfies `f` (the harness journals each change

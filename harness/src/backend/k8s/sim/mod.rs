@@ -17,6 +17,7 @@
 pub mod api;
 pub mod fields;
 pub mod gpu;
+pub mod kubelet;
 pub mod rbac;
 pub mod world;
 

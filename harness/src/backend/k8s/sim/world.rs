@@ -331,6 +331,11 @@ pub struct PodFacts {
     pub image: String,
     /// Its `gpushare.dev/role` label in an isolation trial (`victim`, `aggressor`).
     pub role: String,
+    /// Its container's command as the kubelet runs it (`$(NAME)` expanded, I6); empty:
+    /// the image's ENTRYPOINT.
+    pub command: Vec<String>,
+    /// Its container's args as the kubelet passes them (I6); empty: the image's CMD.
+    pub args: Vec<String>,
 }
 
 /// The whole simulated cluster.
@@ -1611,7 +1616,10 @@ impl World {
             let per_gpu = |g: u32| self.allocations.values().filter(|(_, i)| *i == g).count();
             let gpu = (0..self.spec.gpus).min_by_key(|g| per_gpu(*g)).unwrap_or(0);
             self.allocations.insert(key.name.clone(), (resource.clone(), gpu));
+            let (command, args) = super::kubelet::command_and_args(&obj.value);
             let facts = PodFacts {
+                command,
+                args,
                 gpu: Some(gpu),
                 plugin_replicas: config.as_ref().map(PluginConfig::replicas),
                 mps_enforced: match config.as_ref().map(|c| &c.sharing) {
