@@ -106,10 +106,11 @@ soak: deps ## (long, not in CI) 100 CPU sweeps hit by a random signal at a rando
 	$(TEST_ENV) $(CARGO) test --locked -p gpushare-bench --test soak -- --ignored --nocapture
 
 .PHONY: validate-manifests
-validate-manifests: deps ## manifests/ against the Kubernetes 1.33 and 1.34 schemas (kubernetes-validate)
+validate-manifests: deps ## manifests/ against the Kubernetes 1.33 and 1.34 schemas (kubernetes-validate); overlays/dra (resource.k8s.io/v1) against 1.34 only
 	for v in 1.33.0 1.34.0; do \
+	  skip=$$([ $$v = 1.33.0 ] && echo manifests/overlays/dra || echo none); \
 	  PYTHONPATH=$(DEPS)/kv $(DEPS)/kv/bin/kubernetes-validate --kubernetes-version $$v --strict --quiet \
-	    $$(find manifests -name '*.yaml' ! -name kustomization.yaml | sort) || exit 1; \
+	    $$(find manifests -name '*.yaml' ! -name kustomization.yaml ! -path "$$skip/*" | sort) || exit 1; \
 	done
 
 .PHONY: manifests

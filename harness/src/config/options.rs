@@ -9,7 +9,8 @@ use clap::Args;
 use serde::{Deserialize, Serialize};
 
 use crate::config::values::{
-    BackendKind, DeviceChoice, List, Load, Model, PodCount, Precision, PrometheusSetting, Slo, Span, StrategyName,
+    BackendKind, DeviceChoice, List, Load, Model, PodCount, Precision, PrometheusSetting, Quantity, SharingApi, Slo,
+    Span, StrategyName, TimeSlice,
 };
 use crate::error::{BenchError, Result};
 
@@ -127,6 +128,18 @@ pub struct SweepOptions {
     /// Kubernetes: label selector of that pod [default: app.kubernetes.io/name=prometheus].
     #[arg(long)]
     pub prometheus_selector: Option<String>,
+    /// Kubernetes: how pods get their share of the GPU: device-plugin (the GPU operator's node configuration, extended resources) or dra (ResourceClaims with the NVIDIA DRA driver's GpuConfig, Kubernetes 1.34+: a claim per pod for exclusive, one shared claim for time-slicing and MPS) [default: device-plugin].
+    #[arg(long)]
+    pub sharing_api: Option<SharingApi>,
+    /// DRA: time-slicing's interval, default, short, medium or long, set by the driver on the claim's GPU (feature gate TimeSlicingSettings) [default: no GpuConfig: the GPU time-sliced as the node has it].
+    #[arg(long)]
+    pub timeslice: Option<TimeSlice>,
+    /// DRA: each MPS client's share of the SMs, percent (0 to 100) [default: 100 / max(2, pods), as the device plugin gives].
+    #[arg(long)]
+    pub mps_thread_percentage: Option<u32>,
+    /// DRA: each MPS client's pinned device memory, a quantity such as 20Gi [default: the GPU's memory / max(2, pods), from its ResourceSlice].
+    #[arg(long)]
+    pub mps_memory_limit: Option<Quantity>,
 }
 
 impl SweepOptions {

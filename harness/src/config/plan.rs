@@ -91,6 +91,10 @@ pub struct SweepPlan {
     pub operator_namespace: String,
     /// Kubernetes: where the Prometheus pod to port-forward to lives.
     pub prometheus_pod: (String, String),
+    /// Kubernetes: device plugin or DRA claims.
+    pub sharing_api: crate::config::values::SharingApi,
+    /// Kubernetes with DRA: the time-slice interval and MPS limits of the claims.
+    pub dra: crate::backend::k8s::dra::DraSettings,
     /// Set by the `isolation` command: its trials instead of the sweep's cells.
     pub isolation: Option<crate::isolation::plan::IsolationPlan>,
     /// Set by the `capacity` command: the pod counts it may search (`plan.pods` is
@@ -516,6 +520,13 @@ impl SweepPlan {
                 ));
             }
         }
+        let (sharing_api, dra) = sharing(
+            o.sharing_api,
+            o.timeslice,
+            o.mps_thread_percentage,
+            o.mps_memory_limit.as_ref(),
+            backend,
+        )?;
         let own = OwnWorkload {
             cmd: o.workload_cmd,
             metric: o.metric,
@@ -587,10 +598,61 @@ impl SweepPlan {
                 o.prometheus_selector
                     .unwrap_or_else(|| "app.kubernetes.io/name=prometheus".into()),
             ),
+            sharing_api,
+            dra,
             isolation: None,
             capacity: None,
         })
     }
+}
+
+/// `--sharing-api` and the DRA settings, checked together: DRA is Kubernetes', and its
+/// settings are DRA's.
+fn sharing(
+    api: Option<crate::config::values::SharingApi>,
+    timeslice: Option<crate::config::values::TimeSlice>,
+    mps_thread_percentage: Option<u32>,
+    mps_memory_limit: Option<&crate::config::values::Quantity>,
+    backend: BackendKind,
+) -> Result<(crate::config::values::SharingApi, crate::backend::k8s::dra::DraSettings)> {
+    use crate::config::values::SharingApi;
+    let api = api.unwrap_or_default();
+    if api == SharingApi::Dra && backend != BackendKind::Kubernetes {
+        return Err(BenchError::flag(
+            "--sharing-api",
+            "dra",
+            "ResourceClaims are Kubernetes': give --backend kubernetes --node NODE",
+        ));
+    }
+    let dra_only = [
+        ("--timeslice", timeslice.map(|t| t.to_string())),
+        ("--mps-thread-percentage", mps_thread_percentage.map(|p| p.to_string())),
+        ("--mps-memory-limit", mps_memory_limit.map(ToString::to_string)),
+    ];
+    if api != SharingApi::Dra
+        && let Some((flag, Some(value))) = dra_only.into_iter().find(|(_, v)| v.is_some())
+    {
+        return Err(BenchError::flag(
+            flag,
+            &value,
+            "a setting of the DRA driver's GpuConfig: give --sharing-api dra (the device plugin's sharing has no such setting per pod)",
+        ));
+    }
+    if let Some(p) = mps_thread_percentage.filter(|p| *p > 100) {
+        return Err(BenchError::flag(
+            "--mps-thread-percentage",
+            &p.to_string(),
+            "a percentage from 0 to 100 (the driver refuses more than 100)",
+        ));
+    }
+    Ok((
+        api,
+        crate::backend::k8s::dra::DraSettings {
+            timeslice: timeslice.map(|t| t.0),
+            mps_thread_percentage,
+            mps_memory_limit: mps_memory_limit.map(ToString::to_string),
+        },
+    ))
 }
 
 /// Checks a run id: letters, digits, `.`, `_`, `-` (it becomes a directory name).
@@ -791,6 +853,82 @@ mod tests {
         ] {
             let e = bad(o);
             assert!(e.contains(says), "{says:?} not in {e:?}");
+        }
+    }
+
+    #[test]
+    fn dra_is_kubernetes_and_its_settings_need_it() {
+        use crate::backend::k8s::dra::TimeSliceInterval;
+        use crate::config::values::SharingApi;
+        let k8s = || SweepOptions {
+            backend: Some(BackendKind::Kubernetes),
+            node: Some("gpu-1".into()),
+            ..opts()
+        };
+        let p = SweepPlan::from_options(SweepOptions {
+            sharing_api: Some(SharingApi::Dra),
+            timeslice: Some("long".parse().expect("interval")),
+            mps_thread_percentage: Some(25),
+            mps_memory_limit: Some("20Gi".parse().expect("quantity")),
+            ..k8s()
+        })
+        .expect("plan");
+        assert_eq!(p.sharing_api, SharingApi::Dra);
+        assert_eq!(p.dra.timeslice, Some(TimeSliceInterval::Long));
+        assert_eq!(
+            (p.dra.mps_thread_percentage, p.dra.mps_memory_limit.as_deref()),
+            (Some(25), Some("20Gi"))
+        );
+        let record = crate::results::record::PlanRecord::from_plan(
+            &p,
+            crate::domain::DeviceKind::Cuda,
+            crate::domain::Source::Prometheus,
+        );
+        assert_eq!(record.dra.as_ref(), Some(&p.dra));
+        let json = serde_json::to_value(&record).expect("json");
+        assert_eq!(json["sharing_api"], "dra");
+        assert_eq!(json["dra"]["timeslice"], "Long", "the driver's spelling");
+        // The device plugin's runs record neither.
+        let plain = crate::results::record::PlanRecord::from_plan(
+            &SweepPlan::from_options(k8s()).expect("plan"),
+            crate::domain::DeviceKind::Cuda,
+            crate::domain::Source::Prometheus,
+        );
+        let json = serde_json::to_value(&plain).expect("json");
+        assert!(json.get("sharing_api").is_none() && json.get("dra").is_none(), "{json}");
+        for (o, says) in [
+            (
+                SweepOptions {
+                    sharing_api: Some(SharingApi::Dra),
+                    ..opts()
+                },
+                "bad --sharing-api `dra`: ResourceClaims are Kubernetes'",
+            ),
+            (
+                SweepOptions {
+                    timeslice: Some("short".parse().expect("interval")),
+                    ..k8s()
+                },
+                "bad --timeslice `short`: a setting of the DRA driver's GpuConfig: give --sharing-api dra",
+            ),
+            (
+                SweepOptions {
+                    sharing_api: Some(SharingApi::Dra),
+                    mps_thread_percentage: Some(101),
+                    ..k8s()
+                },
+                "bad --mps-thread-percentage `101`: a percentage from 0 to 100",
+            ),
+        ] {
+            let e = bad(o);
+            assert!(e.contains(says), "{says:?} not in {e:?}");
+        }
+        assert!("Long".parse::<crate::config::values::TimeSlice>().is_err());
+        for (q, bytes) in [("20Gi", 20u64 << 30), ("512Mi", 512 << 20), ("2G", 2_000_000_000)] {
+            assert_eq!(q.parse::<crate::config::values::Quantity>().map(|q| q.bytes), Ok(bytes));
+        }
+        for q in ["", "20GB", "1Ki", "-1Gi", "1.5Gi"] {
+            assert!(q.parse::<crate::config::values::Quantity>().is_err(), "{q}");
         }
     }
 

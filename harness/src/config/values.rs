@@ -82,6 +82,109 @@ impl fmt::Display for BackendKind {
 }
 serde_via_str!(BackendKind);
 
+/// `--sharing-api`: how pods on Kubernetes get their share of the GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SharingApi {
+    /// The device plugin's node configuration (GPU operator): extended resources.
+    #[default]
+    DevicePlugin,
+    /// ResourceClaims with the NVIDIA DRA driver's `GpuConfig` (Kubernetes 1.34+).
+    Dra,
+}
+
+impl FromStr for SharingApi {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "device-plugin" => Ok(SharingApi::DevicePlugin),
+            "dra" => Ok(SharingApi::Dra),
+            _ => Err("expected device-plugin or dra".into()),
+        }
+    }
+}
+
+impl fmt::Display for SharingApi {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SharingApi::DevicePlugin => "device-plugin",
+            SharingApi::Dra => "dra",
+        })
+    }
+}
+serde_via_str!(SharingApi);
+
+/// `--timeslice`: the DRA driver's time-slice interval, as the flag spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeSlice(pub crate::backend::k8s::dra::TimeSliceInterval);
+
+impl FromStr for TimeSlice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        s.parse().map(TimeSlice)
+    }
+}
+
+impl fmt::Display for TimeSlice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+serde_via_str!(TimeSlice);
+
+/// A Kubernetes quantity of bytes for `--mps-memory-limit` (`20Gi`, `512Mi`, `21474836480`):
+/// digits with an optional binary (Ki..Ei) or decimal (k, M, G, T, P, E) suffix, at least
+/// 1 MiB (the driver refuses less).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quantity {
+    /// As given.
+    pub text: String,
+    /// In bytes.
+    pub bytes: u64,
+}
+
+impl FromStr for Quantity {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let digits = s.bytes().take_while(u8::is_ascii_digit).count();
+        let (number, suffix) = s.split_at(digits);
+        let unit: u64 = match suffix {
+            "" => 1,
+            "Ki" => 1 << 10,
+            "Mi" => 1 << 20,
+            "Gi" => 1 << 30,
+            "Ti" => 1 << 40,
+            "Pi" => 1 << 50,
+            "Ei" => 1 << 60,
+            "k" => 1_000,
+            "M" => 1_000_000,
+            "G" => 1_000_000_000,
+            "T" => 1_000_000_000_000,
+            "P" => 1_000_000_000_000_000,
+            "E" => 1_000_000_000_000_000_000,
+            _ => return Err("a quantity of bytes such as 20Gi or 512Mi".into()),
+        };
+        let bytes = number
+            .parse::<u64>()
+            .ok()
+            .and_then(|n| n.checked_mul(unit))
+            .ok_or_else(|| "a quantity of bytes such as 20Gi or 512Mi".to_string())?;
+        if bytes < 1 << 20 {
+            return Err("less than 1Mi, which the DRA driver refuses".into());
+        }
+        Ok(Quantity {
+            text: s.to_string(),
+            bytes,
+        })
+    }
+}
+
+impl fmt::Display for Quantity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+serde_via_str!(Quantity);
+
 /// `--device`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeviceChoice {

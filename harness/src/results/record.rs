@@ -330,6 +330,16 @@ pub struct PlanRecord {
     /// source is then `client`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<crate::client::RequestPlan>,
+    /// Kubernetes: how pods got their share (`--sharing-api`; absent: device-plugin).
+    #[serde(default, skip_serializing_if = "is_device_plugin")]
+    pub sharing_api: crate::config::values::SharingApi,
+    /// Kubernetes with DRA: the claims' time-slice interval and MPS limits as given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dra: Option<crate::backend::k8s::dra::DraSettings>,
+}
+
+fn is_device_plugin(api: &crate::config::values::SharingApi) -> bool {
+    *api == crate::config::values::SharingApi::DevicePlugin
 }
 
 fn default_metric() -> String {
@@ -395,6 +405,8 @@ impl PlanRecord {
             metric: plan.metric.clone(),
             ready_path: plan.ready_path.clone(),
             request: plan.request.clone(),
+            sharing_api: plan.sharing_api,
+            dra: (plan.sharing_api == crate::config::values::SharingApi::Dra).then(|| plan.dra.clone()),
         }
     }
 
@@ -606,6 +618,15 @@ impl PlanRecord {
                 path,
                 "plan.server_args",
                 "an image's entrypoint is the Kubernetes backend's, and instead of plan.workload_cmd",
+            ));
+        }
+        if (self.sharing_api == crate::config::values::SharingApi::Dra) != self.dra.is_some()
+            || (self.dra.is_some() && self.backend != "kubernetes")
+        {
+            return Err(bad_field(
+                path,
+                "plan.dra",
+                "DRA settings belong to a Kubernetes run with sharing_api dra, and such a run has them",
             ));
         }
         if self.backend == "kubernetes" && self.ready_path == "none" {
@@ -987,7 +1008,7 @@ mod tests {
         let path = Path::new("results/r/run.json");
         assert!(fixture_run().validate(path).is_ok());
         type Tamper = fn(&mut RunRecord);
-        let cases: [(&str, Tamper); 16] = [
+        let cases: [(&str, Tamper); 17] = [
             ("plan.warmup_s: -5 is not a duration", |r| r.plan.warmup_s = -5.0),
             ("plan.max_cell_s: 1e300 is not a duration", |r| {
                 r.plan.max_cell_s = 1e300
@@ -1008,6 +1029,9 @@ mod tests {
             ("plan.tolerance: -1 is not a fraction", |r| r.plan.tolerance = -1.0),
             ("plan.repeat: 0 is outside 1 to 100", |r| r.plan.repeat = 0),
             ("plan.tolerance: 1 is not a fraction", |r| r.plan.tolerance = 1.0),
+            ("plan.dra: DRA settings belong to a Kubernetes run", |r| {
+                r.plan.dra = Some(Default::default())
+            }),
             ("run_id: \"../..\" is not a plain directory name", |r| {
                 r.run_id = "../..".into()
             }),

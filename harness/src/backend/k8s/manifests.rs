@@ -153,6 +153,40 @@ pub fn files(image: &str) -> Vec<(String, String)> {
                 "patches": [{ "path": "deployment-patch.yaml" }]
             })]),
     ));
+    // Sharing through DRA (`--sharing-api dra`, Kubernetes 1.34+): one ResourceClaim
+    // with the driver's GpuConfig MPS for 7 pods, the base Deployment's pods referencing
+    // it instead of requesting nvidia.com/gpu (an inline JSON patch: a strategic-merge
+    // patch cannot drop the base's resource, and only Kubernetes objects are *.yaml here).
+    let claims = super::dra::cell_claims(Strategy::Mps, 7, &super::dra::DraSettings::default(), None);
+    out.push((
+        "overlays/dra/resourceclaim.yaml".into(),
+        yaml(&[super::dra::claim_object(NAMESPACE, Strategy::Mps, 7, &claims)]),
+    ));
+    let mut dra_deployment = objects::deployment(&spec, Strategy::Mps, 7, "nvidia.com/gpu", &[]);
+    super::dra::use_claim(&mut dra_deployment, Strategy::Mps, 7, &claims);
+    let pod = &dra_deployment["spec"]["template"]["spec"];
+    let ops = json!([
+        { "op": "replace", "path": "/spec/replicas", "value": 7 },
+        { "op": "replace", "path": "/spec/template/spec/containers/0/resources", "value": pod["containers"][0]["resources"] },
+        { "op": "add", "path": "/spec/template/spec/resourceClaims", "value": pod["resourceClaims"] }
+    ]);
+    out.push((
+        "overlays/dra/kustomization.yaml".into(),
+        format!(
+            "# MPS through the NVIDIA DRA driver: no node label or ConfigMap; its feature gate MPSSupport must be on.\n\
+             # The harness makes one claim per cell; this one: {}.\n\
+             # (A sweep also limits pinned memory to the GPU's memory / 7, read from the node's ResourceSlice.)\n",
+            super::dra::describe(&claims)
+        ) + &yaml(&[json!({
+            "apiVersion": "kustomize.config.k8s.io/v1beta1",
+            "kind": "Kustomization",
+            "resources": ["../../base", "resourceclaim.yaml"],
+            "patches": [{
+                "target": { "kind": "Deployment", "name": objects::APP },
+                "patch": serde_json::to_string(&ops).unwrap_or_default()
+            }]
+        })]),
+    ));
     out
 }
 

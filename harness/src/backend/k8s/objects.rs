@@ -581,7 +581,9 @@ pub fn rbac(ns: &str, cm: &PluginConfigMap, monitoring_ns: &str) -> Vec<Value> {
                 // Add `resourceNames: [<your GPU node>]` to narrow this to one node.
                 { "apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"] },
                 { "apiGroups": [""], "resources": ["namespaces"], "resourceNames": [ns], "verbs": ["get"] },
-                { "apiGroups": ["nvidia.com"], "resources": ["clusterpolicies"], "verbs": ["get", "list"] }
+                { "apiGroups": ["nvidia.com"], "resources": ["clusterpolicies"], "verbs": ["get", "list"] },
+                // --sharing-api dra: the driver's DeviceClass and the node's ResourceSlices.
+                { "apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses", "resourceslices"], "verbs": ["get", "list"] }
             ]
         }),
         json!({
@@ -596,6 +598,8 @@ pub fn rbac(ns: &str, cm: &PluginConfigMap, monitoring_ns: &str) -> Vec<Value> {
             json!([
                 { "apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": [APP, role_deployment_name(ROLES[0]), role_deployment_name(ROLES[1])], "verbs": ["get", "create", "patch", "delete"] },
                 { "apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"] },
+                // --sharing-api dra: each cell's claim or claim template (gpushare-<strategy>-<pods>).
+                { "apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims", "resourceclaimtemplates"], "verbs": ["get", "list", "create", "patch", "delete"] },
                 // `doctor --kubernetes`: is kube-prometheus's Role there?
                 { "apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"], "resourceNames": ["prometheus-k8s"], "verbs": ["get"] }
             ]),

@@ -96,6 +96,9 @@ fn settings(plan: &SweepPlan, node: &str, args: Vec<String>) -> KubeSettings {
 /// and namespace of the operator are the defaults; the sweep reads them from the
 /// ClusterPolicy.
 pub fn dry_run(plan: &SweepPlan) -> String {
+    if plan.sharing_api == crate::config::values::SharingApi::Dra {
+        return dry_run_dra(plan);
+    }
     let node = plan.node.clone().unwrap_or_else(|| "NODE".into());
     let record = PlanRecord::from_plan(plan, DeviceKind::Cuda, crate::domain::Source::Prometheus);
     let s = settings(plan, &node, record.workload_args());
@@ -208,6 +211,57 @@ pub fn dry_run(plan: &SweepPlan) -> String {
     )
 }
 
+/// What a sweep through DRA claims would apply (pure): per cell, the claim or claim
+/// template and the Deployment whose pods reference it; nothing on the node changes.
+fn dry_run_dra(plan: &SweepPlan) -> String {
+    use super::dra;
+    let node = plan.node.clone().unwrap_or_else(|| "NODE".into());
+    let record = PlanRecord::from_plan(plan, DeviceKind::Cuda, crate::domain::Source::Prometheus);
+    let s = settings(plan, &node, record.workload_args());
+    let doc = |title: String, v: serde_json::Value| {
+        format!("# {title}\n{}---\n", serde_yaml_ng::to_string(&v).unwrap_or_default())
+    };
+    let mut out = format!(
+        "# --sharing-api dra: no node label or ConfigMap changes. Needs Kubernetes 1.34+ (resource.k8s.io/v1) and NVIDIA's\n\
+         # DRA driver ({driver}, DeviceClass {class}; types read at {version}). Each cell's claim is created before its\n\
+         # Deployment and deleted after its pods are gone; every name is journaled first.\n",
+        driver = dra::DRIVER,
+        class = dra::GPU_CLASS,
+        version = dra::DRIVER_VERSION_READ,
+    );
+    if plan.strategies.contains(&Strategy::Mps) && plan.dra.mps_memory_limit.is_none() {
+        out += "# MPS: defaultPinnedDeviceMemoryLimit is the GPU's memory (its ResourceSlice's capacity) / max(2, pods),\n# unknown here, so the claims below leave it out.\n";
+    }
+    for &strategy in &plan.strategies {
+        if strategy == Strategy::Mig {
+            out += "# mig: not through DRA yet (the driver's mig.nvidia.com devices exist only where MIG is already on): unavailable\n";
+            continue;
+        }
+        for &pods in &plan.pods {
+            let claims = dra::cell_claims(strategy, pods, &plan.dra, None);
+            out += &doc(
+                format!(
+                    "{} × {pods}: {} (server-side apply)",
+                    strategy.name(),
+                    dra::describe(&claims)
+                ),
+                dra::claim_object(&plan.namespace, strategy, pods, &claims),
+            );
+            let resource = objects::pod_resource(strategy, None, None);
+            let mut d = objects::deployment(&s.workload, strategy, pods, &resource, &plan.load.workload_args(pods));
+            dra::use_claim(&mut d, strategy, pods, &claims);
+            out += &doc(
+                format!(
+                    "{} × {pods}: Deployment (server-side apply); after the cell it is deleted, then the claim",
+                    strategy.name()
+                ),
+                d,
+            );
+        }
+    }
+    out
+}
+
 /// Opens a sweep on the node (a new run, or `resume`): reads the node's GPU labels,
 /// opens the run directory, and reaches the cluster's Prometheus by URL or through a
 /// port-forward to its pod.
@@ -216,6 +270,13 @@ pub async fn open(plan: &SweepPlan, resume: Option<&str>, shutdown: &Shutdown) -
         .node
         .clone()
         .ok_or_else(|| BenchError::flag("--node", "", "the Kubernetes backend needs the GPU node's name"))?;
+    if plan.sharing_api == crate::config::values::SharingApi::Dra {
+        return Err(BenchError::flag(
+            "--sharing-api",
+            "dra",
+            "sweeps through ResourceClaims are not built yet (issue 17): --dry-run prints the claims and Deployments they will apply",
+        ));
+    }
     let mut backend = shutdown
         .guard(KubernetesBackend::connect(settings(plan, &node, Vec::new())))
         .await?;
@@ -355,5 +416,65 @@ mod tests {
         assert_eq!(inv.gpus[0].mig_enabled, Some(false));
         assert_eq!(inv.gpus[0].short_name(), "h100");
         assert_eq!(inv.driver_version.as_deref(), Some("580.159.04"));
+    }
+
+    fn dra_plan() -> SweepPlan {
+        let o: crate::config::options::SweepOptions = toml::from_str(
+            "backend = \"kubernetes\"\nnode = \"gpu-1\"\nsharing_api = \"dra\"\ntimeslice = \"long\"\npods = \"1,3\"\n",
+        )
+        .expect("options");
+        SweepPlan::from_options(o).expect("plan")
+    }
+
+    #[test]
+    fn a_dra_dry_run_prints_each_cells_claim_and_no_node_change() {
+        let text = dry_run(&dra_plan());
+        let docs: Vec<serde_json::Value> = text
+            .split("\n---\n")
+            .filter(|d| d.lines().any(|l| !l.starts_with('#') && !l.trim().is_empty()))
+            .map(|d| serde_yaml_ng::from_str(d).expect("yaml"))
+            .collect();
+        let kinds: Vec<(String, String)> = docs
+            .iter()
+            .map(|d| {
+                (
+                    d["kind"].as_str().unwrap_or_default().to_string(),
+                    d["metadata"]["name"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect();
+        let want = |k: &str, n: &str| (k.to_string(), n.to_string());
+        for w in [
+            want("ResourceClaimTemplate", "gpushare-exclusive-1"),
+            want("ResourceClaimTemplate", "gpushare-exclusive-3"),
+            want("ResourceClaim", "gpushare-time-slicing-3"),
+            want("ResourceClaim", "gpushare-mps-1"),
+        ] {
+            assert!(kinds.contains(&w), "{w:?} not in {kinds:?}");
+        }
+        assert_eq!(kinds.iter().filter(|(k, _)| k == "Deployment").count(), 6, "{kinds:?}");
+        let ts = docs
+            .iter()
+            .find(|d| d["metadata"]["name"] == "gpushare-time-slicing-3")
+            .expect("claim");
+        assert_eq!(
+            ts["spec"]["devices"]["config"][0]["opaque"]["parameters"]["sharing"]["timeSlicingConfig"]["interval"],
+            "Long"
+        );
+        assert!(!text.contains(objects::LABEL_PLUGIN_CONFIG), "no node label is patched");
+        assert!(text.contains("# mig: not through DRA yet"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_dra_sweep_is_refused_until_the_backend_applies_claims() {
+        let e = open(&dra_plan(), None, &Shutdown::new())
+            .await
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            e.starts_with("bad --sharing-api `dra`: sweeps through ResourceClaims are not built yet"),
+            "{e}"
+        );
     }
 }
