@@ -124,6 +124,10 @@ pub async fn run(
             let session = local::session::open(&plan, resume.as_deref())?;
             run_work(session, &mut Search, progress, shutdown).await?
         }
+        BackendKind::Kubernetes if plan.sharing_api == crate::config::values::SharingApi::Dra => {
+            let session = k8s::session::open_dra(&plan, resume.as_deref(), shutdown).await?;
+            run_work(session, &mut Search, progress, shutdown).await?
+        }
         BackendKind::Kubernetes => {
             let session = k8s::session::open(&plan, resume.as_deref(), shutdown).await?;
             run_work(session, &mut Search, progress, shutdown).await?

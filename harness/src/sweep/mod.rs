@@ -77,6 +77,10 @@ pub async fn run(
             let session = local::session::open(&plan, resume.as_deref())?;
             runner::run(session, progress, shutdown).await
         }
+        BackendKind::Kubernetes if plan.sharing_api == crate::config::values::SharingApi::Dra => {
+            let session = k8s::session::open_dra(&plan, resume.as_deref(), shutdown).await?;
+            runner::run(session, progress, shutdown).await
+        }
         BackendKind::Kubernetes => {
             let session = k8s::session::open(&plan, resume.as_deref(), shutdown).await?;
             runner::run(session, progress, shutdown).await
@@ -179,6 +183,16 @@ pub(crate) fn recorded_backend(plan: &SweepPlan, id: &str, kind: RunKind) -> Res
                 "this run did not measure a server's image as it runs: resume it without --server-image",
             ),
         });
+    }
+    if plan.sharing_api != run.plan.sharing_api {
+        return Err(BenchError::flag(
+            "--resume",
+            id,
+            format!(
+                "this run shared the GPU through {}: resume it with --sharing-api {}",
+                run.plan.sharing_api, run.plan.sharing_api
+            ),
+        ));
     }
     if recorded == BackendKind::Kubernetes && plan.node.is_none() {
         return Err(BenchError::flag(

@@ -1012,56 +1012,64 @@ impl KubernetesBackend {
             t.name_pods(&list);
             return Ok(t.cell_pods(&list));
         }
-        let selector = format!("{}={}-{pods}", objects::CELL_LABEL, strategy.name());
-        let mut list = self
-            .pods()
-            .list(&ListParams::default().labels(&selector))
-            .await
-            .map_err(|e| kube_error("listing workload pods", e))?
-            .items;
-        list.retain(|p| p.metadata.deletion_timestamp.is_none());
-        // The ReplicaSet replaces a pod rejected at admission (Failed pods are not
-        // active): the rejected one counts only while its replacement is missing.
-        let failed = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed");
-        let active = list.iter().filter(|p| !failed(p)).count();
-        if active >= pods as usize {
-            list.retain(|p| !failed(p));
-        }
-        list.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-        Ok(list
-            .iter()
-            .map(|p| CellPod {
-                name: p.metadata.name.clone().unwrap_or_default(),
-                metrics_url: p
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.pod_ip.as_ref())
-                    .map(|ip| format!("http://{ip}:{}/metrics", objects::METRICS_PORT)),
-                state: pod_state(p),
-            })
-            .collect())
+        list_cell_pods(&self.pods(), strategy, pods).await
     }
 
     /// The workload namespace must exist: created when missing if the harness may.
     async fn ensure_namespace(&self) -> Result<()> {
-        let ns = &self.s.workload.namespace;
-        let api: Api<Namespace> = Api::all(self.client.clone());
-        match api.get(ns).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => {
-                let obj: Namespace = serde_json::from_value(objects::namespace(ns))
-                    .map_err(|e| BenchError::kube(format!("internal: namespace object: {e}")))?;
-                match api.create(&PostParams::default(), &obj).await {
-                    Ok(_) => Ok(()),
-                    Err(kube::Error::Api(s)) if s.code == 403 => Err(BenchError::kube(format!(
-                        "namespace {ns} does not exist and the harness may not create it: kubectl create namespace {ns} (or kubectl apply -k manifests/base)"
-                    ))),
-                    Err(e) => Err(kube_error(&format!("creating namespace {ns}"), e)),
-                }
-            }
-            Err(e) => Err(kube_error(&format!("reading namespace {ns}"), e)),
-        }
+        ensure_namespace(&self.client, &self.s.workload.namespace).await
     }
+}
+
+/// The workload namespace `ns` must exist: created when missing if the harness may.
+pub async fn ensure_namespace(client: &Client, ns: &str) -> Result<()> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    match api.get(ns).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => {
+            let obj: Namespace = serde_json::from_value(objects::namespace(ns))
+                .map_err(|e| BenchError::kube(format!("internal: namespace object: {e}")))?;
+            match api.create(&PostParams::default(), &obj).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 403 => Err(BenchError::kube(format!(
+                    "namespace {ns} does not exist and the harness may not create it: kubectl create namespace {ns} (or kubectl apply -k manifests/base)"
+                ))),
+                Err(e) => Err(kube_error(&format!("creating namespace {ns}"), e)),
+            }
+        }
+        Err(e) => Err(kube_error(&format!("reading namespace {ns}"), e)),
+    }
+}
+
+/// The pods of a sweep's cell (`strategy` × `pods`), not terminating, by name.
+pub async fn list_cell_pods(api: &Api<Pod>, strategy: Strategy, pods: u32) -> Result<Vec<CellPod>> {
+    let selector = format!("{}={}-{pods}", objects::CELL_LABEL, strategy.name());
+    let mut list = api
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(|e| kube_error("listing workload pods", e))?
+        .items;
+    list.retain(|p| p.metadata.deletion_timestamp.is_none());
+    // The ReplicaSet replaces a pod rejected at admission (Failed pods are not
+    // active): the rejected one counts only while its replacement is missing.
+    let failed = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed");
+    let active = list.iter().filter(|p| !failed(p)).count();
+    if active >= pods as usize {
+        list.retain(|p| !failed(p));
+    }
+    list.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    Ok(list
+        .iter()
+        .map(|p| CellPod {
+            name: p.metadata.name.clone().unwrap_or_default(),
+            metrics_url: p
+                .status
+                .as_ref()
+                .and_then(|s| s.pod_ip.as_ref())
+                .map(|ip| format!("http://{ip}:{}/metrics", objects::METRICS_PORT)),
+            state: pod_state(p),
+        })
+        .collect())
 }
 
 /// Deletes the named workload Deployments in `ns` and waits (at most 120 s; a forced
@@ -1359,6 +1367,21 @@ pub async fn restore_from_journal(
         && let Err(e) = delete_workload(client, &ns, &j.workload_deployments(), s.poll, shutdown).await
     {
         problems.push(e.to_string());
+    }
+    for claim in j.claims.clone() {
+        if let Err(e) = super::dra_backend::delete_claim(client, &ns, &claim, s.poll, shutdown).await {
+            problems.push(e.to_string());
+        } else {
+            report.undone.push(format!("deleted {claim} in namespace {ns}"));
+        }
+    }
+    if j.labels_set.is_empty() && j.keys_added.is_empty() {
+        // Nothing on the node or in the ConfigMap (a sweep through DRA claims).
+        if problems.is_empty() {
+            j.restored = true;
+            journal::write(path, &j)?;
+        }
+        return finish(report, problems, &j.node);
     }
     let nodes: Api<Node> = Api::all(client.clone());
     let node = nodes

@@ -44,6 +44,11 @@ pub struct Journal {
     /// fields); an isolation run's journal needs this version to restore.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub deployments: BTreeSet<String>,
+    /// DRA claims and claim templates the harness created in the workload namespace
+    /// (`resourceclaims/NAME`, `resourceclaimtemplates/NAME`): restore deletes each once
+    /// the pods are gone. Written only when there are some, as `deployments`.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub claims: BTreeSet<String>,
     /// Whether everything above has been undone.
     pub restored: bool,
 }
@@ -60,6 +65,7 @@ impl Journal {
             keys_added: BTreeMap::new(),
             deployment: false,
             deployments: BTreeSet::new(),
+            claims: BTreeSet::new(),
             restored: false,
         }
     }
@@ -69,6 +75,7 @@ impl Journal {
         !self.restored
             && (self.deployment
                 || !self.deployments.is_empty()
+                || !self.claims.is_empty()
                 || !self.labels_set.is_empty()
                 || !self.keys_added.is_empty())
     }

@@ -4,6 +4,7 @@
 
 pub mod backend;
 pub mod dra;
+pub mod dra_backend;
 pub mod journal;
 pub mod manifests;
 pub mod objects;

@@ -600,6 +600,8 @@ pub fn rbac(ns: &str, cm: &PluginConfigMap, monitoring_ns: &str) -> Vec<Value> {
                 { "apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"] },
                 // --sharing-api dra: each cell's claim or claim template (gpushare-<strategy>-<pods>).
                 { "apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims", "resourceclaimtemplates"], "verbs": ["get", "list", "create", "patch", "delete"] },
+                // Why a pod stays in ContainerCreating (the kubelet's FailedPrepareDynamicResources event).
+                { "apiGroups": [""], "resources": ["events"], "verbs": ["list"] },
                 // `doctor --kubernetes`: is kube-prometheus's Role there?
                 { "apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"], "resourceNames": ["prometheus-k8s"], "verbs": ["get"] }
             ]),

@@ -266,17 +266,7 @@ fn dry_run_dra(plan: &SweepPlan) -> String {
 /// opens the run directory, and reaches the cluster's Prometheus by URL or through a
 /// port-forward to its pod.
 pub async fn open(plan: &SweepPlan, resume: Option<&str>, shutdown: &Shutdown) -> Result<Session<KubernetesBackend>> {
-    let node = plan
-        .node
-        .clone()
-        .ok_or_else(|| BenchError::flag("--node", "", "the Kubernetes backend needs the GPU node's name"))?;
-    if plan.sharing_api == crate::config::values::SharingApi::Dra {
-        return Err(BenchError::flag(
-            "--sharing-api",
-            "dra",
-            "sweeps through ResourceClaims are not built yet (issue 17): --dry-run prints the claims and Deployments they will apply",
-        ));
-    }
+    let node = node_of(plan)?;
     let mut backend = shutdown
         .guard(KubernetesBackend::connect(settings(plan, &node, Vec::new())))
         .await?;
@@ -288,13 +278,85 @@ pub async fn open(plan: &SweepPlan, resume: Option<&str>, shutdown: &Shutdown) -
             objects::LABEL_GPU_COUNT
         )));
     }
-    let short = inventory.gpus.first().map_or("gpu".into(), |g| g.short_name());
-    let env = || host::environment(&inventory, &format!("image {} on node {node}", plan.image), None);
-    let store = RunStore::open_or_create(plan, resume, DeviceKind::Cuda, &short, env)?;
+    let store = open_store(plan, resume, &node, &inventory)?;
     backend.attach_journal(store.dir())?;
     let recorded = store.run().plan.clone();
+    // The pods' arguments and server come from the recorded plan (it wins when
+    // resuming; recorded_backend checked that the same --workload-cmd was given).
+    backend.set_workload_args(recorded.workload_args());
+    backend.set_server(recorded_server(&recorded));
+    if let Some(image) = store
+        .run()
+        .isolation
+        .as_ref()
+        .and_then(|i| i.aggressor_image.as_deref())
+    {
+        backend.set_aggressor_image(image);
+    }
+    let client = backend.client();
+    finish_session(backend, client, (plan, resume.is_some()), store, &node, shutdown).await
+}
+
+/// Opens a sweep whose pods get their GPU through DRA claims (`--sharing-api dra`): the
+/// node's GPUs from the DRA driver's ResourceSlices; nothing on the node changes.
+pub async fn open_dra(
+    plan: &SweepPlan,
+    resume: Option<&str>,
+    shutdown: &Shutdown,
+) -> Result<Session<super::dra_backend::DraBackend>> {
+    let node = node_of(plan)?;
+    let mut backend = shutdown
+        .guard(super::dra_backend::DraBackend::connect(
+            settings(plan, &node, Vec::new()),
+            plan.dra.clone(),
+        ))
+        .await?;
+    let inventory = shutdown.guard(backend.check_cluster()).await?;
+    let store = open_store(plan, resume, &node, &inventory)?;
+    backend.attach_journal(store.dir())?;
+    let recorded = store.run().plan.clone();
+    backend.set_workload_args(recorded.workload_args());
+    backend.set_server(recorded_server(&recorded));
+    backend.set_dra(recorded.dra.clone().unwrap_or_default());
+    let client = backend.client();
+    finish_session(backend, client, (plan, resume.is_some()), store, &node, shutdown).await
+}
+
+fn node_of(plan: &SweepPlan) -> Result<String> {
+    plan.node
+        .clone()
+        .ok_or_else(|| BenchError::flag("--node", "", "the Kubernetes backend needs the GPU node's name"))
+}
+
+/// The server of the user's own of a recorded plan.
+fn recorded_server(recorded: &PlanRecord) -> Option<objects::OwnServer> {
+    own_server(
+        recorded.workload_cmd.as_deref(),
+        recorded.server_args.as_deref(),
+        &recorded.ready_path,
+    )
+}
+
+/// The run directory for the node's GPUs (new, or the one resumed).
+fn open_store(plan: &SweepPlan, resume: Option<&str>, node: &str, inventory: &GpuInventory) -> Result<RunStore> {
+    let short = inventory.gpus.first().map_or("gpu".into(), |g| g.short_name());
+    let env = || host::environment(inventory, &format!("image {} on node {node}", plan.image), None);
+    RunStore::open_or_create(plan, resume, DeviceKind::Cuda, &short, env)
+}
+
+/// The rest of a session: what the user reads first, and the cluster's Prometheus (by
+/// URL, or through a port-forward to its pod) for metrics and the DCGM exporter's series.
+async fn finish_session<B>(
+    backend: B,
+    client: kube::Client,
+    (plan, resumed): (&SweepPlan, bool),
+    store: RunStore,
+    node: &str,
+    shutdown: &Shutdown,
+) -> Result<Session<B>> {
+    let recorded = store.run().plan.clone();
     let mut notes = Vec::new();
-    if resume.is_some() {
+    if resumed {
         let (done, unit) = if store.run().isolation.is_some() {
             (store.isolation().len(), "trials")
         } else {
@@ -305,30 +367,13 @@ pub async fn open(plan: &SweepPlan, resume: Option<&str>, shutdown: &Shutdown) -
             store.dir().display()
         ));
     }
-    // The pods' arguments and server come from the recorded plan (it wins when
-    // resuming; recorded_backend checked that the same --workload-cmd was given).
-    backend.set_workload_args(recorded.workload_args());
-    backend.set_server(own_server(
-        recorded.workload_cmd.as_deref(),
-        recorded.server_args.as_deref(),
-        &recorded.ready_path,
-    ));
-    if let Some(image) = store
-        .run()
-        .isolation
-        .as_ref()
-        .and_then(|i| i.aggressor_image.as_deref())
-    {
-        backend.set_aggressor_image(image);
-    }
-    // The cluster's Prometheus: by URL, or through a port-forward to its pod.
     let mut keep_alive: Vec<Box<dyn std::any::Any + Send>> = Vec::new();
     let url = match recorded.prometheus_setting() {
         PrometheusSetting::Url(u) => u,
         _ => {
             let (ns, selector) = &plan.prometheus_pod;
             let f = shutdown
-                .guard(super::portforward::to_prometheus(backend.client(), ns, selector, 9090))
+                .guard(super::portforward::to_prometheus(client, ns, selector, 9090))
                 .await?;
             notes.push(format!("Prometheus: port-forward {} → pod ({selector}) in {ns}", f.url));
             let url = f.url.clone();
@@ -336,7 +381,7 @@ pub async fn open(plan: &SweepPlan, resume: Option<&str>, shutdown: &Shutdown) -
             url
         }
     };
-    let telemetry: Arc<dyn Telemetry> = Arc::new(DcgmTelemetry::new(PromClient::new(&url), &node));
+    let telemetry: Arc<dyn Telemetry> = Arc::new(DcgmTelemetry::new(PromClient::new(&url), node));
     Ok(Session {
         backend,
         metrics: PrometheusSetting::Url(url),
@@ -463,18 +508,5 @@ mod tests {
         );
         assert!(!text.contains(objects::LABEL_PLUGIN_CONFIG), "no node label is patched");
         assert!(text.contains("# mig: not through DRA yet"), "{text}");
-    }
-
-    #[tokio::test]
-    async fn a_dra_sweep_is_refused_until_the_backend_applies_claims() {
-        let e = open(&dra_plan(), None, &Shutdown::new())
-            .await
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
-        assert!(
-            e.starts_with("bad --sharing-api `dra`: sweeps through ResourceClaims are not built yet"),
-            "{e}"
-        );
     }
 }

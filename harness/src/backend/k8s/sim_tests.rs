@@ -144,20 +144,25 @@ async fn session_with(
     backend.attach_journal(store.dir())?;
     Ok(Session {
         backend,
-        settings: MeasureSettings {
-            ready_timeout: Duration::from_secs_f64(600.0 / SPEED),
-            warmup: Duration::ZERO,
-            window: Duration::from_millis(30),
-            max_cell: Duration::from_millis(300),
-            stable_windows: 2,
-            tolerance: 0.5,
-        },
+        settings: sim_measure(),
         metrics: crate::config::plan::PrometheusSetting::Off,
         store,
         telemetry: Arc::new(NoTelemetry),
         notes: Vec::new(),
         keep_alive: Vec::new(),
     })
+}
+
+/// Cells measured in a fraction of a wall-clock second, ready within 600 virtual seconds.
+fn sim_measure() -> MeasureSettings {
+    MeasureSettings {
+        ready_timeout: Duration::from_secs_f64(600.0 / SPEED),
+        warmup: Duration::ZERO,
+        window: Duration::from_millis(30),
+        max_cell: Duration::from_millis(300),
+        stable_windows: 2,
+        tolerance: 0.5,
+    }
 }
 
 async fn sweep(sim: &SimCluster, plan: &SweepPlan, resume: bool) -> Result<SweepOutcome> {
@@ -1165,4 +1170,242 @@ async fn a_mig_capacity_search_fits_one_pod_per_instance_and_the_eighth_stays_pe
     assert_eq!((mig.pods_fit, mig.first_miss_pods), (Some(7), Some(8)), "{mig:?}");
     assert!(mig.first_miss.contains("is pending"), "{}", mig.first_miss);
     assert_eq!(state(&sim), before, "{}", sim.log());
+}
+
+// ---- Sharing through DRA claims (`--sharing-api dra`, UPSTREAM-RULES.md J) ----
+
+/// An H100 node with NVIDIA's DRA driver, its gates as given.
+fn dra_node(time_slicing: bool, mps: bool) -> ClusterSpec {
+    let mut spec = ClusterSpec::h100("gpu-1");
+    spec.dra = Some(super::sim::dra::Gates { time_slicing, mps });
+    spec
+}
+
+fn dra_plan(dir: &Path, strategies: &str, pods: &str, more: &str) -> SweepPlan {
+    let o: SweepOptions = toml::from_str(&format!(
+        "backend = \"kubernetes\"\nnode = \"gpu-1\"\nsharing_api = \"dra\"\nstrategies = \"{strategies}\"\npods = \"{pods}\"\nrun_id = \"sim\"\nout = \"{}\"\n{more}",
+        dir.display()
+    ))
+    .expect("options");
+    SweepPlan::from_options(o).expect("plan")
+}
+
+/// Opens a session as `k8s::session::open_dra` does, on the simulator's client.
+async fn dra_session(sim: &SimCluster, plan: &SweepPlan) -> Result<Session<super::dra_backend::DraBackend>> {
+    let mut backend = super::dra_backend::DraBackend::new(sim.client(), settings(plan), plan.dra.clone());
+    backend.check_cluster().await?;
+    let store = RunStore::create(
+        &plan.out,
+        RunRecord::new("sim".into(), plan, DeviceKind::Cuda, Environment::default()),
+    )?;
+    backend.attach_journal(store.dir())?;
+    Ok(Session {
+        backend,
+        settings: sim_measure(),
+        metrics: crate::config::plan::PrometheusSetting::Off,
+        store,
+        telemetry: Arc::new(NoTelemetry),
+        notes: Vec::new(),
+        keep_alive: Vec::new(),
+    })
+}
+
+/// The workload namespace's claims, claim templates, Deployments and pods.
+fn dra_leftovers(sim: &SimCluster) -> Vec<String> {
+    sim.with(|w| {
+        w.settle(300.0);
+        w.objects
+            .keys()
+            .filter(|k| {
+                k.namespace == "gpushare-bench"
+                    && matches!(
+                        k.resource.as_str(),
+                        "resourceclaims" | "resourceclaimtemplates" | "deployments" | "pods"
+                    )
+            })
+            .map(|k| format!("{}/{}", k.resource, k.name))
+            .collect()
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dra_sweep_shares_one_gpu_through_claims_and_leaves_nothing() {
+    let sim = start(dra_node(true, true)).await;
+    let before = state(&sim);
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = dra_plan(
+        dir.path(),
+        "exclusive,time-slicing,mps,mig",
+        "1,3",
+        "timeslice = \"long\"\n",
+    );
+    let s = dra_session(&sim, &p)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
+    let outcome = run_with_source(s, &SteadyMetrics::default(), &Quiet, &Shutdown::new())
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
+    let text = std::fs::read_to_string(dir.path().join("sim/cells.jsonl")).expect("cells");
+    let rows: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).expect("row")).collect();
+    let agg = |s: &str, n: u64| {
+        rows.iter()
+            .find(|r| r["pod"] == "all" && r["strategy"] == s && r["pods"] == n)
+            .cloned()
+            .unwrap_or_else(|| panic!("{s} × {n} missing: {text}"))
+    };
+    assert_eq!((outcome.measured, outcome.unavailable), (6, 2), "{text}\n{}", sim.log());
+    for (s, n, note) in [
+        ("exclusive", 1, "DRA: a claim (and a GPU) per pod"),
+        ("time-slicing", 3, "GpuConfig TimeSlicing interval Long"),
+        (
+            "mps",
+            3,
+            "GpuConfig MPS (33% of the threads, pinned memory 27186Mi per client)",
+        ),
+    ] {
+        let r = agg(s, n);
+        assert!(r["note"].as_str().is_some_and(|t| t.contains(note)), "{r}");
+    }
+    // One GPU: exclusive × 3 gives one pod a claim's GPU; the scheduler finds none for
+    // the other two claims (J4).
+    let ex3: Vec<&Value> = rows
+        .iter()
+        .filter(|r| r["strategy"] == "exclusive" && r["pods"] == 3 && r["pod"] != "all")
+        .collect();
+    let pending: Vec<&&Value> = ex3.iter().filter(|r| r["status"] == "pending").collect();
+    assert_eq!(pending.len(), 2, "{ex3:?}");
+    assert!(
+        pending[0]["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("0/1 nodes are available: 1 cannot allocate all claims.")),
+        "{:?}",
+        pending[0]
+    );
+    assert!(
+        agg("mig", 1)["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("MIG through DRA"))
+    );
+    // What the driver applied to each shared cell's pods: one claim, one GPU.
+    sim.with(|w| {
+        for (cell, want) in [
+            (
+                "time-slicing-3",
+                Some(super::sim::dra::Sharing::TimeSlicing("Long".into())),
+            ),
+            (
+                "mps-3",
+                Some(super::sim::dra::Sharing::Mps {
+                    thread_percentage: Some(33),
+                    pinned_limit: Some("27186Mi".into()),
+                }),
+            ),
+        ] {
+            let facts: Vec<&super::sim::PodFacts> = w.pod_facts.values().filter(|f| f.cell == cell).collect();
+            assert_eq!(facts.len(), 3, "{cell}");
+            assert!(
+                facts.iter().all(|f| f.claim == format!("gpushare-{cell}")),
+                "{cell}: {facts:?}"
+            );
+            assert!(
+                facts.iter().all(|f| f.dra_sharing == want && f.gpu == Some(0)),
+                "{cell}: {facts:?}"
+            );
+        }
+        // A claim of its own per exclusive pod, made from the template.
+        let ex1: Vec<&super::sim::PodFacts> = w.pod_facts.values().filter(|f| f.cell == "exclusive-1").collect();
+        assert!(
+            ex1.len() == 1 && ex1[0].claim.starts_with("gpushare-workload-"),
+            "{ex1:?}"
+        );
+    });
+    assert!(
+        dra_leftovers(&sim).is_empty(),
+        "{:?}\n{}",
+        dra_leftovers(&sim),
+        sim.log()
+    );
+    assert_eq!(state(&sim), before, "nothing on the node changes\n{}", sim.log());
+    let j = journal::read(&dir.path().join("sim").join(journal::FILE))
+        .expect("journal")
+        .expect("exists");
+    assert!(
+        j.restored && j.claims.contains("resourceclaims/gpushare-mps-3"),
+        "{j:?}"
+    );
+    assert!(j.labels_set.is_empty() && j.keys_added.is_empty(), "{j:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_gate_that_is_off_fails_the_cell_with_the_drivers_reason() {
+    // The driver's gates are alpha and off by default: its MPS config is refused when the
+    // kubelet prepares the claim, and the pods stay in ContainerCreating (J5, J6).
+    let sim = start(dra_node(false, false)).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = dra_plan(dir.path(), "mps,time-slicing", "3", "");
+    let s = dra_session(&sim, &p)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
+    let outcome = run_with_source(s, &SteadyMetrics::default(), &Quiet, &Shutdown::new())
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
+    // Time-slicing without --timeslice carries no config, which needs no gate.
+    assert_eq!((outcome.measured, outcome.failed), (1, 1), "{}", sim.log());
+    let text = std::fs::read_to_string(dir.path().join("sim/cells.jsonl")).expect("cells");
+    let mps = text
+        .lines()
+        .find(|l| l.contains("\"strategy\":\"mps\"") && l.contains("\"pod\":\"all\""))
+        .expect("mps row");
+    let row: Value = serde_json::from_str(mps).expect("row");
+    let note = row["note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains("not ready after 3 s: Failed to prepare dynamic resources: ")
+            && note.contains("error validating GPU config: \"MPS\" is selected as the GPU sharing strategy, but the \"MPSSupport\" feature gate is not enabled"),
+        "{note}"
+    );
+    assert!(dra_leftovers(&sim).is_empty(), "{:?}", dra_leftovers(&sim));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_dra_sweep_leaves_its_claim_to_restore() {
+    let sim = start(dra_node(true, true)).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = dra_plan(dir.path(), "mps", "3", "");
+    let path = p.out.join("sim").join(journal::FILE);
+    let s = dra_session(&sim, &p).await.expect("session");
+    let (metrics, shutdown) = (SteadyMetrics::default(), Shutdown::new());
+    tokio::select! {
+        r = run_with_source(s, &metrics, &Quiet, &shutdown) => panic!("ended first: {r:?}"),
+        () = journal_shows(&path, |j| j.deployment && !j.claims.is_empty()) => {}
+    }
+    // Dropped as by SIGKILL: the claim (and perhaps the Deployment) stay.
+    let left = dra_leftovers(&sim);
+    assert!(left.contains(&"resourceclaims/gpushare-mps-3".to_string()), "{left:?}");
+    let report = restore_from_journal(&sim.client(), &path, &settings(&p), &Shutdown::new())
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
+    assert!(
+        report
+            .undone
+            .iter()
+            .any(|u| u == "deleted resourceclaims/gpushare-mps-3 in namespace gpushare-bench"),
+        "{report:?}"
+    );
+    assert!(dra_leftovers(&sim).is_empty(), "{:?}", dra_leftovers(&sim));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_without_the_dra_driver_is_named() {
+    let sim = start(ClusterSpec::h100("gpu-1")).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = dra_plan(dir.path(), "mps", "3", "");
+    let e = dra_session(&sim, &p)
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        e.contains("no DeviceClass gpu.nvidia.com: is NVIDIA's DRA driver for GPUs installed"),
+        "{e}"
+    );
 }

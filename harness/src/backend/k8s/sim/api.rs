@@ -65,6 +65,11 @@ fn kind_of(group: &str, resource: &str) -> Option<(&'static str, &'static str, b
         ("", "pods") => ("Pod", "v1", true),
         ("apps", "deployments") => ("Deployment", "apps/v1", true),
         ("nvidia.com", "clusterpolicies") => ("ClusterPolicy", "nvidia.com/v1", false),
+        ("", "events") => ("Event", "v1", true),
+        ("resource.k8s.io", "resourceclaims") => ("ResourceClaim", "resource.k8s.io/v1", true),
+        ("resource.k8s.io", "resourceclaimtemplates") => ("ResourceClaimTemplate", "resource.k8s.io/v1", true),
+        ("resource.k8s.io", "deviceclasses") => ("DeviceClass", "resource.k8s.io/v1", false),
+        ("resource.k8s.io", "resourceslices") => ("ResourceSlice", "resource.k8s.io/v1", false),
         ("rbac.authorization.k8s.io", "roles") => ("Role", "rbac.authorization.k8s.io/v1", true),
         ("rbac.authorization.k8s.io", "rolebindings") => ("RoleBinding", "rbac.authorization.k8s.io/v1", true),
         ("authorization.k8s.io", "selfsubjectaccessreviews") => {
@@ -291,6 +296,9 @@ pub fn handle(world: &mut World, authz: &Authorizer, user: &str, groups: &[&str]
             }
             let mut managed = Managed::default();
             let value = managed.merge_patch(&json!({}), &body, &manager_of(req));
+            if let Some(e) = claim_invalid(kind, &name, &value, None) {
+                return e;
+            }
             store(world, key.clone(), value, managed);
             ok(201, with_meta(&world.objects[&key]))
         }
@@ -300,8 +308,20 @@ pub fn handle(world: &mut World, authz: &Authorizer, user: &str, groups: &[&str]
                 return not_found(&a);
             }
             let body = with_meta(&world.objects[&key]);
+            let finalized = world.objects[&key].value["metadata"]["finalizers"]
+                .as_array()
+                .is_some_and(|f| !f.is_empty());
             if a.resource == "pods" {
                 world.terminate_pod(&ns, &a.name);
+            } else if finalized {
+                // An object with finalizers stays, marked for deletion, until they are
+                // removed (J7: apiserver `registry/generic/registry/store.go` `Delete`).
+                let ts = world.timestamp();
+                if let Some(o) = world.objects.get_mut(&key)
+                    && o.value["metadata"]["deletionTimestamp"].is_null()
+                {
+                    o.value["metadata"]["deletionTimestamp"] = json!(ts);
+                }
             } else {
                 world.objects.remove(&key);
             }
@@ -310,6 +330,24 @@ pub fn handle(world: &mut World, authz: &Authorizer, user: &str, groups: &[&str]
         }
         other => status(405, "MethodNotAllowed", format!("{other} is not simulated")),
     }
+}
+
+/// API validation of a ResourceClaim or ResourceClaimTemplate (J3): its devices, and a
+/// spec that does not change once created (`ValidateResourceClaimUpdate`:
+/// `spec: Invalid value: …: field is immutable`).
+fn claim_invalid(kind: &str, name: &str, value: &Value, before: Option<&Value>) -> Option<ApiResponse> {
+    let (path, devices, spec) = match kind {
+        "ResourceClaim" => ("spec", &value["spec"]["devices"], &value["spec"]),
+        "ResourceClaimTemplate" => ("spec.spec", &value["spec"]["spec"]["devices"], &value["spec"]),
+        _ => return None,
+    };
+    let mut errs = super::dra::validate_claim_spec(devices, path);
+    if let Some(b) = before
+        && b["spec"] != *spec
+    {
+        errs.push(format!("spec: Invalid value: {spec}: field is immutable"));
+    }
+    (!errs.is_empty()).then(|| status(422, "Invalid", super::dra::invalid_message(kind, name, &errs)))
 }
 
 fn store(world: &mut World, key: Key, mut value: Value, managed: Managed) {
@@ -397,6 +435,9 @@ fn patch(
         let v = managed.merge_patch(&o.value, &body, &manager);
         (v, managed, 200)
     };
+    if let Some(e) = claim_invalid(kind, &a.name, &value, existing.as_ref().map(|o| &o.value)) {
+        return e;
+    }
     let mut value = value;
     if let Some(o) = &existing {
         for k in ["creationTimestamp", "uid"] {

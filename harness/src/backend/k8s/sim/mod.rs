@@ -15,6 +15,7 @@
 //! reproduces (UPSTREAM-RULES.md); nothing here was observed on a real cluster.
 
 pub mod api;
+pub mod dra;
 pub mod fields;
 pub mod gpu;
 pub mod kubelet;

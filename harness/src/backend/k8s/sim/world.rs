@@ -116,6 +116,10 @@ pub struct ClusterSpec {
     pub timings: Timings,
     /// Kubernetes minor version (1.35 asks `create` on pods/portforward too).
     pub minor_version: u32,
+    /// NVIDIA's DRA driver on the node, with its feature gates (None: not installed):
+    /// its DeviceClasses and the node's ResourceSlice exist, and claims are allocated
+    /// and prepared by its rules (`sim/dra.rs`).
+    pub dra: Option<super::dra::Gates>,
     /// Virtual seconds per second of a workload's own flags (`--inject-fault-after`,
     /// `--crash-after`): the harness's wall-clock times and the pods' flags agree when
     /// this is the simulator's speed.
@@ -142,6 +146,7 @@ impl ClusterSpec {
             timings: Timings::default(),
             minor_version: 34,
             workload_time_scale: 1.0,
+            dra: None,
         }
     }
 }
@@ -336,6 +341,10 @@ pub struct PodFacts {
     pub command: Vec<String>,
     /// Its container's args as the kubelet passes them (I6); empty: the image's CMD.
     pub args: Vec<String>,
+    /// The DRA claim its GPU came through (empty: the device plugin's resource).
+    pub claim: String,
+    /// What NVIDIA's DRA driver applied when it prepared that claim (J5).
+    pub dra_sharing: Option<super::dra::Sharing>,
 }
 
 /// The whole simulated cluster.
@@ -500,6 +509,15 @@ impl World {
                        "spec": {"nodeName": node, "containers": [{"name": app, "image": format!("nvcr.io/nvidia/{app}:sim")}]},
                        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}),
             );
+        }
+        if s.dra.is_some() {
+            for c in super::dra::device_classes() {
+                let name = c["metadata"]["name"].as_str().unwrap_or_default().to_string();
+                w.put(Key::new("deviceclasses", "", &name), c);
+            }
+            let slice = super::dra::resource_slice(&s.node, s.gpus, &s.gpu.product, s.gpu.memory_mib << 20);
+            let name = slice["metadata"]["name"].as_str().unwrap_or_default().to_string();
+            w.put(Key::new("resourceslices", "", &name), slice);
         }
         // The operator's labels, then the operands as they would be after start-up.
         w.operator_reconcile();
@@ -1388,7 +1406,206 @@ impl World {
     pub fn controllers(&mut self) {
         self.daemonsets();
         self.deployments();
+        self.resource_claims();
         self.schedule();
+    }
+
+    /// Devices every allocated claim holds (J4: a device goes to one claim at a time).
+    fn devices_taken(&self) -> BTreeSet<super::dra::Allocated> {
+        self.objects
+            .iter()
+            .filter(|(k, _)| k.resource == "resourceclaims")
+            .flat_map(|(_, o)| {
+                o.value["status"]["allocation"]["devices"]["results"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .map(|r| super::dra::Allocated {
+                driver: r["driver"].as_str().unwrap_or_default().into(),
+                pool: r["pool"].as_str().unwrap_or_default().into(),
+                device: r["device"].as_str().unwrap_or_default().into(),
+            })
+            .collect()
+    }
+
+    /// The resourceclaim controller and the garbage collector for claims (J7: kubernetes
+    /// `pkg/controller/resourceclaim/controller.go` `handleClaim`, `syncClaim`): a claim
+    /// per pod for each template reference (`<pod>-<name>-<5 chars>`, owned by the pod,
+    /// annotated `resource.kubernetes.io/pod-claim-name`, recorded in the pod's
+    /// `status.resourceClaimStatuses`); reservations of pods that are gone dropped; a
+    /// claim that no pod reserves any more deallocated (its allocation and finalizer
+    /// cleared); a deleted claim removed once it has no finalizer; a pod's own claims
+    /// deleted with it.
+    fn resource_claims(&mut self) {
+        if self.spec.dra.is_none() {
+            return;
+        }
+        let pods: Vec<(Key, Value)> = self
+            .objects
+            .iter()
+            .filter(|(k, o)| {
+                k.resource == "pods"
+                    && o.value["metadata"]["deletionTimestamp"].is_null()
+                    && o.value["status"]["resourceClaimStatuses"].is_null()
+                    && o.value["spec"]["resourceClaims"]
+                        .as_array()
+                        .is_some_and(|c| c.iter().any(|c| c["resourceClaimTemplateName"].is_string()))
+            })
+            .map(|(k, o)| (k.clone(), o.value.clone()))
+            .collect();
+        for (key, pod) in pods {
+            let mut statuses = Vec::new();
+            let mut missing = false;
+            for rc in pod["spec"]["resourceClaims"].as_array().into_iter().flatten() {
+                let pod_claim = rc["name"].as_str().unwrap_or_default();
+                let Some(template) = rc["resourceClaimTemplateName"].as_str() else {
+                    continue;
+                };
+                let Some(t) = self
+                    .objects
+                    .get(&Key::new("resourceclaimtemplates", &key.namespace, template))
+                    .map(|o| o.value.clone())
+                else {
+                    missing = true;
+                    continue;
+                };
+                self.names += 1;
+                let name = format!("{}-{pod_claim}-{:05x}", key.name, self.names * 7919 % 0xfffff);
+                self.put(
+                    Key::new("resourceclaims", &key.namespace, &name),
+                    json!({
+                        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                        "metadata": {"name": name, "namespace": key.namespace,
+                                     "labels": t["spec"]["metadata"]["labels"],
+                                     "annotations": {"resource.kubernetes.io/pod-claim-name": pod_claim},
+                                     "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": key.name,
+                                                          "uid": pod["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true}]},
+                        "spec": t["spec"]["spec"]
+                    }),
+                );
+                statuses.push(json!({"name": pod_claim, "resourceClaimName": name}));
+            }
+            if !missing && let Some(o) = self.objects.get_mut(&key) {
+                o.value["status"]["resourceClaimStatuses"] = json!(statuses);
+            }
+        }
+        let live: BTreeSet<(String, String)> = self
+            .objects
+            .keys()
+            .filter(|k| k.resource == "pods")
+            .map(|k| (k.namespace.clone(), k.name.clone()))
+            .collect();
+        let claims: Vec<Key> = self
+            .objects
+            .keys()
+            .filter(|k| k.resource == "resourceclaims")
+            .cloned()
+            .collect();
+        for key in claims {
+            let Some(o) = self.objects.get_mut(&key) else { continue };
+            let owner = &o.value["metadata"]["ownerReferences"][0];
+            if owner["kind"] == json!("Pod")
+                && !live.contains(&(
+                    key.namespace.clone(),
+                    owner["name"].as_str().unwrap_or_default().to_string(),
+                ))
+            {
+                self.objects.remove(&key);
+                continue;
+            }
+            let reserved = o.value["status"]["reservedFor"].as_array().cloned().unwrap_or_default();
+            let kept: Vec<Value> = reserved
+                .iter()
+                .filter(|r| {
+                    live.contains(&(
+                        key.namespace.clone(),
+                        r["name"].as_str().unwrap_or_default().to_string(),
+                    ))
+                })
+                .cloned()
+                .collect();
+            if kept.len() != reserved.len() {
+                o.value["status"]["reservedFor"] = json!(kept);
+                if kept.is_empty() {
+                    o.value["status"]["allocation"] = Value::Null;
+                    o.value["status"]["reservedFor"] = Value::Null;
+                    o.value["metadata"]["finalizers"] = Value::Null;
+                }
+            }
+            let unreserved = o.value["status"]["reservedFor"].as_array().is_none_or(Vec::is_empty);
+            if !o.value["metadata"]["deletionTimestamp"].is_null() && unreserved {
+                // Nothing reserves it: its allocation goes with the finalizer, and the
+                // deletion completes.
+                self.objects.remove(&key);
+            }
+        }
+    }
+
+    /// Scheduling a pod with DRA claims (J4): each claim exists, is not being deleted, and
+    /// is allocated already or can be now. Ok: the claims' keys with the allocations to
+    /// write (None: allocated before).
+    #[allow(clippy::type_complexity)]
+    fn claims_fit(
+        &self,
+        pod_key: &Key,
+        pod: &Value,
+    ) -> Result<Vec<(Key, Option<(Value, Vec<super::dra::Allocated>)>)>, String> {
+        let classes: BTreeMap<String, Value> = self
+            .objects
+            .iter()
+            .filter(|(k, _)| k.resource == "deviceclasses")
+            .map(|(k, o)| (k.name.clone(), o.value.clone()))
+            .collect();
+        let slices: Vec<Value> = self
+            .objects
+            .iter()
+            .filter(|(k, _)| k.resource == "resourceslices")
+            .map(|(_, o)| o.value.clone())
+            .collect();
+        let mut taken = self.devices_taken();
+        let mut out = Vec::new();
+        for rc in pod["spec"]["resourceClaims"].as_array().into_iter().flatten() {
+            let pod_claim = rc["name"].as_str().unwrap_or_default();
+            let name = match (
+                rc["resourceClaimName"].as_str(),
+                rc["resourceClaimTemplateName"].is_string(),
+            ) {
+                (Some(n), _) => n.to_string(),
+                (None, true) => pod["status"]["resourceClaimStatuses"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|s| s["name"] == json!(pod_claim))
+                    .and_then(|s| s["resourceClaimName"].as_str())
+                    .map(str::to_string)
+                    .ok_or_else(|| {
+                        format!(
+                            "pod \"{}/{}\": ResourceClaim not created yet",
+                            pod_key.namespace, pod_key.name
+                        )
+                    })?,
+                (None, false) => continue,
+            };
+            let key = Key::new("resourceclaims", &pod_key.namespace, &name);
+            let Some(claim) = self.objects.get(&key) else {
+                return Err(format!("resourceclaim \"{name}\" not found"));
+            };
+            if !claim.value["metadata"]["deletionTimestamp"].is_null() {
+                return Err(format!(
+                    "0/1 nodes are available: resourceclaim \"{name}\" is being deleted."
+                ));
+            }
+            if !claim.value["status"]["allocation"].is_null() {
+                out.push((key, None));
+                continue;
+            }
+            let (allocation, devices) = super::dra::allocate(&claim.value, &classes, &slices, &taken, &self.spec.node)
+                .map_err(|r| super::dra::unschedulable(&r))?;
+            taken.extend(devices.iter().cloned());
+            out.push((key, Some((allocation, devices))));
+        }
+        Ok(out)
     }
 
     fn deployments(&mut self) {
@@ -1556,12 +1773,20 @@ impl World {
                 .unwrap_or_default();
             let used = self.allocations.values().filter(|(r, _)| *r == resource).count() as u64;
             let free = u64::from(alloc.get(&resource).copied().unwrap_or(0)).saturating_sub(used);
+            let dra_pod = spec["resourceClaims"].as_array().is_some_and(|c| !c.is_empty());
+            let claims = if dra_pod && self.spec.dra.is_some() {
+                self.claims_fit(&key, &pod)
+            } else {
+                Ok(Vec::new())
+            };
             let why = if !selector_ok || !affinity_ok {
                 Some("0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector.".to_string())
             } else if !tolerated {
                 Some("0/1 nodes are available: 1 node(s) had untolerated taint {nvidia.com/gpu: }.".to_string())
             } else if !resource.is_empty() && free < want {
                 Some(format!("0/1 nodes are available: 1 Insufficient {resource}."))
+            } else if let Err(why) = &claims {
+                Some(why.clone())
             } else {
                 None
             };
@@ -1575,6 +1800,11 @@ impl World {
                 continue;
             }
             obj.value["spec"]["nodeName"] = json!(node);
+            if dra_pod {
+                let claims = claims.unwrap_or_default();
+                self.bind_with_claims(&key, &pod, claims, &ts);
+                continue;
+            }
             // Admission: the plugin's Allocate.
             let config = self
                 .operands
@@ -1620,6 +1850,8 @@ impl World {
             let facts = PodFacts {
                 command,
                 args,
+                claim: String::new(),
+                dra_sharing: None,
                 gpu: Some(gpu),
                 plugin_replicas: config.as_ref().map(PluginConfig::replicas),
                 mps_enforced: match config.as_ref().map(|c| &c.sharing) {
@@ -1644,6 +1876,114 @@ impl World {
             let d = self.spec.timings.pod_ready;
             self.at(d, Event::PodReady(key.name.clone(), 0));
         }
+    }
+
+    /// Binds a pod whose GPU comes through claims (J4: the scheduler writes each new
+    /// allocation with the delete-protection finalizer, then reserves the claim for the
+    /// pod), then the kubelet prepares them (J5, J6): the driver checks each claim's
+    /// `GpuConfig`; on an error the pod stays in ContainerCreating with a
+    /// `FailedPrepareDynamicResources` event, otherwise its container starts.
+    #[allow(clippy::type_complexity)]
+    fn bind_with_claims(
+        &mut self,
+        key: &Key,
+        pod: &Value,
+        claims: Vec<(Key, Option<(Value, Vec<super::dra::Allocated>)>)>,
+        ts: &str,
+    ) {
+        let gates = self.spec.dra.clone().unwrap_or_default();
+        let uid = pod["metadata"]["uid"].clone();
+        let mut failure = None;
+        let mut sharing = None;
+        let mut device = None;
+        let mut claim_name = String::new();
+        for (ck, allocation) in claims {
+            let Some(c) = self.objects.get_mut(&ck) else { continue };
+            if let Some((a, _)) = allocation {
+                c.value["status"]["allocation"] = a;
+                c.value["metadata"]["finalizers"] = json!([super::dra::FINALIZER]);
+            }
+            let mut reserved = c.value["status"]["reservedFor"].as_array().cloned().unwrap_or_default();
+            reserved.push(json!({"resource": "pods", "name": key.name, "uid": uid}));
+            c.value["status"]["reservedFor"] = json!(reserved);
+            let a = c.value["status"]["allocation"].clone();
+            claim_name = ck.name.clone();
+            device = a["devices"]["results"][0]["device"]
+                .as_str()
+                .and_then(|d| d.strip_prefix("gpu-"))
+                .and_then(|i| i.parse::<u32>().ok());
+            let request = a["devices"]["results"][0]["request"].as_str().unwrap_or_default();
+            let prepared = match super::dra::config_for(&a, request) {
+                Some(params) => super::dra::prepare_config(params, &gates),
+                None => Ok(None),
+            };
+            match prepared {
+                Ok(s) => sharing = s,
+                Err(e) => {
+                    let cuid = c.value["metadata"]["uid"].as_str().unwrap_or_default().to_string();
+                    failure = Some(super::dra::prepare_failed_event(&ck.namespace, &ck.name, &cuid, &e));
+                }
+            }
+        }
+        let Some(obj) = self.objects.get_mut(key) else { return };
+        if let Some(message) = failure {
+            obj.value["status"] = json!({
+                "phase": "Pending",
+                "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "False"}],
+                "resourceClaimStatuses": obj.value["status"]["resourceClaimStatuses"].clone(),
+                "containerStatuses": [{"name": "workload", "ready": false, "restartCount": 0, "state": {"waiting": {"reason": "ContainerCreating"}}}]
+            });
+            self.names += 1;
+            let event = format!("{}.{:x}", key.name, self.names);
+            self.note(format!("kubelet: {message}"));
+            self.put(
+                Key::new("events", &key.namespace, &event),
+                json!({"apiVersion": "v1", "kind": "Event",
+                       "metadata": {"name": event, "namespace": key.namespace},
+                       "involvedObject": {"kind": "Pod", "name": key.name, "namespace": key.namespace},
+                       "reason": "FailedPrepareDynamicResources", "type": "Warning", "message": message}),
+            );
+            return;
+        }
+        let statuses = obj.value["status"]["resourceClaimStatuses"].clone();
+        obj.value["status"] = json!({
+            "phase": "Running",
+            "podIP": format!("10.0.0.{}", 10 + self.allocations.len()),
+            "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "False"}],
+            "containerStatuses": [{"name": "workload", "ready": false, "restartCount": 0, "state": {"running": {"startedAt": ts}}}]
+        });
+        if !statuses.is_null() {
+            obj.value["status"]["resourceClaimStatuses"] = statuses;
+        }
+        let gpu = device.unwrap_or(0);
+        self.allocations.insert(key.name.clone(), (String::new(), gpu));
+        let (command, args) = super::kubelet::command_and_args(&obj.value);
+        let mps = match &sharing {
+            Some(super::dra::Sharing::Mps { thread_percentage, .. }) => {
+                Some(100 / thread_percentage.unwrap_or(100).max(1))
+            }
+            _ => None,
+        };
+        let label = |l: &str| pod["metadata"]["labels"][l].as_str().unwrap_or_default().to_string();
+        let facts = PodFacts {
+            gpu: Some(gpu),
+            plugin_replicas: None,
+            mps_enforced: mps,
+            mig: false,
+            cell: label("gpushare.dev/cell"),
+            image: pod["spec"]["containers"][0]["image"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            role: label("gpushare.dev/role"),
+            command,
+            args,
+            claim: claim_name,
+            dra_sharing: sharing,
+        };
+        self.pod_facts.insert(key.name.clone(), facts);
+        let d = self.spec.timings.pod_ready;
+        self.at(d, Event::PodReady(key.name.clone(), 0));
     }
 
     fn workload_pod(&mut self, name: &str) -> Option<&mut Value> {
