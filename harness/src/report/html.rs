@@ -208,6 +208,23 @@ fn environment(data: &RunData) -> Vec<(String, String)> {
         ),
     };
     rows.push(("Measurement".into(), measurement));
+    if let Some(d) = &p.dra {
+        rows.push((
+            "Sharing API".into(),
+            format!(
+                "DRA: ResourceClaims with NVIDIA's DRA driver's GpuConfig (time-slice interval {}; MPS threads {}, pinned memory {})",
+                d.timeslice.map_or("none: the GPU as the node had it".into(), |t| t.name().to_string()),
+                d.mps_thread_percentage
+                    .map_or("100/max(2, N)%".into(), |t| format!("{t}%")),
+                d.mps_memory_limit.as_deref().unwrap_or("the GPU's memory/max(2, N)")
+            ),
+        ));
+    } else if p.backend == "kubernetes" {
+        rows.push((
+            "Sharing API".into(),
+            "device plugin: the GPU operator's node configuration".into(),
+        ));
+    }
     rows.push((
         "MPS control".into(),
         env.mps_control.clone().unwrap_or_else(|| "not found".into()),

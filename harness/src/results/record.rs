@@ -259,6 +259,10 @@ pub struct Environment {
     /// `git describe` of the directory the harness ran in, when it is a checkout (not
     /// necessarily the code of the binary: see `harness`).
     pub git_revision: Option<String>,
+    /// Kubernetes with DRA: NVIDIA's DRA driver on the node, its image and feature gates
+    /// as its kubelet plugin's pod shows them (or why they could not be read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dra_driver: Option<String>,
 }
 
 /// A strategy that could not run, and why.

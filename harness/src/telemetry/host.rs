@@ -52,5 +52,6 @@ pub fn environment(inventory: &GpuInventory, workload: &str, mps: Option<&Path>)
             option_env!("GPUSHARE_BUILD_REVISION").unwrap_or("an unrecorded revision")
         ),
         git_revision: command_line("git", &["describe", "--always", "--dirty", "--tags"]),
+        dra_driver: None,
     }
 }

@@ -487,17 +487,8 @@ impl KubernetesBackend {
 
     /// Uses `dir`'s restore journal (resume: the originals recorded by the first run).
     pub fn attach_journal(&mut self, dir: &std::path::Path) -> Result<()> {
-        let path = journal::path_in(dir);
-        self.journal = journal::read(&path)?;
-        if let Some(j) = &self.journal
-            && j.node != self.s.node
-        {
-            return Err(BenchError::flag(
-                "--node",
-                &self.s.node,
-                format!("this run changed node {}; resume it with --node {}", j.node, j.node),
-            ));
-        }
+        let (path, j) = journal::attach(dir, &self.s.node)?;
+        self.journal = j;
         self.journal_path = Some(path);
         Ok(())
     }
@@ -1369,10 +1360,10 @@ pub async fn restore_from_journal(
         problems.push(e.to_string());
     }
     for claim in j.claims.clone() {
-        if let Err(e) = super::dra_backend::delete_claim(client, &ns, &claim, s.poll, shutdown).await {
-            problems.push(e.to_string());
-        } else {
-            report.undone.push(format!("deleted {claim} in namespace {ns}"));
+        match super::dra_backend::delete_claim(client, &ns, &claim, s.poll, shutdown).await {
+            Err(e) => problems.push(e.to_string()),
+            Ok(true) => report.undone.push(format!("deleted {claim} in namespace {ns}")),
+            Ok(false) => {}
         }
     }
     if j.labels_set.is_empty() && j.keys_added.is_empty() {

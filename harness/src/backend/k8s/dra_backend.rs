@@ -39,42 +39,48 @@ fn resource_api(client: &Client, ns: Option<&str>, kind: &str, plural: &str) -> 
     }
 }
 
-/// The kind of a claim resource's plural.
-fn kind_of(plural: &str) -> Option<&'static str> {
-    match plural {
-        "resourceclaims" => Some("ResourceClaim"),
-        "resourceclaimtemplates" => Some("ResourceClaimTemplate"),
-        _ => None,
+/// The claim resources the harness creates: (plural, kind).
+const CLAIM_KINDS: [(&str, &str); 2] = [
+    ("resourceclaims", "ResourceClaim"),
+    ("resourceclaimtemplates", "ResourceClaimTemplate"),
+];
+
+/// The (plural, kind) of a cell's claim object.
+fn claim_kind(claims: &CellClaims) -> (&'static str, &'static str) {
+    match claims {
+        CellClaims::PerPod => CLAIM_KINDS[1],
+        CellClaims::Shared(_) => CLAIM_KINDS[0],
     }
 }
 
 /// The journal's entry for a cell's claim object (`resourceclaims/NAME`).
 fn journal_entry(claims: &CellClaims, name: &str) -> String {
-    match claims {
-        CellClaims::PerPod => format!("resourceclaimtemplates/{name}"),
-        CellClaims::Shared(_) => format!("resourceclaims/{name}"),
-    }
+    format!("{}/{name}", claim_kind(claims).0)
 }
 
 /// Deletes a claim or claim template (`resourceclaims/NAME`) in `ns` and waits, at most
 /// 120 s, until it is gone: a claim stays while pods reserve it (its finalizer goes
 /// once the resourceclaim controller has deallocated it), and the next cell's claim can
-/// have its device only then. A forced stop ends the wait.
-pub async fn delete_claim(client: &Client, ns: &str, entry: &str, poll: Duration, shutdown: &Shutdown) -> Result<()> {
+/// have its device only then. A forced stop ends the wait. Ok(false): it was not there.
+pub async fn delete_claim(client: &Client, ns: &str, entry: &str, poll: Duration, shutdown: &Shutdown) -> Result<bool> {
     let (plural, name) = entry
         .split_once('/')
-        .filter(|(p, _)| kind_of(p).is_some())
         .ok_or_else(|| BenchError::kube(format!("internal: {entry:?} is not a claim of the journal")))?;
-    let api = resource_api(client, Some(ns), kind_of(plural).unwrap_or_default(), plural);
+    let Some((_, kind)) = CLAIM_KINDS.iter().find(|(p, _)| *p == plural) else {
+        return Err(BenchError::kube(format!(
+            "internal: {entry:?} is not a claim of the journal"
+        )));
+    };
+    let api = resource_api(client, Some(ns), kind, plural);
     match api.delete(name, &Default::default()).await {
         Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
         Err(e) => return Err(kube_error(&format!("deleting {entry} in namespace {ns}"), e)),
     }
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         match api.get(name).await {
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(true),
             Err(e) => return Err(kube_error(&format!("reading {entry} in namespace {ns}"), e)),
             Ok(o) => {
                 if Instant::now() > deadline {
@@ -140,6 +146,132 @@ pub fn inventory_from_slices(slices: &[Value], node: &str) -> GpuInventory {
     }
 }
 
+/// The namespace the driver's documentation installs it in (`docs/install.md` at v0.4.1:
+/// `helm install dra-driver-nvidia-gpu … --namespace dra-driver-nvidia-gpu`).
+pub const DRIVER_NAMESPACE: &str = "dra-driver-nvidia-gpu";
+/// Labels of the driver's kubelet-plugin pods: the chart's name, or the name the upgrade
+/// path overrides it with, then `-component=kubelet-plugin` (chart
+/// `templates/kubeletplugin.yaml` at v0.4.1).
+pub const PLUGIN_SELECTORS: [&str; 2] = [
+    "dra-driver-nvidia-gpu-component=kubelet-plugin",
+    "nvidia-dra-driver-gpu-component=kubelet-plugin",
+];
+
+/// NVIDIA's DRA driver as its kubelet plugin's pod on the node shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DriverFacts {
+    /// The `gpus` container's image (its tag is the driver version).
+    pub image: String,
+    /// Its `FEATURE_GATES` (absent: the chart's default, every gate off).
+    pub gates: BTreeMap<String, bool>,
+}
+
+impl DriverFacts {
+    /// Whether a gate is on.
+    pub fn gate(&self, name: &str) -> bool {
+        self.gates.get(name).copied().unwrap_or(false)
+    }
+
+    /// One line for run.json and the notes.
+    pub fn describe(&self) -> String {
+        let on: Vec<&str> = self
+            .gates
+            .iter()
+            .filter(|(_, v)| **v)
+            .map(|(k, _)| k.as_str())
+            .collect();
+        format!(
+            "{}; feature gates on: {}",
+            self.image,
+            if on.is_empty() {
+                "none".to_string()
+            } else {
+                on.join(", ")
+            }
+        )
+    }
+
+    /// Why cells of these strategies will fail when the kubelet prepares their claims:
+    /// a `GpuConfig` whose gate is off (J5).
+    pub fn warnings(&self, strategies: &[Strategy], s: &DraSettings) -> Vec<String> {
+        let mut out = Vec::new();
+        for (needed, gate) in [
+            (strategies.contains(&Strategy::Mps), "MPSSupport"),
+            (
+                strategies.contains(&Strategy::TimeSlicing) && s.timeslice.is_some(),
+                "TimeSlicingSettings",
+            ),
+        ] {
+            if needed && !self.gate(gate) {
+                out.push(format!(
+                    "the DRA driver's feature gate {gate} is off, so its cells' pods will stay in ContainerCreating (helm upgrade … --set featureGates.{gate}=true)"
+                ));
+            }
+        }
+        if strategies.contains(&Strategy::Mps) && !self.gate("TimeSlicingSettings") {
+            out.push(
+                "an MPS claim leaves the GPU in compute mode EXCLUSIVE_PROCESS after it is gone (the driver resets it only with TimeSlicingSettings on): a time-slicing cell without --timeslice after it, in this run (--repeat rotates the order) or a later one, runs one pod and the others fail".into(),
+            );
+        }
+        out
+    }
+}
+
+/// `FEATURE_GATES` as the driver reads it (pure): `K=v,` items, empty ones skipped,
+/// values booleans (`true`, `True`, `1`, ...); an item that is not `K=bool` is left out.
+pub fn parse_gates(text: &str) -> BTreeMap<String, bool> {
+    text.split(',')
+        .filter_map(|item| {
+            let (k, v) = item.trim().split_once('=')?;
+            let v = match v.trim() {
+                "1" | "t" | "T" | "true" | "TRUE" | "True" => true,
+                "0" | "f" | "F" | "false" | "FALSE" | "False" => false,
+                _ => return None,
+            };
+            Some((k.trim().to_string(), v))
+        })
+        .collect()
+}
+
+/// The driver's kubelet plugin on `node` among `pods` (pure): its `gpus` container.
+pub fn driver_facts(pods: &[Pod], node: &str) -> Option<DriverFacts> {
+    pods.iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+        .find_map(|p| {
+            let c = p.spec.as_ref()?.containers.iter().find(|c| c.name == "gpus")?;
+            let gates = c
+                .env
+                .iter()
+                .flatten()
+                .find(|e| e.name == "FEATURE_GATES")
+                .and_then(|e| e.value.as_deref())
+                .map(parse_gates)
+                .unwrap_or_default();
+            Some(DriverFacts {
+                image: c.image.clone().unwrap_or_default(),
+                gates,
+            })
+        })
+}
+
+/// Reads the driver's kubelet plugin on `node` from its pods in [`DRIVER_NAMESPACE`];
+/// Err says why it could not be read.
+pub async fn read_driver(client: &Client, node: &str) -> std::result::Result<DriverFacts, String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), DRIVER_NAMESPACE);
+    let mut found = Vec::new();
+    for selector in PLUGIN_SELECTORS {
+        match pods.list(&ListParams::default().labels(selector)).await {
+            Ok(l) => found.extend(l.items),
+            Err(e) => {
+                return Err(kube_error(&format!("listing the DRA driver's pods in {DRIVER_NAMESPACE}"), e).to_string());
+            }
+        }
+    }
+    driver_facts(&found, node).ok_or_else(|| {
+        format!("no kubelet-plugin pod of NVIDIA's DRA driver on node {node} in namespace {DRIVER_NAMESPACE}")
+    })
+}
+
 /// Pods on one Kubernetes node that get their GPU through DRA claims.
 pub struct DraBackend {
     client: Client,
@@ -155,6 +287,12 @@ pub struct DraBackend {
     claims: Option<CellClaims>,
     launched_at: Option<Instant>,
     pods_ready_s: Option<f64>,
+    /// The driver as its kubelet plugin shows it, or why it could not be read.
+    driver: Option<std::result::Result<DriverFacts, String>>,
+    /// The attached journal has changes a killed run left: undone before the first cell.
+    leftovers: bool,
+    /// Whether the start was cleaned ([`clean_start`](Self::clean_start)).
+    started: bool,
 }
 
 impl std::fmt::Debug for DraBackend {
@@ -178,6 +316,9 @@ impl DraBackend {
             claims: None,
             launched_at: None,
             pods_ready_s: None,
+            driver: None,
+            leftovers: false,
+            started: false,
         }
     }
 
@@ -240,25 +381,73 @@ impl DraBackend {
                 dra::DRIVER
             )));
         }
+        if inventory.gpus.len() > 1 {
+            // A shared claim is one GPU, but the DCGM exporter's series the telemetry reads
+            // are the node's: utilisation, memory and power would mix the other GPUs in.
+            return Err(BenchError::kube(format!(
+                "node {} publishes {} GPUs: a claim gets one, but the harness's GPU telemetry reads the whole node's DCGM series; use a node with one GPU for now",
+                self.s.node,
+                inventory.gpus.len()
+            )));
+        }
         self.gpus = inventory.gpus.len() as u32;
         self.gpu_memory = inventory.gpus.iter().filter_map(|g| g.memory_total_bytes).min();
+        self.driver = Some(read_driver(&self.client, &self.s.node).await);
         Ok(inventory)
     }
 
-    /// Uses `dir`'s restore journal (resume: the claims a killed run left).
+    /// The driver's image and gates, or why they could not be read (after
+    /// [`check_cluster`](Self::check_cluster)).
+    pub fn driver(&self) -> Option<&std::result::Result<DriverFacts, String>> {
+        self.driver.as_ref()
+    }
+
+    /// Uses `dir`'s restore journal (resume: what a killed run left is deleted before
+    /// the first cell).
     pub fn attach_journal(&mut self, dir: &std::path::Path) -> Result<()> {
-        let path = journal::path_in(dir);
-        self.journal = journal::read(&path)?;
-        if let Some(j) = &self.journal
-            && j.node != self.s.node
-        {
-            return Err(BenchError::flag(
-                "--node",
-                &self.s.node,
-                format!("this run used node {}; resume it with --node {}", j.node, j.node),
-            ));
-        }
+        let (path, j) = journal::attach(dir, &self.s.node)?;
+        self.leftovers = j.as_ref().is_some_and(Journal::has_changes);
+        self.journal = j;
         self.journal_path = Some(path);
+        Ok(())
+    }
+
+    /// Before the first cell: deletes what a killed run of this directory left (its
+    /// Deployment first, whose pods reserve its claims, then the claims), then refuses
+    /// claims of the harness's that no journal of this run names (another run's, or the
+    /// manifests' overlay): they would hold the GPU, or clash with a cell's claim of the
+    /// same name, whose spec the API server keeps immutable (J3).
+    async fn clean_start(&mut self, shutdown: &Shutdown) -> Result<()> {
+        if std::mem::take(&mut self.leftovers)
+            && let Some(path) = self.journal_path.clone()
+        {
+            let report = k8s::restore_from_journal(&self.client, &path, &self.s, shutdown).await?;
+            for n in report.notices {
+                tracing::warn!("{n}");
+            }
+            self.journal = journal::read(&path)?;
+        }
+        let ns = &self.s.workload.namespace;
+        let mut foreign = Vec::new();
+        for (plural, kind) in CLAIM_KINDS {
+            let list = resource_api(&self.client, Some(ns), kind, plural)
+                .list(&ListParams::default().labels("app.kubernetes.io/part-of=gpushare-bench"))
+                .await
+                .map_err(|e| kube_error(&format!("listing {plural} in namespace {ns}"), e))?;
+            foreign.extend(
+                list.items
+                    .iter()
+                    .filter_map(|o| o.metadata.name.as_ref())
+                    .map(|n| format!("{plural}/{n}")),
+            );
+        }
+        if !foreign.is_empty() {
+            return Err(BenchError::kube(format!(
+                "namespace {ns} already holds claims of gpushare-bench that this run did not make ({}): delete them (kubectl delete -k manifests/overlays/dra, or gpushare-bench restore --node {} RUN_DIR of the run that made them)",
+                foreign.join(", "),
+                self.s.node
+            )));
+        }
         Ok(())
     }
 
@@ -328,6 +517,10 @@ impl Backend for DraBackend {
         shutdown
             .guard(k8s::ensure_namespace(&self.client, &self.s.workload.namespace))
             .await?;
+        if !self.started {
+            self.clean_start(shutdown).await?;
+            self.started = true;
+        }
         if strategy == Strategy::Mig {
             return Ok(Prepared::Unavailable(format!(
                 "MIG through DRA is not supported yet: the driver publishes MIG devices ({}) only where MIG is already on, and the harness changes no GPU setting",
@@ -352,23 +545,19 @@ impl Backend for DraBackend {
         strategy: Strategy,
         pods: u32,
         args: &[String],
-        shutdown: &Shutdown,
+        _shutdown: &Shutdown,
     ) -> Result<Vec<CellPod>> {
         let ns = self.s.workload.namespace.clone();
         let claims = dra::cell_claims(strategy, pods, &self.dra, self.gpu_memory);
+        // This cell's row describes this cell's claims, even if their launch fails.
+        self.claims = Some(claims.clone());
+        self.pods_ready_s = None;
         let name = dra::claim_name(strategy, pods);
         let entry = journal_entry(&claims, &name);
-        // A claim left by a killed run has the same name but perhaps another spec, which
-        // the API server keeps immutable: delete it first (it is in the journal).
-        if self.journal.as_ref().is_some_and(|j| j.claims.contains(&entry)) {
-            shutdown
-                .guard(delete_claim(&self.client, &ns, &entry, self.s.poll, shutdown))
-                .await?;
-        }
         self.journal_change(|j| j.claims.insert(entry.clone()))?;
-        let (plural, _) = entry.split_once('/').unwrap_or_default();
         let object = dra::claim_object(&ns, strategy, pods, &claims);
-        resource_api(&self.client, Some(&ns), kind_of(plural).unwrap_or_default(), plural)
+        let (plural, kind) = claim_kind(&claims);
+        resource_api(&self.client, Some(&ns), kind, plural)
             .patch(
                 &name,
                 &PatchParams::apply(objects::FIELD_MANAGER).force(),
@@ -376,11 +565,10 @@ impl Backend for DraBackend {
             )
             .await
             .map_err(|e| kube_error(&format!("applying {entry} ({})", dra::describe(&claims)), e))?;
-        self.claims = Some(claims.clone());
         self.cell = Some((strategy, pods));
-        self.pods_ready_s = None;
         self.journal_change(|j| !std::mem::replace(&mut j.deployment, true))?;
-        let mut deployment = objects::deployment(&self.s.workload, strategy, pods, "nvidia.com/gpu", args);
+        let resource = objects::pod_resource(strategy, None, None);
+        let mut deployment = objects::deployment(&self.s.workload, strategy, pods, &resource, args);
         dra::use_claim(&mut deployment, strategy, pods, &claims);
         let deps: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(self.client.clone(), &ns);
         deps.patch(
@@ -483,5 +671,34 @@ mod tests {
         assert_eq!(inv.gpus[0].memory_total_bytes, Some(80 << 30));
         assert_eq!(inv.driver_version.as_deref(), Some("580.159.4"));
         assert!(inventory_from_slices(&[], "gpu-1").gpus.is_empty());
+    }
+
+    #[test]
+    fn feature_gates_read_as_the_driver_reads_them() {
+        let g = parse_gates("MPSSupport=true,TimeSlicingSettings=False,,DynamicMIG=1,Bad=maybe,");
+        assert_eq!(g.get("MPSSupport"), Some(&true));
+        assert_eq!(g.get("TimeSlicingSettings"), Some(&false));
+        assert_eq!(g.get("DynamicMIG"), Some(&true));
+        assert!(!g.contains_key("Bad"));
+        let facts = DriverFacts {
+            image: "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.1".into(),
+            gates: g,
+        };
+        assert_eq!(
+            facts.describe(),
+            "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.1; feature gates on: DynamicMIG, MPSSupport"
+        );
+        // Time-slicing needs its gate only with --timeslice (a config).
+        let plain = DraSettings::default();
+        assert!(facts.warnings(&[Strategy::TimeSlicing], &plain).is_empty());
+        // MPS with TimeSlicingSettings off leaves EXCLUSIVE_PROCESS behind (J5).
+        let w = facts.warnings(&[Strategy::TimeSlicing, Strategy::Mps], &plain);
+        assert!(w.len() == 1 && w[0].contains("EXCLUSIVE_PROCESS"), "{w:?}");
+        let long = DraSettings {
+            timeslice: Some(dra::TimeSliceInterval::Long),
+            ..DraSettings::default()
+        };
+        let w = facts.warnings(&[Strategy::TimeSlicing], &long);
+        assert!(w.len() == 1 && w[0].contains("TimeSlicingSettings is off"), "{w:?}");
     }
 }

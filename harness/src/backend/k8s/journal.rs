@@ -112,6 +112,23 @@ pub fn label_action(
     )
 }
 
+/// The journal of run directory `dir` for `node` (None: nothing changed yet); refused
+/// when the run used another node. Returns its path too.
+pub fn attach(dir: &Path, node: &str) -> Result<(PathBuf, Option<Journal>)> {
+    let path = path_in(dir);
+    let j = read(&path)?;
+    if let Some(j) = &j
+        && j.node != node
+    {
+        return Err(BenchError::flag(
+            "--node",
+            node,
+            format!("this run changed node {}; resume it with --node {}", j.node, j.node),
+        ));
+    }
+    Ok((path, j))
+}
+
 /// The journal file of a run directory.
 pub fn path_in(dir: &Path) -> PathBuf {
     dir.join(FILE)

@@ -159,6 +159,10 @@ pub fn files(image: &str) -> Vec<(String, String)> {
     // patch cannot drop the base's resource, and only Kubernetes objects are *.yaml here).
     let claims = super::dra::cell_claims(Strategy::Mps, 7, &super::dra::DraSettings::default(), None);
     out.push((
+        "overlays/dra/rbac.yaml".into(),
+        yaml(&objects::dra_rbac(NAMESPACE, super::dra_backend::DRIVER_NAMESPACE)),
+    ));
+    out.push((
         "overlays/dra/resourceclaim.yaml".into(),
         yaml(&[super::dra::claim_object(NAMESPACE, Strategy::Mps, 7, &claims)]),
     ));
@@ -180,7 +184,7 @@ pub fn files(image: &str) -> Vec<(String, String)> {
         ) + &yaml(&[json!({
             "apiVersion": "kustomize.config.k8s.io/v1beta1",
             "kind": "Kustomization",
-            "resources": ["../../base", "resourceclaim.yaml"],
+            "resources": ["../../base", "rbac.yaml", "resourceclaim.yaml"],
             "patches": [{
                 "target": { "kind": "Deployment", "name": objects::APP },
                 "patch": serde_json::to_string(&ops).unwrap_or_default()

@@ -638,6 +638,27 @@ pub fn rbac(ns: &str, cm: &PluginConfigMap, monitoring_ns: &str) -> Vec<Value> {
     ]
 }
 
+/// With `--sharing-api dra`, the harness reads the DRA driver's kubelet-plugin pods (its
+/// image and feature gates) in the driver's namespace: a Role there, bound to the
+/// harness's ServiceAccount in `ns` (`manifests/overlays/dra/rbac.yaml`; the base does not
+/// carry it, since that namespace exists only where the driver is installed).
+pub fn dra_rbac(ns: &str, driver_ns: &str) -> Vec<Value> {
+    let name = "gpushare-bench-dra-driver";
+    vec![
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": { "name": name, "namespace": driver_ns },
+            "rules": [{ "apiGroups": [""], "resources": ["pods"], "verbs": ["list"] }]
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": { "name": name, "namespace": driver_ns },
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name },
+            "subjects": [{ "kind": "ServiceAccount", "name": "gpushare-bench", "namespace": ns }]
+        }),
+    ]
+}
+
 /// The harness as an in-cluster Job (results land in an emptyDir; copy them out with
 /// `kubectl cp` before the pod is deleted, or mount a volume).
 pub fn harness_job(ns: &str, image: &str) -> Value {

@@ -312,14 +312,31 @@ pub async fn open_dra(
         ))
         .await?;
     let inventory = shutdown.guard(backend.check_cluster()).await?;
-    let store = open_store(plan, resume, &node, &inventory)?;
+    let driver = match backend.driver() {
+        Some(Ok(d)) => d.describe(),
+        Some(Err(why)) => format!("not read: {why}"),
+        None => "not read".into(),
+    };
+    let env = || crate::results::record::Environment {
+        dra_driver: Some(driver.clone()),
+        ..host::environment(&inventory, &format!("image {} on node {node}", plan.image), None)
+    };
+    let short = inventory.gpus.first().map_or("gpu".into(), |g| g.short_name());
+    let store = RunStore::open_or_create(plan, resume, DeviceKind::Cuda, &short, env)?;
     backend.attach_journal(store.dir())?;
     let recorded = store.run().plan.clone();
     backend.set_workload_args(recorded.workload_args());
     backend.set_server(recorded_server(&recorded));
-    backend.set_dra(recorded.dra.clone().unwrap_or_default());
+    let dra = recorded.dra.clone().unwrap_or_default();
+    let mut warnings = vec![format!("DRA driver on {node}: {driver}")];
+    if let Some(Ok(d)) = backend.driver() {
+        warnings.extend(d.warnings(&recorded.strategies, &dra));
+    }
+    backend.set_dra(dra);
     let client = backend.client();
-    finish_session(backend, client, (plan, resume.is_some()), store, &node, shutdown).await
+    let mut session = finish_session(backend, client, (plan, resume.is_some()), store, &node, shutdown).await?;
+    session.notes.extend(warnings);
+    Ok(session)
 }
 
 fn node_of(plan: &SweepPlan) -> Result<String> {
@@ -506,7 +523,6 @@ mod tests {
             ts["spec"]["devices"]["config"][0]["opaque"]["parameters"]["sharing"]["timeSlicingConfig"]["interval"],
             "Long"
         );
-        assert!(!text.contains(objects::LABEL_PLUGIN_CONFIG), "no node label is patched");
         assert!(text.contains("# mig: not through DRA yet"), "{text}");
     }
 }

@@ -1228,9 +1228,25 @@ fn dra_leftovers(sim: &SimCluster) -> Vec<String> {
     })
 }
 
+/// A simulated cluster with the DRA driver and the RBAC of the base and the DRA overlay
+/// (`manifests/overlays/dra/rbac.yaml`, which a test keeps equal to `objects::dra_rbac`).
+async fn start_dra(spec: ClusterSpec) -> SimCluster {
+    let mut spec = spec;
+    spec.timings.operator_reconcile = 1e9;
+    spec.workload_time_scale = SPEED;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/overlays/dra/rbac.yaml");
+    let overlay = super::sim::rbac::objects_from_yaml(&std::fs::read_to_string(path).expect("overlay rbac"))
+        .expect("YAML documents");
+    let sim = SimCluster::start(spec, &[manifest_rbac(), overlay].concat(), SPEED)
+        .await
+        .expect("simulator");
+    sim.with(|w| w.add_namespace("gpushare-bench"));
+    sim
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dra_sweep_shares_one_gpu_through_claims_and_leaves_nothing() {
-    let sim = start(dra_node(true, true)).await;
+    let sim = start_dra(dra_node(true, true)).await;
     let before = state(&sim);
     let dir = tempfile::tempdir().expect("tmp");
     let p = dra_plan(
@@ -1334,18 +1350,36 @@ async fn a_dra_sweep_shares_one_gpu_through_claims_and_leaves_nothing() {
         "{j:?}"
     );
     assert!(j.labels_set.is_empty() && j.keys_added.is_empty(), "{j:?}");
+    // The report says how the GPU was shared.
+    let data = crate::report::RunData::load(&dir.path().join("sim")).expect("run data");
+    let html = crate::report::render(&data).expect("report").html;
+    assert!(
+        html.contains("DRA: ResourceClaims with NVIDIA") && html.contains("time-slice interval long"),
+        "no Sharing API row"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_driver_gate_that_is_off_fails_the_cell_with_the_drivers_reason() {
     // The driver's gates are alpha and off by default: its MPS config is refused when the
     // kubelet prepares the claim, and the pods stay in ContainerCreating (J5, J6).
-    let sim = start(dra_node(false, false)).await;
+    let sim = start_dra(dra_node(false, false)).await;
     let dir = tempfile::tempdir().expect("tmp");
     let p = dra_plan(dir.path(), "mps,time-slicing", "3", "");
     let s = dra_session(&sim, &p)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
+    // The driver's pod shows the gate off before any cell runs.
+    let facts = s.backend.driver().cloned().expect("read").expect("readable");
+    assert!(
+        !facts.gate("MPSSupport") && facts.image.ends_with(":v0.4.1"),
+        "{facts:?}"
+    );
+    assert_eq!(
+        facts.warnings(&p.strategies, &p.dra).len(),
+        2,
+        "MPSSupport off; EXCLUSIVE_PROCESS left"
+    );
     let outcome = run_with_source(s, &SteadyMetrics::default(), &Quiet, &Shutdown::new())
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
@@ -1408,4 +1442,110 @@ async fn a_cluster_without_the_dra_driver_is_named() {
         e.contains("no DeviceClass gpu.nvidia.com: is NVIDIA's DRA driver for GPUs installed"),
         "{e}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_dra_sweep_resumes_after_deleting_what_it_left() {
+    let sim = start_dra(dra_node(true, true)).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = dra_plan(dir.path(), "mps", "1,3", "");
+    let path = p.out.join("sim").join(journal::FILE);
+    let s = dra_session(&sim, &p).await.expect("session");
+    let (metrics, shutdown) = (SteadyMetrics::default(), Shutdown::new());
+    tokio::select! {
+        r = run_with_source(s, &metrics, &Quiet, &shutdown) => panic!("ended first: {r:?}"),
+        () = journal_shows(&path, |j| j.deployment && !j.claims.is_empty()) => {}
+    }
+    // The killed run's pods still reserve its claim; the resumed run deletes its
+    // Deployment first, then the claim, and measures every cell.
+    let mut backend = super::dra_backend::DraBackend::new(sim.client(), settings(&p), p.dra.clone());
+    backend.check_cluster().await.expect("cluster");
+    let store = RunStore::open(&p.out, "sim").expect("run");
+    backend.attach_journal(store.dir()).expect("journal");
+    let s = Session {
+        backend,
+        settings: sim_measure(),
+        metrics: crate::config::plan::PrometheusSetting::Off,
+        store,
+        telemetry: Arc::new(NoTelemetry),
+        notes: Vec::new(),
+        keep_alive: Vec::new(),
+    };
+    let outcome = run_with_source(s, &SteadyMetrics::default(), &Quiet, &Shutdown::new())
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
+    assert_eq!((outcome.measured, outcome.failed), (2, 0), "{}", sim.log());
+    assert!(dra_leftovers(&sim).is_empty(), "{:?}", dra_leftovers(&sim));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mps_claim_leaves_exclusive_process_for_a_later_plain_time_slicing_cell() {
+    // Driver v0.4.1: MPS sets EXCLUSIVE_PROCESS; without TimeSlicingSettings nothing
+    // sets it back (J5), so three pods of a shared claim without config get one context.
+    for (ts_gate, want_failed) in [(false, 1), (true, 0)] {
+        let sim = start_dra(dra_node(ts_gate, true)).await;
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = dra_plan(dir.path(), "mps,time-slicing", "3", "");
+        let s = dra_session(&sim, &p).await.expect("session");
+        let outcome = run_with_source(s, &SteadyMetrics::default(), &Quiet, &Shutdown::new())
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
+        assert_eq!(outcome.failed, want_failed, "gate {ts_gate}\n{}", sim.log());
+        if want_failed == 1 {
+            let text = std::fs::read_to_string(dir.path().join("sim/cells.jsonl")).expect("cells");
+            let ts = text
+                .lines()
+                .find(|l| l.contains("\"strategy\":\"time-slicing\"") && l.contains("\"pod\":\"all\""))
+                .expect("row");
+            assert!(
+                ts.contains("\"status\":\"failed\"") && ts.contains("exit code 3"),
+                "{ts}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_the_run_did_not_make_and_multi_gpu_nodes_are_refused() {
+    let sim = start_dra(dra_node(true, true)).await;
+    sim.with(|w| {
+        let (claim, _) = (
+            super::dra::claim_object(
+                "gpushare-bench",
+                Strategy::Mps,
+                7,
+                &super::dra::cell_claims(Strategy::Mps, 7, &Default::default(), None),
+            ),
+            (),
+        );
+        w.objects.insert(
+            super::sim::world::Key::new("resourceclaims", "gpushare-bench", "gpushare-mps-7"),
+            super::sim::world::Object {
+                value: claim,
+                managed: Default::default(),
+            },
+        );
+    });
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = dra_plan(dir.path(), "mps", "7", "");
+    let s = dra_session(&sim, &p).await.expect("session");
+    let e = run_with_source(s, &SteadyMetrics::default(), &Quiet, &Shutdown::new())
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        e.contains("already holds claims of gpushare-bench that this run did not make (resourceclaims/gpushare-mps-7)"),
+        "{e}"
+    );
+    let mut two = dra_node(true, true);
+    two.gpus = 2;
+    let sim = start_dra(two).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let e = dra_session(&sim, &dra_plan(dir.path(), "mps", "3", ""))
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(e.contains("node gpu-1 publishes 2 GPUs"), "{e}");
 }

@@ -68,7 +68,8 @@ pub fn resource_slice(node: &str, gpus: u32, product: &str, memory_bytes: u64) -
                     "cudaDriverVersion": {"version": "13.0.0"},
                     "resource.kubernetes.io/pciBusID": {"string": format!("0000:{:02x}:00.0", 0x18 + i)}
                 },
-                "capacity": {"memory": {"value": memory_bytes.to_string()}}
+                // As the API server stores a BinarySI quantity: whole MiB as `Mi`.
+                "capacity": {"memory": {"value": format!("{}Mi", memory_bytes >> 20)}}
             })
         })
         .collect();
@@ -79,6 +80,40 @@ pub fn resource_slice(node: &str, gpus: u32, product: &str, memory_bytes: u64) -
                  "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
                  "devices": devices}
     })
+}
+
+/// The driver's kubelet-plugin pod on the node as the chart makes it (J1: chart
+/// `templates/kubeletplugin.yaml` at v0.4.1, installed as `docs/install.md` says, in
+/// namespace `dra-driver-nvidia-gpu`): label `dra-driver-nvidia-gpu-component:
+/// kubelet-plugin`, container `gpus` with the driver's image and `FEATURE_GATES` rendered
+/// from the helm map (`K=v,` in key order; absent when no gate is set).
+pub fn kubelet_plugin_pod(node: &str, gates: &Gates) -> (super::world::Key, Value) {
+    let ns = "dra-driver-nvidia-gpu";
+    let name = "dra-driver-nvidia-gpu-kubelet-plugin-sim00";
+    let set: Vec<String> = [("MPSSupport", gates.mps), ("TimeSlicingSettings", gates.time_slicing)]
+        .into_iter()
+        .filter(|(_, on)| *on)
+        .map(|(k, _)| format!("{k}=true,"))
+        .collect();
+    let env = if set.is_empty() {
+        json!([])
+    } else {
+        json!([{"name": "FEATURE_GATES", "value": set.concat()}])
+    };
+    (
+        super::world::Key::new("pods", ns, name),
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns, "labels": {
+                "app.kubernetes.io/name": "dra-driver-nvidia-gpu",
+                "app.kubernetes.io/instance": "dra-driver-nvidia-gpu",
+                "dra-driver-nvidia-gpu-component": "kubelet-plugin"}},
+            "spec": {"nodeName": node, "containers": [
+                {"name": "gpus", "image": "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.1", "env": env}
+            ]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+        }),
+    )
 }
 
 fn is_dns_label(s: &str) -> bool {
@@ -289,7 +324,7 @@ pub fn unschedulable(reason: &str) -> String {
 /// (J5: `cmd/gpu-kubelet-plugin/device_state.go` `prepareDevices`: strict decoding,
 /// `Normalize`, `Validate`, then applying; `api/nvidia.com/resource/v1beta1/
 /// validate.go`, `sharing.go`, `gpuconfig.go`). Ok: the sharing it applies (None: none).
-pub fn prepare_config(params: &Value, gates: &Gates) -> Result<Option<Sharing>, String> {
+pub fn prepare_config(params: &Value, gates: &Gates, claim_uid: &str) -> Result<Option<Sharing>, String> {
     let decode = |e: String| format!("error getting opaque device configs: error decoding config parameters: {e}");
     let Some(obj) = params.as_object() else {
         return Err(decode("expected a JSON object".into()));
@@ -317,6 +352,26 @@ pub fn prepare_config(params: &Value, gates: &Gates) -> Result<Option<Sharing>, 
         .find(|k| !["strategy", "timeSlicingConfig", "mpsConfig"].contains(&k.as_str()))
     {
         return Err(unknown(format!("sharing.{k}")));
+    }
+    for (field, known) in [
+        ("timeSlicingConfig", &["interval"][..]),
+        (
+            "mpsConfig",
+            &[
+                "defaultActiveThreadPercentage",
+                "defaultPinnedDeviceMemoryLimit",
+                "defaultPerDevicePinnedMemoryLimit",
+            ][..],
+        ),
+    ] {
+        if let Some(k) = sharing[field]
+            .as_object()
+            .into_iter()
+            .flat_map(|m| m.keys())
+            .find(|k| !known.contains(&k.as_str()))
+        {
+            return Err(unknown(format!("sharing.{field}.{k}")));
+        }
     }
     let validating = |e: String| format!("error validating GPU config: {e}");
     let strategy = sharing["strategy"].as_str().unwrap_or_default();
@@ -358,10 +413,11 @@ pub fn prepare_config(params: &Value, gates: &Gates) -> Result<Option<Sharing>, 
             )));
         }
         if !mps.is_null() {
-            return Err(
-                "error applying config: error getting timeslice config: cannot use MpsConfig with the 'TimeSlicing' strategy"
-                    .into(),
-            );
+            // `applySharingConfig`'s wrapping (`device_state.go`), for the claims' one
+            // request `gpu`.
+            return Err(format!(
+                "error applying config: error getting timeslice config for requests '[gpu]' in claim '{claim_uid}': cannot use MpsConfig with the 'TimeSlicing' strategy"
+            ));
         }
         return Ok(Some(Sharing::TimeSlicing(interval.to_string())));
     }
@@ -466,14 +522,16 @@ mod tests {
         assert_eq!(
             prepare_config(
                 &json!({"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig"}),
-                &gates(false, false)
+                &gates(false, false),
+                "u"
             ),
             Ok(None)
         );
         assert_eq!(
             prepare_config(
                 &cfg(json!({"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}})),
-                &on
+                &on,
+                "u"
             ),
             Ok(Some(Sharing::TimeSlicing("Long".into())))
         );
@@ -519,7 +577,7 @@ mod tests {
                 "strict decoding error: unknown field \"sharing.extra\"",
             ),
         ] {
-            let e = prepare_config(&cfg(c.clone()), &g).expect_err(says);
+            let e = prepare_config(&cfg(c.clone()), &g, "u-1").expect_err(says);
             assert!(e.contains(says), "{c}: {e}");
         }
     }

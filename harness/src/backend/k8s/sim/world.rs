@@ -387,6 +387,10 @@ pub struct World {
     queued: BTreeSet<String>,
     /// Whether a pass of the scheduler's queue is due.
     queue_due: bool,
+    /// GPUs NVIDIA's DRA driver left in compute mode EXCLUSIVE_PROCESS (J5: an MPS claim
+    /// sets it; only a TimeSlicing config, or unprepare with the TimeSlicingSettings gate
+    /// on, sets it back to DEFAULT).
+    exclusive_process: BTreeSet<u32>,
 }
 
 fn ms(t: Secs) -> u64 {
@@ -447,6 +451,7 @@ impl World {
             allocations: BTreeMap::new(),
             queued: BTreeSet::new(),
             queue_due: false,
+            exclusive_process: BTreeSet::new(),
             spec,
         };
         let s = w.spec.clone();
@@ -518,6 +523,11 @@ impl World {
             let slice = super::dra::resource_slice(&s.node, s.gpus, &s.gpu.product, s.gpu.memory_mib << 20);
             let name = slice["metadata"]["name"].as_str().unwrap_or_default().to_string();
             w.put(Key::new("resourceslices", "", &name), slice);
+            if let Some(gates) = &s.dra {
+                let (key, pod) = super::dra::kubelet_plugin_pod(&s.node, gates);
+                w.add_namespace(&key.namespace);
+                w.put(key, pod);
+            }
         }
         // The operator's labels, then the operands as they would be after start-up.
         w.operator_reconcile();
@@ -1438,9 +1448,6 @@ impl World {
     /// cleared); a deleted claim removed once it has no finalizer; a pod's own claims
     /// deleted with it.
     fn resource_claims(&mut self) {
-        if self.spec.dra.is_none() {
-            return;
-        }
         let pods: Vec<(Key, Value)> = self
             .objects
             .iter()
@@ -1528,6 +1535,16 @@ impl World {
             if kept.len() != reserved.len() {
                 o.value["status"]["reservedFor"] = json!(kept);
                 if kept.is_empty() {
+                    // Unprepare: with TimeSlicingSettings on the driver resets the GPU's
+                    // compute mode and time slice to their defaults (J5).
+                    if self.spec.dra.as_ref().is_some_and(|g| g.time_slicing)
+                        && let Some(i) = o.value["status"]["allocation"]["devices"]["results"][0]["device"]
+                            .as_str()
+                            .and_then(|d| d.strip_prefix("gpu-"))
+                            .and_then(|i| i.parse::<u32>().ok())
+                    {
+                        self.exclusive_process.remove(&i);
+                    }
                     o.value["status"]["allocation"] = Value::Null;
                     o.value["status"]["reservedFor"] = Value::Null;
                     o.value["metadata"]["finalizers"] = Value::Null;
@@ -1774,7 +1791,7 @@ impl World {
             let used = self.allocations.values().filter(|(r, _)| *r == resource).count() as u64;
             let free = u64::from(alloc.get(&resource).copied().unwrap_or(0)).saturating_sub(used);
             let dra_pod = spec["resourceClaims"].as_array().is_some_and(|c| !c.is_empty());
-            let claims = if dra_pod && self.spec.dra.is_some() {
+            let claims = if dra_pod {
                 self.claims_fit(&key, &pod)
             } else {
                 Ok(Vec::new())
@@ -1913,16 +1930,14 @@ impl World {
                 .and_then(|d| d.strip_prefix("gpu-"))
                 .and_then(|i| i.parse::<u32>().ok());
             let request = a["devices"]["results"][0]["request"].as_str().unwrap_or_default();
+            let cuid = c.value["metadata"]["uid"].as_str().unwrap_or_default().to_string();
             let prepared = match super::dra::config_for(&a, request) {
-                Some(params) => super::dra::prepare_config(params, &gates),
+                Some(params) => super::dra::prepare_config(params, &gates, &cuid),
                 None => Ok(None),
             };
             match prepared {
                 Ok(s) => sharing = s,
-                Err(e) => {
-                    let cuid = c.value["metadata"]["uid"].as_str().unwrap_or_default().to_string();
-                    failure = Some(super::dra::prepare_failed_event(&ck.namespace, &ck.name, &cuid, &e));
-                }
+                Err(e) => failure = Some(super::dra::prepare_failed_event(&ck.namespace, &ck.name, &cuid, &e)),
             }
         }
         let Some(obj) = self.objects.get_mut(key) else { return };
@@ -1956,6 +1971,15 @@ impl World {
             obj.value["status"]["resourceClaimStatuses"] = statuses;
         }
         let gpu = device.unwrap_or(0);
+        match &sharing {
+            Some(super::dra::Sharing::Mps { .. }) => {
+                self.exclusive_process.insert(gpu);
+            }
+            Some(super::dra::Sharing::TimeSlicing(_)) => {
+                self.exclusive_process.remove(&gpu);
+            }
+            None => {}
+        }
         self.allocations.insert(key.name.clone(), (String::new(), gpu));
         let (command, args) = super::kubelet::command_and_args(&obj.value);
         let mps = match &sharing {
@@ -1986,6 +2010,13 @@ impl World {
         self.at(d, Event::PodReady(key.name.clone(), 0));
     }
 
+    /// Whether a workload pod's container is ready.
+    fn workload_ready(&self, name: &str) -> bool {
+        self.workload_namespace_of(name)
+            .and_then(|ns| self.objects.get(&Key::new("pods", &ns, name)))
+            .is_some_and(|o| o.value["status"]["containerStatuses"][0]["ready"] == json!(true))
+    }
+
     fn workload_pod(&mut self, name: &str) -> Option<&mut Value> {
         let ns = self.workload_namespace_of(name)?;
         self.objects.get_mut(&Key::new("pods", &ns, name)).map(|o| &mut o.value)
@@ -2001,6 +2032,26 @@ impl World {
 
     fn pod_ready(&mut self, name: &str, start: u32) {
         if self.container(name) != Some((start, true)) {
+            return;
+        }
+        // A GPU in EXCLUSIVE_PROCESS takes one CUDA context (MPS clients go through the
+        // MPS server's): a second plain process on it fails to create its own.
+        let facts = self.pod_facts.get(name).cloned().unwrap_or_default();
+        let plain = !matches!(facts.dra_sharing, Some(super::dra::Sharing::Mps { .. }));
+        if plain
+            && facts.gpu.is_some_and(|g| self.exclusive_process.contains(&g))
+            && self.pod_facts.iter().any(|(other, f)| {
+                other != name
+                    && f.gpu == facts.gpu
+                    && self.container(other).is_some_and(|(_, running)| running)
+                    && self.workload_ready(other)
+            })
+        {
+            self.container_exit(
+                name,
+                3,
+                "CUDA_ERROR_DEVICES_UNAVAILABLE: the GPU is in compute mode EXCLUSIVE_PROCESS and another process holds it",
+            );
             return;
         }
         let args = match self.workload_pod(name) {
