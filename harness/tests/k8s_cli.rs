@@ -174,6 +174,25 @@ async fn doctor_kubernetes_passes_a_ready_cluster_and_names_what_is_missing() {
         "ok    GPU operator           nvcr.io/nvidia/gpu-operator:v25.10.1",
         "ok    Prometheus scrape      Role prometheus-k8s in gpushare-bench",
         "ok    permissions            all ",
+        "warn  DRA driver             no DeviceClass gpu.nvidia.com (only --sharing-api dra needs it)",
+    ] {
+        assert!(out.contains(line), "missing {line:?} in\n{out}");
+    }
+    // NVIDIA's DRA driver with its gates off (its chart's default), read with the DRA
+    // overlay's RBAC: the doctor passes and says which gates DRA sharing needs.
+    let mut spec = ClusterSpec::h100("gpu-1");
+    spec.dra = Some(gpushare_bench::backend::k8s::sim::dra::Gates::default());
+    let overlay = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/overlays/dra/rbac.yaml");
+    let overlay = objects_from_yaml(&std::fs::read_to_string(overlay).expect("overlay")).expect("YAML");
+    let dra = SimCluster::start(spec, &[rbac(), overlay].concat(), SPEED)
+        .await
+        .expect("simulator");
+    dra.with(|w| w.add_namespace("gpushare-bench"));
+    let (code, out) = doctor(&dra, tmp.path()).await;
+    assert_eq!(code, 0, "{out}");
+    for line in [
+        "ok    DRA slices             1 GPU of gpu.nvidia.com on gpu-1",
+        "warn  DRA driver             registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.1; feature gates on: none; off: TimeSlicingSettings, MPSSupport",
     ] {
         assert!(out.contains(line), "missing {line:?} in\n{out}");
     }

@@ -61,6 +61,19 @@ pub struct Facts {
     pub permissions: Vec<Permission>,
     /// The node's labels and taints.
     pub node: Result<(BTreeMap<String, String>, Vec<String>), String>,
+    /// What `--sharing-api dra` needs.
+    pub dra: DraFacts,
+}
+
+/// NVIDIA's DRA driver, as `--sharing-api dra` needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DraFacts {
+    /// Whether the DeviceClass `gpu.nvidia.com` exists.
+    pub class: Result<bool, String>,
+    /// Whole GPUs the driver's ResourceSlices publish for the node.
+    pub gpus: Result<usize, String>,
+    /// The driver's kubelet plugin on the node: image and feature gates.
+    pub driver: Result<crate::backend::k8s::dra_backend::DriverFacts, String>,
 }
 
 /// The permissions the sweep needs: the rules `manifests/base/rbac.yaml` grants the
@@ -242,6 +255,7 @@ pub fn checks(f: &Facts) -> Vec<Check> {
         ),
         Err(e) => c("Prometheus scrape", Warn, e.clone()),
     });
+    out.extend(dra_checks(&f.dra, &t.node));
     let denied: Vec<&Permission> = f.permissions.iter().filter(|p| p.allowed != Ok(true)).collect();
     if f.permissions.is_empty() {
         out.push(c("permissions", Warn, "not checked (no ClusterPolicy read)".into()));
@@ -263,6 +277,67 @@ pub fn checks(f: &Facts) -> Vec<Check> {
             ));
         }
     }
+    out
+}
+
+/// The DRA lines (pure): warnings at worst, since only `--sharing-api dra` needs them.
+fn dra_checks(d: &DraFacts, node: &str) -> Vec<Check> {
+    use crate::backend::k8s::dra;
+    let c = |name, verdict, detail: String| Check { name, verdict, detail };
+    let only = "only --sharing-api dra needs it";
+    match &d.class {
+        Ok(false) => {
+            return vec![c(
+                "DRA driver",
+                Verdict::Warn,
+                format!(
+                    "no DeviceClass {} ({only}): NVIDIA's DRA driver is not installed",
+                    dra::GPU_CLASS
+                ),
+            )];
+        }
+        Err(e) => return vec![c("DRA driver", Verdict::Warn, format!("{e} ({only})"))],
+        Ok(true) => {}
+    }
+    let mut out = vec![match &d.gpus {
+        Ok(1) => c("DRA slices", Verdict::Ok, format!("1 GPU of {} on {node}", dra::DRIVER)),
+        Ok(0) => c(
+            "DRA slices",
+            Verdict::Warn,
+            format!(
+                "no GPU of {} published for {node}: is the driver's kubelet plugin running there?",
+                dra::DRIVER
+            ),
+        ),
+        Ok(n) => c(
+            "DRA slices",
+            Verdict::Warn,
+            format!("{n} GPUs on {node}: a DRA sweep refuses nodes with more than one for now"),
+        ),
+        Err(e) => c("DRA slices", Verdict::Warn, e.clone()),
+    }];
+    out.push(match &d.driver {
+        Ok(f) => {
+            let off: Vec<&str> = ["TimeSlicingSettings", "MPSSupport"]
+                .into_iter()
+                .filter(|g| !f.gate(g))
+                .collect();
+            if off.is_empty() {
+                c("DRA driver", Verdict::Ok, f.describe())
+            } else {
+                c(
+                    "DRA driver",
+                    Verdict::Warn,
+                    format!(
+                        "{}; off: {} (MPS, and time-slicing with --timeslice, need them: helm upgrade … --set featureGates.NAME=true)",
+                        f.describe(),
+                        off.join(", ")
+                    ),
+                )
+            }
+        }
+        Err(e) => c("DRA driver", Verdict::Warn, format!("feature gates unknown: {e}")),
+    });
     out
 }
 
@@ -417,6 +492,7 @@ pub async fn gather(client: &Client, t: &Target) -> Facts {
     for r in required(t, &cm) {
         permissions.push(may(client, &r).await);
     }
+    let dra = gather_dra(client, &t.node).await;
     Facts {
         target: t.clone(),
         server,
@@ -428,5 +504,32 @@ pub async fn gather(client: &Client, t: &Target) -> Facts {
         prometheus_role,
         permissions,
         node,
+        dra,
     }
+}
+
+async fn gather_dra(client: &Client, node: &str) -> DraFacts {
+    use crate::backend::k8s::{dra, dra_backend};
+    use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+    let api = |kind: &str, plural: &str| {
+        Api::<DynamicObject>::all_with(
+            client.clone(),
+            &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("resource.k8s.io", "v1", kind), plural),
+        )
+    };
+    let class = match api("DeviceClass", "deviceclasses").get(dra::GPU_CLASS).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => Err(kube_error(&format!("reading DeviceClass {}", dra::GPU_CLASS), e).to_string()),
+    };
+    let gpus = api("ResourceSlice", "resourceslices")
+        .list(&ListParams::default())
+        .await
+        .map(|l| {
+            let values: Vec<Value> = l.items.iter().filter_map(|o| serde_json::to_value(o).ok()).collect();
+            dra_backend::inventory_from_slices(&values, node).gpus.len()
+        })
+        .map_err(|e| kube_error("listing ResourceSlices", e).to_string());
+    let driver = dra_backend::read_driver(client, node).await;
+    DraFacts { class, gpus, driver }
 }
