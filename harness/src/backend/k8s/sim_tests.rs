@@ -1210,6 +1210,20 @@ async fn dra_session(sim: &SimCluster, plan: &SweepPlan) -> Result<Session<super
     })
 }
 
+/// The rows of the run `sim` under `dir`.
+fn sim_rows(dir: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(dir.join("sim/cells.jsonl")).expect("cells");
+    text.lines().map(|l| serde_json::from_str(l).expect("row")).collect()
+}
+
+/// The aggregate row of `strategy` × `pods` among `rows`.
+fn agg_row(rows: &[Value], strategy: &str, pods: u64) -> Value {
+    rows.iter()
+        .find(|r| r["pod"] == "all" && r["strategy"] == strategy && r["pods"] == pods)
+        .cloned()
+        .unwrap_or_else(|| panic!("{strategy} × {pods} missing: {rows:?}"))
+}
+
 /// The workload namespace's claims, claim templates, Deployments and pods.
 fn dra_leftovers(sim: &SimCluster) -> Vec<String> {
     sim.with(|w| {
@@ -1261,15 +1275,14 @@ async fn a_dra_sweep_shares_one_gpu_through_claims_and_leaves_nothing() {
     let outcome = run_with_source(s, &SteadyMetrics::default(), &Quiet, &Shutdown::new())
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
-    let text = std::fs::read_to_string(dir.path().join("sim/cells.jsonl")).expect("cells");
-    let rows: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).expect("row")).collect();
-    let agg = |s: &str, n: u64| {
-        rows.iter()
-            .find(|r| r["pod"] == "all" && r["strategy"] == s && r["pods"] == n)
-            .cloned()
-            .unwrap_or_else(|| panic!("{s} × {n} missing: {text}"))
-    };
-    assert_eq!((outcome.measured, outcome.unavailable), (6, 2), "{text}\n{}", sim.log());
+    let rows = sim_rows(dir.path());
+    let agg = |s: &str, n: u64| agg_row(&rows, s, n);
+    assert_eq!(
+        (outcome.measured, outcome.unavailable),
+        (6, 2),
+        "{rows:?}\n{}",
+        sim.log()
+    );
     for (s, n, note) in [
         ("exclusive", 1, "DRA: a claim (and a GPU) per pod"),
         ("time-slicing", 3, "GpuConfig TimeSlicing interval Long"),
@@ -1385,12 +1398,7 @@ async fn a_driver_gate_that_is_off_fails_the_cell_with_the_drivers_reason() {
         .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
     // Time-slicing without --timeslice carries no config, which needs no gate.
     assert_eq!((outcome.measured, outcome.failed), (1, 1), "{}", sim.log());
-    let text = std::fs::read_to_string(dir.path().join("sim/cells.jsonl")).expect("cells");
-    let mps = text
-        .lines()
-        .find(|l| l.contains("\"strategy\":\"mps\"") && l.contains("\"pod\":\"all\""))
-        .expect("mps row");
-    let row: Value = serde_json::from_str(mps).expect("row");
+    let row = agg_row(&sim_rows(dir.path()), "mps", 3);
     let note = row["note"].as_str().unwrap_or_default();
     assert!(
         note.contains("not ready after 3 s: Failed to prepare dynamic resources: ")
@@ -1492,13 +1500,9 @@ async fn an_mps_claim_leaves_exclusive_process_for_a_later_plain_time_slicing_ce
             .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
         assert_eq!(outcome.failed, want_failed, "gate {ts_gate}\n{}", sim.log());
         if want_failed == 1 {
-            let text = std::fs::read_to_string(dir.path().join("sim/cells.jsonl")).expect("cells");
-            let ts = text
-                .lines()
-                .find(|l| l.contains("\"strategy\":\"time-slicing\"") && l.contains("\"pod\":\"all\""))
-                .expect("row");
+            let ts = agg_row(&sim_rows(dir.path()), "time-slicing", 3);
             assert!(
-                ts.contains("\"status\":\"failed\"") && ts.contains("exit code 3"),
+                ts["status"] == "failed" && ts["note"].as_str().is_some_and(|n| n.contains("exit code 3")),
                 "{ts}"
             );
         }
@@ -1508,16 +1512,10 @@ async fn an_mps_claim_leaves_exclusive_process_for_a_later_plain_time_slicing_ce
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_the_run_did_not_make_and_multi_gpu_nodes_are_refused() {
     let sim = start_dra(dra_node(true, true)).await;
+    // The claim `manifests/overlays/dra` makes, left in the namespace.
+    let claims = super::dra::cell_claims(Strategy::Mps, 7, &Default::default(), None);
+    let claim = super::dra::claim_object("gpushare-bench", Strategy::Mps, 7, &claims);
     sim.with(|w| {
-        let (claim, _) = (
-            super::dra::claim_object(
-                "gpushare-bench",
-                Strategy::Mps,
-                7,
-                &super::dra::cell_claims(Strategy::Mps, 7, &Default::default(), None),
-            ),
-            (),
-        );
         w.objects.insert(
             super::sim::world::Key::new("resourceclaims", "gpushare-bench", "gpushare-mps-7"),
             super::sim::world::Object {
