@@ -62,6 +62,133 @@ impl FromStr for Strategy {
     }
 }
 
+/// The DRA driver's time-slice interval for a claim's GPU (`--timeslice`): its
+/// `TimeSliceInterval` (kubernetes-sigs/dra-driver-nvidia-gpu v0.4.1,
+/// `api/nvidia.com/resource/v1beta1/sharing.go`), which it applies with `nvidia-smi
+/// compute-policy --set-timeslice` 0 to 3 at prepare and resets to 0 at unprepare. In
+/// records and on the command line spelled in lower case; the claim's config spells it
+/// as the driver does (`backend::k8s::dra`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TimeSliceInterval {
+    /// `Default` (0).
+    Default,
+    /// `Short` (1).
+    Short,
+    /// `Medium` (2).
+    Medium,
+    /// `Long` (3).
+    Long,
+}
+
+impl TimeSliceInterval {
+    /// Every interval, in the driver's order (0 to 3).
+    pub const ALL: [TimeSliceInterval; 4] = [Self::Default, Self::Short, Self::Medium, Self::Long];
+
+    /// The flag's spelling (`default`, `short`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Default => "default",
+            Self::Short => "short",
+            Self::Medium => "medium",
+            Self::Long => "long",
+        }
+    }
+
+    /// The driver's spelling in a `GpuConfig` (`Default`, `Short`, ...).
+    pub fn driver_name(self) -> &'static str {
+        match self {
+            Self::Default => "Default",
+            Self::Short => "Short",
+            Self::Medium => "Medium",
+            Self::Long => "Long",
+        }
+    }
+}
+
+impl FromStr for TimeSliceInterval {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|i| i.name() == s.trim())
+            .ok_or_else(|| "expected default, short, medium or long (the DRA driver's time-slice intervals)".into())
+    }
+}
+
+impl fmt::Display for TimeSliceInterval {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What one row group of a sweep runs: a strategy and, for time-slicing through the DRA
+/// driver with `--timeslice`, the interval its claim sets (each interval its own rows,
+/// its own 1-pod baseline and its own line in the charts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Arm {
+    /// The sharing strategy.
+    pub strategy: Strategy,
+    /// Time-slicing through DRA: the claim's interval (None: no interval set).
+    pub timeslice: Option<TimeSliceInterval>,
+}
+
+impl Arm {
+    /// A strategy with nothing more to it.
+    pub const fn of(strategy: Strategy) -> Arm {
+        Arm {
+            strategy,
+            timeslice: None,
+        }
+    }
+
+    /// The name in files, labels and object names (`time-slicing-short`).
+    pub fn name(self) -> String {
+        match self.timeslice {
+            None => self.strategy.name().to_string(),
+            Some(t) => format!("{}-{}", self.strategy.name(), t.name()),
+        }
+    }
+
+    /// The name in tables and charts (`Time-slicing (short)`).
+    pub fn title(self) -> String {
+        match self.timeslice {
+            None => self.strategy.title().to_string(),
+            Some(t) => format!("{} ({})", self.strategy.title(), t.name()),
+        }
+    }
+}
+
+/// The arms of a sweep in order: each strategy once, time-slicing once per interval
+/// when `timeslices` names any (pure).
+pub fn arms(strategies: &[Strategy], timeslices: &[TimeSliceInterval]) -> Vec<Arm> {
+    strategies
+        .iter()
+        .flat_map(|&strategy| match strategy {
+            Strategy::TimeSlicing if !timeslices.is_empty() => timeslices
+                .iter()
+                .map(|&t| Arm {
+                    strategy,
+                    timeslice: Some(t),
+                })
+                .collect(),
+            _ => vec![Arm::of(strategy)],
+        })
+        .collect()
+}
+
+impl From<Strategy> for Arm {
+    fn from(strategy: Strategy) -> Arm {
+        Arm::of(strategy)
+    }
+}
+
+impl fmt::Display for Arm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
 /// What happened to a pod or a cell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -132,6 +259,42 @@ impl DeviceKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn arms_name_their_interval_and_intervals_round_trip() {
+        let plain = Arm::of(Strategy::TimeSlicing);
+        let short = Arm {
+            timeslice: Some(TimeSliceInterval::Short),
+            ..plain
+        };
+        assert_eq!(
+            (plain.name(), plain.title()),
+            ("time-slicing".into(), "Time-slicing".into())
+        );
+        assert_eq!(
+            (short.name(), short.title()),
+            ("time-slicing-short".into(), "Time-slicing (short)".into())
+        );
+        for t in TimeSliceInterval::ALL {
+            assert_eq!(t.name().parse::<TimeSliceInterval>(), Ok(t));
+            assert_eq!(serde_json::to_string(&t).ok(), Some(format!("\"{}\"", t.name())));
+            assert_eq!(t.driver_name().to_lowercase(), t.name());
+        }
+        assert!("Long".parse::<TimeSliceInterval>().is_err(), "the flag is lower case");
+        let names: Vec<String> = arms(
+            &[Strategy::Exclusive, Strategy::TimeSlicing, Strategy::Mps],
+            &[TimeSliceInterval::Long, TimeSliceInterval::Default],
+        )
+        .into_iter()
+        .map(Arm::name)
+        .collect();
+        assert_eq!(
+            names,
+            ["exclusive", "time-slicing-long", "time-slicing-default", "mps"],
+            "the flag's order"
+        );
+        assert_eq!(arms(&[Strategy::TimeSlicing], &[]), vec![plain]);
+    }
 
     #[test]
     fn strategy_names_round_trip_and_bad_ones_are_named() {

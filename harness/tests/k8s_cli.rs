@@ -90,7 +90,7 @@ async fn restore_node_puts_back_a_killed_runs_changes_from_its_journal() {
         let mut b = KubernetesBackend::new(sim.client(), s.faster(SPEED));
         b.check_cluster().await.expect("cluster");
         b.attach_journal(&run).expect("journal");
-        b.prepare(Strategy::TimeSlicing, &Shutdown::new())
+        b.prepare(Strategy::TimeSlicing.into(), &Shutdown::new())
             .await
             .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
     }

@@ -181,7 +181,9 @@ impl Backend for FakeBackend {
         "fake"
     }
 
-    async fn prepare(&mut self, strategy: Strategy, _shutdown: &Shutdown) -> Result<Prepared> {
+    async fn prepare(&mut self, arm: crate::domain::Arm, _shutdown: &Shutdown) -> Result<Prepared> {
+        // A time-slice interval is DRA's: the plan gives one to no other backend.
+        let strategy = arm.strategy;
         self.log(format!("prepare {strategy}"));
         Ok(if self.unavailable.contains(&strategy) {
             Prepared::Unavailable(format!("{strategy} is scripted unavailable"))

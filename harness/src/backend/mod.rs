@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::plan::{MeasureSettings, PrometheusSetting};
-use crate::domain::Strategy;
+use crate::domain::{Arm, Strategy};
 use crate::error::Result;
 use crate::results::store::RunStore;
 use crate::shutdown::Shutdown;
@@ -90,8 +90,9 @@ pub trait Backend {
     /// Short name for records ("local", "kubernetes").
     fn name(&self) -> &'static str;
 
-    /// Readies a strategy (Kubernetes: switch the node; local: check it can run).
-    async fn prepare(&mut self, strategy: Strategy, shutdown: &Shutdown) -> Result<Prepared>;
+    /// Readies an arm: its strategy (Kubernetes: switch the node; local: check it can
+    /// run) and, through DRA, the claim settings its cells' launches use.
+    async fn prepare(&mut self, arm: Arm, shutdown: &Shutdown) -> Result<Prepared>;
 
     /// Starts the pods of one cell, each with `args` added to the run's workload
     /// arguments (the cell's load: `--load poisson:RATE`).

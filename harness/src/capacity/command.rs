@@ -162,7 +162,8 @@ impl<B: Backend> Work<B> for Search {
             ));
         };
         let slos = run.plan.slos.clone();
-        let at_most: u32 = run.plan.strategies.iter().map(|&s| limit(s, cap.max_pods)).sum();
+        let arms = run.plan.arms();
+        let at_most: u32 = arms.iter().map(|a| limit(a.strategy, cap.max_pods)).sum();
         let store = &mut session.store;
         let done = store.cells().iter().filter(|c| c.is_aggregate()).count() as u64;
         progress.sweep_start(u64::from(at_most), done, "cells at most");
@@ -175,32 +176,28 @@ impl<B: Backend> Work<B> for Search {
             shutdown,
         };
         let mut ran = 0;
-        for &strategy in &run.plan.strategies {
+        for arm in arms {
             if shutdown.is_requested() {
                 return Err(shutdown.interrupted());
             }
-            let limit = limit(strategy, cap.max_pods);
-            let step = |store: &crate::results::store::RunStore| {
-                next(limit, |n| cell_verdict(store.cells(), strategy, n, &slos))
-            };
+            let limit = limit(arm.strategy, cap.max_pods);
+            let step =
+                |store: &crate::results::store::RunStore| next(limit, |n| cell_verdict(store.cells(), arm, n, &slos));
             if step(store) == Step::Done {
                 continue;
             }
-            let prepared = cells.prepare(strategy, store).await?;
+            let prepared = cells.prepare(arm, store).await?;
             while let Step::Measure(pods) = step(store) {
-                let title = cell_title(strategy, pods, None);
+                let title = cell_title(arm, pods, None);
                 cells
-                    .run(store, &prepared, &labels(store, strategy, pods, 1), &title)
+                    .run(store, &prepared, &labels(store, arm, pods, 1), &title)
                     .await?;
                 ran += 1;
-                if let Some(v) = cell_verdict(store.cells(), strategy, pods, &slos) {
+                if let Some(v) = cell_verdict(store.cells(), arm, pods, &slos) {
                     progress.message(&format!("{title}: {}", verdict_line(&v)));
                 }
             }
-            if let Some(r) = records(store.run(), store.cells())
-                .iter()
-                .find(|r| r.strategy == strategy)
-            {
+            if let Some(r) = records(store.run(), store.cells()).iter().find(|r| r.arm() == arm) {
                 progress.message(&summary_line(r));
             }
         }
@@ -219,7 +216,7 @@ fn verdict_line(v: &crate::capacity::search::Verdict) -> String {
 
 /// "MPS: 5 pods fit (6 misses: …)".
 pub fn summary_line(r: &CapacityRecord) -> String {
-    let name = r.strategy.title();
+    let name = r.arm().title();
     match r.pods_fit {
         None => format!(
             "{name}: no capacity measured{}",

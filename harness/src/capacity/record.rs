@@ -52,6 +52,18 @@ pub struct CapacityRecord {
     pub finished: bool,
     /// Why a strategy has no capacity (unavailable here).
     pub note: String,
+    /// Time-slicing through DRA: the claims' interval (empty otherwise).
+    pub timeslice: Option<crate::domain::TimeSliceInterval>,
+}
+
+impl CapacityRecord {
+    /// The arm the row is for.
+    pub fn arm(&self) -> crate::domain::Arm {
+        crate::domain::Arm {
+            strategy: self.strategy,
+            timeslice: self.timeslice,
+        }
+    }
 }
 
 fn verdict_word(v: &Verdict) -> &'static str {
@@ -70,15 +82,15 @@ pub fn records(run: &RunRecord, cells: &[CellRecord]) -> Vec<CapacityRecord> {
     let slos = &run.plan.slos;
     let per_pod = run.plan.load.per_pod_rate(1);
     run.plan
-        .strategies
-        .iter()
-        .map(|&strategy| {
-            let limit = limit(strategy, cap.max_pods);
-            let mut o = outcome(limit, |n| cell_verdict(cells, strategy, n, slos));
+        .arms()
+        .into_iter()
+        .map(|arm| {
+            let limit = limit(arm.strategy, cap.max_pods);
+            let mut o = outcome(limit, |n| cell_verdict(cells, arm, n, slos));
             let cell = |n: u32| {
                 cells
                     .iter()
-                    .find(|c| c.repeat == 1 && c.strategy == strategy && c.pods == n && c.is_aggregate())
+                    .find(|c| c.repeat == 1 && c.arm() == arm && c.pods == n && c.is_aggregate())
             };
             let unavailable = cell(1).filter(|c| c.status == CellStatus::Unavailable);
             if unavailable.is_some() {
@@ -90,14 +102,15 @@ pub fn records(run: &RunRecord, cells: &[CellRecord]) -> Vec<CapacityRecord> {
                 .then(|| {
                     cells
                         .iter()
-                        .filter(|c| c.repeat == 1 && c.strategy == strategy && c.pods == o.fits && !c.is_aggregate())
+                        .filter(|c| c.repeat == 1 && c.arm() == arm && c.pods == o.fits && !c.is_aggregate())
                         .filter_map(|c| c.slo_attainment_bound)
                         .reduce(f64::max)
                 })
                 .flatten();
             CapacityRecord {
                 run_id: run.run_id.clone(),
-                strategy,
+                strategy: arm.strategy,
+                timeslice: arm.timeslice,
                 offered_per_pod: per_pod,
                 slos: slos.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
                 searched_to: limit,

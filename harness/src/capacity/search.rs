@@ -20,7 +20,7 @@
 //! - The capacity is the largest count such that it and every smaller count fit.
 
 use crate::config::values::Slo;
-use crate::domain::{CellStatus, Strategy};
+use crate::domain::{Arm, CellStatus, Strategy};
 use crate::results::record::CellRecord;
 
 /// How one measured pod count stands against the SLOs.
@@ -128,8 +128,8 @@ pub fn judge(aggregate: &CellRecord, pods: &[&CellRecord], slos: &[Slo]) -> Verd
 
 /// The verdict of a cell among a run's rows (pure; None: the cell is not on disk).
 /// A capacity run has one repeat.
-pub fn cell_verdict(rows: &[CellRecord], strategy: Strategy, pods: u32, slos: &[Slo]) -> Option<Verdict> {
-    let same = |c: &&CellRecord| c.repeat == 1 && c.strategy == strategy && c.pods == pods;
+pub fn cell_verdict(rows: &[CellRecord], arm: Arm, pods: u32, slos: &[Slo]) -> Option<Verdict> {
+    let same = |c: &&CellRecord| c.repeat == 1 && c.arm() == arm && c.pods == pods;
     let aggregate = rows.iter().filter(same).find(|c| c.is_aggregate())?;
     let pod_rows: Vec<&CellRecord> = rows.iter().filter(same).filter(|c| !c.is_aggregate()).collect();
     Some(judge(aggregate, &pod_rows, slos))

@@ -131,9 +131,9 @@ pub struct SweepOptions {
     /// Kubernetes: how pods get their share of the GPU: device-plugin (the GPU operator's node configuration, extended resources) or dra (ResourceClaims with the NVIDIA DRA driver's GpuConfig, Kubernetes 1.34+: a claim per pod for exclusive, one shared claim for time-slicing and MPS) [default: device-plugin].
     #[arg(long)]
     pub sharing_api: Option<SharingApi>,
-    /// DRA: time-slicing's interval, default, short, medium or long, set by the driver on the claim's GPU (feature gate TimeSlicingSettings) [default: no GpuConfig: the GPU time-sliced as the node has it].
+    /// DRA: time-slicing's intervals, comma-separated from default, short, medium, long: each is set by the driver on the claim's GPU (feature gate TimeSlicingSettings) and measured as its own rows, e.g. --timeslice default,short,long [default: no GpuConfig: the GPU time-sliced as the node has it].
     #[arg(long)]
-    pub timeslice: Option<TimeSlice>,
+    pub timeslice: Option<List<TimeSlice>>,
     /// DRA: each MPS client's share of the SMs, percent (0 to 100) [default: 100 / max(2, pods), as the device plugin gives].
     #[arg(long)]
     pub mps_thread_percentage: Option<u32>,

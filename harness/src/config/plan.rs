@@ -214,6 +214,12 @@ struct OwnWorkload {
 type OwnSettled = (Option<String>, String, String, Option<crate::client::RequestPlan>);
 
 impl SweepPlan {
+    /// The sweep's arms in order: each strategy, time-slicing once per `--timeslice`
+    /// interval (DRA).
+    pub fn arms(&self) -> Vec<crate::domain::Arm> {
+        crate::domain::arms(&self.strategies, &self.dra.timeslices)
+    }
+
     /// Whether the pods run a server of the user's own (`--workload-cmd` or
     /// `--server-image`) instead of gpushare-workload.
     pub fn own_server(&self) -> bool {
@@ -527,6 +533,13 @@ impl SweepPlan {
             o.mps_memory_limit.as_ref(),
             backend,
         )?;
+        if !dra.timeslices.is_empty() && !strategies.contains(&Strategy::TimeSlicing) {
+            return Err(BenchError::flag(
+                "--timeslice",
+                &crate::config::values::List(dra.timeslices.clone()).to_string(),
+                "sets time-slicing's interval: add time-slicing to --strategies",
+            ));
+        }
         let own = OwnWorkload {
             cmd: o.workload_cmd,
             metric: o.metric,
@@ -610,7 +623,7 @@ impl SweepPlan {
 /// settings are DRA's.
 fn sharing(
     api: Option<crate::config::values::SharingApi>,
-    timeslice: Option<crate::config::values::TimeSlice>,
+    timeslices: Option<crate::config::values::List<crate::config::values::TimeSlice>>,
     mps_thread_percentage: Option<u32>,
     mps_memory_limit: Option<&crate::config::values::Quantity>,
     backend: BackendKind,
@@ -625,7 +638,7 @@ fn sharing(
         ));
     }
     let dra_only = [
-        ("--timeslice", timeslice.map(|t| t.to_string())),
+        ("--timeslice", timeslices.as_ref().map(ToString::to_string)),
         ("--mps-thread-percentage", mps_thread_percentage.map(|p| p.to_string())),
         ("--mps-memory-limit", mps_memory_limit.map(ToString::to_string)),
     ];
@@ -648,7 +661,9 @@ fn sharing(
     Ok((
         api,
         crate::backend::k8s::dra::DraSettings {
-            timeslice: timeslice.map(|t| t.0),
+            timeslices: timeslices
+                .map(|l| l.0.into_iter().map(|t| t.0).collect())
+                .unwrap_or_default(),
             mps_thread_percentage,
             mps_memory_limit: mps_memory_limit.map(ToString::to_string),
         },
@@ -867,14 +882,20 @@ mod tests {
         };
         let p = SweepPlan::from_options(SweepOptions {
             sharing_api: Some(SharingApi::Dra),
-            timeslice: Some("long".parse().expect("interval")),
+            timeslice: Some("long,short".parse().expect("intervals")),
             mps_thread_percentage: Some(25),
             mps_memory_limit: Some("20Gi".parse().expect("quantity")),
             ..k8s()
         })
         .expect("plan");
         assert_eq!(p.sharing_api, SharingApi::Dra);
-        assert_eq!(p.dra.timeslice, Some(TimeSliceInterval::Long));
+        assert_eq!(p.dra.timeslices, [TimeSliceInterval::Long, TimeSliceInterval::Short]);
+        let arms: Vec<String> = p.arms().into_iter().map(crate::domain::Arm::name).collect();
+        assert_eq!(
+            arms,
+            ["exclusive", "time-slicing-long", "time-slicing-short", "mps", "mig"],
+            "one time-slicing arm per interval, in the flag's order"
+        );
         assert_eq!(
             (p.dra.mps_thread_percentage, p.dra.mps_memory_limit.as_deref()),
             (Some(25), Some("20Gi"))
@@ -887,7 +908,12 @@ mod tests {
         assert_eq!(record.dra.as_ref(), Some(&p.dra));
         let json = serde_json::to_value(&record).expect("json");
         assert_eq!(json["sharing_api"], "dra");
-        assert_eq!(json["dra"]["timeslice"], "Long", "the driver's spelling");
+        assert_eq!(
+            json["dra"]["timeslices"],
+            serde_json::json!(["long", "short"]),
+            "the flag's spelling"
+        );
+        assert_eq!(record.arms(), p.arms());
         // The device plugin's runs record neither.
         let plain = crate::results::record::PlanRecord::from_plan(
             &SweepPlan::from_options(k8s()).expect("plan"),
@@ -910,6 +936,15 @@ mod tests {
                     ..k8s()
                 },
                 "bad --timeslice `short`: a setting of the DRA driver's GpuConfig: give --sharing-api dra",
+            ),
+            (
+                SweepOptions {
+                    sharing_api: Some(SharingApi::Dra),
+                    timeslice: Some("short, long,short".parse().expect("intervals")),
+                    strategies: Some("exclusive,mps".parse().expect("strategies")),
+                    ..k8s()
+                },
+                "bad --timeslice `short,long`: sets time-slicing's interval: add time-slicing to --strategies",
             ),
             (
                 SweepOptions {

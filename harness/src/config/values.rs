@@ -113,9 +113,9 @@ impl fmt::Display for SharingApi {
 }
 serde_via_str!(SharingApi);
 
-/// `--timeslice`: the DRA driver's time-slice interval, as the flag spells it.
+/// An item of `--timeslice`: the DRA driver's time-slice interval, as the flag spells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TimeSlice(pub crate::backend::k8s::dra::TimeSliceInterval);
+pub struct TimeSlice(pub crate::domain::TimeSliceInterval);
 
 impl FromStr for TimeSlice {
     type Err = String;

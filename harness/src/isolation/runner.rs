@@ -86,7 +86,7 @@ pub async fn run_trials<B: Backend, S: MetricsSource>(
         let ready = match prepared.get(&trial.strategy) {
             Some(p) => p.clone(),
             None => {
-                let p = backend.prepare(trial.strategy, shutdown).await?;
+                let p = backend.prepare(trial.strategy.into(), shutdown).await?;
                 if let Prepared::Unavailable(reason) = &p {
                     progress.message(&format!("{} unavailable: {reason}", trial.strategy.title()));
                 }

@@ -247,7 +247,11 @@ async fn a_trial_that_cannot_launch_is_a_failed_record_and_the_run_goes_on() {
         fn name(&self) -> &'static str {
             "no-launch"
         }
-        async fn prepare(&mut self, s: Strategy, sd: &Shutdown) -> crate::error::Result<crate::backend::Prepared> {
+        async fn prepare(
+            &mut self,
+            s: crate::domain::Arm,
+            sd: &Shutdown,
+        ) -> crate::error::Result<crate::backend::Prepared> {
             self.0.prepare(s, sd).await
         }
         async fn launch(

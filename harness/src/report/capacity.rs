@@ -49,10 +49,7 @@ pub fn table(data: &RunData, notes: &mut Vec<(usize, String)>) -> Option<Table> 
         ]
         .map(String::from)
         .to_vec(),
-        rows: recs
-            .iter()
-            .map(|r| (r.strategy.title().to_string(), row(r, notes)))
-            .collect(),
+        rows: recs.iter().map(|r| (r.arm().title(), row(r, notes))).collect(),
     })
 }
 
@@ -64,7 +61,7 @@ fn row(r: &CapacityRecord, notes: &mut Vec<(usize, String)>) -> Vec<Cell> {
                 .chain(std::iter::repeat_n(Cell::Empty, 7))
                 .collect();
         }
-        let n = note_number(notes, format!("{} — unavailable: {}", r.strategy.title(), r.note));
+        let n = note_number(notes, format!("{} — unavailable: {}", r.arm().title(), r.note));
         return std::iter::once(Cell::Status(CellStatus::Unavailable, n))
             .chain(std::iter::repeat_n(Cell::Empty, 7))
             .collect();
@@ -123,13 +120,13 @@ pub fn chart(data: &RunData) -> Result<Option<(String, String)>> {
         _ => c.p99_s,
     };
     let series: Vec<_> = data
-        .strategies()
+        .arms()
         .into_iter()
         .map(|s| {
             let mut pts: Vec<(f64, f64)> = data
                 .cells
                 .iter()
-                .filter(|c| c.strategy == s && c.is_aggregate() && c.status == CellStatus::Ok)
+                .filter(|c| c.arm() == s && c.is_aggregate() && c.status == CellStatus::Ok)
                 .filter_map(|c| Some((c.offered_per_s?, quantile(c)? * 1e3)))
                 .filter(|(x, y)| x.is_finite() && *x > 0.0 && y.is_finite() && *y > 0.0)
                 .collect();

@@ -9,7 +9,7 @@ use std::borrow::Cow;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::domain::{CellStatus, Strategy};
+use crate::domain::{Arm, CellStatus, Strategy, TimeSliceInterval};
 use crate::error::{BenchError, Result};
 use crate::results::record::CellRecord;
 
@@ -18,13 +18,20 @@ use super::RunData;
 const W: u32 = 720;
 const H: u32 = 420;
 
-/// Colour, marker and dash of a strategy (Okabe–Ito colours of distinct lightness).
-pub(crate) fn look(s: Strategy) -> (RGBColor, usize, Option<(u32, u32)>) {
-    match s {
-        Strategy::Exclusive => (RGBColor(0, 0, 0), 0, None),
-        Strategy::TimeSlicing => (RGBColor(0, 114, 178), 1, Some((10, 5))),
-        Strategy::Mps => (RGBColor(213, 94, 0), 2, Some((3, 4))),
-        Strategy::Mig => (RGBColor(0, 158, 115), 3, Some((14, 4))),
+/// Colour, marker and dash of an arm (Okabe–Ito colours of distinct lightness): each
+/// strategy its own; time-slicing's DRA intervals its triangle with a colour and dash
+/// each (plain time-slicing and the default interval share blue: a run has one or the
+/// other).
+pub(crate) fn look(a: impl Into<Arm>) -> (RGBColor, usize, Option<(u32, u32)>) {
+    let a = a.into();
+    match (a.strategy, a.timeslice) {
+        (Strategy::Exclusive, _) => (RGBColor(0, 0, 0), 0, None),
+        (Strategy::TimeSlicing, None | Some(TimeSliceInterval::Default)) => (RGBColor(0, 114, 178), 1, Some((10, 5))),
+        (Strategy::TimeSlicing, Some(TimeSliceInterval::Short)) => (RGBColor(86, 180, 233), 1, Some((4, 3))),
+        (Strategy::TimeSlicing, Some(TimeSliceInterval::Medium)) => (RGBColor(204, 121, 167), 1, Some((7, 4))),
+        (Strategy::TimeSlicing, Some(TimeSliceInterval::Long)) => (RGBColor(230, 159, 0), 1, Some((18, 5))),
+        (Strategy::Mps, _) => (RGBColor(213, 94, 0), 2, Some((3, 4))),
+        (Strategy::Mig, _) => (RGBColor(0, 158, 115), 3, Some((14, 4))),
     }
 }
 
@@ -112,11 +119,11 @@ struct LineChart<'a> {
     file: &'a str,
     title: String,
     y_label: &'a str,
-    series: Vec<(Strategy, Vec<(f64, f64)>)>,
+    series: Vec<(Arm, Vec<(f64, f64)>)>,
     /// (pods, low, high) of the 95% interval over repeats at each point of a series.
-    errors: Vec<(Strategy, Band)>,
-    bands: Vec<(Strategy, Band)>,
-    scatter: Vec<(Strategy, Vec<(f64, f64)>)>,
+    errors: Vec<(Arm, Band)>,
+    bands: Vec<(Arm, Band)>,
+    scatter: Vec<(Arm, Vec<(f64, f64)>)>,
 }
 
 fn draw(data: &RunData, chart: LineChart<'_>) -> Result<Option<(String, String)>> {
@@ -200,7 +207,7 @@ fn draw(data: &RunData, chart: LineChart<'_>) -> Result<Option<(String, String)>
 }
 
 /// The cells of a strategy that measured, by pod count (combined over repeats).
-fn ok_aggregates(data: &RunData, s: Strategy) -> Vec<Cow<'_, CellRecord>> {
+fn ok_aggregates(data: &RunData, s: Arm) -> Vec<Cow<'_, CellRecord>> {
     let mut pods = data.run.plan.pods.clone();
     pods.sort_unstable();
     pods.into_iter()
@@ -209,8 +216,8 @@ fn ok_aggregates(data: &RunData, s: Strategy) -> Vec<Cow<'_, CellRecord>> {
         .collect()
 }
 
-fn series(data: &RunData, f: fn(&CellRecord) -> Option<f64>) -> Vec<(Strategy, Vec<(f64, f64)>)> {
-    data.strategies()
+fn series(data: &RunData, f: fn(&CellRecord) -> Option<f64>) -> Vec<(Arm, Vec<(f64, f64)>)> {
+    data.arms()
         .into_iter()
         .map(|s| {
             (
@@ -226,8 +233,8 @@ fn series(data: &RunData, f: fn(&CellRecord) -> Option<f64>) -> Vec<(Strategy, V
 }
 
 /// The 95% intervals over repeats of a series' points (none in a run of one repeat).
-fn error_bars(data: &RunData, f: fn(&CellRecord) -> Option<f64>) -> Vec<(Strategy, Band)> {
-    data.strategies()
+fn error_bars(data: &RunData, f: fn(&CellRecord) -> Option<f64>) -> Vec<(Arm, Band)> {
+    data.arms()
         .into_iter()
         .map(|s| {
             let bars: Band = ok_aggregates(data, s)
@@ -246,7 +253,7 @@ fn error_bars(data: &RunData, f: fn(&CellRecord) -> Option<f64>) -> Vec<(Strateg
 
 /// Every chart that has data, as (file name, SVG).
 pub fn all(data: &RunData) -> Result<Vec<(String, String)>> {
-    let strategies = data.strategies();
+    let strategies = data.arms();
     let n = strategies.len().max(1) as f64;
     let mut out = Vec::new();
     let bands = strategies
@@ -294,7 +301,7 @@ pub fn all(data: &RunData) -> Result<Vec<(String, String)>> {
                     let pts = data
                         .cells
                         .iter()
-                        .filter(|c| c.strategy == s && !c.is_aggregate() && c.status == CellStatus::Ok)
+                        .filter(|c| c.arm() == s && !c.is_aggregate() && c.status == CellStatus::Ok)
                         .filter_map(|c| c.throughput_per_s.map(|t| (c.pods as f64 + off, t)))
                         .collect::<Vec<_>>();
                     (s, pts)

@@ -17,7 +17,7 @@
 
 use std::ops::Deref;
 
-use crate::domain::{CellStatus, Strategy};
+use crate::domain::{Arm, CellStatus};
 use crate::error::{BenchError, Result};
 use crate::results::record::CellRecord;
 use crate::stats::interval::difference_half_width;
@@ -73,8 +73,8 @@ impl Noise {
 /// One compared cell.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CellComparison {
-    /// Strategy.
-    pub strategy: Strategy,
+    /// Strategy, and time-slicing's DRA interval.
+    pub arm: Arm,
     /// Pods.
     pub pods: u32,
     /// Relative change of the mean latency (+0.1 = 10% slower).
@@ -164,7 +164,7 @@ fn latency_spread(r: &CellRecord) -> f64 {
 /// The noise of a cell's changes: between repeats when both runs repeated it, else the
 /// window spreads the two cells recorded; the p99 resolution either way.
 fn noise(base: &RunData, cand: &RunData, b: &CellRecord, c: &CellRecord) -> Noise {
-    let (s, p) = (b.strategy, b.pods);
+    let (s, p) = (b.arm(), b.pods);
     let resolution = b.quantile_resolution.unwrap_or(0.0) + c.quantile_resolution.unwrap_or(0.0);
     let between = |f: fn(&CellRecord) -> Option<f64>| -> Option<f64> {
         let (ib, ic) = (base.interval(s, p, f)?, cand.interval(s, p, f)?);
@@ -201,7 +201,7 @@ fn noise(base: &RunData, cand: &RunData, b: &CellRecord, c: &CellRecord) -> Nois
 fn compare_cell(base: &RunData, cand: &RunData, b: &CellRecord, c: &CellRecord, threshold: f64) -> CellComparison {
     let noise = noise(base, cand, b, c);
     let mut out = CellComparison {
-        strategy: b.strategy,
+        arm: b.arm(),
         pods: b.pods,
         mean: rel(b.mean_s, c.mean_s),
         p99: rel(b.p99_s, c.p99_s),
@@ -279,7 +279,7 @@ fn missing_cell(b: &CellRecord, cand: &RunData) -> CellComparison {
         format!("missing: not in the candidate run (its state is {:?})", cand.run.state)
     };
     CellComparison {
-        strategy: b.strategy,
+        arm: b.arm(),
         pods: b.pods,
         mean: None,
         p99: None,
@@ -363,11 +363,11 @@ pub fn compare_runs(base: &RunData, cand: &RunData, threshold: f64) -> Result<Co
 /// One row per cell of the baseline (in its plan's order; repeats combined): compared
 /// when the candidate has it, `missing` (a failure) when it does not.
 fn rows(base: &RunData, cand: &RunData, threshold: f64) -> Vec<CellComparison> {
-    base.strategies()
+    base.arms()
         .into_iter()
         .flat_map(|s| base.run.plan.pods.iter().map(move |&p| (s, p)))
         .filter_map(|(s, p)| base.aggregate(s, p))
-        .map(|b| match cand.aggregate(b.strategy, b.pods) {
+        .map(|b| match cand.aggregate(b.arm(), b.pods) {
             Some(c) => compare_cell(base, cand, &b, &c, threshold),
             None => missing_cell(&b, cand),
         })
@@ -397,7 +397,7 @@ pub fn render(rows: &[CellComparison]) -> String {
         };
         s.push_str(&format!(
             "{:<13} {:>4}  {:>9} {:>9} {:>11} {:>8.1}%  {verdict}\n",
-            r.strategy.title(),
+            r.arm.title(),
             r.pods,
             pct(r.mean),
             pct(r.p99),
@@ -413,6 +413,7 @@ mod tests {
     use std::path::Path;
 
     use super::*;
+    use crate::domain::Strategy;
 
     fn fixture(name: &str) -> RunData {
         RunData::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)).expect("fixture")
@@ -446,7 +447,7 @@ mod tests {
             "{:?}",
             c.notices
         );
-        let mig: Vec<_> = c.rows.iter().filter(|r| r.strategy == Strategy::Mig).collect();
+        let mig: Vec<_> = c.rows.iter().filter(|r| r.arm.strategy == Strategy::Mig).collect();
         assert_eq!(mig.len(), 4);
         assert!(mig.iter().all(|r| r.verdict == Verdict::NotMeasured));
         let text = render(&c);
@@ -468,7 +469,7 @@ mod tests {
             .iter()
             .find(|r| r.verdict == Verdict::Missing)
             .expect("missing row");
-        assert_eq!((row.strategy, row.pods, row.is_failure()), (Strategy::Mps, 5, true));
+        assert_eq!((row.arm.strategy, row.pods, row.is_failure()), (Strategy::Mps, 5, true));
         let line = render(&c)
             .lines()
             .find(|l| l.starts_with("MPS") && l.contains(" 5 "))
@@ -602,7 +603,7 @@ mod tests {
         let row = c
             .rows
             .iter()
-            .find(|r| r.strategy == Strategy::Mps && r.pods == 3)
+            .find(|r| r.arm.strategy == Strategy::Mps && r.pods == 3)
             .expect("row");
         assert_eq!(row.noise.source, NoiseSource::Repeats);
         // s = 1% of the mean: t(0.975, 2) · 1% · √(1 + 1/3) ≈ 4.97%.

@@ -213,7 +213,14 @@ fn environment(data: &RunData) -> Vec<(String, String)> {
             "Sharing API".into(),
             format!(
                 "DRA: ResourceClaims with NVIDIA's DRA driver's GpuConfig (time-slice interval {}; MPS threads {}, pinned memory {})",
-                d.timeslice.map_or("none: the GPU as the node had it".into(), |t| t.name().to_string()),
+                if d.timeslices.is_empty() {
+                    "none: the GPU as the node had it".into()
+                } else {
+                    format!(
+                        "{}, each its own rows",
+                        crate::config::values::List(d.timeslices.clone())
+                    )
+                },
                 d.mps_thread_percentage
                     .map_or("100/max(2, N)%".into(), |t| format!("{t}%")),
                 d.mps_memory_limit.as_deref().unwrap_or("the GPU's memory/max(2, N)")

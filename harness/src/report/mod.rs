@@ -13,7 +13,7 @@ pub mod tables;
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
-use crate::domain::{DeviceKind, Strategy};
+use crate::domain::{Arm, DeviceKind, Strategy};
 use crate::error::{BenchError, Result};
 use crate::isolation::record::{IsolationRecord, isolation_csv};
 use crate::results::record::{CellRecord, RunRecord, parse_cells_jsonl};
@@ -96,15 +96,12 @@ impl RunData {
                 self.cells.iter().filter(|c| c.is_aggregate()).count()
             ));
         }
-        let planned = plan.strategies.len() * plan.pods.len() * plan.repeat as usize;
+        let arms = plan.arms().len();
+        let planned = arms * plan.pods.len() * plan.repeat as usize;
         // Rows read back are inside the plan (checked at load), one aggregate per cell.
         let measured = self.cells.iter().filter(|c| c.is_aggregate()).count();
         let repeats = if plan.repeat > 1 {
-            format!(
-                " ({} repeats of {} cells)",
-                plan.repeat,
-                plan.strategies.len() * plan.pods.len()
-            )
+            format!(" ({} repeats of {} cells)", plan.repeat, arms * plan.pods.len())
         } else {
             String::new()
         };
@@ -117,8 +114,8 @@ impl RunData {
     /// The aggregate row of a cell: the row itself in a run of one repeat, the rows of
     /// every repeat combined ([`combine`]: means over the repeats that measured it) in a
     /// run of several.
-    pub fn aggregate(&self, strategy: Strategy, pods: u32) -> Option<Cow<'_, CellRecord>> {
-        let rows = self.repeats(strategy, pods);
+    pub fn aggregate(&self, arm: impl Into<Arm>, pods: u32) -> Option<Cow<'_, CellRecord>> {
+        let rows = self.repeats(arm, pods);
         match rows.as_slice() {
             [] => None,
             [one] => Some(Cow::Borrowed(*one)),
@@ -127,11 +124,12 @@ impl RunData {
     }
 
     /// The aggregate rows of a cell, one per repeat, in repeat order.
-    pub fn repeats(&self, strategy: Strategy, pods: u32) -> Vec<&CellRecord> {
+    pub fn repeats(&self, arm: impl Into<Arm>, pods: u32) -> Vec<&CellRecord> {
+        let arm = arm.into();
         let mut rows: Vec<&CellRecord> = self
             .cells
             .iter()
-            .filter(|c| c.strategy == strategy && c.pods == pods && c.is_aggregate())
+            .filter(|c| c.arm() == arm && c.pods == pods && c.is_aggregate())
             .collect();
         rows.sort_by_key(|c| c.repeat);
         rows
@@ -140,11 +138,11 @@ impl RunData {
     /// A metric of a cell over its repeats: mean and 95% interval (None: not measured).
     pub fn interval(
         &self,
-        strategy: Strategy,
+        arm: impl Into<Arm>,
         pods: u32,
         metric: impl Fn(&CellRecord) -> Option<f64>,
     ) -> Option<Interval> {
-        interval(&self.repeats(strategy, pods), metric)
+        interval(&self.repeats(arm, pods), metric)
     }
 
     /// Passes over the plan the run asked for (`--repeat`).
@@ -155,6 +153,12 @@ impl RunData {
     /// Strategies in plan order.
     pub fn strategies(&self) -> Vec<Strategy> {
         self.run.plan.strategies.clone()
+    }
+
+    /// Arms in plan order: the rows of the tables and the lines of the charts (a
+    /// strategy, or time-slicing once per DRA interval).
+    pub fn arms(&self) -> Vec<Arm> {
+        self.run.plan.arms()
     }
 
     /// Pod counts, largest first (the reference study's column order); a capacity

@@ -230,6 +230,9 @@ fn slo_unit(data: &RunData, title: &str) -> Option<String> {
     ))
 }
 
+/// How to read the rows of a DRA time-slice interval sweep (`--timeslice`).
+pub const INTERVAL_READING: &str = "Time-slicing (default), (short), (medium) and (long) are time-slicing through one shared DRA claim whose GpuConfig asked NVIDIA's DRA driver for that time slice: it runs nvidia-smi compute-policy --set-timeslice 0 to 3 on the GPU when it prepares the claim and back to 0 when it unprepares it. Each interval has its own rows, and its speed-up and slow-down are against its own 1-pod cell.";
+
 /// Builds every table (pure).
 pub fn all(data: &RunData) -> Tables {
     let pods = data.pods_desc();
@@ -237,7 +240,7 @@ pub fn all(data: &RunData) -> Tables {
     // Notes are numbered by first appearance; the reason alone (without the cell) is
     // what repeats, e.g. one MIG reason for four cells.
     let mut cell_notes = std::collections::HashMap::new();
-    for s in data.strategies() {
+    for s in data.arms() {
         for &p in &pods {
             if let Some(a) = data.aggregate(s, p)
                 && a.status != CellStatus::Ok
@@ -249,7 +252,7 @@ pub fn all(data: &RunData) -> Tables {
     }
     // The coarsest quantile resolution of the run's cells (None: an older run).
     let resolution = data
-        .strategies()
+        .arms()
         .into_iter()
         .flat_map(|s| {
             pods.iter()
@@ -260,7 +263,7 @@ pub fn all(data: &RunData) -> Tables {
         .iter()
         .filter(|m| {
             !m.optional
-                || data.strategies().into_iter().any(|s| {
+                || data.arms().into_iter().any(|s| {
                     pods.iter()
                         .any(|&p| data.aggregate(s, p).and_then(|a| (m.value)(&a)).is_some())
                 })
@@ -280,7 +283,7 @@ pub fn all(data: &RunData) -> Tables {
                 .map(|p| format!("{p} pod{}", if *p == 1 { "" } else { "s" }))
                 .collect(),
             rows: data
-                .strategies()
+                .arms()
                 .into_iter()
                 .map(|s| {
                     let cells = pods
@@ -321,6 +324,9 @@ pub fn all(data: &RunData) -> Tables {
             data.planned_repeats(),
             crate::stats::interval::METHOD
         ));
+    }
+    if data.arms().iter().any(|a| a.timeslice.is_some()) {
+        reading.push(INTERVAL_READING.to_string());
     }
     if let Some(r) = resolution {
         reading.push(format!(

@@ -136,6 +136,10 @@ pub struct CellRecord {
     /// (`workload_info{load_seed}`; per-pod rows under `--load poisson:RATE`).
     #[serde(default)]
     pub load_seed: Option<u64>,
+    /// Time-slicing through DRA with `--timeslice`: the interval the cell's claim set
+    /// (its own rows beside the other intervals'; empty otherwise).
+    #[serde(default)]
+    pub timeslice: Option<crate::domain::TimeSliceInterval>,
 }
 
 /// The repeat of a row or plan recorded before `--repeat` existed: the only one.
@@ -202,6 +206,15 @@ impl CellRecord {
             slo_met: None,
             goodput_per_s: None,
             load_seed: None,
+            timeslice: None,
+        }
+    }
+
+    /// The arm the row belongs to: its strategy and DRA time-slice interval.
+    pub fn arm(&self) -> crate::domain::Arm {
+        crate::domain::Arm {
+            strategy: self.strategy,
+            timeslice: self.timeslice,
         }
     }
 
@@ -337,7 +350,7 @@ pub struct PlanRecord {
     /// Kubernetes: how pods got their share (`--sharing-api`; absent: device-plugin).
     #[serde(default, skip_serializing_if = "is_device_plugin")]
     pub sharing_api: crate::config::values::SharingApi,
-    /// Kubernetes with DRA: the claims' time-slice interval and MPS limits as given.
+    /// Kubernetes with DRA: the claims' time-slice intervals and MPS limits as given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dra: Option<crate::backend::k8s::dra::DraSettings>,
 }
@@ -363,6 +376,13 @@ fn is_default_ready_path(p: &str) -> bool {
 }
 
 impl PlanRecord {
+    /// The recorded sweep's arms in order (as [`SweepPlan::arms`]).
+    pub fn arms(&self) -> Vec<crate::domain::Arm> {
+        let none = Vec::new();
+        let timeslices = self.dra.as_ref().map_or(&none, |d| &d.timeslices);
+        crate::domain::arms(&self.strategies, timeslices)
+    }
+
     /// The plan as recorded in run.json, after device resolution (the CPU smoke pipeline
     /// narrows it to tiny, fp32, time-slicing).
     pub fn from_plan(plan: &SweepPlan, device: DeviceKind, source: Source) -> PlanRecord {
@@ -633,6 +653,21 @@ impl PlanRecord {
                 "DRA settings belong to a Kubernetes run with sharing_api dra, and such a run has them",
             ));
         }
+        if let Some(d) = &self.dra {
+            let mut seen = d.timeslices.clone();
+            seen.sort_unstable();
+            seen.dedup();
+            if seen.len() != d.timeslices.len() {
+                return Err(bad_field(path, "plan.dra.timeslices", "an interval is listed twice"));
+            }
+            if !d.timeslices.is_empty() && !self.strategies.contains(&Strategy::TimeSlicing) {
+                return Err(bad_field(
+                    path,
+                    "plan.dra.timeslices",
+                    "intervals of time-slicing, which plan.strategies does not list",
+                ));
+            }
+        }
         if self.backend == "kubernetes" && self.ready_path == "none" {
             return Err(bad_field(
                 path,
@@ -860,8 +895,8 @@ pub fn parse_cells_jsonl(text: &str, path: &Path, plan: Option<&PlanRecord>) -> 
         reason: format!("line {line}: {reason}"),
     };
     let mut rows = Vec::new();
-    // A cell: (strategy, pods, repeat).
-    type Key = (Strategy, u32, u32);
+    // A cell: (arm, pods, repeat).
+    type Key = (crate::domain::Arm, u32, u32);
     let mut seen: HashMap<(Key, &str), usize> = HashMap::new();
     // Per cell: the first pod row's line, pod rows, and whether the aggregate is there.
     let mut cells: Vec<(Key, usize, u32, bool)> = Vec::new();
@@ -877,6 +912,18 @@ pub fn parse_cells_jsonl(text: &str, path: &Path, plan: Option<&PlanRecord>) -> 
                         "strategy {} is not in run.json's plan ({})",
                         row.strategy,
                         listed(&plan.strategies)
+                    ),
+                ));
+            }
+            let arms = plan.arms();
+            if !arms.contains(&row.arm()) {
+                return Err(at(
+                    line,
+                    format!(
+                        "{} (timeslice {}) is not in run.json's plan ({})",
+                        row.strategy,
+                        row.timeslice.map_or("empty", |t| t.name()),
+                        listed(&arms)
                     ),
                 ));
             }
@@ -899,16 +946,19 @@ pub fn parse_cells_jsonl(text: &str, path: &Path, plan: Option<&PlanRecord>) -> 
         rows.push((line, row));
     }
     for (line, row) in &rows {
-        if let Some(first) = seen.insert(((row.strategy, row.pods, row.repeat), row.pod.as_str()), *line) {
+        let key = (row.arm(), row.pods, row.repeat);
+        if let Some(first) = seen.insert((key, row.pod.as_str()), *line) {
             return Err(at(
                 *line,
                 format!(
                     "duplicate row (strategy {}, pods {}, repeat {}, pod {:?}), first on line {first}",
-                    row.strategy, row.pods, row.repeat, row.pod
+                    row.arm(),
+                    row.pods,
+                    row.repeat,
+                    row.pod
                 ),
             ));
         }
-        let key = (row.strategy, row.pods, row.repeat);
         let i = match cells.iter().position(|(k, ..)| *k == key) {
             Some(i) => i,
             None => {
@@ -1012,7 +1062,7 @@ mod tests {
         let path = Path::new("results/r/run.json");
         assert!(fixture_run().validate(path).is_ok());
         type Tamper = fn(&mut RunRecord);
-        let cases: [(&str, Tamper); 17] = [
+        let cases: [(&str, Tamper); 19] = [
             ("plan.warmup_s: -5 is not a duration", |r| r.plan.warmup_s = -5.0),
             ("plan.max_cell_s: 1e300 is not a duration", |r| {
                 r.plan.max_cell_s = 1e300
@@ -1035,6 +1085,23 @@ mod tests {
             ("plan.tolerance: 1 is not a fraction", |r| r.plan.tolerance = 1.0),
             ("plan.dra: DRA settings belong to a Kubernetes run", |r| {
                 r.plan.dra = Some(Default::default())
+            }),
+            ("plan.dra.timeslices: an interval is listed twice", |r| {
+                r.plan.backend = "kubernetes".into();
+                r.plan.sharing_api = crate::config::values::SharingApi::Dra;
+                r.plan.dra = Some(crate::backend::k8s::dra::DraSettings {
+                    timeslices: vec![crate::domain::TimeSliceInterval::Short; 2],
+                    ..Default::default()
+                });
+            }),
+            ("plan.dra.timeslices: intervals of time-slicing", |r| {
+                r.plan.backend = "kubernetes".into();
+                r.plan.sharing_api = crate::config::values::SharingApi::Dra;
+                r.plan.strategies = vec![Strategy::Mps];
+                r.plan.dra = Some(crate::backend::k8s::dra::DraSettings {
+                    timeslices: vec![crate::domain::TimeSliceInterval::Short],
+                    ..Default::default()
+                });
             }),
             ("run_id: \"../..\" is not a plain directory name", |r| {
                 r.run_id = "../..".into()
@@ -1282,6 +1349,22 @@ mod tests {
             e.contains("line 1: pods 9 is not in run.json's plan (1, 3, 5, 7)"),
             "{e}"
         );
+        // An interval the plan did not sweep (only time-slicing through DRA has any).
+        let e = parse_err(
+            &tampered_lines(&[1, 2], |v| v["timeslice"] = "short".into()),
+            Some(&plan),
+        );
+        assert!(
+            e.contains(
+                "line 1: exclusive (timeslice short) is not in run.json's plan (exclusive, time-slicing, mps, mig)"
+            ),
+            "{e}"
+        );
+        let e = parse_err(
+            &tampered_lines(&[1, 2], |v| v["timeslice"] = "Short".into()),
+            Some(&plan),
+        );
+        assert!(e.contains("line 1: unknown variant `Short`"), "{e}");
         // A repeat the plan did not ask for, or none at all.
         let e = parse_err(&tampered_lines(&[1, 2], |v| v["repeat"] = 2.into()), Some(&plan));
         assert!(

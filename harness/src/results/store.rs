@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::config::plan::{SweepPlan, default_run_id, validate_run_id};
-use crate::domain::{DeviceKind, Strategy};
+use crate::domain::{Arm, DeviceKind};
 use crate::error::{BenchError, Result};
 use crate::isolation::record::{IsolationRecord, isolation_csv, isolation_jsonl, parse_isolation_jsonl};
 use crate::results::lock::RunLock;
@@ -210,15 +210,16 @@ impl RunStore {
     }
 
     /// Whether a cell of a repeat is already on disk.
-    pub fn has_cell(&self, repeat: u32, strategy: Strategy, pods: u32) -> bool {
-        self.aggregate(repeat, strategy, pods).is_some()
+    pub fn has_cell(&self, repeat: u32, arm: impl Into<Arm>, pods: u32) -> bool {
+        self.aggregate(repeat, arm, pods).is_some()
     }
 
     /// The aggregate row of a cell of a repeat.
-    pub fn aggregate(&self, repeat: u32, strategy: Strategy, pods: u32) -> Option<&CellRecord> {
+    pub fn aggregate(&self, repeat: u32, arm: impl Into<Arm>, pods: u32) -> Option<&CellRecord> {
+        let arm = arm.into();
         self.cells
             .iter()
-            .find(|c| c.repeat == repeat && c.strategy == strategy && c.pods == pods && c.is_aggregate())
+            .find(|c| c.repeat == repeat && c.arm() == arm && c.pods == pods && c.is_aggregate())
     }
 
     /// Updates run.json (state, unavailable strategies, finish time).
@@ -230,13 +231,15 @@ impl RunStore {
     /// Appends one cell's rows and rewrites the cell files atomically.
     pub fn save_cell(&mut self, rows: Vec<CellRecord>) -> Result<()> {
         if let Some(first) = rows.first()
-            && self.has_cell(first.repeat, first.strategy, first.pods)
+            && self.has_cell(first.repeat, first.arm(), first.pods)
         {
             return Err(BenchError::Results {
                 path: self.dir.clone(),
                 reason: format!(
                     "cell {} × {} pods (repeat {}) is already saved",
-                    first.strategy, first.pods, first.repeat
+                    first.arm(),
+                    first.pods,
+                    first.repeat
                 ),
             });
         }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::backend::PodState;
 use crate::config::plan::{MeasureSettings, Slo};
-use crate::domain::{CellStatus, DeviceKind, Source, Strategy};
+use crate::domain::{Arm, CellStatus, DeviceKind, Source};
 use crate::metrics::PodSnapshot;
 use crate::results::record::{ALL_PODS, CellRecord, now_rfc3339};
 use crate::stats::{Histogram, WindowStat, jain_index, relative_spread, stable};
@@ -19,8 +19,8 @@ use crate::telemetry::TelemetrySummary;
 pub struct CellLabels {
     /// Run id.
     pub run_id: String,
-    /// Strategy.
-    pub strategy: Strategy,
+    /// Strategy, and time-slicing's DRA interval.
+    pub arm: Arm,
     /// Pods requested.
     pub pods: u32,
     /// Which pass over the plan, from 1.
@@ -102,7 +102,8 @@ pub fn empty_row(l: &CellLabels, pod: &str, status: CellStatus, source: Source, 
         started_at: now_rfc3339(),
         repeat: l.repeat,
         offered_per_s: l.offered_per_pod,
-        ..CellRecord::unmeasured(l.strategy, l.pods, pod, status, source, l.device)
+        timeslice: l.arm.timeslice,
+        ..CellRecord::unmeasured(l.arm.strategy, l.pods, pod, status, source, l.device)
     }
 }
 
@@ -181,7 +182,7 @@ pub fn cell_summary(rows: &[CellRecord]) -> String {
     };
     let head = format!(
         "{:<13} {} pod{}",
-        agg.strategy.title(),
+        agg.arm().title(),
         agg.pods,
         if agg.pods == 1 { " " } else { "s" }
     );
@@ -404,6 +405,7 @@ pub fn cell_rows(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::Strategy;
 
     fn snap(at: tokio::time::Instant, bounds: &[f64], count: f64) -> PodSnapshot {
         PodSnapshot {
@@ -452,7 +454,7 @@ mod tests {
     fn labels() -> CellLabels {
         CellLabels {
             run_id: "r".into(),
-            strategy: Strategy::Mps,
+            arm: Strategy::Mps.into(),
             pods: 2,
             repeat: 1,
             model: "tiny".into(),

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::domain::Strategy;
+use crate::domain::Arm;
 
 /// Receives progress events.
 pub trait Progress {
@@ -28,10 +28,10 @@ pub trait Progress {
 
 /// What a sweep's cell is: "MPS × 3 pods", with " (repeat 2 of 3)" when the plan
 /// repeats (`pass` is (repeat, of repeats)).
-pub fn cell_title(strategy: Strategy, pods: u32, pass: Option<(u32, u32)>) -> String {
+pub fn cell_title(arm: Arm, pods: u32, pass: Option<(u32, u32)>) -> String {
     format!(
         "{} × {pods} pod{}{}",
-        strategy.title(),
+        arm.title(),
         if pods == 1 { "" } else { "s" },
         pass.map(|(r, n)| format!(" (repeat {r} of {n})")).unwrap_or_default()
     )

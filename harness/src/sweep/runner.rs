@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::backend::{Backend, Prepared, Session};
 use crate::client::source::RequestSource;
 use crate::config::plan::{MeasureSettings, PrometheusSetting};
-use crate::domain::{CellStatus, Strategy};
+use crate::domain::{Arm, CellStatus};
 use crate::error::{BenchError, Result};
 use crate::metrics::MetricsSource;
 use crate::metrics::prometheus::PrometheusSource;
@@ -229,8 +229,9 @@ async fn sweep_cells<B: Backend, S: MetricsSource>(
 ) -> Result<usize> {
     let plan = store.run().plan.clone();
     let repeats = plan.repeat.max(1);
-    let passes: Vec<(u32, Vec<Strategy>)> = (1..=repeats).map(|r| (r, rotated(&plan.strategies, r))).collect();
-    let total = (plan.strategies.len() * plan.pods.len()) as u64 * u64::from(repeats);
+    let arms = plan.arms();
+    let passes: Vec<(u32, Vec<Arm>)> = (1..=repeats).map(|r| (r, rotated(&arms, r))).collect();
+    let total = (arms.len() * plan.pods.len()) as u64 * u64::from(repeats);
     let done = store.cells().iter().filter(|c| c.is_aggregate()).count() as u64;
     progress.sweep_start(total, done, "cells");
     let mut cells = CellRunner {
@@ -251,24 +252,24 @@ async fn sweep_cells<B: Backend, S: MetricsSource>(
         {
             progress.message(&format!(
                 "repeat {repeat} of {repeats}: {}",
-                order.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")
+                order.iter().map(|a| a.name()).collect::<Vec<_>>().join(", ")
             ));
         }
-        for &strategy in order {
+        for &arm in order {
             if shutdown.is_requested() {
                 return Err(shutdown.interrupted());
             }
-            if plan.pods.iter().all(|p| store.has_cell(repeat, strategy, *p)) {
+            if plan.pods.iter().all(|p| store.has_cell(repeat, arm, *p)) {
                 continue;
             }
-            let prepared = cells.prepare(strategy, store).await?;
+            let prepared = cells.prepare(arm, store).await?;
             for &pods in &plan.pods {
-                if store.has_cell(repeat, strategy, pods) {
+                if store.has_cell(repeat, arm, pods) {
                     continue;
                 }
-                let title = cell_title(strategy, pods, (repeats > 1).then_some((repeat, repeats)));
+                let title = cell_title(arm, pods, (repeats > 1).then_some((repeat, repeats)));
                 cells
-                    .run(store, &prepared, &labels(store, strategy, pods, repeat), &title)
+                    .run(store, &prepared, &labels(store, arm, pods, repeat), &title)
                     .await?;
                 ran += 1;
             }
@@ -278,12 +279,12 @@ async fn sweep_cells<B: Backend, S: MetricsSource>(
 }
 
 /// The labels of a cell of the run in `store`.
-pub(crate) fn labels(store: &RunStore, strategy: Strategy, pods: u32, repeat: u32) -> CellLabels {
+pub(crate) fn labels(store: &RunStore, arm: Arm, pods: u32, repeat: u32) -> CellLabels {
     let run = store.run();
     let plan = &run.plan;
     CellLabels {
         run_id: run.run_id.clone(),
-        strategy,
+        arm,
         pods,
         repeat,
         model: plan.model.clone(),
@@ -312,12 +313,12 @@ pub(crate) struct CellRunner<'a, B, S> {
 }
 
 impl<B: Backend, S: MetricsSource> CellRunner<'_, B, S> {
-    /// Prepares a strategy; one that cannot run here is said and recorded in run.json.
-    pub async fn prepare(&mut self, strategy: Strategy, store: &mut RunStore) -> Result<Prepared> {
-        let prepared = self.backend.prepare(strategy, self.shutdown).await?;
+    /// Prepares an arm; a strategy that cannot run here is said and recorded in run.json.
+    pub async fn prepare(&mut self, arm: Arm, store: &mut RunStore) -> Result<Prepared> {
+        let prepared = self.backend.prepare(arm, self.shutdown).await?;
+        let strategy = arm.strategy;
         if let Prepared::Unavailable(reason) = &prepared {
-            self.progress
-                .message(&format!("{} unavailable: {reason}", strategy.title()));
+            self.progress.message(&format!("{} unavailable: {reason}", arm.title()));
             store.update_run(|r| {
                 if !r.unavailable.iter().any(|u| u.strategy == strategy) {
                     r.unavailable.push(Unavailable {
@@ -341,7 +342,7 @@ impl<B: Backend, S: MetricsSource> CellRunner<'_, B, S> {
         labels: &CellLabels,
         title: &str,
     ) -> Result<()> {
-        let (strategy, pods, repeat) = (labels.strategy, labels.pods, labels.repeat);
+        let (arm, pods, repeat) = (labels.arm, labels.pods, labels.repeat);
         let shutdown = self.shutdown;
         // A stop asked for between cells launches nothing more.
         if shutdown.is_requested() {
@@ -356,10 +357,10 @@ impl<B: Backend, S: MetricsSource> CellRunner<'_, B, S> {
             Prepared::Unavailable(reason) => unavailable_rows(labels, kind, reason),
             Prepared::Ready => {
                 let load = store.run().plan.load.workload_args(pods);
-                let launched = self.backend.launch(strategy, pods, &load, shutdown).await;
+                let launched = self.backend.launch(arm.strategy, pods, &load, shutdown).await;
                 let measured = match launched {
                     Ok(_) => {
-                        let baseline = store.aggregate(repeat, strategy, 1).cloned();
+                        let baseline = store.aggregate(repeat, arm, 1).cloned();
                         measure_cell(
                             self.backend,
                             self.source,
@@ -422,11 +423,11 @@ impl<B: Backend, S: MetricsSource> CellRunner<'_, B, S> {
     }
 }
 
-/// The strategies of pass `repeat` (from 1): the plan's order rotated left by
-/// `repeat − 1`, so that over the passes every strategy runs early and late, and slow
-/// drift (heat, power caps, other tenants) does not line up with one strategy.
-pub fn rotated(strategies: &[Strategy], repeat: u32) -> Vec<Strategy> {
-    let mut v = strategies.to_vec();
+/// The arms (or strategies) of pass `repeat` (from 1): the plan's order rotated left by
+/// `repeat − 1`, so that over the passes every arm runs early and late, and slow drift
+/// (heat, power caps, other tenants) does not line up with one of them.
+pub fn rotated<T: Clone>(arms: &[T], repeat: u32) -> Vec<T> {
+    let mut v = arms.to_vec();
     if !v.is_empty() {
         let k = (repeat.saturating_sub(1) as usize) % v.len();
         v.rotate_left(k);

@@ -1033,8 +1033,8 @@ pub async fn ensure_namespace(client: &Client, ns: &str) -> Result<()> {
 }
 
 /// The pods of a sweep's cell (`strategy` × `pods`), not terminating, by name.
-pub async fn list_cell_pods(api: &Api<Pod>, strategy: Strategy, pods: u32) -> Result<Vec<CellPod>> {
-    let selector = format!("{}={}-{pods}", objects::CELL_LABEL, strategy.name());
+pub async fn list_cell_pods(api: &Api<Pod>, arm: impl Into<crate::domain::Arm>, pods: u32) -> Result<Vec<CellPod>> {
+    let selector = format!("{}={}-{pods}", objects::CELL_LABEL, arm.into().name());
     let mut list = api
         .list(&ListParams::default().labels(&selector))
         .await
@@ -1111,7 +1111,9 @@ impl Backend for KubernetesBackend {
         "kubernetes"
     }
 
-    async fn prepare(&mut self, strategy: Strategy, shutdown: &Shutdown) -> Result<Prepared> {
+    async fn prepare(&mut self, arm: crate::domain::Arm, shutdown: &Shutdown) -> Result<Prepared> {
+        // A time-slice interval is DRA's: the plan gives one to no other backend.
+        let strategy = arm.strategy;
         shutdown.guard(self.ensure_namespace()).await?;
         let labels = labels_of(&shutdown.guard(self.read_node()).await?);
         match strategy {

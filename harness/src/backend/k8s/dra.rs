@@ -21,7 +21,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::domain::Strategy;
+pub use crate::domain::TimeSliceInterval;
+use crate::domain::{Arm, Strategy};
 
 /// The driver's name, in ResourceSlices and in a claim's opaque config.
 pub const DRIVER: &str = "gpu.nvidia.com";
@@ -82,52 +83,27 @@ pub enum SharingStrategy {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TimeSlicingConfig {
     /// Always written: the driver's `Validate` dereferences a missing interval.
+    #[serde(with = "driver_interval")]
     pub interval: TimeSliceInterval,
 }
 
-/// `TimeSliceInterval` (`sharing.go`): the driver runs `nvidia-smi compute-policy
-/// --set-timeslice` with 0 to 3 for these on the claim's GPU at prepare and back to 0
-/// at unprepare.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum TimeSliceInterval {
-    /// `Default` (0).
-    Default,
-    /// `Short` (1).
-    Short,
-    /// `Medium` (2).
-    Medium,
-    /// `Long` (3).
-    Long,
-}
+/// `TimeSliceInterval` (`sharing.go`) as the driver spells it in a config
+/// (`Default`, `Short`, `Medium`, `Long`); the harness's records spell it as the flag.
+mod driver_interval {
+    use serde::{Deserialize, Deserializer, Serializer};
 
-impl TimeSliceInterval {
-    /// Every interval, shortest setting first as the driver numbers them.
-    pub const ALL: [TimeSliceInterval; 4] = [Self::Default, Self::Short, Self::Medium, Self::Long];
+    use crate::domain::TimeSliceInterval;
 
-    /// The flag's spelling (`default`, `short`, ...).
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Default => "default",
-            Self::Short => "short",
-            Self::Medium => "medium",
-            Self::Long => "long",
-        }
+    pub fn serialize<S: Serializer>(t: &TimeSliceInterval, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(t.driver_name())
     }
-}
 
-impl std::str::FromStr for TimeSliceInterval {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        Self::ALL
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<TimeSliceInterval, D::Error> {
+        let text = String::deserialize(d)?;
+        TimeSliceInterval::ALL
             .into_iter()
-            .find(|i| i.name() == s)
-            .ok_or_else(|| "expected default, short, medium or long (the DRA driver's time-slice intervals)".into())
-    }
-}
-
-impl std::fmt::Display for TimeSliceInterval {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+            .find(|t| t.driver_name() == text)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown time-slice interval {text:?}")))
     }
 }
 
@@ -149,9 +125,10 @@ pub struct MpsConfig {
 /// `--mps-memory-limit`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct DraSettings {
-    /// Time-slicing's interval (None: a shared claim without config).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeslice: Option<TimeSliceInterval>,
+    /// Time-slicing's intervals, each its own arm of the sweep (`--timeslice
+    /// default,short,long`; none: one shared claim without config).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timeslices: Vec<TimeSliceInterval>,
     /// MPS: each client's share of the SMs, percent (None: 100 / the device plugin's
     /// replicas for the cell, as `--sharing-api device-plugin` gives).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -167,6 +144,10 @@ pub struct DraSettings {
 pub enum CellClaims {
     /// A ResourceClaimTemplate: one claim, and one GPU, per pod.
     PerPod,
+    /// A ResourceClaimTemplate: one claim per pod for a MIG device of the driver's
+    /// `mig.nvidia.com` class, of this profile (None: not known yet, e.g. in a dry run).
+    /// No config: the driver refuses a `GpuConfig` on a MIG device.
+    Mig(Option<String>),
     /// One ResourceClaim all the cell's pods reference, with this config (None: none).
     Shared(Option<GpuConfig>),
 }
@@ -185,16 +166,26 @@ pub fn mebibytes(bytes: u64) -> String {
     format!("{}Mi", bytes >> 20)
 }
 
-/// The claims of a cell of `pods` pods under `strategy`; `gpu_memory_bytes` is the
-/// GPU's memory as its ResourceSlice publishes it (for MPS's default memory limit).
-/// MIG is not planned here (the driver's MIG devices need a class and layout of their
-/// own).
-pub fn cell_claims(strategy: Strategy, pods: u32, s: &DraSettings, gpu_memory_bytes: Option<u64>) -> CellClaims {
+/// What the node's ResourceSlices say that a cell's claims depend on.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeDevices {
+    /// The whole GPU's memory (for MPS's default pinned-memory limit).
+    pub memory_bytes: Option<u64>,
+    /// The MIG profile MIG cells ask for: the node's most common one.
+    pub mig_profile: Option<String>,
+}
+
+/// The claims of a cell of `pods` pods of `arm` (its strategy, and time-slicing's
+/// interval) on a node whose slices publish `node`.
+pub fn cell_claims(arm: impl Into<Arm>, pods: u32, s: &DraSettings, node: &NodeDevices) -> CellClaims {
+    let arm = arm.into();
+    let gpu_memory_bytes = node.memory_bytes;
     // The device plugin's replicas for the cell: 100/replicas of the SMs and memory each.
     let replicas = super::objects::sharing_replicas(pods);
-    match strategy {
-        Strategy::Exclusive | Strategy::Mig => CellClaims::PerPod,
-        Strategy::TimeSlicing => CellClaims::Shared(s.timeslice.map(|interval| {
+    match arm.strategy {
+        Strategy::Exclusive => CellClaims::PerPod,
+        Strategy::Mig => CellClaims::Mig(node.mig_profile.clone()),
+        Strategy::TimeSlicing => CellClaims::Shared(arm.timeslice.map(|interval| {
             gpu_config(GpuSharing {
                 strategy: SharingStrategy::TimeSlicing,
                 time_slicing_config: Some(TimeSlicingConfig { interval }),
@@ -215,9 +206,17 @@ pub fn cell_claims(strategy: Strategy, pods: u32, s: &DraSettings, gpu_memory_by
     }
 }
 
-/// The name of a cell's claim or claim template (`gpushare-mps-3`).
-pub fn claim_name(strategy: Strategy, pods: u32) -> String {
-    format!("gpushare-{}-{pods}", strategy.name())
+/// The name of a cell's claim or claim template (`gpushare-mps-3`,
+/// `gpushare-time-slicing-short-3`).
+pub fn claim_name(arm: impl Into<Arm>, pods: u32) -> String {
+    format!("gpushare-{}-{pods}", arm.into().name())
+}
+
+/// The CEL selector of a MIG device of `profile`, as the driver's quickstart writes it
+/// (`demo/specs/quickstart/v1/gpu-test4.yaml` at v0.4.1; the attribute is set in
+/// `cmd/gpu-kubelet-plugin/mig.go` `CommonAttributesMig`).
+pub fn mig_selector(profile: &str) -> String {
+    format!("device.attributes['{DRIVER}'].profile == '{profile}'")
 }
 
 /// One request for a whole GPU of the driver's class.
@@ -231,18 +230,19 @@ fn devices(config: Option<&GpuConfig>) -> Value {
     d
 }
 
-fn labels(strategy: Strategy, pods: u32) -> Value {
+fn labels(arm: Arm, pods: u32) -> Value {
     json!({
         super::objects::APP_LABEL: super::objects::APP,
-        super::objects::CELL_LABEL: format!("{}-{pods}", strategy.name()),
+        super::objects::CELL_LABEL: format!("{}-{pods}", arm.name()),
         "app.kubernetes.io/part-of": "gpushare-bench"
     })
 }
 
 /// The cell's claim object: a ResourceClaimTemplate (per pod) or a ResourceClaim
 /// (shared), named [`claim_name`].
-pub fn claim_object(ns: &str, strategy: Strategy, pods: u32, claims: &CellClaims) -> Value {
-    let metadata = json!({ "name": claim_name(strategy, pods), "namespace": ns, "labels": labels(strategy, pods) });
+pub fn claim_object(ns: &str, arm: impl Into<Arm>, pods: u32, claims: &CellClaims) -> Value {
+    let arm = arm.into();
+    let metadata = json!({ "name": claim_name(arm, pods), "namespace": ns, "labels": labels(arm, pods) });
     match claims {
         CellClaims::PerPod => json!({
             "apiVersion": RESOURCE_API,
@@ -250,6 +250,18 @@ pub fn claim_object(ns: &str, strategy: Strategy, pods: u32, claims: &CellClaims
             "metadata": metadata,
             "spec": { "spec": { "devices": devices(None) } }
         }),
+        CellClaims::Mig(profile) => {
+            let mut request = json!({ "name": REQUEST, "exactly": { "deviceClassName": MIG_CLASS, "allocationMode": "ExactCount", "count": 1 } });
+            if let Some(p) = profile {
+                request["exactly"]["selectors"] = json!([{ "cel": { "expression": mig_selector(p) } }]);
+            }
+            json!({
+                "apiVersion": RESOURCE_API,
+                "kind": "ResourceClaimTemplate",
+                "metadata": metadata,
+                "spec": { "spec": { "devices": { "requests": [request] } } }
+            })
+        }
         CellClaims::Shared(config) => json!({
             "apiVersion": RESOURCE_API,
             "kind": "ResourceClaim",
@@ -260,13 +272,17 @@ pub fn claim_object(ns: &str, strategy: Strategy, pods: u32, claims: &CellClaims
 }
 
 /// Turns a workload Deployment's pods to the cell's claim: `spec.resourceClaims` names
-/// it (the template or the shared claim), the container uses it, and the device
-/// plugin's extended resource is no longer requested.
-pub fn use_claim(deployment: &mut Value, strategy: Strategy, pods: u32, claims: &CellClaims) {
-    let name = claim_name(strategy, pods);
+/// it (the template or the shared claim), the container uses it, the device plugin's
+/// extended resource is no longer requested, and the pods' cell label names the arm.
+pub fn use_claim(deployment: &mut Value, arm: impl Into<Arm>, pods: u32, claims: &CellClaims) {
+    let arm = arm.into();
+    let name = claim_name(arm, pods);
+    // The pods' cell label names the arm, as the claim's does (`time-slicing-short-3`).
+    deployment["spec"]["template"]["metadata"]["labels"][super::objects::CELL_LABEL] =
+        json!(format!("{}-{pods}", arm.name()));
     let pod = &mut deployment["spec"]["template"]["spec"];
     pod["resourceClaims"] = match claims {
-        CellClaims::PerPod => json!([{ "name": REQUEST, "resourceClaimTemplateName": name }]),
+        CellClaims::PerPod | CellClaims::Mig(_) => json!([{ "name": REQUEST, "resourceClaimTemplateName": name }]),
         CellClaims::Shared(_) => json!([{ "name": REQUEST, "resourceClaimName": name }]),
     };
     let resources = &mut pod["containers"][0]["resources"];
@@ -282,6 +298,10 @@ pub fn use_claim(deployment: &mut Value, strategy: Strategy, pods: u32, claims: 
 pub fn describe(claims: &CellClaims) -> String {
     match claims {
         CellClaims::PerPod => "DRA: a claim (and a GPU) per pod, no sharing config".into(),
+        CellClaims::Mig(Some(p)) => format!("DRA: a claim per pod for a MIG device of profile {p} (class {MIG_CLASS})"),
+        CellClaims::Mig(None) => format!(
+            "DRA: a claim per pod for a MIG device (class {MIG_CLASS}) of the profile the node's ResourceSlices publish most of"
+        ),
         CellClaims::Shared(None) => {
             "DRA: one shared claim, no GpuConfig (the GPU's contexts time-sliced as the node has it)".into()
         }
@@ -289,7 +309,10 @@ pub fn describe(claims: &CellClaims) -> String {
             Some(GpuSharing {
                 time_slicing_config: Some(t),
                 ..
-            }) => format!("DRA: one shared claim, GpuConfig TimeSlicing interval {:?}", t.interval),
+            }) => format!(
+                "DRA: one shared claim, GpuConfig TimeSlicing interval {}",
+                t.interval.driver_name()
+            ),
             Some(GpuSharing {
                 mps_config: Some(m), ..
             }) => format!(
@@ -308,11 +331,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn mig_is_a_claim_per_pod_for_a_mig_device_of_the_nodes_profile() {
+        let node = NodeDevices {
+            mig_profile: Some("1g.10gb".into()),
+            ..NodeDevices::default()
+        };
+        let claims = cell_claims(Strategy::Mig, 7, &DraSettings::default(), &node);
+        assert_eq!(claims, CellClaims::Mig(Some("1g.10gb".into())));
+        let t = claim_object("ns", Strategy::Mig, 7, &claims);
+        assert_eq!(t["kind"], "ResourceClaimTemplate");
+        assert_eq!(
+            t["spec"]["spec"]["devices"],
+            json!({"requests": [{"name": "gpu", "exactly": {"deviceClassName": "mig.nvidia.com", "allocationMode": "ExactCount", "count": 1,
+                "selectors": [{"cel": {"expression": "device.attributes['gpu.nvidia.com'].profile == '1g.10gb'"}}]}}]}),
+            "the driver's quickstart form (gpu-test4.yaml), no config"
+        );
+        assert!(describe(&claims).contains("MIG device of profile 1g.10gb"));
+    }
+
+    #[test]
     fn exclusive_is_a_claim_per_pod_and_sharing_one_claim_for_all() {
         let s = DraSettings::default();
-        assert_eq!(cell_claims(Strategy::Exclusive, 3, &s, None), CellClaims::PerPod);
         assert_eq!(
-            cell_claims(Strategy::TimeSlicing, 3, &s, None),
+            cell_claims(Strategy::Exclusive, 3, &s, &NodeDevices::default()),
+            CellClaims::PerPod
+        );
+        assert_eq!(
+            cell_claims(Strategy::TimeSlicing, 3, &s, &NodeDevices::default()),
             CellClaims::Shared(None)
         );
         let t = claim_object("ns", Strategy::Exclusive, 1, &CellClaims::PerPod);
@@ -329,11 +374,11 @@ mod tests {
     fn gpu_config_is_the_drivers_shape() {
         // The driver's own examples (demo/specs/quickstart/v1/gpu-test5.yaml; README's
         // MPS example), as JSON.
-        let ts = DraSettings {
+        let long = Arm {
+            strategy: Strategy::TimeSlicing,
             timeslice: Some(TimeSliceInterval::Long),
-            ..DraSettings::default()
         };
-        let CellClaims::Shared(Some(c)) = cell_claims(Strategy::TimeSlicing, 3, &ts, None) else {
+        let CellClaims::Shared(Some(c)) = cell_claims(long, 3, &DraSettings::default(), &NodeDevices::default()) else {
             panic!("a config")
         };
         assert_eq!(
@@ -344,8 +389,12 @@ mod tests {
         // MPS defaults to the device plugin's split: 100/replicas and memory/replicas,
         // replicas at least 2.
         let gib80 = 80u64 << 30;
-        let one = cell_claims(Strategy::Mps, 1, &DraSettings::default(), Some(gib80));
-        let three = cell_claims(Strategy::Mps, 3, &DraSettings::default(), Some(gib80));
+        let mem = NodeDevices {
+            memory_bytes: Some(gib80),
+            ..NodeDevices::default()
+        };
+        let one = cell_claims(Strategy::Mps, 1, &DraSettings::default(), &mem);
+        let three = cell_claims(Strategy::Mps, 3, &DraSettings::default(), &mem);
         let obj = claim_object("ns", Strategy::Mps, 3, &three);
         assert_eq!(obj["kind"], "ResourceClaim");
         assert_eq!(
@@ -366,7 +415,7 @@ mod tests {
             mps_thread_percentage: Some(20),
             ..DraSettings::default()
         };
-        let CellClaims::Shared(Some(c)) = cell_claims(Strategy::Mps, 7, &set, None) else {
+        let CellClaims::Shared(Some(c)) = cell_claims(Strategy::Mps, 7, &set, &NodeDevices::default()) else {
             panic!("a config")
         };
         let m = c.sharing.and_then(|s| s.mps_config).expect("mps");
@@ -392,7 +441,7 @@ mod tests {
             server: None,
         };
         let mut d = super::super::objects::deployment(&spec, Strategy::Mps, 3, "nvidia.com/gpu", &[]);
-        let shared = cell_claims(Strategy::Mps, 3, &DraSettings::default(), None);
+        let shared = cell_claims(Strategy::Mps, 3, &DraSettings::default(), &NodeDevices::default());
         use_claim(&mut d, Strategy::Mps, 3, &shared);
         let pod = &d["spec"]["template"]["spec"];
         assert_eq!(
@@ -412,20 +461,25 @@ mod tests {
     }
 
     #[test]
-    fn intervals_parse_as_the_flag_spells_them() {
-        assert_eq!("long".parse::<TimeSliceInterval>(), Ok(TimeSliceInterval::Long));
-        assert!("Long".parse::<TimeSliceInterval>().is_err());
+    fn each_interval_is_its_own_claim_spelled_as_the_driver_spells_it() {
+        let short = Arm {
+            strategy: Strategy::TimeSlicing,
+            timeslice: Some(TimeSliceInterval::Short),
+        };
+        let claims = cell_claims(short, 3, &DraSettings::default(), &NodeDevices::default());
         assert_eq!(
-            describe(&cell_claims(
-                Strategy::TimeSlicing,
-                3,
-                &DraSettings {
-                    timeslice: Some(TimeSliceInterval::Short),
-                    ..DraSettings::default()
-                },
-                None
-            )),
+            describe(&claims),
             "DRA: one shared claim, GpuConfig TimeSlicing interval Short"
         );
+        let obj = claim_object("ns", short, 3, &claims);
+        assert_eq!(obj["metadata"]["name"], "gpushare-time-slicing-short-3");
+        assert_eq!(
+            obj["spec"]["devices"]["config"][0]["opaque"]["parameters"]["sharing"]["timeSlicingConfig"],
+            json!({"interval": "Short"})
+        );
+        // The driver's spelling reads back; the flag's does not.
+        let back: TimeSlicingConfig = serde_json::from_value(json!({"interval": "Medium"})).expect("driver's spelling");
+        assert_eq!(back.interval, TimeSliceInterval::Medium);
+        assert!(serde_json::from_value::<TimeSlicingConfig>(json!({"interval": "medium"})).is_err());
     }
 }

@@ -24,10 +24,10 @@ use super::dra::{self, CellClaims, DraSettings};
 use super::journal::{self, Journal};
 use super::objects;
 use crate::backend::{Backend, CellSetup, Pod as CellPod, PodState, Prepared};
-use crate::domain::Strategy;
+use crate::domain::{Arm, Strategy};
 use crate::error::{BenchError, Result};
 use crate::shutdown::Shutdown;
-use crate::telemetry::inventory::{GpuInfo, GpuInventory};
+use crate::telemetry::inventory::{GpuInfo, GpuInventory, MigDevice};
 
 /// A `resource.k8s.io/v1` resource of the workload namespace, or cluster-wide.
 fn resource_api(client: &Client, ns: Option<&str>, kind: &str, plural: &str) -> Api<DynamicObject> {
@@ -48,7 +48,7 @@ const CLAIM_KINDS: [(&str, &str); 2] = [
 /// The (plural, kind) of a cell's claim object.
 fn claim_kind(claims: &CellClaims) -> (&'static str, &'static str) {
     match claims {
-        CellClaims::PerPod => CLAIM_KINDS[1],
+        CellClaims::PerPod | CellClaims::Mig(_) => CLAIM_KINDS[1],
         CellClaims::Shared(_) => CLAIM_KINDS[0],
     }
 }
@@ -100,11 +100,14 @@ pub async fn delete_claim(client: &Client, ns: &str, entry: &str, poll: Duration
     }
 }
 
-/// The node's GPUs as the driver's ResourceSlices publish them (pure): whole GPUs of
-/// driver `gpu.nvidia.com` on `node`, their product name, UUID and memory capacity, and
-/// the driver versions their attributes carry (J2).
+/// The node's GPUs as the driver's ResourceSlices publish them (pure), in the order
+/// they appear (J2, J8): a GPU with MIG off is a whole-GPU device (`type` `gpu`: product
+/// name, UUID, memory capacity); a GPU in MIG mode publishes only its MIG devices (`type`
+/// `mig`, grouped here by `parentUUID`, with their `profile` and `uuid`), and the
+/// GPU is recorded as MIG-enabled without a memory size. The driver versions come from
+/// the devices' attributes.
 pub fn inventory_from_slices(slices: &[Value], node: &str) -> GpuInventory {
-    let mut gpus = Vec::new();
+    let mut gpus: Vec<GpuInfo> = Vec::new();
     let mut driver_version = None;
     let mut cuda_driver_version = None;
     for slice in slices
@@ -119,23 +122,48 @@ pub fn inventory_from_slices(slices: &[Value], node: &str) -> GpuInventory {
                     .or_else(|| a["version"].as_str())
                     .map(str::to_string)
             };
-            if attr("type").as_deref() != Some("gpu") {
+            let kind = attr("type");
+            if !matches!(kind.as_deref(), Some("gpu" | "mig")) {
                 continue;
             }
             driver_version = driver_version.or_else(|| attr("driverVersion"));
             cuda_driver_version = cuda_driver_version.or_else(|| attr("cudaDriverVersion"));
-            gpus.push(GpuInfo {
-                index: gpus.len() as u32,
-                name: attr("productName").unwrap_or_else(|| "unknown GPU".into()),
+            let name = attr("productName").unwrap_or_else(|| "unknown GPU".into());
+            if kind.as_deref() == Some("gpu") {
+                gpus.push(GpuInfo {
+                    index: gpus.len() as u32,
+                    name,
+                    uuid: attr("uuid").unwrap_or_default(),
+                    memory_total_bytes: d["capacity"]["memory"]["value"]
+                        .as_str()
+                        .and_then(|q| q.parse::<crate::config::values::Quantity>().ok())
+                        .map(|q| q.bytes),
+                    mig_enabled: Some(false),
+                    compute_mode: None,
+                    mig_devices: Vec::new(),
+                });
+                continue;
+            }
+            let parent = attr("parentUUID").unwrap_or_default();
+            let device = MigDevice {
+                profile: attr("profile").unwrap_or_default(),
                 uuid: attr("uuid").unwrap_or_default(),
-                memory_total_bytes: d["capacity"]["memory"]["value"]
-                    .as_str()
-                    .and_then(|q| q.parse::<crate::config::values::Quantity>().ok())
-                    .map(|q| q.bytes),
-                mig_enabled: None,
-                compute_mode: None,
-                mig_devices: Vec::new(),
-            });
+            };
+            match gpus
+                .iter_mut()
+                .find(|g| g.uuid == parent && g.mig_enabled == Some(true))
+            {
+                Some(g) => g.mig_devices.push(device),
+                None => gpus.push(GpuInfo {
+                    index: gpus.len() as u32,
+                    name,
+                    uuid: parent,
+                    memory_total_bytes: None,
+                    mig_enabled: Some(true),
+                    compute_mode: None,
+                    mig_devices: vec![device],
+                }),
+            }
         }
     }
     GpuInventory {
@@ -144,6 +172,20 @@ pub fn inventory_from_slices(slices: &[Value], node: &str) -> GpuInventory {
         cuda_driver_version,
         nvml: false,
     }
+}
+
+/// The MIG profile MIG cells ask for (pure): the one the GPU has most instances of
+/// (ties: the first in name order), with that count; None without MIG devices.
+pub fn mig_choice(gpu: &GpuInfo) -> Option<(String, u32)> {
+    let mut counts: BTreeMap<&str, u32> = BTreeMap::new();
+    for d in &gpu.mig_devices {
+        *counts.entry(d.profile.as_str()).or_default() += 1;
+    }
+    let most = counts.values().copied().max()?;
+    counts
+        .into_iter()
+        .find(|(_, n)| *n == most)
+        .map(|(p, n)| (p.to_string(), n))
 }
 
 /// The namespace the driver's documentation installs it in (`docs/install.md` at v0.4.1:
@@ -198,7 +240,7 @@ impl DriverFacts {
         for (needed, gate) in [
             (strategies.contains(&Strategy::Mps), "MPSSupport"),
             (
-                strategies.contains(&Strategy::TimeSlicing) && s.timeslice.is_some(),
+                strategies.contains(&Strategy::TimeSlicing) && !s.timeslices.is_empty(),
                 "TimeSlicingSettings",
             ),
         ] {
@@ -279,11 +321,15 @@ pub struct DraBackend {
     dra: DraSettings,
     journal_path: Option<PathBuf>,
     journal: Option<Journal>,
-    /// Whole GPUs the node's slices publish.
+    /// Whole GPUs the node's slices publish (0: its GPU is in MIG mode).
     gpus: u32,
-    /// Their memory (for MPS's default pinned-memory limit).
-    gpu_memory: Option<u64>,
-    cell: Option<(Strategy, u32)>,
+    /// MIG devices of the profile MIG cells ask for.
+    mig_devices: u32,
+    /// The GPU's memory and MIG profile, for the cells' claims.
+    node: dra::NodeDevices,
+    /// The arm prepared last: its cells' claims carry its time-slice interval.
+    arm: Option<Arm>,
+    cell: Option<(Arm, u32)>,
     claims: Option<CellClaims>,
     launched_at: Option<Instant>,
     pods_ready_s: Option<f64>,
@@ -311,7 +357,9 @@ impl DraBackend {
             journal_path: None,
             journal: None,
             gpus: 0,
-            gpu_memory: None,
+            mig_devices: 0,
+            node: dra::NodeDevices::default(),
+            arm: None,
             cell: None,
             claims: None,
             launched_at: None,
@@ -376,7 +424,7 @@ impl DraBackend {
         let inventory = inventory_from_slices(&values, &self.s.node);
         if inventory.gpus.is_empty() {
             return Err(BenchError::kube(format!(
-                "node {} publishes no GPU in a {} ResourceSlice: is the DRA driver's kubelet plugin running there (and MIG off on its GPUs)?",
+                "node {} publishes no GPU in a {} ResourceSlice: is the DRA driver's kubelet plugin running there (a GPU in MIG mode without MIG instances publishes nothing)?",
                 self.s.node,
                 dra::DRIVER
             )));
@@ -390,8 +438,14 @@ impl DraBackend {
                 inventory.gpus.len()
             )));
         }
-        self.gpus = inventory.gpus.len() as u32;
-        self.gpu_memory = inventory.gpus.iter().filter_map(|g| g.memory_total_bytes).min();
+        let gpu = &inventory.gpus[0];
+        self.gpus = u32::from(gpu.mig_enabled == Some(false));
+        let mig = mig_choice(gpu);
+        self.mig_devices = mig.as_ref().map_or(0, |m| m.1);
+        self.node = dra::NodeDevices {
+            memory_bytes: gpu.memory_total_bytes,
+            mig_profile: mig.map(|m| m.0),
+        };
         self.driver = Some(read_driver(&self.client, &self.s.node).await);
         Ok(inventory)
     }
@@ -451,6 +505,35 @@ impl DraBackend {
         Ok(())
     }
 
+    /// Whether cells of `strategy` can run on the node's devices (J8): MIG needs MIG
+    /// devices, which the driver publishes only for a GPU in MIG mode with instances
+    /// made, and then no whole GPU, so the other strategies need MIG off. The harness
+    /// changes neither.
+    fn availability(&self, strategy: Strategy) -> Prepared {
+        let node = &self.s.node;
+        match (strategy, &self.node.mig_profile) {
+            (Strategy::Mig, None) => Prepared::Unavailable(format!(
+                "node {node}'s GPU publishes no MIG device ({}): the driver publishes them only for a GPU in MIG mode with instances already made, and the harness changes no GPU setting (make the instances, e.g. with nvidia-smi mig or mig-parted, then restart the driver's kubelet plugin: it lists devices at start)",
+                dra::MIG_CLASS
+            )),
+            (Strategy::Mig, Some(_)) => Prepared::Ready,
+            (_, _) if self.gpus == 0 => Prepared::Unavailable(format!(
+                "node {node}'s GPU is in MIG mode, so the driver publishes only its MIG devices and no claim can have the whole GPU ({}); the harness changes no GPU setting",
+                dra::GPU_CLASS
+            )),
+            _ => Prepared::Ready,
+        }
+    }
+
+    /// Devices a claim of the current cell can have: MIG devices of its profile, or
+    /// whole GPUs.
+    fn devices(&self) -> u32 {
+        match self.claims {
+            Some(CellClaims::Mig(_)) => self.mig_devices,
+            _ => self.gpus,
+        }
+    }
+
     /// Records `change` in the journal (created on first use) before it is made.
     fn journal_change(&mut self, change: impl FnOnce(&mut Journal) -> bool) -> Result<()> {
         let Some(path) = self.journal_path.clone() else {
@@ -475,7 +558,7 @@ impl DraBackend {
 
     async fn cell_pods(&self) -> Result<Vec<CellPod>> {
         match self.cell {
-            Some((strategy, pods)) => k8s::list_cell_pods(&self.pods(), strategy, pods).await,
+            Some((arm, pods)) => k8s::list_cell_pods(&self.pods(), arm, pods).await,
             None => Ok(Vec::new()),
         }
     }
@@ -500,8 +583,8 @@ impl DraBackend {
         let ns = self.s.workload.namespace.clone();
         k8s::delete_workload(&self.client, &ns, &[objects::APP.to_string()], self.s.poll, shutdown).await?;
         // The claims stay known until the next launch: the cell's row reads them after.
-        if let (Some((strategy, pods)), Some(claims)) = (self.cell.take(), self.claims.as_ref()) {
-            let entry = journal_entry(claims, &dra::claim_name(strategy, pods));
+        if let (Some((arm, pods)), Some(claims)) = (self.cell.take(), self.claims.as_ref()) {
+            let entry = journal_entry(claims, &dra::claim_name(arm, pods));
             delete_claim(&self.client, &ns, &entry, self.s.poll, shutdown).await?;
         }
         Ok(())
@@ -513,7 +596,9 @@ impl Backend for DraBackend {
         "kubernetes"
     }
 
-    async fn prepare(&mut self, strategy: Strategy, shutdown: &Shutdown) -> Result<Prepared> {
+    async fn prepare(&mut self, arm: Arm, shutdown: &Shutdown) -> Result<Prepared> {
+        let strategy = arm.strategy;
+        self.arm = Some(arm);
         shutdown
             .guard(k8s::ensure_namespace(&self.client, &self.s.workload.namespace))
             .await?;
@@ -521,13 +606,7 @@ impl Backend for DraBackend {
             self.clean_start(shutdown).await?;
             self.started = true;
         }
-        if strategy == Strategy::Mig {
-            return Ok(Prepared::Unavailable(format!(
-                "MIG through DRA is not supported yet: the driver publishes MIG devices ({}) only where MIG is already on, and the harness changes no GPU setting",
-                dra::MIG_CLASS
-            )));
-        }
-        Ok(Prepared::Ready)
+        Ok(self.availability(strategy))
     }
 
     fn cell_setup(&self) -> Option<CellSetup> {
@@ -548,14 +627,16 @@ impl Backend for DraBackend {
         _shutdown: &Shutdown,
     ) -> Result<Vec<CellPod>> {
         let ns = self.s.workload.namespace.clone();
-        let claims = dra::cell_claims(strategy, pods, &self.dra, self.gpu_memory);
+        // The prepared arm's interval, for a cell of its strategy.
+        let arm = self.arm.filter(|a| a.strategy == strategy).unwrap_or(Arm::of(strategy));
+        let claims = dra::cell_claims(arm, pods, &self.dra, &self.node);
         // This cell's row describes this cell's claims, even if their launch fails.
         self.claims = Some(claims.clone());
         self.pods_ready_s = None;
-        let name = dra::claim_name(strategy, pods);
+        let name = dra::claim_name(arm, pods);
         let entry = journal_entry(&claims, &name);
         self.journal_change(|j| j.claims.insert(entry.clone()))?;
-        let object = dra::claim_object(&ns, strategy, pods, &claims);
+        let object = dra::claim_object(&ns, arm, pods, &claims);
         let (plural, kind) = claim_kind(&claims);
         resource_api(&self.client, Some(&ns), kind, plural)
             .patch(
@@ -565,11 +646,11 @@ impl Backend for DraBackend {
             )
             .await
             .map_err(|e| kube_error(&format!("applying {entry} ({})", dra::describe(&claims)), e))?;
-        self.cell = Some((strategy, pods));
+        self.cell = Some((arm, pods));
         self.journal_change(|j| !std::mem::replace(&mut j.deployment, true))?;
         let resource = objects::pod_resource(strategy, None, None);
         let mut deployment = objects::deployment(&self.s.workload, strategy, pods, &resource, args);
-        dra::use_claim(&mut deployment, strategy, pods, &claims);
+        dra::use_claim(&mut deployment, arm, pods, &claims);
         let deps: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(self.client.clone(), &ns);
         deps.patch(
             objects::APP,
@@ -579,7 +660,7 @@ impl Backend for DraBackend {
         .await
         .map_err(|e| {
             kube_error(
-                &format!("applying the workload Deployment ({} × {pods})", strategy.name()),
+                &format!("applying the workload Deployment ({} × {pods})", arm.name()),
                 e,
             )
         })?;
@@ -589,7 +670,7 @@ impl Backend for DraBackend {
 
     async fn wait_ready(&mut self, timeout: Duration, shutdown: &Shutdown) -> Result<Vec<CellPod>> {
         let want = self.cell.map_or(0, |c| c.1) as usize;
-        let per_pod = matches!(self.claims, Some(CellClaims::PerPod));
+        let per_pod = matches!(self.claims, Some(CellClaims::PerPod | CellClaims::Mig(_)));
         let deadline = Instant::now() + timeout;
         loop {
             let pods = shutdown.guard(self.cell_pods()).await?;
@@ -604,7 +685,7 @@ impl Backend for DraBackend {
             // A pod that cannot get a GPU of its own once the others hold every one the
             // node publishes stays pending: that is the cell's outcome. A shared claim's
             // pods all fit once it is allocated, so their pending is a wait.
-            let full = per_pod && running >= self.gpus as usize;
+            let full = per_pod && running >= self.devices() as usize;
             if pods.len() >= want && decided && (pending == 0 || full) {
                 if let Some(t) = self.launched_at {
                     self.pods_ready_s = Some(t.elapsed().as_secs_f64());
@@ -695,10 +776,43 @@ mod tests {
         let w = facts.warnings(&[Strategy::TimeSlicing, Strategy::Mps], &plain);
         assert!(w.len() == 1 && w[0].contains("EXCLUSIVE_PROCESS"), "{w:?}");
         let long = DraSettings {
-            timeslice: Some(dra::TimeSliceInterval::Long),
+            timeslices: vec![dra::TimeSliceInterval::Long],
             ..DraSettings::default()
         };
         let w = facts.warnings(&[Strategy::TimeSlicing], &long);
         assert!(w.len() == 1 && w[0].contains("TimeSlicingSettings is off"), "{w:?}");
+    }
+
+    #[test]
+    fn a_gpu_in_mig_mode_is_read_from_its_instances_and_its_most_common_profile_chosen() {
+        let mut slice = crate::backend::k8s::sim::dra::resource_slice("gpu-1", 1, "NVIDIA H100 80GB HBM3", 80 << 30);
+        let profiles = ["3g.40gb", "1g.10gb", "2g.20gb", "1g.10gb"].map(String::from);
+        crate::backend::k8s::sim::dra::make_static_mig(&mut slice, &profiles);
+        let inv = inventory_from_slices(&[slice], "gpu-1");
+        assert_eq!(inv.gpus.len(), 1, "one parent, not four GPUs");
+        let g = &inv.gpus[0];
+        assert_eq!(
+            (
+                g.mig_enabled,
+                g.uuid.as_str(),
+                g.memory_total_bytes,
+                g.mig_devices.len()
+            ),
+            (Some(true), "GPU-sim-0000", None, 4)
+        );
+        assert_eq!(mig_choice(g), Some(("1g.10gb".to_string(), 2)));
+        let whole = inventory_from_slices(
+            &[crate::backend::k8s::sim::dra::resource_slice(
+                "gpu-1",
+                1,
+                "H100",
+                80 << 30,
+            )],
+            "gpu-1",
+        );
+        assert_eq!(
+            (whole.gpus[0].mig_enabled, mig_choice(&whole.gpus[0])),
+            (Some(false), None)
+        );
     }
 }

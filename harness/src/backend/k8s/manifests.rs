@@ -157,7 +157,12 @@ pub fn files(image: &str) -> Vec<(String, String)> {
     // with the driver's GpuConfig MPS for 7 pods, the base Deployment's pods referencing
     // it instead of requesting nvidia.com/gpu (an inline JSON patch: a strategic-merge
     // patch cannot drop the base's resource, and only Kubernetes objects are *.yaml here).
-    let claims = super::dra::cell_claims(Strategy::Mps, 7, &super::dra::DraSettings::default(), None);
+    let claims = super::dra::cell_claims(
+        Strategy::Mps,
+        7,
+        &super::dra::DraSettings::default(),
+        &Default::default(),
+    );
     out.push((
         "overlays/dra/rbac.yaml".into(),
         yaml(&objects::dra_rbac(NAMESPACE, super::dra_backend::DRIVER_NAMESPACE)),

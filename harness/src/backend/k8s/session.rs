@@ -232,28 +232,30 @@ fn dry_run_dra(plan: &SweepPlan) -> String {
     if plan.strategies.contains(&Strategy::Mps) && plan.dra.mps_memory_limit.is_none() {
         out += "# MPS: defaultPinnedDeviceMemoryLimit is the GPU's memory (its ResourceSlice's capacity) / max(2, pods),\n# unknown here, so the claims below leave it out.\n";
     }
-    for &strategy in &plan.strategies {
-        if strategy == Strategy::Mig {
-            out += "# mig: not through DRA yet (the driver's mig.nvidia.com devices exist only where MIG is already on): unavailable\n";
-            continue;
-        }
+    if plan.strategies.contains(&Strategy::Mig) {
+        out += "# MIG: the driver publishes MIG devices only for a GPU in MIG mode with instances already made, and then\n\
+                # no whole GPU (the harness changes neither). MIG cells ask for the profile the node's slices publish most of\n\
+                # (read at start; the selector below is left out); on such a node the other strategies are unavailable.\n";
+    }
+    for arm in plan.arms() {
+        let strategy = arm.strategy;
         for &pods in &plan.pods {
-            let claims = dra::cell_claims(strategy, pods, &plan.dra, None);
+            let claims = dra::cell_claims(arm, pods, &plan.dra, &Default::default());
             out += &doc(
                 format!(
                     "{} × {pods}: {} (server-side apply)",
-                    strategy.name(),
+                    arm.name(),
                     dra::describe(&claims)
                 ),
-                dra::claim_object(&plan.namespace, strategy, pods, &claims),
+                dra::claim_object(&plan.namespace, arm, pods, &claims),
             );
             let resource = objects::pod_resource(strategy, None, None);
             let mut d = objects::deployment(&s.workload, strategy, pods, &resource, &plan.load.workload_args(pods));
-            dra::use_claim(&mut d, strategy, pods, &claims);
+            dra::use_claim(&mut d, arm, pods, &claims);
             out += &doc(
                 format!(
                     "{} × {pods}: Deployment (server-side apply); after the cell it is deleted, then the claim",
-                    strategy.name()
+                    arm.name()
                 ),
                 d,
             );
@@ -482,7 +484,7 @@ mod tests {
 
     fn dra_plan() -> SweepPlan {
         let o: crate::config::options::SweepOptions = toml::from_str(
-            "backend = \"kubernetes\"\nnode = \"gpu-1\"\nsharing_api = \"dra\"\ntimeslice = \"long\"\npods = \"1,3\"\n",
+            "backend = \"kubernetes\"\nnode = \"gpu-1\"\nsharing_api = \"dra\"\ntimeslice = \"long,short\"\npods = \"1,3\"\n",
         )
         .expect("options");
         SweepPlan::from_options(o).expect("plan")
@@ -509,20 +511,32 @@ mod tests {
         for w in [
             want("ResourceClaimTemplate", "gpushare-exclusive-1"),
             want("ResourceClaimTemplate", "gpushare-exclusive-3"),
-            want("ResourceClaim", "gpushare-time-slicing-3"),
+            want("ResourceClaim", "gpushare-time-slicing-long-3"),
+            want("ResourceClaim", "gpushare-time-slicing-short-1"),
             want("ResourceClaim", "gpushare-mps-1"),
         ] {
             assert!(kinds.contains(&w), "{w:?} not in {kinds:?}");
         }
-        assert_eq!(kinds.iter().filter(|(k, _)| k == "Deployment").count(), 6, "{kinds:?}");
-        let ts = docs
+        // exclusive, time-slicing long and short, MPS, MIG: 5 arms × 2 pod counts.
+        assert_eq!(kinds.iter().filter(|(k, _)| k == "Deployment").count(), 10, "{kinds:?}");
+        let mig = docs
             .iter()
-            .find(|d| d["metadata"]["name"] == "gpushare-time-slicing-3")
-            .expect("claim");
+            .find(|d| d["metadata"]["name"] == "gpushare-mig-3")
+            .expect("MIG template");
         assert_eq!(
-            ts["spec"]["devices"]["config"][0]["opaque"]["parameters"]["sharing"]["timeSlicingConfig"]["interval"],
-            "Long"
+            mig["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"],
+            "mig.nvidia.com"
         );
-        assert!(text.contains("# mig: not through DRA yet"), "{text}");
+        for (name, interval) in [
+            ("gpushare-time-slicing-long-3", "Long"),
+            ("gpushare-time-slicing-short-3", "Short"),
+        ] {
+            let ts = docs.iter().find(|d| d["metadata"]["name"] == name).expect("claim");
+            assert_eq!(
+                ts["spec"]["devices"]["config"][0]["opaque"]["parameters"]["sharing"]["timeSlicingConfig"]["interval"],
+                interval
+            );
+        }
+        assert!(text.contains("# MIG: the driver publishes MIG devices only"), "{text}");
     }
 }

@@ -1216,10 +1216,19 @@ fn sim_rows(dir: &Path) -> Vec<Value> {
     text.lines().map(|l| serde_json::from_str(l).expect("row")).collect()
 }
 
-/// The aggregate row of `strategy` × `pods` among `rows`.
+/// The arm a row read back as JSON belongs to (`time-slicing-long`).
+fn arm_of(r: &Value) -> String {
+    let s = r["strategy"].as_str().unwrap_or_default();
+    match r["timeslice"].as_str() {
+        Some(t) => format!("{s}-{t}"),
+        None => s.to_string(),
+    }
+}
+
+/// The aggregate row of `arm` (a strategy, or `time-slicing-long`) × `pods` among `rows`.
 fn agg_row(rows: &[Value], strategy: &str, pods: u64) -> Value {
     rows.iter()
-        .find(|r| r["pod"] == "all" && r["strategy"] == strategy && r["pods"] == pods)
+        .find(|r| r["pod"] == "all" && arm_of(r) == strategy && r["pods"] == pods)
         .cloned()
         .unwrap_or_else(|| panic!("{strategy} × {pods} missing: {rows:?}"))
 }
@@ -1267,7 +1276,7 @@ async fn a_dra_sweep_shares_one_gpu_through_claims_and_leaves_nothing() {
         dir.path(),
         "exclusive,time-slicing,mps,mig",
         "1,3",
-        "timeslice = \"long\"\n",
+        "timeslice = \"default,long\"\n",
     );
     let s = dra_session(&sim, &p)
         .await
@@ -1277,15 +1286,19 @@ async fn a_dra_sweep_shares_one_gpu_through_claims_and_leaves_nothing() {
         .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
     let rows = sim_rows(dir.path());
     let agg = |s: &str, n: u64| agg_row(&rows, s, n);
+    // Exclusive, time-slicing once per interval, MPS: 4 arms × 2 counts; MIG unavailable.
     assert_eq!(
         (outcome.measured, outcome.unavailable),
-        (6, 2),
+        (8, 2),
         "{rows:?}\n{}",
         sim.log()
     );
     for (s, n, note) in [
         ("exclusive", 1, "DRA: a claim (and a GPU) per pod"),
-        ("time-slicing", 3, "GpuConfig TimeSlicing interval Long"),
+        ("time-slicing-default", 1, "GpuConfig TimeSlicing interval Default"),
+        ("time-slicing-default", 3, "GpuConfig TimeSlicing interval Default"),
+        ("time-slicing-long", 1, "GpuConfig TimeSlicing interval Long"),
+        ("time-slicing-long", 3, "GpuConfig TimeSlicing interval Long"),
         (
             "mps",
             3,
@@ -1294,7 +1307,14 @@ async fn a_dra_sweep_shares_one_gpu_through_claims_and_leaves_nothing() {
     ] {
         let r = agg(s, n);
         assert!(r["note"].as_str().is_some_and(|t| t.contains(note)), "{r}");
+        // Each interval's 3-pod cell has its own 1-pod baseline.
+        assert!(n == 1 || s == "exclusive" || r["speedup_vs_1pod"].is_number(), "{r}");
     }
+    assert!(
+        rows.iter()
+            .all(|r| r["strategy"] == "time-slicing" || r["timeslice"].is_null()),
+        "only time-slicing rows carry an interval"
+    );
     // One GPU: exclusive × 3 gives one pod a claim's GPU; the scheduler finds none for
     // the other two claims (J4).
     let ex3: Vec<&Value> = rows
@@ -1313,14 +1333,19 @@ async fn a_dra_sweep_shares_one_gpu_through_claims_and_leaves_nothing() {
     assert!(
         agg("mig", 1)["note"]
             .as_str()
-            .is_some_and(|n| n.contains("MIG through DRA"))
+            .is_some_and(|n| n.contains("publishes no MIG device (mig.nvidia.com)")),
+        "MIG off: unavailable, and the harness turns nothing on"
     );
     // What the driver applied to each shared cell's pods: one claim, one GPU.
     sim.with(|w| {
         for (cell, want) in [
             (
-                "time-slicing-3",
+                "time-slicing-long-3",
                 Some(super::sim::dra::Sharing::TimeSlicing("Long".into())),
+            ),
+            (
+                "time-slicing-default-3",
+                Some(super::sim::dra::Sharing::TimeSlicing("Default".into())),
             ),
             (
                 "mps-3",
@@ -1367,9 +1392,77 @@ async fn a_dra_sweep_shares_one_gpu_through_claims_and_leaves_nothing() {
     let data = crate::report::RunData::load(&dir.path().join("sim")).expect("run data");
     let html = crate::report::render(&data).expect("report").html;
     assert!(
-        html.contains("DRA: ResourceClaims with NVIDIA") && html.contains("time-slice interval long"),
+        html.contains("DRA: ResourceClaims with NVIDIA")
+            && html.contains("time-slice interval default,long, each its own rows"),
         "no Sharing API row"
     );
+    // Each interval is a row of the tables, with the reading that says what it is.
+    assert!(
+        html.contains("Time-slicing (default)") && html.contains("Time-slicing (long)"),
+        "no interval rows"
+    );
+    assert!(html.contains("nvidia-smi compute-policy --set-timeslice 0 to 3"));
+    let csv = std::fs::read_to_string(dir.path().join("sim/cells.csv")).expect("csv");
+    assert!(csv.lines().next().is_some_and(|h| h.ends_with(",timeslice")), "{csv}");
+    assert!(
+        csv.lines()
+            .any(|l| l.contains(",time-slicing,3,") && l.ends_with(",long"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dra_sweep_on_a_gpu_in_mig_mode_gives_each_pod_an_instance_of_one_profile() {
+    // Static MIG (J8): three 1g.10gb instances and one 3g.40gb made before the driver
+    // started; it publishes those and no whole GPU.
+    let mut spec = dra_node(false, false);
+    spec.dra_mig = ["1g.10gb", "3g.40gb", "1g.10gb", "1g.10gb"].map(String::from).to_vec();
+    let sim = start_dra(spec).await;
+    let before = state(&sim);
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = dra_plan(dir.path(), "exclusive,mig", "1,3,4", "");
+    let s = dra_session(&sim, &p)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
+    let outcome = run_with_source(s, &SteadyMetrics::default(), &Quiet, &Shutdown::new())
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
+    let rows = sim_rows(dir.path());
+    assert_eq!(
+        (outcome.measured, outcome.unavailable),
+        (3, 3),
+        "{rows:?}\n{}",
+        sim.log()
+    );
+    let ex = agg_row(&rows, "exclusive", 1);
+    assert!(
+        ex["note"].as_str().is_some_and(|n| n.contains("is in MIG mode")),
+        "{ex}"
+    );
+    for n in [1, 3, 4] {
+        let r = agg_row(&rows, "mig", n);
+        assert!(
+            r["note"]
+                .as_str()
+                .is_some_and(|t| t.contains("MIG device of profile 1g.10gb")),
+            "{r}"
+        );
+    }
+    // Three instances of the profile: the fourth pod's claim finds none (the 3g.40gb is
+    // not of the profile asked for).
+    let mig4: Vec<&Value> = rows
+        .iter()
+        .filter(|r| r["strategy"] == "mig" && r["pods"] == 4 && r["pod"] != "all")
+        .collect();
+    assert_eq!(mig4.iter().filter(|r| r["status"] == "pending").count(), 1, "{mig4:?}");
+    sim.with(|w| {
+        let facts: Vec<&super::sim::PodFacts> = w.pod_facts.values().filter(|f| f.cell == "mig-3").collect();
+        assert!(
+            facts.len() == 3 && facts.iter().all(|f| f.mig && f.dra_sharing.is_none()),
+            "{facts:?}"
+        );
+    });
+    assert!(dra_leftovers(&sim).is_empty(), "{:?}", dra_leftovers(&sim));
+    assert_eq!(state(&sim), before, "nothing on the node changes");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1513,7 +1606,7 @@ async fn an_mps_claim_leaves_exclusive_process_for_a_later_plain_time_slicing_ce
 async fn claims_the_run_did_not_make_and_multi_gpu_nodes_are_refused() {
     let sim = start_dra(dra_node(true, true)).await;
     // The claim `manifests/overlays/dra` makes, left in the namespace.
-    let claims = super::dra::cell_claims(Strategy::Mps, 7, &Default::default(), None);
+    let claims = super::dra::cell_claims(Strategy::Mps, 7, &Default::default(), &Default::default());
     let claim = super::dra::claim_object("gpushare-bench", Strategy::Mps, 7, &claims);
     sim.with(|w| {
         w.objects.insert(

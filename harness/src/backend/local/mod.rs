@@ -429,7 +429,9 @@ impl Backend for LocalBackend {
         "local"
     }
 
-    async fn prepare(&mut self, strategy: Strategy, _shutdown: &Shutdown) -> Result<Prepared> {
+    async fn prepare(&mut self, arm: crate::domain::Arm, _shutdown: &Shutdown) -> Result<Prepared> {
+        // A time-slice interval is DRA's: the plan gives one to no other backend.
+        let strategy = arm.strategy;
         let dirs = self.mps_dirs(strategy, 1);
         Ok(
             match plan_cell(strategy, 1, self.device, &self.inventory, dirs.as_ref()) {

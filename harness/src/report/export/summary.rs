@@ -82,6 +82,8 @@ pub struct SummaryRecord {
     pub goodput_per_s_ci95: Option<f64>,
     /// The combined note.
     pub note: String,
+    /// Time-slicing through DRA: the claims' interval (empty otherwise).
+    pub timeslice: Option<crate::domain::TimeSliceInterval>,
 }
 
 /// (mean, half-width) of a metric over a cell's repeats.
@@ -95,7 +97,7 @@ fn with_ci(rows: &[&CellRecord], f: fn(&CellRecord) -> Option<f64>) -> (Option<f
 /// The summary rows of a run, in plan order (cells not on disk left out).
 pub fn records(data: &RunData) -> Vec<SummaryRecord> {
     let mut out = Vec::new();
-    for s in data.strategies() {
+    for s in data.arms() {
         for &p in &data.run.plan.pods {
             let rows = data.repeats(s, p);
             let Some(combined) = data.aggregate(s, p) else { continue };
@@ -111,7 +113,7 @@ pub fn records(data: &RunData) -> Vec<SummaryRecord> {
             let judged: Vec<bool> = rows.iter().filter_map(|r| r.slo_met).collect();
             out.push(SummaryRecord {
                 run_id: data.run.run_id.clone(),
-                strategy: s,
+                strategy: s.strategy,
                 pods: p,
                 status: combined.status,
                 repeats_ok: rows.iter().filter(|r| r.status == CellStatus::Ok).count() as u32,
@@ -144,6 +146,7 @@ pub fn records(data: &RunData) -> Vec<SummaryRecord> {
                 goodput_per_s,
                 goodput_per_s_ci95,
                 note: combined.note.clone(),
+                timeslice: s.timeslice,
             });
         }
     }

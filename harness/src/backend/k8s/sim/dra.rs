@@ -82,6 +82,49 @@ pub fn resource_slice(node: &str, gpus: u32, product: &str, memory_bytes: u64) -
     })
 }
 
+/// Turns the slice's GPU 0 into a GPU in MIG mode with static instances of `profiles`
+/// (J8: `cmd/gpu-kubelet-plugin/nvlib.go` `GetPerGpuAllocatableDevices` at v0.4.1: a
+/// MIG-enabled GPU publishes only its existing MIG devices, the whole GPU not at all;
+/// `mig.go` names them `gpu-<minor>-mig-<profile without dots>-<GI profile id>-<placement
+/// start>` and `CommonAttributesMig`/`CommonCapacitiesMig` give `type` mig, `uuid`,
+/// `parentUUID`, `profile`, the parent's product and versions, and `memory` and
+/// `multiprocessors` as capacities). Profile IDs and sizes are the H100 80GB's.
+pub fn make_static_mig(slice: &mut Value, profiles: &[String]) {
+    let Some(devices) = slice["spec"]["devices"].as_array_mut() else {
+        return;
+    };
+    let Some(parent) = devices.first().cloned() else {
+        return;
+    };
+    let mut migs = Vec::new();
+    let mut placement: BTreeMap<&str, u32> = BTreeMap::new();
+    for (i, profile) in profiles.iter().enumerate() {
+        // (GPU-instance profile id, memory MiB, SMs) as `nvidia-smi mig -lgip` lists them.
+        let (id, mib, sms) = match profile.as_str() {
+            "1g.10gb" => (19, 9_856, 16),
+            "1g.20gb" => (15, 19_968, 26),
+            "2g.20gb" => (14, 19_968, 32),
+            "3g.40gb" => (9, 40_192, 60),
+            "4g.40gb" => (5, 40_192, 64),
+            _ => (0, 80_384, 132),
+        };
+        let start = placement.entry(profile.as_str()).or_default();
+        let mut attrs = parent["attributes"].clone();
+        attrs["type"] = json!({"string": "mig"});
+        attrs["parentUUID"] = parent["attributes"]["uuid"].clone();
+        attrs["uuid"] = json!({"string": format!("MIG-sim-{i:04}")});
+        attrs["profile"] = json!({"string": profile});
+        migs.push(json!({
+            "name": format!("gpu-0-mig-{}-{id}-{start}", profile.replace('.', "")),
+            "attributes": attrs,
+            "capacity": {"memory": {"value": format!("{mib}Mi")}, "multiprocessors": {"value": sms.to_string()}}
+        }));
+        *start += 1;
+    }
+    devices.remove(0);
+    devices.splice(0..0, migs);
+}
+
 /// The driver's kubelet-plugin pod on the node as the chart makes it (J1: chart
 /// `templates/kubeletplugin.yaml` at v0.4.1, installed as `docs/install.md` says, in
 /// namespace `dra-driver-nvidia-gpu`): label `dra-driver-nvidia-gpu-component:
@@ -237,6 +280,29 @@ fn class_selects(class: &Value, driver: &str, device: &Value) -> Result<bool, St
     Ok(true)
 }
 
+/// Whether `device` matches a request's own CEL selectors (J8). Only the form of the
+/// driver's quickstart (`demo/specs/quickstart/v1/gpu-test4.yaml`:
+/// `device.attributes['D'].KEY == 'VALUE'`, a string attribute) is understood; any other
+/// CEL is an error, as the simulator evaluates no CEL.
+fn request_selects(exactly: &Value, device: &Value) -> Result<bool, String> {
+    for sel in exactly["selectors"].as_array().into_iter().flatten() {
+        let expr = sel["cel"]["expression"].as_str().unwrap_or_default();
+        let parsed = expr.strip_prefix("device.attributes['").and_then(|r| {
+            let (domain, rest) = r.split_once("'].")?;
+            let (key, value) = rest.split_once(" == ")?;
+            let value = value.trim().strip_prefix('\'')?.strip_suffix('\'')?;
+            Some((domain, key.trim(), value))
+        });
+        let Some((domain, key, value)) = parsed else {
+            return Err(format!("CEL {expr:?} is not simulated"));
+        };
+        if domain != DRIVER || device["attributes"][key]["string"].as_str() != Some(value) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// One device allocated to a claim.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Allocated {
@@ -283,7 +349,11 @@ pub fn allocate(
                     pool: pool.into(),
                     device: d["name"].as_str().unwrap_or_default().into(),
                 };
-                if taken.contains(&a) || chosen.contains(&a) || !class_selects(class, driver, d)? {
+                if taken.contains(&a)
+                    || chosen.contains(&a)
+                    || !class_selects(class, driver, d)?
+                    || !request_selects(&r["exactly"], d)?
+                {
                     continue;
                 }
                 results.push(json!({"request": name, "driver": a.driver, "pool": a.pool, "device": a.device}));
@@ -580,6 +650,57 @@ mod tests {
             let e = prepare_config(&cfg(c.clone()), &g, "u-1").expect_err(says);
             assert!(e.contains(says), "{c}: {e}");
         }
+    }
+
+    #[test]
+    fn a_gpu_in_mig_mode_publishes_its_instances_and_a_profile_selector_picks_them() {
+        let classes: BTreeMap<String, Value> = device_classes()
+            .into_iter()
+            .map(|c| (c["metadata"]["name"].as_str().unwrap_or_default().to_string(), c))
+            .collect();
+        let mut slice = resource_slice("n1", 1, "H100", 80 << 30);
+        let profiles: Vec<String> = ["1g.10gb", "1g.10gb", "3g.40gb"].map(String::from).to_vec();
+        make_static_mig(&mut slice, &profiles);
+        let names: Vec<&str> = slice["spec"]["devices"]
+            .as_array()
+            .expect("devices")
+            .iter()
+            .filter_map(|d| d["name"].as_str())
+            .collect();
+        assert_eq!(
+            names,
+            ["gpu-0-mig-1g10gb-19-0", "gpu-0-mig-1g10gb-19-1", "gpu-0-mig-3g40gb-9-0"],
+            "no whole GPU beside them"
+        );
+        let d = &slice["spec"]["devices"][2];
+        assert_eq!(
+            (
+                &d["attributes"]["parentUUID"]["string"],
+                &d["attributes"]["profile"]["string"]
+            ),
+            (&json!("GPU-sim-0000"), &json!("3g.40gb"))
+        );
+        let slices = [slice];
+        let claim = |sel: &str| json!({"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "mig.nvidia.com", "allocationMode": "ExactCount", "count": 1, "selectors": [{"cel": {"expression": sel}}]}}]}}});
+        let one_g = claim("device.attributes['gpu.nvidia.com'].profile == '1g.10gb'");
+        let mut taken = BTreeSet::new();
+        for want in ["gpu-0-mig-1g10gb-19-0", "gpu-0-mig-1g10gb-19-1"] {
+            let (alloc, devs) = allocate(&one_g, &classes, &slices, &taken, "n1").expect("room");
+            assert_eq!(alloc["devices"]["results"][0]["device"], want);
+            taken.extend(devs);
+        }
+        // The 3g.40gb instance is free, but not of the profile asked for.
+        assert_eq!(
+            allocate(&one_g, &classes, &slices, &taken, "n1").expect_err("full"),
+            "cannot allocate all claims"
+        );
+        // No whole GPU to give a gpu.nvidia.com claim.
+        let whole = json!({"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 1}}]}}});
+        assert!(allocate(&whole, &classes, &slices, &BTreeSet::new(), "n1").is_err());
+        let other = claim("device.capacity['gpu.nvidia.com'].memory.isGreaterThan(quantity('10Gi'))");
+        assert!(
+            allocate(&other, &classes, &slices, &BTreeSet::new(), "n1").is_err_and(|e| e.contains("is not simulated"))
+        );
     }
 
     #[test]

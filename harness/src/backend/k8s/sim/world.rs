@@ -120,6 +120,9 @@ pub struct ClusterSpec {
     /// its DeviceClasses and the node's ResourceSlice exist, and claims are allocated
     /// and prepared by its rules (`sim/dra.rs`).
     pub dra: Option<super::dra::Gates>,
+    /// DRA: MIG instances made on GPU 0 before the driver started, by profile (static
+    /// MIG; empty: MIG off): the driver then publishes these and no whole GPU (J8).
+    pub dra_mig: Vec<String>,
     /// Virtual seconds per second of a workload's own flags (`--inject-fault-after`,
     /// `--crash-after`): the harness's wall-clock times and the pods' flags agree when
     /// this is the simulator's speed.
@@ -147,6 +150,7 @@ impl ClusterSpec {
             minor_version: 34,
             workload_time_scale: 1.0,
             dra: None,
+            dra_mig: Vec::new(),
         }
     }
 }
@@ -520,7 +524,10 @@ impl World {
                 let name = c["metadata"]["name"].as_str().unwrap_or_default().to_string();
                 w.put(Key::new("deviceclasses", "", &name), c);
             }
-            let slice = super::dra::resource_slice(&s.node, s.gpus, &s.gpu.product, s.gpu.memory_mib << 20);
+            let mut slice = super::dra::resource_slice(&s.node, s.gpus, &s.gpu.product, s.gpu.memory_mib << 20);
+            if !s.dra_mig.is_empty() {
+                super::dra::make_static_mig(&mut slice, &s.dra_mig);
+            }
             let name = slice["metadata"]["name"].as_str().unwrap_or_default().to_string();
             w.put(Key::new("resourceslices", "", &name), slice);
             if let Some(gates) = &s.dra {
@@ -1913,6 +1920,7 @@ impl World {
         let mut failure = None;
         let mut sharing = None;
         let mut device = None;
+        let mut mig_device = false;
         let mut claim_name = String::new();
         for (ck, allocation) in claims {
             let Some(c) = self.objects.get_mut(&ck) else { continue };
@@ -1925,9 +1933,12 @@ impl World {
             c.value["status"]["reservedFor"] = json!(reserved);
             let a = c.value["status"]["allocation"].clone();
             claim_name = ck.name.clone();
-            device = a["devices"]["results"][0]["device"]
-                .as_str()
-                .and_then(|d| d.strip_prefix("gpu-"))
+            // `gpu-<minor>`, or `gpu-<minor>-mig-…` (J8).
+            let name = a["devices"]["results"][0]["device"].as_str().unwrap_or_default();
+            mig_device = name.contains("-mig-");
+            device = name
+                .strip_prefix("gpu-")
+                .and_then(|i| i.split('-').next())
                 .and_then(|i| i.parse::<u32>().ok());
             let request = a["devices"]["results"][0]["request"].as_str().unwrap_or_default();
             let cuid = c.value["metadata"]["uid"].as_str().unwrap_or_default().to_string();
@@ -1993,7 +2004,7 @@ impl World {
             gpu: Some(gpu),
             plugin_replicas: None,
             mps_enforced: mps,
-            mig: false,
+            mig: mig_device,
             cell: label("gpushare.dev/cell"),
             image: pod["spec"]["containers"][0]["image"]
                 .as_str()
