@@ -476,3 +476,123 @@ fn a_server_killed_mid_cell_is_a_clear_error_and_the_pods_stop() {
         "failed"
     );
 }
+
+/// dcgm-exporter's text for node `gpu-1` (three GPUs: two whole, one in MIG mode with two
+/// instances) and one GPU of node `gpu-2`, as its `render_metrics.go` template prints it
+/// at 4.4.2-4.7.0, the version the GPU operator v25.10.1 deploys: labels `gpu`, `UUID`,
+/// `pci_bus_id`, `device`, `modelName`, (MIG) `GPU_I_PROFILE`, `GPU_I_ID`, `Hostname` (the
+/// node's name, from `NODE_NAME`), then the driver-version label; a MIG instance's series
+/// carry its parent's UUID and have no `DCGM_FI_DEV_GPU_UTIL`.
+fn dcgm_exposition() -> String {
+    let gpu = |i: u32, uuid: &str, host: &str| {
+        format!(
+            "gpu=\"{i}\",UUID=\"{uuid}\",pci_bus_id=\"00000000:{:02X}:00.0\",device=\"nvidia{i}\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"{host}\",DCGM_FI_DRIVER_VERSION=\"580.95.05\"",
+            0x18 + i
+        )
+    };
+    let mig = |id: u32| {
+        format!(
+            "gpu=\"2\",UUID=\"GPU-cccc\",pci_bus_id=\"00000000:1A:00.0\",device=\"nvidia2\",modelName=\"NVIDIA H100 80GB HBM3\",GPU_I_PROFILE=\"1g.10gb\",GPU_I_ID=\"{id}\",Hostname=\"gpu-1\",DCGM_FI_DRIVER_VERSION=\"580.95.05\""
+        )
+    };
+    let (a, b, z) = (
+        gpu(0, "GPU-aaaa", "gpu-1"),
+        gpu(1, "GPU-bbbb", "gpu-1"),
+        gpu(0, "GPU-zzzz", "gpu-2"),
+    );
+    let (m7, m8) = (mig(7), mig(8));
+    format!(
+        "# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).\n# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n\
+         DCGM_FI_DEV_GPU_UTIL{{{a}}} 40\nDCGM_FI_DEV_GPU_UTIL{{{b}}} 90\nDCGM_FI_DEV_GPU_UTIL{{{z}}} 5\n\
+         # HELP DCGM_FI_DEV_FB_USED Framebuffer memory used (in MiB).\n# TYPE DCGM_FI_DEV_FB_USED gauge\n\
+         DCGM_FI_DEV_FB_USED{{{a}}} 1000\nDCGM_FI_DEV_FB_USED{{{b}}} 3000\nDCGM_FI_DEV_FB_USED{{{z}}} 9\n\
+         DCGM_FI_DEV_FB_USED{{{m7}}} 500\nDCGM_FI_DEV_FB_USED{{{m8}}} 700\n\
+         # HELP DCGM_FI_DEV_POWER_USAGE Power draw (in W).\n# TYPE DCGM_FI_DEV_POWER_USAGE gauge\n\
+         DCGM_FI_DEV_POWER_USAGE{{{a}}} 100.000000\nDCGM_FI_DEV_POWER_USAGE{{{b}}} 300.000000\nDCGM_FI_DEV_POWER_USAGE{{{z}}} 70.000000\n\
+         # HELP DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION Total energy consumption since boot (in mJ).\n# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n\
+         DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{a}}} 5000000\nDCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{b}}} 7000000\nDCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{z}}} 1\n\
+         # HELP DCGM_FI_PROF_GR_ENGINE_ACTIVE Ratio of time the graphics engine is active.\n# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge\n\
+         DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{a}}} 0.400000\nDCGM_FI_PROF_GR_ENGINE_ACTIVE{{{b}}} 0.900000\n\
+         DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{m7}}} 0.250000\nDCGM_FI_PROF_GR_ENGINE_ACTIVE{{{m8}}} 0.750000\n"
+    )
+}
+
+/// Serves `body` on a loopback port for at most `limit`, to at most 200 requests.
+fn serve_text(body: String, limit: Duration) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}/metrics", listener.local_addr().expect("addr"));
+    listener.set_nonblocking(true).expect("nonblocking");
+    std::thread::spawn(move || {
+        let (end, mut served) = (Instant::now() + limit, 0);
+        while Instant::now() < end && served < 200 {
+            match listener.accept() {
+                Ok((mut s, _)) => {
+                    let _ = s.set_nonblocking(false);
+                    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+                    let mut buf = [0u8; 4096];
+                    let _ = s.read(&mut buf);
+                    let _ = write!(
+                        s,
+                        "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    served += 1;
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    });
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dcgm_telemetry_reads_the_nodes_gpus_or_only_a_cells_by_uuid() {
+    use gpushare_bench::telemetry::Telemetry;
+    use gpushare_bench::telemetry::dcgm::{DcgmTelemetry, GpuScope};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = serve_text(dcgm_exposition(), Duration::from_secs(60));
+    let prom = PrometheusSource::spawn(dir.path(), &Shutdown::new())
+        .await
+        .expect("spawn prometheus");
+    let target = Target {
+        pod: "dcgm-exporter".into(),
+        url,
+    };
+    prom.prepare(&[target], &Shutdown::new()).await.expect("target up");
+    let scope = GpuScope::node();
+    let telemetry = std::sync::Arc::new(DcgmTelemetry::new(prom.client().clone(), "gpu-1", scope.clone()));
+    let read = |uuids: Option<&[&str]>| {
+        scope.set(uuids.map(|u| u.iter().map(|s| s.to_string()).collect()));
+        let t = telemetry.clone();
+        async move { tokio::task::spawn_blocking(move || t.sample()).await.expect("join") }
+    };
+    // Until the first scrape is stored, the node reads nothing.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while read(None).await.is_none() {
+        assert!(Instant::now() < deadline, "no DCGM series in Prometheus after 30 s");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // The node (one GPU's run): its GPUs' mean utilisation (MIG instances have none),
+    // summed memory (MiB), power and energy; node gpu-2's GPU not among them.
+    let node = read(None).await.expect("node");
+    assert_eq!(node.util_pct, 65.0);
+    assert_eq!(node.mem_used_bytes, (1000 + 3000 + 500 + 700) << 20);
+    assert_eq!((node.power_w, node.energy_mj), (400.0, Some(12_000_000)));
+    // A cell on GPU-bbbb reads it alone.
+    let b = read(Some(&["GPU-bbbb"])).await.expect("GPU-bbbb");
+    assert_eq!(
+        (b.util_pct, b.mem_used_bytes, b.power_w, b.energy_mj),
+        (90.0, 3000 << 20, 300.0, Some(7_000_000))
+    );
+    // Two GPUs: the mean of their utilisation, the sum of the rest.
+    let ab = read(Some(&["GPU-aaaa", "GPU-bbbb"])).await.expect("both");
+    assert_eq!((ab.util_pct, ab.mem_used_bytes), (65.0, 4000 << 20));
+    // A MIG parent's instances have no power series in this text (what DCGM reports
+    // there was not read): a missing series gives no reading, not a zero.
+    assert_eq!(read(Some(&["GPU-cccc"])).await, None, "no power series: no reading");
+    // An empty scope (a cell's devices not known) reads nothing, not the node.
+    assert_eq!(read(Some(&[])).await, None);
+    let mut prom = prom;
+    prom.stop(&Shutdown::new()).await;
+}

@@ -64,11 +64,11 @@ pub fn plan(args: IsolationArgs) -> Result<SweepPlan> {
         None => SweepOptions::default(),
     };
     let mut plan = SweepPlan::from_options(file.overridden_by(args.options)?)?;
-    if plan.sharing_api == crate::config::values::SharingApi::Dra {
+    if plan.dra.timeslices.len() > 1 {
         return Err(BenchError::flag(
-            "--sharing-api",
-            "dra",
-            "isolation trials through DRA claims are not built yet: sweep and capacity take it",
+            "--timeslice",
+            &crate::config::values::List(plan.dra.timeslices.clone()).to_string(),
+            "isolation trials measure each strategy once: give one interval (a sweep takes several)",
         ));
     }
     // A server of the user's own is the victim, loaded at --victim-rate by the
@@ -168,6 +168,10 @@ pub async fn run(
     let finished = match plan.backend {
         BackendKind::Local => {
             let session = local::session::open(&plan, resume.as_deref())?;
+            run_work(session, &mut Trials, progress, shutdown).await?
+        }
+        BackendKind::Kubernetes if plan.sharing_api == crate::config::values::SharingApi::Dra => {
+            let session = k8s::session::open_dra(&plan, resume.as_deref(), shutdown).await?;
             run_work(session, &mut Trials, progress, shutdown).await?
         }
         BackendKind::Kubernetes => {

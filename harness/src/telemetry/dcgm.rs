@@ -1,22 +1,72 @@
 //! GPU telemetry on Kubernetes: the DCGM exporter's series for the node, read through
 //! the cluster's Prometheus. Read only.
+//!
+//! On a node with one GPU the node's series are that GPU's. On a node with several, a
+//! DRA cell's claims were allocated some of them, and the backend narrows the
+//! [`GpuScope`] to those GPUs' UUIDs, which the exporter puts on every series as the
+//! `UUID` label (a MIG instance's series carry its parent GPU's UUID).
+
+use std::sync::{Arc, Mutex};
 
 use crate::metrics::prometheus::PromClient;
+use crate::metrics::prometheus::query::Selector;
 use crate::telemetry::{GpuSample, Telemetry};
+
+/// Which of the node's GPUs the telemetry reads, shared between the backend that knows
+/// a cell's devices and the telemetry that reads them.
+#[derive(Debug, Clone, Default)]
+pub struct GpuScope(Arc<Mutex<Option<Vec<String>>>>);
+
+impl GpuScope {
+    /// Every GPU of the node (the default: a node with one GPU).
+    pub fn node() -> Self {
+        Self::default()
+    }
+
+    /// Narrows the reading to the GPUs with these UUIDs (none: nothing is read, rather
+    /// than another GPU's numbers), or widens it back to the node (`None`).
+    pub fn set(&self, uuids: Option<Vec<String>>) {
+        if let Ok(mut s) = self.0.lock() {
+            *s = uuids;
+        }
+    }
+
+    /// The UUIDs read (None: the whole node).
+    pub fn get(&self) -> Option<Vec<String>> {
+        self.0.lock().ok().and_then(|s| s.clone())
+    }
+}
+
+/// The series selector of `node`'s GPUs in `scope` (pure): `{Hostname="gpu-1"}`, or with
+/// `UUID=~"GPU-a|GPU-b"` (dcgm-exporter's label names); None for an empty scope.
+pub fn selector(node: &str, scope: Option<&[String]>) -> Option<Selector> {
+    let equal = vec![("Hostname".to_string(), node.to_string())];
+    match scope {
+        None => Some(Selector { equal, one_of: None }),
+        Some([]) => None,
+        Some(uuids) => Some(Selector {
+            equal,
+            one_of: Some(("UUID".into(), uuids.to_vec())),
+        }),
+    }
+}
 
 /// GPU telemetry from the DCGM exporter's series in Prometheus.
 pub struct DcgmTelemetry {
     client: PromClient,
     node: String,
+    scope: GpuScope,
     handle: tokio::runtime::Handle,
 }
 
 impl DcgmTelemetry {
-    /// Reads the series of `node` through `client`, on the current runtime.
-    pub fn new(client: PromClient, node: &str) -> Self {
+    /// Reads the series of `node`'s GPUs in `scope` through `client`, on the current
+    /// runtime.
+    pub fn new(client: PromClient, node: &str, scope: GpuScope) -> Self {
         Self {
             client,
             node: node.to_string(),
+            scope,
             handle: tokio::runtime::Handle::current(),
         }
     }
@@ -24,10 +74,8 @@ impl DcgmTelemetry {
 
 impl Telemetry for DcgmTelemetry {
     fn sample(&self) -> Option<GpuSample> {
-        let sel = format!(
-            "{{Hostname=\"{}\"}}",
-            crate::metrics::prometheus::query::escape_value(&self.node)
-        );
+        let sel = selector(&self.node, self.scope.get().as_deref())?.render();
+        // Utilisation is the mean over the GPUs read; memory, power and energy their sum.
         let q = |m: &str, agg: &str| format!("{agg}(DCGM_FI_DEV_{m}{sel})");
         self.handle.block_on(async {
             // DCGM_FI_DEV_GPU_UTIL is not supported on MIG instances (dcgm-exporter
@@ -52,5 +100,27 @@ impl Telemetry for DcgmTelemetry {
                 energy_mj: energy.map(|e| e as u64),
             })
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_selector_is_the_node_or_the_cells_gpus_by_uuid() {
+        let render = |s: Option<&[String]>| selector("gpu-1", s).map(|s| s.render());
+        assert_eq!(render(None).as_deref(), Some("{Hostname=\"gpu-1\"}"));
+        let two = ["GPU-a1".to_string(), "GPU-b2".to_string()];
+        assert_eq!(
+            render(Some(&two)).as_deref(),
+            Some("{Hostname=\"gpu-1\",UUID=~\"GPU-a1|GPU-b2\"}")
+        );
+        assert_eq!(render(Some(&[])), None, "no GPU known: no reading, not the node's");
+        let scope = GpuScope::node();
+        scope.set(Some(two.to_vec()));
+        assert_eq!(scope.clone().get(), Some(two.to_vec()), "clones share the scope");
+        scope.set(None);
+        assert_eq!(scope.get(), None);
     }
 }

@@ -70,7 +70,8 @@ pub struct Facts {
 pub struct DraFacts {
     /// Whether the DeviceClass `gpu.nvidia.com` exists.
     pub class: Result<bool, String>,
-    /// Whole GPUs the driver's ResourceSlices publish for the node.
+    /// GPUs the driver's ResourceSlices publish for the node (an error: they could not
+    /// be listed, or the node's whole GPUs are of different products).
     pub gpus: Result<usize, String>,
     /// The driver's kubelet plugin on the node: image and feature gates.
     pub driver: Result<crate::backend::k8s::dra_backend::DriverFacts, String>,
@@ -311,8 +312,11 @@ fn dra_checks(d: &DraFacts, node: &str) -> Vec<Check> {
         ),
         Ok(n) => c(
             "DRA slices",
-            Verdict::Warn,
-            format!("{n} GPUs on {node}: a DRA sweep refuses nodes with more than one for now"),
+            Verdict::Ok,
+            format!(
+                "{n} GPUs of {} on {node}: the scheduler gives each cell's claims some of them, which its note names and its telemetry reads",
+                dra::DRIVER
+            ),
         ),
         Err(e) => c("DRA slices", Verdict::Warn, e.clone()),
     }];
@@ -525,11 +529,13 @@ async fn gather_dra(client: &Client, node: &str) -> DraFacts {
     let gpus = api("ResourceSlice", "resourceslices")
         .list(&ListParams::default())
         .await
-        .map(|l| {
+        .map_err(|e| kube_error("listing ResourceSlices", e).to_string())
+        .and_then(|l| {
             let values: Vec<Value> = l.items.iter().filter_map(|o| serde_json::to_value(o).ok()).collect();
-            dra_backend::inventory_from_slices(&values, node).gpus.len()
-        })
-        .map_err(|e| kube_error("listing ResourceSlices", e).to_string());
+            let inventory = dra_backend::inventory_from_slices(&values, node);
+            dra_backend::whole_gpu_product(&inventory, node).map_err(|e| e.to_string())?;
+            Ok(inventory.gpus.len())
+        });
     let driver = dra_backend::read_driver(client, node).await;
     DraFacts { class, gpus, driver }
 }

@@ -951,44 +951,7 @@ impl KubernetesBackend {
 
     /// The trial's pods in the namespace, not terminating.
     async fn trial_pods(&self) -> Result<Vec<Pod>> {
-        let selector = format!("{}={},{}", objects::APP_LABEL, objects::APP, objects::ROLE_LABEL);
-        let mut list = self
-            .pods()
-            .list(&ListParams::default().labels(&selector))
-            .await
-            .map_err(|e| kube_error("listing the trial's pods", e))?
-            .items;
-        list.retain(|p| p.metadata.deletion_timestamp.is_none());
-        Ok(list)
-    }
-
-    /// Waits until the victim's pod is bound to the node, or cannot be (unschedulable,
-    /// rejected), at most `limit`: the scheduler takes pods of equal priority in the
-    /// order they entered its queue, which is not the order the ReplicaSets create them
-    /// (UPSTREAM-RULES.md I1), so the aggressors are applied only after this.
-    async fn wait_victim_bound(&self, limit: Duration, shutdown: &Shutdown) -> Result<()> {
-        let deadline = Instant::now() + limit;
-        loop {
-            let pods = shutdown.guard(self.trial_pods()).await?;
-            let decided = pods.iter().any(|p| {
-                let bound = p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
-                bound || matches!(pod_state(p), PodState::Pending(_) | PodState::Exited { .. })
-            });
-            if decided {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(BenchError::Spawn {
-                    pod: "victim".into(),
-                    reason: format!(
-                        "its pod was not bound to node {} within {} s, so the aggressors were not started (the scheduler could give them the GPU first)",
-                        self.s.node,
-                        limit.as_secs()
-                    ),
-                });
-            }
-            shutdown.sleep(self.s.poll).await?;
-        }
+        trial_pods(&self.pods()).await
     }
 
     async fn cell_pods(&mut self) -> Result<Vec<CellPod>> {
@@ -1061,6 +1024,47 @@ pub async fn list_cell_pods(api: &Api<Pod>, arm: impl Into<crate::domain::Arm>, 
             state: pod_state(p),
         })
         .collect())
+}
+
+/// An isolation trial's pods in `pods`' namespace, not terminating.
+pub async fn trial_pods(pods: &Api<Pod>) -> Result<Vec<Pod>> {
+    let selector = format!("{}={},{}", objects::APP_LABEL, objects::APP, objects::ROLE_LABEL);
+    let mut list = pods
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(|e| kube_error("listing the trial's pods", e))?
+        .items;
+    list.retain(|p| p.metadata.deletion_timestamp.is_none());
+    Ok(list)
+}
+
+/// Waits until the victim's pod is bound to the node, or cannot be (unschedulable,
+/// rejected), at most `limit`: the scheduler takes pods of equal priority in the order
+/// they entered its queue, which is not the order the ReplicaSets create them
+/// (UPSTREAM-RULES.md I1), so the aggressors are applied only after this.
+pub async fn wait_victim_bound(pods: &Api<Pod>, s: &KubeSettings, limit: Duration, shutdown: &Shutdown) -> Result<()> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let list = shutdown.guard(trial_pods(pods)).await?;
+        let decided = list.iter().any(|p| {
+            let bound = p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
+            bound || matches!(pod_state(p), PodState::Pending(_) | PodState::Exited { .. })
+        });
+        if decided {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(BenchError::Spawn {
+                pod: "victim".into(),
+                reason: format!(
+                    "its pod was not bound to node {} within {} s, so the aggressors were not started (the scheduler could give them the GPU first)",
+                    s.node,
+                    limit.as_secs()
+                ),
+            });
+        }
+        shutdown.sleep(s.poll).await?;
+    }
 }
 
 /// Deletes the named workload Deployments in `ns` and waits (at most 120 s; a forced
@@ -1216,7 +1220,7 @@ impl Backend for KubernetesBackend {
         self.launched_at = Some(Instant::now());
         for (i, part) in parts.iter().enumerate() {
             if i > 0 {
-                self.wait_victim_bound(Duration::from_secs(120), shutdown).await?;
+                wait_victim_bound(&self.pods(), &self.s, Duration::from_secs(120), shutdown).await?;
             }
             let (role, replicas) = (part.role, part.replicas);
             let runs = if part.builtin {
@@ -1237,16 +1241,7 @@ impl Backend for KubernetesBackend {
     /// the pod counts as running only once a container of it is ready again.
     async fn relaunch_pod(&mut self, name: &str, shutdown: &Shutdown) -> Result<()> {
         let list = shutdown.guard(self.trial_pods()).await?;
-        let Some(t) = self.trial.as_mut().filter(|t| t.specs.iter().any(|s| s.name == name)) else {
-            return Err(BenchError::Spawn {
-                pod: name.into(),
-                reason: "it is not a pod of the running isolation trial".into(),
-            });
-        };
-        t.name_pods(&list);
-        let next = t.pod_of(name, &list).map_or(0, trial::next_container);
-        t.relaunched.insert(name.to_string(), next);
-        Ok(())
+        trial::relaunch(self.trial.as_mut(), name, &list)
     }
 
     async fn wait_ready(&mut self, timeout: Duration, shutdown: &Shutdown) -> Result<Vec<CellPod>> {

@@ -39,6 +39,10 @@ pub const RESOURCE_API: &str = "resource.k8s.io/v1";
 pub const REQUEST: &str = "gpu";
 /// The driver release the types and rules were read from.
 pub const DRIVER_VERSION_READ: &str = "v0.4.1";
+/// The scheduler's reason for a pod whose claim finds no free device (J4: the DRA
+/// plugin's Filter, `pkg/scheduler/framework/plugins/dynamicresources/`), in the pod's
+/// `PodScheduled` condition: `0/1 nodes are available: 1 cannot allocate all claims.`
+pub const NO_FREE_DEVICE: &str = "cannot allocate all claims";
 
 /// The driver's `GpuConfig` (`gpuconfig.go`); unknown fields are refused by its strict
 /// decoder, so the harness writes only these.

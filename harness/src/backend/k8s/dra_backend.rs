@@ -23,10 +23,12 @@ use super::backend::{self as k8s, KubeSettings, kube_error};
 use super::dra::{self, CellClaims, DraSettings};
 use super::journal::{self, Journal};
 use super::objects;
+use super::trial::{self, TrialCell};
 use crate::backend::{Backend, CellSetup, Pod as CellPod, PodState, Prepared};
 use crate::domain::{Arm, Strategy};
 use crate::error::{BenchError, Result};
 use crate::shutdown::Shutdown;
+use crate::telemetry::dcgm::GpuScope;
 use crate::telemetry::inventory::{GpuInfo, GpuInventory, MigDevice};
 
 /// A `resource.k8s.io/v1` resource of the workload namespace, or cluster-wide.
@@ -110,60 +112,49 @@ pub fn inventory_from_slices(slices: &[Value], node: &str) -> GpuInventory {
     let mut gpus: Vec<GpuInfo> = Vec::new();
     let mut driver_version = None;
     let mut cuda_driver_version = None;
-    for slice in slices
-        .iter()
-        .filter(|s| s["spec"]["nodeName"] == node && s["spec"]["driver"] == dra::DRIVER)
-    {
-        for d in slice["spec"]["devices"].as_array().into_iter().flatten() {
-            let attr = |k: &str| {
-                let a = &d["attributes"][k];
-                a["string"]
-                    .as_str()
-                    .or_else(|| a["version"].as_str())
-                    .map(str::to_string)
-            };
-            let kind = attr("type");
-            if !matches!(kind.as_deref(), Some("gpu" | "mig")) {
-                continue;
-            }
-            driver_version = driver_version.or_else(|| attr("driverVersion"));
-            cuda_driver_version = cuda_driver_version.or_else(|| attr("cudaDriverVersion"));
-            let name = attr("productName").unwrap_or_else(|| "unknown GPU".into());
-            if kind.as_deref() == Some("gpu") {
-                gpus.push(GpuInfo {
-                    index: gpus.len() as u32,
-                    name,
-                    uuid: attr("uuid").unwrap_or_default(),
-                    memory_total_bytes: d["capacity"]["memory"]["value"]
-                        .as_str()
-                        .and_then(|q| q.parse::<crate::config::values::Quantity>().ok())
-                        .map(|q| q.bytes),
-                    mig_enabled: Some(false),
-                    compute_mode: None,
-                    mig_devices: Vec::new(),
-                });
-                continue;
-            }
-            let parent = attr("parentUUID").unwrap_or_default();
-            let device = MigDevice {
-                profile: attr("profile").unwrap_or_default(),
+    for d in slice_devices(slices, node) {
+        let attr = |k: &str| attribute(d, k);
+        let kind = attr("type");
+        if !matches!(kind.as_deref(), Some("gpu" | "mig")) {
+            continue;
+        }
+        driver_version = driver_version.or_else(|| attr("driverVersion"));
+        cuda_driver_version = cuda_driver_version.or_else(|| attr("cudaDriverVersion"));
+        let name = attr("productName").unwrap_or_else(|| "unknown GPU".into());
+        if kind.as_deref() == Some("gpu") {
+            gpus.push(GpuInfo {
+                index: gpus.len() as u32,
+                name,
                 uuid: attr("uuid").unwrap_or_default(),
-            };
-            match gpus
-                .iter_mut()
-                .find(|g| g.uuid == parent && g.mig_enabled == Some(true))
-            {
-                Some(g) => g.mig_devices.push(device),
-                None => gpus.push(GpuInfo {
-                    index: gpus.len() as u32,
-                    name,
-                    uuid: parent,
-                    memory_total_bytes: None,
-                    mig_enabled: Some(true),
-                    compute_mode: None,
-                    mig_devices: vec![device],
-                }),
-            }
+                memory_total_bytes: d["capacity"]["memory"]["value"]
+                    .as_str()
+                    .and_then(|q| q.parse::<crate::config::values::Quantity>().ok())
+                    .map(|q| q.bytes),
+                mig_enabled: Some(false),
+                compute_mode: None,
+                mig_devices: Vec::new(),
+            });
+            continue;
+        }
+        let parent = attr("parentUUID").unwrap_or_default();
+        let device = MigDevice {
+            profile: attr("profile").unwrap_or_default(),
+            uuid: attr("uuid").unwrap_or_default(),
+        };
+        match gpus
+            .iter_mut()
+            .find(|g| g.uuid == parent && g.mig_enabled == Some(true))
+        {
+            Some(g) => g.mig_devices.push(device),
+            None => gpus.push(GpuInfo {
+                index: gpus.len() as u32,
+                name,
+                uuid: parent,
+                memory_total_bytes: None,
+                mig_enabled: Some(true),
+                compute_mode: None,
+                mig_devices: vec![device],
+            }),
         }
     }
     GpuInventory {
@@ -174,11 +165,94 @@ pub fn inventory_from_slices(slices: &[Value], node: &str) -> GpuInventory {
     }
 }
 
-/// The MIG profile MIG cells ask for (pure): the one the GPU has most instances of
+/// The devices the driver's slices publish for `node` (J2, J8).
+fn slice_devices<'a>(slices: &'a [Value], node: &'a str) -> impl Iterator<Item = &'a Value> {
+    slices
+        .iter()
+        .filter(move |s| s["spec"]["nodeName"] == node && s["spec"]["driver"] == dra::DRIVER)
+        .flat_map(|s| s["spec"]["devices"].as_array().into_iter().flatten())
+}
+
+/// A device's string or version attribute.
+fn attribute(device: &Value, key: &str) -> Option<String> {
+    let a = &device["attributes"][key];
+    a["string"]
+        .as_str()
+        .or_else(|| a["version"].as_str())
+        .map(str::to_string)
+}
+
+/// Each device the driver publishes for `node`, with the UUID of the GPU it is on
+/// (pure): a whole GPU's `uuid`, a MIG device's `parentUUID` (J2, J8). The DCGM
+/// exporter labels a GPU's series, and its MIG instances', with that UUID.
+pub fn device_gpus(slices: &[Value], node: &str) -> BTreeMap<String, String> {
+    slice_devices(slices, node)
+        .filter_map(|d| {
+            let gpu = match attribute(d, "type").as_deref() {
+                Some("gpu") => attribute(d, "uuid"),
+                Some("mig") => attribute(d, "parentUUID"),
+                _ => None,
+            }?;
+            Some((d["name"].as_str()?.to_string(), gpu))
+        })
+        .collect()
+}
+
+/// The devices of `node`'s pool allocated to the claims reserved for `pods` (pure,
+/// sorted): a cell's GPUs or MIG devices, from each claim's
+/// `status.allocation.devices.results` and `status.reservedFor` (J4).
+pub fn allocated_devices(claims: &[Value], pods: &[String], node: &str) -> Vec<String> {
+    let mut out: Vec<String> = claims
+        .iter()
+        .filter(|c| {
+            c["status"]["reservedFor"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|r| r["resource"] == "pods" && r["name"].as_str().is_some_and(|n| pods.iter().any(|p| p == n)))
+        })
+        .flat_map(|c| {
+            c["status"]["allocation"]["devices"]["results"]
+                .as_array()
+                .into_iter()
+                .flatten()
+        })
+        .filter(|r| r["driver"] == dra::DRIVER && r["pool"] == node)
+        .filter_map(|r| r["device"].as_str().map(str::to_string))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The product of the node's whole GPUs (pure): a run compares cells, so they must be
+/// measured on one product, whichever of the node's GPUs a claim is allocated. None when
+/// every GPU is in MIG mode.
+pub fn whole_gpu_product<'a>(inventory: &'a GpuInventory, node: &str) -> Result<Option<&'a GpuInfo>> {
+    let whole: Vec<&GpuInfo> = inventory.gpus.iter().filter(|g| g.mig_enabled == Some(false)).collect();
+    let mut products: Vec<String> = whole
+        .iter()
+        .map(|g| match g.memory_total_bytes {
+            Some(b) => format!("{} ({} MiB)", g.name, b >> 20),
+            None => g.name.clone(),
+        })
+        .collect();
+    products.sort();
+    products.dedup();
+    if products.len() > 1 {
+        return Err(BenchError::kube(format!(
+            "node {node} publishes whole GPUs of different products ({}): a claim may be allocated any of them, and a run's cells must be measured on one product; use a node whose GPUs are alike",
+            products.join(", ")
+        )));
+    }
+    Ok(whole.first().copied())
+}
+
+/// The MIG profile MIG cells ask for (pure): the one the node has most instances of
 /// (ties: the first in name order), with that count; None without MIG devices.
-pub fn mig_choice(gpu: &GpuInfo) -> Option<(String, u32)> {
+pub fn mig_choice<'a>(devices: impl IntoIterator<Item = &'a MigDevice>) -> Option<(String, u32)> {
     let mut counts: BTreeMap<&str, u32> = BTreeMap::new();
-    for d in &gpu.mig_devices {
+    for d in devices {
         *counts.entry(d.profile.as_str()).or_default() += 1;
     }
     let most = counts.values().copied().max()?;
@@ -321,8 +395,16 @@ pub struct DraBackend {
     dra: DraSettings,
     journal_path: Option<PathBuf>,
     journal: Option<Journal>,
-    /// Whole GPUs the node's slices publish (0: its GPU is in MIG mode).
+    /// Whole GPUs the node's slices publish (0: every GPU is in MIG mode).
     gpus: u32,
+    /// Each device the slices publish, with its GPU's UUID (DCGM's `UUID` label).
+    device_gpus: BTreeMap<String, String>,
+    /// The node has several GPUs: telemetry follows each cell's devices.
+    several: bool,
+    /// What the telemetry reads: the node, or the cell's GPUs.
+    scope: GpuScope,
+    /// The devices the current cell's claims were allocated.
+    allocated: Vec<String>,
     /// MIG devices of the profile MIG cells ask for.
     mig_devices: u32,
     /// The GPU's memory and MIG profile, for the cells' claims.
@@ -331,6 +413,8 @@ pub struct DraBackend {
     arm: Option<Arm>,
     cell: Option<(Arm, u32)>,
     claims: Option<CellClaims>,
+    /// The isolation trial launched (pods with their own arguments), if any.
+    trial: Option<TrialCell>,
     launched_at: Option<Instant>,
     pods_ready_s: Option<f64>,
     /// The driver as its kubelet plugin shows it, or why it could not be read.
@@ -357,11 +441,16 @@ impl DraBackend {
             journal_path: None,
             journal: None,
             gpus: 0,
+            device_gpus: BTreeMap::new(),
+            several: false,
+            scope: GpuScope::node(),
+            allocated: Vec::new(),
             mig_devices: 0,
             node: dra::NodeDevices::default(),
             arm: None,
             cell: None,
             claims: None,
+            trial: None,
             launched_at: None,
             pods_ready_s: None,
             driver: None,
@@ -391,6 +480,12 @@ impl DraBackend {
     /// Sets the user's own server the pods run (the recorded one when resuming).
     pub fn set_server(&mut self, server: Option<objects::OwnServer>) {
         self.s.workload.server = server;
+    }
+
+    /// Sets the image an isolation trial's aggressors run beside a server of the user's
+    /// own (the recorded one when resuming).
+    pub fn set_aggressor_image(&mut self, image: &str) {
+        self.s.aggressor_image = image.to_string();
     }
 
     /// Sets the claims' settings (the recorded ones when resuming).
@@ -429,21 +524,16 @@ impl DraBackend {
                 dra::DRIVER
             )));
         }
-        if inventory.gpus.len() > 1 {
-            // A shared claim is one GPU, but the DCGM exporter's series the telemetry reads
-            // are the node's: utilisation, memory and power would mix the other GPUs in.
-            return Err(BenchError::kube(format!(
-                "node {} publishes {} GPUs: a claim gets one, but the harness's GPU telemetry reads the whole node's DCGM series; use a node with one GPU for now",
-                self.s.node,
-                inventory.gpus.len()
-            )));
-        }
-        let gpu = &inventory.gpus[0];
-        self.gpus = u32::from(gpu.mig_enabled == Some(false));
-        let mig = mig_choice(gpu);
+        // On a node with several GPUs a claim is allocated one of them (a shared claim,
+        // one for all the cell's pods); the telemetry then reads that GPU's series.
+        let whole = whole_gpu_product(&inventory, &self.s.node)?;
+        self.gpus = inventory.gpus.iter().filter(|g| g.mig_enabled == Some(false)).count() as u32;
+        self.several = inventory.gpus.len() > 1;
+        self.device_gpus = device_gpus(&values, &self.s.node);
+        let mig = mig_choice(inventory.gpus.iter().flat_map(|g| &g.mig_devices));
         self.mig_devices = mig.as_ref().map_or(0, |m| m.1);
         self.node = dra::NodeDevices {
-            memory_bytes: gpu.memory_total_bytes,
+            memory_bytes: whole.and_then(|g| g.memory_total_bytes),
             mig_profile: mig.map(|m| m.0),
         };
         self.driver = Some(read_driver(&self.client, &self.s.node).await);
@@ -454,6 +544,42 @@ impl DraBackend {
     /// [`check_cluster`](Self::check_cluster)).
     pub fn driver(&self) -> Option<&std::result::Result<DriverFacts, String>> {
         self.driver.as_ref()
+    }
+
+    /// What the GPU telemetry reads: the node, or on a node with several GPUs the
+    /// current cell's (set once its pods are placed).
+    pub fn gpu_scope(&self) -> GpuScope {
+        self.scope.clone()
+    }
+
+    /// Reads which devices the cell's claims were allocated (for its note, and on a
+    /// node with several GPUs for the telemetry: the UUIDs of their GPUs).
+    async fn read_allocation(&mut self, pods: &[CellPod]) {
+        let ns = &self.s.workload.namespace;
+        let names: Vec<String> = pods.iter().map(|p| p.name.clone()).collect();
+        let claims = resource_api(&self.client, Some(ns), "ResourceClaim", "resourceclaims")
+            .list(&ListParams::default())
+            .await;
+        self.allocated = match claims {
+            Ok(list) => {
+                let values: Vec<Value> = list.items.iter().filter_map(|o| serde_json::to_value(o).ok()).collect();
+                allocated_devices(&values, &names, &self.s.node)
+            }
+            Err(e) => {
+                tracing::warn!("reading the cell's claims in namespace {ns}: {e}");
+                Vec::new()
+            }
+        };
+        if self.several {
+            let mut uuids: Vec<String> = self
+                .allocated
+                .iter()
+                .filter_map(|d| self.device_gpus.get(d).cloned())
+                .collect();
+            uuids.sort();
+            uuids.dedup();
+            self.scope.set(Some(uuids));
+        }
     }
 
     /// Uses `dir`'s restore journal (resume: what a killed run left is deleted before
@@ -556,11 +682,16 @@ impl DraBackend {
         Api::namespaced(self.client.clone(), &self.s.workload.namespace)
     }
 
-    async fn cell_pods(&self) -> Result<Vec<CellPod>> {
-        match self.cell {
-            Some((arm, pods)) => k8s::list_cell_pods(&self.pods(), arm, pods).await,
-            None => Ok(Vec::new()),
+    async fn cell_pods(&mut self) -> Result<Vec<CellPod>> {
+        let Some((arm, pods)) = self.cell else {
+            return Ok(Vec::new());
+        };
+        if let Some(t) = self.trial.as_mut() {
+            let list = k8s::trial_pods(&Api::namespaced(self.client.clone(), &self.s.workload.namespace)).await?;
+            t.name_pods(&list);
+            return Ok(t.cell_pods(&list));
         }
+        k8s::list_cell_pods(&self.pods(), arm, pods).await
     }
 
     /// The kubelet's `FailedPrepareDynamicResources` event of a pod, if any (J6): why a
@@ -578,10 +709,78 @@ impl DraBackend {
             .and_then(|e| e.message)
     }
 
-    /// Deletes the cell's Deployment, waits for its pods to go, then deletes its claim.
+    /// Applies the claim of a cell of `pods` pods under `strategy` (of the prepared arm),
+    /// journaled first; returns the arm and its claims.
+    async fn apply_claim(&mut self, strategy: Strategy, pods: u32) -> Result<(Arm, CellClaims)> {
+        let ns = self.s.workload.namespace.clone();
+        // The prepared arm's interval, for a cell of its strategy.
+        let arm = self.arm.filter(|a| a.strategy == strategy).unwrap_or(Arm::of(strategy));
+        let claims = dra::cell_claims(arm, pods, &self.dra, &self.node);
+        // This cell's row describes this cell's claims, even if their launch fails.
+        self.claims = Some(claims.clone());
+        self.pods_ready_s = None;
+        self.allocated.clear();
+        if self.several {
+            // Until the cell's devices are known, no other GPU's numbers.
+            self.scope.set(Some(Vec::new()));
+        }
+        let name = dra::claim_name(arm, pods);
+        let entry = journal_entry(&claims, &name);
+        self.journal_change(|j| j.claims.insert(entry.clone()))?;
+        let object = dra::claim_object(&ns, arm, pods, &claims);
+        let (plural, kind) = claim_kind(&claims);
+        resource_api(&self.client, Some(&ns), kind, plural)
+            .patch(
+                &name,
+                &PatchParams::apply(objects::FIELD_MANAGER).force(),
+                &Patch::Apply(object),
+            )
+            .await
+            .map_err(|e| kube_error(&format!("applying {entry} ({})", dra::describe(&claims)), e))?;
+        self.cell = Some((arm, pods));
+        Ok((arm, claims))
+    }
+
+    /// Applies a workload Deployment (`name`) whose pods reference the cell's claims,
+    /// journaled first.
+    async fn apply_workload(
+        &mut self,
+        name: &str,
+        mut deployment: Value,
+        claims: &CellClaims,
+        what: &str,
+    ) -> Result<()> {
+        let Some((arm, pods)) = self.cell else {
+            return Err(BenchError::kube(
+                "internal: a workload Deployment without its cell's claim",
+            ));
+        };
+        self.journal_change(|j| match name == objects::APP {
+            true => !std::mem::replace(&mut j.deployment, true),
+            false => j.deployments.insert(name.to_string()),
+        })?;
+        dra::use_claim(&mut deployment, arm, pods, claims);
+        let deps: Api<k8s_openapi::api::apps::v1::Deployment> =
+            Api::namespaced(self.client.clone(), &self.s.workload.namespace);
+        deps.patch(
+            name,
+            &PatchParams::apply(objects::FIELD_MANAGER).force(),
+            &Patch::Apply(deployment),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| kube_error(&format!("applying the workload Deployment {name} ({what})"), e))
+    }
+
+    /// Deletes the cell's Deployments (a sweep's, or a trial's two), waits for their pods
+    /// to go, then deletes its claim.
     async fn end_cell(&mut self, shutdown: &Shutdown) -> Result<()> {
         let ns = self.s.workload.namespace.clone();
-        k8s::delete_workload(&self.client, &ns, &[objects::APP.to_string()], self.s.poll, shutdown).await?;
+        let names: Vec<String> = std::iter::once(objects::APP.to_string())
+            .chain(objects::ROLES.iter().map(|r| objects::role_deployment_name(r)))
+            .collect();
+        k8s::delete_workload(&self.client, &ns, &names, self.s.poll, shutdown).await?;
+        self.trial = None;
         // The claims stay known until the next launch: the cell's row reads them after.
         if let (Some((arm, pods)), Some(claims)) = (self.cell.take(), self.claims.as_ref()) {
             let entry = journal_entry(claims, &dra::claim_name(arm, pods));
@@ -598,7 +797,15 @@ impl Backend for DraBackend {
 
     async fn prepare(&mut self, arm: Arm, shutdown: &Shutdown) -> Result<Prepared> {
         let strategy = arm.strategy;
-        self.arm = Some(arm);
+        // An isolation run prepares each strategy once, as a plain arm: time-slicing
+        // then takes the run's one --timeslice interval, if any.
+        self.arm = Some(match (arm.timeslice, self.dra.timeslices.as_slice()) {
+            (None, [one]) if strategy == Strategy::TimeSlicing => Arm {
+                strategy,
+                timeslice: Some(*one),
+            },
+            _ => arm,
+        });
         shutdown
             .guard(k8s::ensure_namespace(&self.client, &self.s.workload.namespace))
             .await?;
@@ -615,7 +822,10 @@ impl Backend for DraBackend {
             switch_s: None,
             mig_reconfigure_s: None,
             pods_ready_s: self.pods_ready_s,
-            note: Some(dra::describe(claims)),
+            note: Some(match self.allocated.as_slice() {
+                [] => dra::describe(claims),
+                devices => format!("{}; on {}", dra::describe(claims), devices.join(", ")),
+            }),
         })
     }
 
@@ -626,46 +836,59 @@ impl Backend for DraBackend {
         args: &[String],
         _shutdown: &Shutdown,
     ) -> Result<Vec<CellPod>> {
-        let ns = self.s.workload.namespace.clone();
-        // The prepared arm's interval, for a cell of its strategy.
-        let arm = self.arm.filter(|a| a.strategy == strategy).unwrap_or(Arm::of(strategy));
-        let claims = dra::cell_claims(arm, pods, &self.dra, &self.node);
-        // This cell's row describes this cell's claims, even if their launch fails.
-        self.claims = Some(claims.clone());
-        self.pods_ready_s = None;
-        let name = dra::claim_name(arm, pods);
-        let entry = journal_entry(&claims, &name);
-        self.journal_change(|j| j.claims.insert(entry.clone()))?;
-        let object = dra::claim_object(&ns, arm, pods, &claims);
-        let (plural, kind) = claim_kind(&claims);
-        resource_api(&self.client, Some(&ns), kind, plural)
-            .patch(
-                &name,
-                &PatchParams::apply(objects::FIELD_MANAGER).force(),
-                &Patch::Apply(object),
-            )
-            .await
-            .map_err(|e| kube_error(&format!("applying {entry} ({})", dra::describe(&claims)), e))?;
-        self.cell = Some((arm, pods));
-        self.journal_change(|j| !std::mem::replace(&mut j.deployment, true))?;
+        let (arm, claims) = self.apply_claim(strategy, pods).await?;
+        self.trial = None;
         let resource = objects::pod_resource(strategy, None, None);
-        let mut deployment = objects::deployment(&self.s.workload, strategy, pods, &resource, args);
-        dra::use_claim(&mut deployment, arm, pods, &claims);
-        let deps: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(self.client.clone(), &ns);
-        deps.patch(
-            objects::APP,
-            &PatchParams::apply(objects::FIELD_MANAGER).force(),
-            &Patch::Apply(deployment),
-        )
-        .await
-        .map_err(|e| {
-            kube_error(
-                &format!("applying the workload Deployment ({} × {pods})", arm.name()),
-                e,
-            )
-        })?;
+        let deployment = objects::deployment(&self.s.workload, strategy, pods, &resource, args);
+        let what = format!("{} × {pods}", arm.name());
+        self.apply_workload(objects::APP, deployment, &claims, &what).await?;
         self.launched_at = Some(Instant::now());
         self.cell_pods().await
+    }
+
+    /// An isolation trial: the cell's claim, then the victim's Deployment and, once the
+    /// victim is bound (so the scheduler cannot give an aggressor the victim's device
+    /// first), the aggressors', both referencing the claim.
+    async fn launch_pods(
+        &mut self,
+        strategy: Strategy,
+        specs: &[crate::backend::PodSpec],
+        shutdown: &Shutdown,
+    ) -> Result<Vec<CellPod>> {
+        let parts = trial::deployments(specs)?;
+        let pods = specs.len() as u32;
+        let (arm, claims) = self.apply_claim(strategy, pods).await?;
+        self.trial = Some(TrialCell::new(specs));
+        self.launched_at = Some(Instant::now());
+        let resource = objects::pod_resource(strategy, None, None);
+        for (i, part) in parts.iter().enumerate() {
+            if i > 0 {
+                k8s::wait_victim_bound(&self.pods(), &self.s, Duration::from_secs(120), shutdown).await?;
+            }
+            let runs = if part.builtin {
+                self.s.builtin_workload()
+            } else {
+                self.s.workload.clone()
+            };
+            let object =
+                objects::role_deployment(&runs, strategy, &resource, part.role, part.replicas, pods, &part.args);
+            let what = format!(
+                "{} × {} in a trial of {pods} under {}",
+                part.role,
+                part.replicas,
+                arm.name()
+            );
+            self.apply_workload(&objects::role_deployment_name(part.role), object, &claims, &what)
+                .await?;
+        }
+        self.cell_pods().await
+    }
+
+    /// Nothing to start: the kubelet restarts an exited container in its pod, and a
+    /// ReplicaSet replaces a failed pod (UPSTREAM-RULES.md I2), whose claim stays.
+    async fn relaunch_pod(&mut self, name: &str, shutdown: &Shutdown) -> Result<()> {
+        let list = shutdown.guard(k8s::trial_pods(&self.pods())).await?;
+        trial::relaunch(self.trial.as_mut(), name, &list)
     }
 
     async fn wait_ready(&mut self, timeout: Duration, shutdown: &Shutdown) -> Result<Vec<CellPod>> {
@@ -683,13 +906,20 @@ impl Backend for DraBackend {
             let pending = pods.iter().filter(|p| matches!(p.state, PodState::Pending(_))).count();
             let running = pods.iter().filter(|p| p.state == PodState::Running).count();
             // A pod that cannot get a GPU of its own once the others hold every one the
-            // node publishes stays pending: that is the cell's outcome. A shared claim's
-            // pods all fit once it is allocated, so their pending is a wait.
-            let full = per_pod && running >= self.devices() as usize;
+            // node publishes stays pending: that is the cell's outcome, and so is the
+            // scheduler's verdict that no free device is left for its claim (J4), which
+            // also counts devices other tenants hold. A shared claim's pods all fit once
+            // it is allocated, so their pending is a wait.
+            let no_device = pods.iter().all(|p| match &p.state {
+                PodState::Pending(why) => why.contains(dra::NO_FREE_DEVICE),
+                _ => true,
+            });
+            let full = per_pod && (running >= self.devices() as usize || no_device);
             if pods.len() >= want && decided && (pending == 0 || full) {
                 if let Some(t) = self.launched_at {
                     self.pods_ready_s = Some(t.elapsed().as_secs_f64());
                 }
+                self.read_allocation(&pods).await;
                 return Ok(pods);
             }
             if Instant::now() > deadline {
@@ -707,6 +937,7 @@ impl Backend for DraBackend {
                     }
                     out.push(p);
                 }
+                self.read_allocation(&out).await;
                 return Ok(out);
             }
             shutdown.sleep(self.s.poll).await?;
@@ -800,7 +1031,7 @@ mod tests {
             ),
             (Some(true), "GPU-sim-0000", None, 4)
         );
-        assert_eq!(mig_choice(g), Some(("1g.10gb".to_string(), 2)));
+        assert_eq!(mig_choice(&g.mig_devices), Some(("1g.10gb".to_string(), 2)));
         let whole = inventory_from_slices(
             &[crate::backend::k8s::sim::dra::resource_slice(
                 "gpu-1",
@@ -811,8 +1042,62 @@ mod tests {
             "gpu-1",
         );
         assert_eq!(
-            (whole.gpus[0].mig_enabled, mig_choice(&whole.gpus[0])),
+            (whole.gpus[0].mig_enabled, mig_choice(&whole.gpus[0].mig_devices)),
             (Some(false), None)
         );
+    }
+
+    #[test]
+    fn a_cells_devices_are_those_of_the_claims_reserved_for_its_pods_and_map_to_their_gpus() {
+        use crate::backend::k8s::sim::dra::{make_static_mig, resource_slice};
+        let mut slice = resource_slice("gpu-1", 3, "NVIDIA H100 80GB HBM3", 80 << 30);
+        make_static_mig(&mut slice, &["1g.10gb".to_string(), "1g.10gb".to_string()]);
+        let map = device_gpus(&[slice], "gpu-1");
+        // GPU 0 in MIG mode: its instances carry the parent's UUID, and no whole gpu-0.
+        assert!(!map.contains_key("gpu-0"), "{map:?}");
+        let migs: Vec<(&String, &String)> = map.iter().filter(|(d, _)| d.contains("-mig-")).collect();
+        assert!(
+            migs.len() == 2 && migs.iter().all(|(_, g)| g.as_str() == "GPU-sim-0000"),
+            "{map:?}"
+        );
+        assert_eq!(map.get("gpu-2").map(String::as_str), Some("GPU-sim-0002"));
+        let claim = |reserved: &[&str], devices: &[(&str, &str)]| {
+            serde_json::json!({"status": {
+                "reservedFor": reserved.iter().map(|n| serde_json::json!({"resource": "pods", "name": n, "uid": "u"})).collect::<Vec<_>>(),
+                "allocation": {"devices": {"results": devices.iter().map(|(pool, d)| serde_json::json!({"request": "gpu", "driver": dra::DRIVER, "pool": pool, "device": d})).collect::<Vec<_>>()}}
+            }})
+        };
+        let claims = [
+            claim(&["w-a", "w-b"], &[("gpu-1", "gpu-2")]),
+            claim(&["w-c"], &[("gpu-1", "gpu-1")]),
+            claim(&["other"], &[("gpu-1", "gpu-0")]),
+            claim(&["w-d"], &[("gpu-9", "gpu-3")]),
+            serde_json::json!({"status": {}}),
+        ];
+        let pods = ["w-a", "w-b", "w-c", "w-d"].map(String::from);
+        // Sorted, once each; another pod's claim and another node's pool are not the cell's.
+        assert_eq!(allocated_devices(&claims, &pods, "gpu-1"), ["gpu-1", "gpu-2"]);
+        assert!(allocated_devices(&claims, &[], "gpu-1").is_empty());
+    }
+
+    #[test]
+    fn whole_gpus_of_different_products_are_refused_and_alike_ones_give_their_memory() {
+        use crate::backend::k8s::sim::dra::resource_slice;
+        let two = inventory_from_slices(&[resource_slice("n", 2, "NVIDIA H100 80GB HBM3", 80 << 30)], "n");
+        let g = whole_gpu_product(&two, "n").expect("alike").expect("a whole GPU");
+        assert_eq!(g.memory_total_bytes, Some(80 << 30));
+        let mut mixed = two.clone();
+        mixed.gpus[1].name = "NVIDIA H200".into();
+        mixed.gpus[1].memory_total_bytes = Some(141 << 30);
+        let e = whole_gpu_product(&mixed, "n").expect_err("mixed").to_string();
+        assert!(
+            e.contains("node n publishes whole GPUs of different products (NVIDIA H100 80GB HBM3 (81920 MiB), NVIDIA H200 (144384 MiB))"),
+            "{e}"
+        );
+        let mut mig = two;
+        for g in &mut mig.gpus {
+            g.mig_enabled = Some(true);
+        }
+        assert!(whole_gpu_product(&mig, "n").expect("MIG only").is_none());
     }
 }

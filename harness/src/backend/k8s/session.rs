@@ -20,7 +20,7 @@ use crate::results::lock::RunLock;
 use crate::results::record::PlanRecord;
 use crate::results::store::RunStore;
 use crate::shutdown::Shutdown;
-use crate::telemetry::dcgm::DcgmTelemetry;
+use crate::telemetry::dcgm::{DcgmTelemetry, GpuScope};
 use crate::telemetry::{GpuInfo, GpuInventory, Telemetry, host};
 
 /// The GPU as the node's GPU-feature-discovery labels describe it (pure).
@@ -296,7 +296,16 @@ pub async fn open(plan: &SweepPlan, resume: Option<&str>, shutdown: &Shutdown) -
         backend.set_aggressor_image(image);
     }
     let client = backend.client();
-    finish_session(backend, client, (plan, resume.is_some()), store, &node, shutdown).await
+    let scope = GpuScope::node();
+    finish_session(
+        backend,
+        client,
+        (plan, resume.is_some()),
+        store,
+        (&node, scope),
+        shutdown,
+    )
+    .await
 }
 
 /// Opens a sweep whose pods get their GPU through DRA claims (`--sharing-api dra`): the
@@ -335,8 +344,25 @@ pub async fn open_dra(
         warnings.extend(d.warnings(&recorded.strategies, &dra));
     }
     backend.set_dra(dra);
+    if let Some(image) = store
+        .run()
+        .isolation
+        .as_ref()
+        .and_then(|i| i.aggressor_image.as_deref())
+    {
+        backend.set_aggressor_image(image);
+    }
     let client = backend.client();
-    let mut session = finish_session(backend, client, (plan, resume.is_some()), store, &node, shutdown).await?;
+    let scope = backend.gpu_scope();
+    let mut session = finish_session(
+        backend,
+        client,
+        (plan, resume.is_some()),
+        store,
+        (&node, scope),
+        shutdown,
+    )
+    .await?;
     session.notes.extend(warnings);
     Ok(session)
 }
@@ -370,7 +396,7 @@ async fn finish_session<B>(
     client: kube::Client,
     (plan, resumed): (&SweepPlan, bool),
     store: RunStore,
-    node: &str,
+    (node, scope): (&str, GpuScope),
     shutdown: &Shutdown,
 ) -> Result<Session<B>> {
     let recorded = store.run().plan.clone();
@@ -400,7 +426,7 @@ async fn finish_session<B>(
             url
         }
     };
-    let telemetry: Arc<dyn Telemetry> = Arc::new(DcgmTelemetry::new(PromClient::new(&url), node));
+    let telemetry: Arc<dyn Telemetry> = Arc::new(DcgmTelemetry::new(PromClient::new(&url), node, scope));
     Ok(Session {
         backend,
         metrics: PrometheusSetting::Url(url),

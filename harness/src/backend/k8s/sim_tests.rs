@@ -1603,7 +1603,7 @@ async fn an_mps_claim_leaves_exclusive_process_for_a_later_plain_time_slicing_ce
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claims_the_run_did_not_make_and_multi_gpu_nodes_are_refused() {
+async fn claims_the_run_did_not_make_are_refused() {
     let sim = start_dra(dra_node(true, true)).await;
     // The claim `manifests/overlays/dra` makes, left in the namespace.
     let claims = super::dra::cell_claims(Strategy::Mps, 7, &Default::default(), &Default::default());
@@ -1629,14 +1629,233 @@ async fn claims_the_run_did_not_make_and_multi_gpu_nodes_are_refused() {
         e.contains("already holds claims of gpushare-bench that this run did not make (resourceclaims/gpushare-mps-7)"),
         "{e}"
     );
+}
+
+/// GPU telemetry that says which GPUs the backend's scope holds: 10 for GPU-sim-0000,
+/// 20 for GPU-sim-0001, summed; nothing for the whole node or an empty scope.
+struct ScopeProbe(crate::telemetry::dcgm::GpuScope);
+
+impl crate::telemetry::Telemetry for ScopeProbe {
+    fn sample(&self) -> Option<crate::telemetry::GpuSample> {
+        let uuids = self.0.get().filter(|u| !u.is_empty())?;
+        let util = uuids
+            .iter()
+            .map(|u| match u.as_str() {
+                "GPU-sim-0000" => 10.0,
+                "GPU-sim-0001" => 20.0,
+                _ => 1000.0,
+            })
+            .sum();
+        Some(crate::telemetry::GpuSample {
+            util_pct: util,
+            mem_used_bytes: 0,
+            power_w: 0.0,
+            energy_mj: None,
+        })
+    }
+}
+
+/// Another team's Deployment in namespace `tenant` whose pod holds a whole GPU through
+/// a claim of its own.
+fn tenant_on_a_gpu(w: &mut super::sim::world::World) {
+    use super::sim::world::{Key, Object};
+    let claim = serde_json::json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "team-a-gpu", "namespace": "tenant", "uid": "tenant-claim"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}
+    });
+    let deployment = serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "team-a", "namespace": "tenant"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "team-a"}},
+                 "template": {"metadata": {"labels": {"app": "team-a"}},
+                              "spec": {"containers": [{"name": "server", "image": "team-a:1"}],
+                                       "resourceClaims": [{"name": "gpu", "resourceClaimName": "team-a-gpu"}],
+                                       "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}}}
+    });
+    w.add_namespace("tenant");
+    for (resource, name, value) in [
+        ("resourceclaims", "team-a-gpu", claim),
+        ("deployments", "team-a", deployment),
+    ] {
+        w.objects.insert(
+            Key::new(resource, "tenant", name),
+            Object {
+                value,
+                managed: Default::default(),
+            },
+        );
+    }
+    // Written behind the API server's back: the controllers run as after a write.
+    w.controllers();
+    w.settle(60.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_node_with_two_gpus_each_cell_is_measured_on_the_gpu_its_claims_were_given() {
     let mut two = dra_node(true, true);
     two.gpus = 2;
     let sim = start_dra(two).await;
+    // Another team's pod holds gpu-0 through a claim of its own (J4: the allocator skips
+    // devices other claims hold).
+    sim.with(tenant_on_a_gpu);
+    let tenant_device = sim.with(|w| {
+        w.objects
+            .get(&super::sim::world::Key::new("resourceclaims", "tenant", "team-a-gpu"))
+            .map(|o| o.value["status"]["allocation"]["devices"]["results"][0]["device"].clone())
+    });
+    assert_eq!(tenant_device, Some(serde_json::json!("gpu-0")), "{}", sim.log());
     let dir = tempfile::tempdir().expect("tmp");
-    let e = dra_session(&sim, &dra_plan(dir.path(), "mps", "3", ""))
+    let p = dra_plan(dir.path(), "exclusive,time-slicing,mps", "1,3", "");
+    let mut s = dra_session(&sim, &p)
         .await
-        .err()
-        .map(|e| e.to_string())
-        .unwrap_or_default();
-    assert!(e.contains("node gpu-1 publishes 2 GPUs"), "{e}");
+        .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
+    s.telemetry = Arc::new(ScopeProbe(s.backend.gpu_scope()));
+    run_with_source(s, &SteadyMetrics::default(), &Quiet, &Shutdown::new())
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
+    let rows = sim_rows(dir.path());
+    for (strategy, pods) in [
+        ("exclusive", 1),
+        ("exclusive", 3),
+        ("time-slicing", 1),
+        ("time-slicing", 3),
+        ("mps", 1),
+        ("mps", 3),
+    ] {
+        let r = agg_row(&rows, strategy, pods);
+        // The free GPU, and only its series: the tenant's GPU is not the cell's.
+        assert_eq!(r["gpu_util_pct"], serde_json::json!(20.0), "{strategy} × {pods}: {r}");
+        assert!(
+            r["note"].as_str().is_some_and(|n| n.ends_with("; on gpu-1")),
+            "{strategy} × {pods}: {r}"
+        );
+    }
+    // Exclusive × 3: one claim gets the free GPU; the scheduler finds no device for the
+    // other two (the tenant holds one), which settles the cell without the ready timeout.
+    let ex3 = agg_row(&rows, "exclusive", 3);
+    assert!(ex3["pods_ready_s"].is_number(), "{ex3}");
+    let pending = rows
+        .iter()
+        .filter(|r| r["strategy"] == "exclusive" && r["pods"] == 3 && r["status"] == "pending")
+        .count();
+    assert_eq!(pending, 2, "{rows:?}");
+    sim.with(|w| {
+        for cell in ["time-slicing-3", "mps-3"] {
+            let facts: Vec<&super::sim::PodFacts> = w.pod_facts.values().filter(|f| f.cell == cell).collect();
+            assert!(
+                facts.len() == 3 && facts.iter().all(|f| f.gpu == Some(1)),
+                "{cell}: {facts:?}"
+            );
+        }
+    });
+    assert!(dra_leftovers(&sim).is_empty(), "{:?}", dra_leftovers(&sim));
+
+    // The tenant gone, two exclusive pods get a GPU each, and the cell reads both.
+    sim.with(|w| {
+        w.objects
+            .remove(&super::sim::world::Key::new("deployments", "tenant", "team-a"));
+        w.controllers();
+        w.settle(120.0);
+    });
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = dra_plan(dir.path(), "exclusive", "2", "");
+    let mut s = dra_session(&sim, &p).await.expect("session");
+    s.telemetry = Arc::new(ScopeProbe(s.backend.gpu_scope()));
+    run_with_source(s, &SteadyMetrics::default(), &Quiet, &Shutdown::new())
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
+    let r = agg_row(&sim_rows(dir.path()), "exclusive", 2);
+    assert_eq!(r["gpu_util_pct"], serde_json::json!(30.0), "{r}");
+    assert!(
+        r["note"].as_str().is_some_and(|n| n.ends_with("; on gpu-0, gpu-1")),
+        "{r}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn isolation_trials_through_dra_claims_share_the_victims_claim_and_leave_nothing() {
+    use crate::isolation::plan::{IsolationPlan, Scenario};
+    let sim = start_dra(dra_node(true, true)).await;
+    let before = state(&sim);
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut p = dra_plan(dir.path(), "exclusive,time-slicing,mps", "1", "timeslice = \"long\"\n");
+    let iso = IsolationPlan {
+        scenarios: vec![Scenario::NoisyNeighbour, Scenario::Fault],
+        victim_rate: 50.0,
+        aggressors: vec![1],
+        event_after_s: 0.3,
+        observe_s: 0.4,
+        slo_s: None,
+        aggressor_image: None,
+    };
+    p.pods = iso.pod_counts();
+    p.isolation = Some(iso);
+    let s = dra_session(&sim, &p)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
+    let finished = crate::sweep::runner::run_work_with_source(
+        s,
+        &mut crate::isolation::command::Trials,
+        &SteadyMetrics::default(),
+        &Quiet,
+        &Shutdown::new(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
+    let records = finished.store.isolation().to_vec();
+    let find = |s: Strategy, scenario: &str| {
+        records
+            .iter()
+            .find(|r| r.strategy == s && r.scenario == scenario)
+            .unwrap_or_else(|| panic!("{s} {scenario}: {records:#?}"))
+    };
+    for s in [Strategy::Exclusive, Strategy::TimeSlicing, Strategy::Mps] {
+        let alone = find(s, "alone");
+        assert_eq!(
+            alone.victim_status,
+            crate::domain::CellStatus::Ok,
+            "{alone:?}\n{}",
+            sim.log()
+        );
+    }
+    // Exclusive: a claim per pod; the victim was bound first and holds the one GPU, so
+    // the aggressor's claim finds no device (J4).
+    let ex = find(Strategy::Exclusive, "noisy-neighbour");
+    assert_eq!(ex.victim_status, crate::domain::CellStatus::Ok, "{ex:?}");
+    assert!(ex.aggressor_outcome.contains("pending"), "{ex:?}");
+    // Time-slicing: a fault ends the faulting container only.
+    let ts = find(Strategy::TimeSlicing, "fault");
+    assert_eq!(ts.victim_status, crate::domain::CellStatus::Ok, "{ts:?}");
+    assert!(ts.aggressor_outcome.contains("exit 5"), "{ts:?}");
+    sim.with(|w| {
+        // Victim and aggressors of a shared trial reference one claim, with the run's
+        // one interval, and the driver applied it to both.
+        for (cell, claim) in [
+            ("time-slicing-long-2", "gpushare-time-slicing-long-2"),
+            ("mps-2", "gpushare-mps-2"),
+        ] {
+            let facts: Vec<&super::sim::PodFacts> = w.pod_facts.values().filter(|f| f.cell == cell).collect();
+            let roles: std::collections::BTreeSet<&str> = facts.iter().map(|f| f.role.as_str()).collect();
+            assert!(
+                roles.contains("victim") && roles.contains("aggressor"),
+                "{cell}: {facts:?}"
+            );
+            assert!(facts.iter().all(|f| f.claim == claim), "{cell}: {facts:?}");
+        }
+    });
+    assert!(
+        dra_leftovers(&sim).is_empty(),
+        "{:?}\n{}",
+        dra_leftovers(&sim),
+        sim.log()
+    );
+    assert_eq!(state(&sim), before, "nothing on the node changes\n{}", sim.log());
+    let j = journal::read(&dir.path().join("sim").join(journal::FILE))
+        .expect("journal")
+        .expect("exists");
+    assert!(
+        j.restored && j.deployments.len() == 2 && j.claims.contains("resourceclaims/gpushare-mps-2"),
+        "{j:?}"
+    );
 }

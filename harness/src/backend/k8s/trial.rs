@@ -134,6 +134,22 @@ fn state_after_restart(pod: &Pod, first: u32) -> PodState {
     }
 }
 
+/// Marks the trial's pod `name` as started again (pure): the kubelet restarts an exited
+/// container in its pod and a ReplicaSet replaces a failed pod (UPSTREAM-RULES.md I2),
+/// so from now on the pod counts as running only once a container of it is ready again.
+pub fn relaunch(trial: Option<&mut TrialCell>, name: &str, pods: &[Pod]) -> Result<()> {
+    let Some(t) = trial.filter(|t| t.specs.iter().any(|s| s.name == name)) else {
+        return Err(BenchError::Spawn {
+            pod: name.into(),
+            reason: "it is not a pod of the running isolation trial".into(),
+        });
+    };
+    t.name_pods(pods);
+    let next = t.pod_of(name, pods).map_or(0, next_container);
+    t.relaunched.insert(name.to_string(), next);
+    Ok(())
+}
+
 impl TrialCell {
     /// A trial of these pods.
     pub fn new(specs: &[PodSpec]) -> Self {
