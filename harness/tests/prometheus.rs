@@ -482,7 +482,8 @@ fn a_server_killed_mid_cell_is_a_clear_error_and_the_pods_stop() {
 /// at 4.4.2-4.7.0, the version the GPU operator v25.10.1 deploys: labels `gpu`, `UUID`,
 /// `pci_bus_id`, `device`, `modelName`, (MIG) `GPU_I_PROFILE`, `GPU_I_ID`, `Hostname` (the
 /// node's name, from `NODE_NAME`), then the driver-version label; a MIG instance's series
-/// carry its parent's UUID and have no `DCGM_FI_DEV_GPU_UTIL`.
+/// carry its parent's UUID and have no `DCGM_FI_DEV_GPU_UTIL`, and repeat the whole GPU's
+/// power and energy (as users report of dcgm-exporter: NVIDIA/dcgm-exporter#257).
 fn dcgm_exposition() -> String {
     let gpu = |i: u32, uuid: &str, host: &str| {
         format!(
@@ -509,8 +510,10 @@ fn dcgm_exposition() -> String {
          DCGM_FI_DEV_FB_USED{{{m7}}} 500\nDCGM_FI_DEV_FB_USED{{{m8}}} 700\n\
          # HELP DCGM_FI_DEV_POWER_USAGE Power draw (in W).\n# TYPE DCGM_FI_DEV_POWER_USAGE gauge\n\
          DCGM_FI_DEV_POWER_USAGE{{{a}}} 100.000000\nDCGM_FI_DEV_POWER_USAGE{{{b}}} 300.000000\nDCGM_FI_DEV_POWER_USAGE{{{z}}} 70.000000\n\
+         DCGM_FI_DEV_POWER_USAGE{{{m7}}} 200.000000\nDCGM_FI_DEV_POWER_USAGE{{{m8}}} 200.000000\n\
          # HELP DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION Total energy consumption since boot (in mJ).\n# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n\
          DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{a}}} 5000000\nDCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{b}}} 7000000\nDCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{z}}} 1\n\
+         DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{m7}}} 9000000\nDCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{m8}}} 9000000\n\
          # HELP DCGM_FI_PROF_GR_ENGINE_ACTIVE Ratio of time the graphics engine is active.\n# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge\n\
          DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{a}}} 0.400000\nDCGM_FI_PROF_GR_ENGINE_ACTIVE{{{b}}} 0.900000\n\
          DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{m7}}} 0.250000\nDCGM_FI_PROF_GR_ENGINE_ACTIVE{{{m8}}} 0.750000\n"
@@ -574,11 +577,12 @@ async fn dcgm_telemetry_reads_the_nodes_gpus_or_only_a_cells_by_uuid() {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     // The node (one GPU's run): its GPUs' mean utilisation (MIG instances have none),
-    // summed memory (MiB), power and energy; node gpu-2's GPU not among them.
+    // summed memory (MiB), power and energy (a MIG GPU's once, not per instance); node
+    // gpu-2's GPU not among them.
     let node = read(None).await.expect("node");
     assert_eq!(node.util_pct, 65.0);
     assert_eq!(node.mem_used_bytes, (1000 + 3000 + 500 + 700) << 20);
-    assert_eq!((node.power_w, node.energy_mj), (400.0, Some(12_000_000)));
+    assert_eq!((node.power_w, node.energy_mj), (600.0, Some(21_000_000)));
     // A cell on GPU-bbbb reads it alone.
     let b = read(Some(&["GPU-bbbb"])).await.expect("GPU-bbbb");
     assert_eq!(
@@ -588,9 +592,14 @@ async fn dcgm_telemetry_reads_the_nodes_gpus_or_only_a_cells_by_uuid() {
     // Two GPUs: the mean of their utilisation, the sum of the rest.
     let ab = read(Some(&["GPU-aaaa", "GPU-bbbb"])).await.expect("both");
     assert_eq!((ab.util_pct, ab.mem_used_bytes), (65.0, 4000 << 20));
-    // A MIG parent's instances have no power series in this text (what DCGM reports
-    // there was not read): a missing series gives no reading, not a zero.
-    assert_eq!(read(Some(&["GPU-cccc"])).await, None, "no power series: no reading");
+    // A MIG parent (its instances' series carry its UUID): no GPU_UTIL there, so the
+    // graphics-engine activity × 100 stands in (E8); memory is its instances' sum, power
+    // and energy the GPU's once.
+    let mig = read(Some(&["GPU-cccc"])).await.expect("MIG parent");
+    assert_eq!(
+        (mig.util_pct, mig.mem_used_bytes, mig.power_w, mig.energy_mj),
+        (50.0, 1200 << 20, 200.0, Some(9_000_000))
+    );
     // An empty scope (a cell's devices not known) reads nothing, not the node.
     assert_eq!(read(Some(&[])).await, None);
     let mut prom = prom;

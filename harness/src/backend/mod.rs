@@ -82,6 +82,9 @@ pub struct CellSetup {
     pub pods_ready_s: Option<f64>,
     /// What a reader should know (the configuration the cell ran under).
     pub note: Option<String>,
+    /// The MPS limits each client got, where they are not the equal split over the
+    /// cell's pods (a DRA claim's `GpuConfig`).
+    pub mps_split: Option<String>,
 }
 
 /// Where pods run.

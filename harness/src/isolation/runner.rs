@@ -122,11 +122,16 @@ pub async fn run_trials<B: Backend, S: MetricsSource>(
                     },
                 };
                 let mut rec = rec;
-                if let Some(note) = backend.cell_setup().and_then(|c| c.note) {
-                    crate::sweep::cell::add_note(&mut rec.note, &note);
+                let setup = backend.cell_setup().unwrap_or_default();
+                if let Some(note) = &setup.note {
+                    crate::sweep::cell::add_note(&mut rec.note, note);
                 }
                 if trial.strategy == Strategy::Mps {
-                    rec.mps_split = Some(mps_split(trial.pods.len() as u32, s.memory_total_bytes));
+                    rec.mps_split = Some(
+                        setup
+                            .mps_split
+                            .unwrap_or_else(|| mps_split(trial.pods.len() as u32, s.memory_total_bytes)),
+                    );
                 }
                 if let Err(e) = stopped {
                     // The record is saved first: a measured trial is never lost.

@@ -26,14 +26,12 @@ impl GpuScope {
     /// Narrows the reading to the GPUs with these UUIDs (none: nothing is read, rather
     /// than another GPU's numbers), or widens it back to the node (`None`).
     pub fn set(&self, uuids: Option<Vec<String>>) {
-        if let Ok(mut s) = self.0.lock() {
-            *s = uuids;
-        }
+        *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = uuids;
     }
 
     /// The UUIDs read (None: the whole node).
     pub fn get(&self) -> Option<Vec<String>> {
-        self.0.lock().ok().and_then(|s| s.clone())
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 }
 
@@ -76,7 +74,10 @@ impl Telemetry for DcgmTelemetry {
     fn sample(&self) -> Option<GpuSample> {
         let sel = selector(&self.node, self.scope.get().as_deref())?.render();
         // Utilisation is the mean over the GPUs read; memory, power and energy their sum.
+        // Power and energy are the whole GPU's, which every MIG instance's series repeats
+        // (E9): counted once per GPU UUID.
         let q = |m: &str, agg: &str| format!("{agg}(DCGM_FI_DEV_{m}{sel})");
+        let per_gpu = |m: &str| format!("sum(max by (UUID) (DCGM_FI_DEV_{m}{sel}))");
         self.handle.block_on(async {
             // DCGM_FI_DEV_GPU_UTIL is not supported on MIG instances (dcgm-exporter
             // maintainers, NVIDIA/dcgm-exporter#216, UPSTREAM-RULES.md E8): there the
@@ -91,8 +92,8 @@ impl Telemetry for DcgmTelemetry {
                     .ok()?,
             };
             let mem_mib = self.client.value(&q("FB_USED", "sum")).await.ok()?;
-            let power = self.client.value(&q("POWER_USAGE", "sum")).await.ok()?;
-            let energy = self.client.value(&q("TOTAL_ENERGY_CONSUMPTION", "sum")).await.ok();
+            let power = self.client.value(&per_gpu("POWER_USAGE")).await.ok()?;
+            let energy = self.client.value(&per_gpu("TOTAL_ENERGY_CONSUMPTION")).await.ok();
             Some(GpuSample {
                 util_pct: util,
                 mem_used_bytes: (mem_mib * 1024.0 * 1024.0) as u64,

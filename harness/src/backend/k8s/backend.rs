@@ -958,15 +958,11 @@ impl KubernetesBackend {
         let Some((strategy, pods)) = self.cell else {
             return Ok(Vec::new());
         };
-        if self.trial.is_some() {
-            let list = self.trial_pods().await?;
-            let Some(t) = self.trial.as_mut() else {
-                return Ok(Vec::new());
-            };
-            t.name_pods(&list);
-            return Ok(t.cell_pods(&list));
+        let api = self.pods();
+        match self.trial.as_mut() {
+            Some(t) => trial_cell_pods(&api, t).await,
+            None => list_cell_pods(&api, strategy, pods).await,
         }
-        list_cell_pods(&self.pods(), strategy, pods).await
     }
 
     /// The workload namespace must exist: created when missing if the harness may.
@@ -1036,6 +1032,13 @@ pub async fn trial_pods(pods: &Api<Pod>) -> Result<Vec<Pod>> {
         .items;
     list.retain(|p| p.metadata.deletion_timestamp.is_none());
     Ok(list)
+}
+
+/// The trial's pods by the trial's names (each Kubernetes pod named when first seen).
+pub async fn trial_cell_pods(pods: &Api<Pod>, t: &mut TrialCell) -> Result<Vec<CellPod>> {
+    let list = trial_pods(pods).await?;
+    t.name_pods(&list);
+    Ok(t.cell_pods(&list))
 }
 
 /// Waits until the victim's pod is bound to the node, or cannot be (unschedulable,
@@ -1185,6 +1188,7 @@ impl Backend for KubernetesBackend {
             mig_reconfigure_s: self.cost.mig_s,
             pods_ready_s: self.cost.pods_ready_s,
             note: Some(note),
+            mps_split: None,
         })
     }
 
@@ -1222,16 +1226,8 @@ impl Backend for KubernetesBackend {
             if i > 0 {
                 wait_victim_bound(&self.pods(), &self.s, Duration::from_secs(120), shutdown).await?;
             }
-            let (role, replicas) = (part.role, part.replicas);
-            let runs = if part.builtin {
-                self.s.builtin_workload()
-            } else {
-                self.s.workload.clone()
-            };
-            let object = objects::role_deployment(&runs, strategy, &resource, role, replicas, pods, &part.args);
-            let what = format!("{} × {replicas} in a trial of {pods} under {}", role, strategy.name());
-            self.apply_deployment(&objects::role_deployment_name(role), object, &what)
-                .await?;
+            let (name, object, what) = trial::part_deployment(&self.s, strategy.into(), &resource, part, pods);
+            self.apply_deployment(&name, object, &what).await?;
         }
         self.cell_pods().await
     }

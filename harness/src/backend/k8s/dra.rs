@@ -298,6 +298,31 @@ pub fn use_claim(deployment: &mut Value, arm: impl Into<Arm>, pods: u32, claims:
     resources["claims"] = json!([{ "name": REQUEST }]);
 }
 
+/// The MPS limits a shared MPS claim gives each of its `pods` clients, in the words of
+/// an isolation record's `mps_split` (None: not an MPS claim).
+pub fn mps_split(claims: &CellClaims, pods: u32) -> Option<String> {
+    let CellClaims::Shared(Some(GpuConfig {
+        sharing: Some(GpuSharing {
+            mps_config: Some(m), ..
+        }),
+        ..
+    })) = claims
+    else {
+        return None;
+    };
+    let threads = m
+        .default_active_thread_percentage
+        .map_or_else(|| "the driver's default share".into(), |p| format!("{p}%"));
+    let memory = m
+        .default_pinned_device_memory_limit
+        .as_deref()
+        .map_or_else(|| "no pinned-memory limit".into(), |l| format!("{l} pinned"));
+    Some(format!(
+        "{threads} of the SMs and {memory} per client ({pods} client{}, the claim's GpuConfig)",
+        if pods == 1 { "" } else { "s" }
+    ))
+}
+
 /// What a cell's claim gives each pod, for its row's note.
 pub fn describe(claims: &CellClaims) -> String {
     match claims {

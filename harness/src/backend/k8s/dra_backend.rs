@@ -102,6 +102,42 @@ pub async fn delete_claim(client: &Client, ns: &str, entry: &str, poll: Duration
     }
 }
 
+/// Waits, at most 120 s, until no claim in `ns` is owned by a pod: the claims the
+/// resourceclaim controller made from a cell's template go after their pods, not with
+/// them (J7), and until they are gone the scheduler counts their devices as taken, so
+/// the next cell's pods would read "cannot allocate all claims" that is not theirs.
+pub async fn wait_generated_claims_gone(client: &Client, ns: &str, poll: Duration, shutdown: &Shutdown) -> Result<()> {
+    let api = resource_api(client, Some(ns), "ResourceClaim", "resourceclaims");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let list = api
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| kube_error(&format!("listing resourceclaims in namespace {ns}"), e))?;
+        let left: Vec<String> = list
+            .items
+            .iter()
+            .filter(|c| c.metadata.owner_references.iter().flatten().any(|o| o.kind == "Pod"))
+            .filter_map(|c| c.metadata.name.clone())
+            .collect();
+        if left.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > deadline || shutdown.is_forced() {
+            return Err(BenchError::kube(format!(
+                "the claims made for the cell's pods ({}) in namespace {ns} were still there {} after the pods",
+                left.join(", "),
+                if shutdown.is_forced() {
+                    "at a forced stop"
+                } else {
+                    "120 s"
+                }
+            )));
+        }
+        shutdown.grace(poll).await;
+    }
+}
+
 /// The node's GPUs as the driver's ResourceSlices publish them (pure), in the order
 /// they appear (J2, J8): a GPU with MIG off is a whole-GPU device (`type` `gpu`: product
 /// name, UUID, memory capacity); a GPU in MIG mode publishes only its MIG devices (`type`
@@ -556,7 +592,11 @@ impl DraBackend {
     /// node with several GPUs for the telemetry: the UUIDs of their GPUs).
     async fn read_allocation(&mut self, pods: &[CellPod]) {
         let ns = &self.s.workload.namespace;
-        let names: Vec<String> = pods.iter().map(|p| p.name.clone()).collect();
+        // A trial's pods go by the trial's names (`victim`); claims name Kubernetes'.
+        let names: Vec<String> = match &self.trial {
+            Some(t) => t.names.keys().cloned().collect(),
+            None => pods.iter().map(|p| p.name.clone()).collect(),
+        };
         let claims = resource_api(&self.client, Some(ns), "ResourceClaim", "resourceclaims")
             .list(&ListParams::default())
             .await;
@@ -686,12 +726,11 @@ impl DraBackend {
         let Some((arm, pods)) = self.cell else {
             return Ok(Vec::new());
         };
-        if let Some(t) = self.trial.as_mut() {
-            let list = k8s::trial_pods(&Api::namespaced(self.client.clone(), &self.s.workload.namespace)).await?;
-            t.name_pods(&list);
-            return Ok(t.cell_pods(&list));
+        let api = self.pods();
+        match self.trial.as_mut() {
+            Some(t) => k8s::trial_cell_pods(&api, t).await,
+            None => k8s::list_cell_pods(&api, arm, pods).await,
         }
-        k8s::list_cell_pods(&self.pods(), arm, pods).await
     }
 
     /// The kubelet's `FailedPrepareDynamicResources` event of a pod, if any (J6): why a
@@ -781,6 +820,9 @@ impl DraBackend {
             .collect();
         k8s::delete_workload(&self.client, &ns, &names, self.s.poll, shutdown).await?;
         self.trial = None;
+        if matches!(self.claims, Some(CellClaims::PerPod | CellClaims::Mig(_))) {
+            wait_generated_claims_gone(&self.client, &ns, self.s.poll, shutdown).await?;
+        }
         // The claims stay known until the next launch: the cell's row reads them after.
         if let (Some((arm, pods)), Some(claims)) = (self.cell.take(), self.claims.as_ref()) {
             let entry = journal_entry(claims, &dra::claim_name(arm, pods));
@@ -826,6 +868,7 @@ impl Backend for DraBackend {
                 [] => dra::describe(claims),
                 devices => format!("{}; on {}", dra::describe(claims), devices.join(", ")),
             }),
+            mps_split: dra::mps_split(claims, self.cell.map_or(1, |c| c.1)),
         })
     }
 
@@ -865,21 +908,8 @@ impl Backend for DraBackend {
             if i > 0 {
                 k8s::wait_victim_bound(&self.pods(), &self.s, Duration::from_secs(120), shutdown).await?;
             }
-            let runs = if part.builtin {
-                self.s.builtin_workload()
-            } else {
-                self.s.workload.clone()
-            };
-            let object =
-                objects::role_deployment(&runs, strategy, &resource, part.role, part.replicas, pods, &part.args);
-            let what = format!(
-                "{} × {} in a trial of {pods} under {}",
-                part.role,
-                part.replicas,
-                arm.name()
-            );
-            self.apply_workload(&objects::role_deployment_name(part.role), object, &claims, &what)
-                .await?;
+            let (name, object, what) = trial::part_deployment(&self.s, arm, &resource, part, pods);
+            self.apply_workload(&name, object, &claims, &what).await?;
         }
         self.cell_pods().await
     }

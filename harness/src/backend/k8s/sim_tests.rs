@@ -1751,7 +1751,8 @@ async fn on_a_node_with_two_gpus_each_cell_is_measured_on_the_gpu_its_claims_wer
     });
     assert!(dra_leftovers(&sim).is_empty(), "{:?}", dra_leftovers(&sim));
 
-    // The tenant gone, two exclusive pods get a GPU each, and the cell reads both.
+    // The tenant gone, one exclusive pod gets gpu-0, and two get a GPU each, the cell
+    // reading both (the probe sums what the scope holds).
     sim.with(|w| {
         w.objects
             .remove(&super::sim::world::Key::new("deployments", "tenant", "team-a"));
@@ -1759,18 +1760,18 @@ async fn on_a_node_with_two_gpus_each_cell_is_measured_on_the_gpu_its_claims_wer
         w.settle(120.0);
     });
     let dir = tempfile::tempdir().expect("tmp");
-    let p = dra_plan(dir.path(), "exclusive", "2", "");
+    let p = dra_plan(dir.path(), "exclusive", "1,2", "");
     let mut s = dra_session(&sim, &p).await.expect("session");
     s.telemetry = Arc::new(ScopeProbe(s.backend.gpu_scope()));
     run_with_source(s, &SteadyMetrics::default(), &Quiet, &Shutdown::new())
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
-    let r = agg_row(&sim_rows(dir.path()), "exclusive", 2);
-    assert_eq!(r["gpu_util_pct"], serde_json::json!(30.0), "{r}");
-    assert!(
-        r["note"].as_str().is_some_and(|n| n.ends_with("; on gpu-0, gpu-1")),
-        "{r}"
-    );
+    let rows = sim_rows(dir.path());
+    for (pods, util, on) in [(1, 10.0, "; on gpu-0"), (2, 30.0, "; on gpu-0, gpu-1")] {
+        let r = agg_row(&rows, "exclusive", pods);
+        assert_eq!(r["gpu_util_pct"], serde_json::json!(util), "{r}");
+        assert!(r["note"].as_str().is_some_and(|n| n.ends_with(on)), "{r}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1843,7 +1844,29 @@ async fn isolation_trials_through_dra_claims_share_the_victims_claim_and_leave_n
             );
             assert!(facts.iter().all(|f| f.claim == claim), "{cell}: {facts:?}");
         }
+        let ts: Vec<&super::sim::PodFacts> = w
+            .pod_facts
+            .values()
+            .filter(|f| f.cell == "time-slicing-long-2")
+            .collect();
+        assert!(
+            ts.iter()
+                .all(|f| f.dra_sharing == Some(super::sim::dra::Sharing::TimeSlicing("Long".into()))),
+            "{ts:?}"
+        );
     });
+    // Each trial's record names the device its claims were given.
+    for r in &records {
+        assert!(r.note.contains("; on gpu-0"), "{r:?}");
+    }
+    // The victim alone under MPS got the claim's half (100/max(2, 1)), not all of it.
+    let mps = find(Strategy::Mps, "alone");
+    assert!(
+        mps.mps_split
+            .as_deref()
+            .is_some_and(|m| m.starts_with("50% of the SMs and 40779Mi pinned per client (1 client")),
+        "{mps:?}"
+    );
     assert!(
         dra_leftovers(&sim).is_empty(),
         "{:?}\n{}",

@@ -134,6 +134,39 @@ fn state_after_restart(pod: &Pod, first: u32) -> PodState {
     }
 }
 
+/// One part's Deployment of a trial of `pods` pods under `arm` (pure): its name, the
+/// object (what it runs: the run's pods, or gpushare-workload beside a server of the
+/// user's own), and how to name it in an error.
+pub fn part_deployment(
+    s: &super::backend::KubeSettings,
+    arm: crate::domain::Arm,
+    resource: &str,
+    part: &Part,
+    pods: u32,
+) -> (String, serde_json::Value, String) {
+    let runs = if part.builtin {
+        s.builtin_workload()
+    } else {
+        s.workload.clone()
+    };
+    let object = objects::role_deployment(
+        &runs,
+        arm.strategy,
+        resource,
+        part.role,
+        part.replicas,
+        pods,
+        &part.args,
+    );
+    let what = format!(
+        "{} × {} in a trial of {pods} under {}",
+        part.role,
+        part.replicas,
+        arm.name()
+    );
+    (objects::role_deployment_name(part.role), object, what)
+}
+
 /// Marks the trial's pod `name` as started again (pure): the kubelet restarts an exited
 /// container in its pod and a ReplicaSet replaces a failed pod (UPSTREAM-RULES.md I2),
 /// so from now on the pod counts as running only once a container of it is ready again.
