@@ -83,6 +83,7 @@ fn bench_gpu(c: &mut Criterion) {
     g.sample_size(30);
     for (math, dt, name) in [
         (AttentionMath::Bf16, Dtype::Bf16, "bf16"),
+        (AttentionMath::Bf16Mma, Dtype::Bf16, "bf16 mma.sync"),
         (AttentionMath::Tf32, Dtype::F32, "tf32"),
         (AttentionMath::F32, Dtype::F32, "f32"),
     ] {
@@ -92,12 +93,16 @@ fn bench_gpu(c: &mut Criterion) {
             .attention("bench", math, &qkv, &out, None, 1, seq, heads, d)
             .expect("step");
         g.throughput(Throughput::Elements(step.flops as u64));
-        g.bench_function(format!("attention {name} 3401 tokens 6x64 (elem = FLOP)"), |b| {
-            b.iter(|| {
-                rt.run(&mut step).expect("launch");
-                rt.gpu().synchronize().expect("sync");
-            })
-        });
+        let kernel = rt.attention_kernel(math, d).entry();
+        g.bench_function(
+            format!("attention {name} ({kernel}) 3401 tokens 6x64 (elem = FLOP)"),
+            |b| {
+                b.iter(|| {
+                    rt.run(&mut step).expect("launch");
+                    rt.gpu().synchronize().expect("sync");
+                })
+            },
+        );
     }
     for (precision, dt) in [(Precision::Bf16, Dtype::Bf16), (Precision::Tf32, Dtype::F32)] {
         let shape = GemmShape {

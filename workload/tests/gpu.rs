@@ -164,9 +164,11 @@ fn attention_matches_cpu() {
     for (math, tol) in [
         (AttentionMath::F32, 1e-5),
         (AttentionMath::Tf32, 2e-3),
+        // On Hopper Bf16 is the wgmma kernel for head size 64; Bf16Mma the mma.sync one.
         (AttentionMath::Bf16, 1e-2),
+        (AttentionMath::Bf16Mma, 1e-2),
     ] {
-        let dt = if math == AttentionMath::Bf16 {
+        let dt = if matches!(math, AttentionMath::Bf16 | AttentionMath::Bf16Mma) {
             Dtype::Bf16
         } else {
             Dtype::F32
@@ -192,8 +194,9 @@ fn attention_matches_cpu() {
             c.run(step);
             let mut cpu = vec![0.0; batch * seq * hidden];
             ops::attention(&qkv, batch, seq, heads, d, masked.then_some(&lens[..]), &mut cpu);
+            let kernel = c.rt.attention_kernel(math, d).entry();
             check(
-                &format!("attention {math:?} b{batch} t{seq} h{heads} d{d} mask={masked}"),
+                &format!("attention {math:?} ({kernel}) b{batch} t{seq} h{heads} d{d} mask={masked}"),
                 &c.down(&out, cpu.len(), dt),
                 &cpu,
                 tol,

@@ -2,7 +2,7 @@
 //! entry point the Rust side launches. Needs libnvrtc (`make test` installs the PyPI
 //! wheel under .deps/ and puts it on LD_LIBRARY_PATH), not a GPU.
 
-use gpushare_workload::cuda::kernels::{Family, Kernel, compile_family, nvrtc_version};
+use gpushare_workload::cuda::kernels::{Family, Kernel, compile_family, nvrtc_version, target_arch};
 
 #[test]
 fn every_family_compiles_for_sm90_and_defines_its_entries() {
@@ -34,4 +34,35 @@ fn every_family_compiles_for_sm90_and_defines_its_entries() {
         }
         println!("{}:\n{}", family.file(), compiled.log);
     }
+}
+
+#[test]
+fn hopper_builds_add_the_wgmma_attention_without_spills() {
+    assert_eq!(target_arch((9, 0)), "sm_90a", "H100 and H200 get the wgmma build");
+    assert_eq!(target_arch((8, 9)), "sm_89");
+    let compiled = compile_family(Family::Attention, "sm_90a", true).unwrap_or_else(|e| panic!("{e}"));
+    let has = |name: &str| {
+        compiled
+            .image
+            .windows(name.len() + 1)
+            .any(|w| &w[..name.len()] == name.as_bytes() && w[name.len()] == 0)
+    };
+    for kernel in Kernel::all().into_iter().chain(Kernel::hopper()) {
+        if kernel.family() == Family::Attention {
+            assert!(has(&kernel.entry()), "sm_90a build lacks `{}`", kernel.entry());
+        }
+    }
+    for line in compiled.log.lines().filter(|l| l.contains("spill")) {
+        assert!(
+            line.contains(" 0 bytes spill stores") && line.contains(" 0 bytes spill loads"),
+            "{line}"
+        );
+    }
+    // An sm_90 build (GPUs other than Hopper's 9.0 get their own sm_XY) has no wgmma.
+    let plain = compile_family(Family::Attention, "sm_90", false).unwrap_or_else(|e| panic!("{e}"));
+    let name = Kernel::AttentionWgmma.entry();
+    assert!(
+        !plain.image.windows(name.len()).any(|w| w == name.as_bytes()),
+        "sm_90 build defines {name}"
+    );
 }

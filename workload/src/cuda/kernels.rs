@@ -80,8 +80,12 @@ impl Dtype {
 /// How the attention kernel multiplies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AttentionMath {
-    /// bf16 tensor cores (mma.m16n8k16).
+    /// bf16 tensor cores, the fastest kernel the GPU has: wgmma on Hopper (sm_90a) for
+    /// head size 64, mma.m16n8k16 elsewhere.
     Bf16,
+    /// bf16 on mma.m16n8k16 whatever the GPU (the path for GPUs before Hopper; tests and
+    /// benches compare it with wgmma).
+    Bf16Mma,
     /// TF32 tensor cores on f32 data (mma.m16n8k8).
     Tf32,
     /// Plain f32 FMA.
@@ -109,6 +113,8 @@ pub enum Kernel {
     AddLayerNorm(Dtype),
     /// Fused attention for a head size (32 or 64).
     Attention(AttentionMath, usize),
+    /// Fused bf16 attention for head size 64 on wgmma (sm_90a only).
+    AttentionWgmma,
     /// A write through an invalid address (`--inject-fault-after`).
     InjectFault,
 }
@@ -118,7 +124,7 @@ impl Kernel {
     pub fn family(self) -> Family {
         match self {
             Kernel::AddLayerNorm(_) => Family::Norm,
-            Kernel::Attention(..) => Family::Attention,
+            Kernel::Attention(..) | Kernel::AttentionWgmma => Family::Attention,
             _ => Family::Elementwise,
         }
     }
@@ -137,13 +143,19 @@ impl Kernel {
             Kernel::AddLayerNorm(d) => format!("add_layernorm_{}", d.suffix()),
             Kernel::Attention(m, d) => {
                 let m = match m {
-                    AttentionMath::Bf16 => "bf16",
+                    AttentionMath::Bf16 | AttentionMath::Bf16Mma => "bf16",
                     AttentionMath::Tf32 => "tf32",
                     AttentionMath::F32 => "f32",
                 };
                 format!("attention_{m}_d{d}")
             }
+            Kernel::AttentionWgmma => "attention_wgmma_bf16_d64".into(),
         }
+    }
+
+    /// The entry points only a Hopper build (`sm_90a`) defines.
+    pub fn hopper() -> Vec<Kernel> {
+        vec![Kernel::AttentionWgmma]
     }
 
     /// Every entry point the sources define (for the compile test).
@@ -255,18 +267,27 @@ pub fn compile_family(family: Family, arch: &str, verbose: bool) -> Result<Compi
     })
 }
 
+/// The NVRTC target for a GPU of compute capability `cc` (pure): Hopper's
+/// architecture-specific `sm_90a`, whose wgmma the bf16 attention uses, else `sm_XY`.
+pub fn target_arch(cc: (i32, i32)) -> String {
+    match cc {
+        (9, 0) => "sm_90a".into(),
+        (major, minor) => format!("sm_{major}{minor}"),
+    }
+}
+
 /// Loaded kernel modules and their functions, on one GPU.
 #[derive(Debug)]
 pub struct KernelCache {
     modules: HashMap<Family, Arc<CudaModule>>,
     functions: HashMap<Kernel, CudaFunction>,
+    arch: String,
 }
 
 impl KernelCache {
     /// Compiles every family for this GPU's architecture and loads it.
     pub fn load(gpu: &Gpu) -> Result<Self> {
-        let (major, minor) = gpu.info().compute_capability;
-        let arch = format!("sm_{major}{minor}");
+        let arch = target_arch(gpu.info().compute_capability);
         let mut modules = HashMap::new();
         for family in Family::ALL {
             let compiled = compile_family(family, &arch, false)?;
@@ -279,7 +300,13 @@ impl KernelCache {
         Ok(Self {
             modules,
             functions: HashMap::new(),
+            arch,
         })
+    }
+
+    /// Whether the kernels were built with Hopper's wgmma ([`Kernel::hopper`]).
+    pub fn wgmma(&self) -> bool {
+        self.arch == "sm_90a"
     }
 
     /// The function for `kernel`, loaded on first use.

@@ -367,7 +367,8 @@ impl CudaRuntime {
                 "the GPU attention kernels support head sizes 32 and 64, not {head_dim}"
             )));
         }
-        let es = if math == AttentionMath::Bf16 { 2 } else { 4 };
+        let bf16 = matches!(math, AttentionMath::Bf16 | AttentionMath::Bf16Mma);
+        let es = if bf16 { 2 } else { 4 };
         let hidden = heads * head_dim;
         need(qkv, batch * seq * 3 * hidden * es, name)?;
         need(out, batch * seq * hidden * es, name)?;
@@ -387,9 +388,20 @@ impl CudaRuntime {
             grid: (seq.div_ceil(64) as u32, heads as u32, i32_arg(batch, "batch")? as u32),
             block: (threads, 1, 1),
         };
-        let mut step = self.kernel_step(name, StepKind::Attention, Kernel::Attention(math, head_dim), cfg, args)?;
+        let kernel = self.attention_kernel(math, head_dim);
+        let mut step = self.kernel_step(name, StepKind::Attention, kernel, cfg, args)?;
         step.flops = 4.0 * batch as f64 * seq as f64 * seq as f64 * hidden as f64;
         Ok(step)
+    }
+
+    /// The attention kernel `math` runs on this GPU: bf16 with head size 64 on wgmma
+    /// where the kernels were built for Hopper (one warpgroup per 64 queries, the same
+    /// grid and block as the mma.sync kernel), otherwise the named one.
+    pub fn attention_kernel(&self, math: AttentionMath, head_dim: usize) -> Kernel {
+        match math {
+            AttentionMath::Bf16 if head_dim == 64 && self.kernels.wgmma() => Kernel::AttentionWgmma,
+            m => Kernel::Attention(m, head_dim),
+        }
     }
 
     /// Exact GELU in place over `n` values.

@@ -477,3 +477,133 @@ ATTENTION_ENTRY(tf32, float, 32, 128)
 ATTENTION_ENTRY(tf32, float, 64, 128)
 ATTENTION_ENTRY(f32, float, 32, 256)
 ATTENTION_ENTRY(f32, float, 64, 256)
+
+// ---- bf16 on Hopper (sm_90a): wgmma --------------------------------------------------
+// One warpgroup (4 warps, 128 threads) per 64 query rows of one head, as above; the two
+// products run on wgmma.m64n64k16 instead of mma.sync. Tiles sit in shared memory in the
+// 128-byte swizzle wgmma reads (the same XOR pattern as swz<64>, on 1024-byte aligned
+// tiles), so S = Q·Kᵀ takes both operands through shared-memory descriptors (K-major) and
+// O += P·V takes P from registers (its layout is mma.sync's A fragment) and V through a
+// transposed (MN-major) descriptor. Each warp's accumulator rows are its own 16, in
+// mma.sync's C layout, so the online softmax above is shared unchanged.
+// PTX ISA 8.x, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate": descriptor
+// bits 0-13 start address >> 4, 16-29 leading byte offset >> 4, 32-45 stride byte
+// offset >> 4, 62-63 swizzle mode (1 = 128B).
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+typedef unsigned long long u64;
+
+// A 128B-swizzled tile whose 8-row groups lie `sbo` bytes apart.
+__device__ __forceinline__ u64 wgmma_desc(const void* tile, u32 sbo) {
+    return (u64)((smem_u32(tile) & 0x3FFFF) >> 4) | ((u64)1 << 16) | ((u64)(sbo >> 4) << 32) | ((u64)1 << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+
+// d (64×64, f32) = (scale_d ? d : 0) + A·Bᵀ, A and B K-major in shared memory.
+__device__ __forceinline__ void wgmma_ss(float* d, u64 da, u64 db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(da), "l"(db), "r"(scale_d));
+}
+
+// d (64×64, f32) += A·B, A (64×16) from registers, B (16×64) MN-major in shared memory.
+__device__ __forceinline__ void wgmma_rs_t(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u64 db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1));
+}
+
+extern "C" __global__ void __launch_bounds__(128, 1)
+attention_wgmma_bf16_d64(const bf16_t* __restrict__ qkv, bf16_t* __restrict__ out, const int* __restrict__ lens,
+                         int seq, int heads, float scale_log2) {
+    constexpr int D = 64, BQ = 64, BK = 64, THREADS = 128, CH = D / 8;
+    __shared__ __align__(1024) bf16_t sQ[BQ * D];
+    __shared__ __align__(1024) bf16_t sK[2][BK * D];
+    __shared__ __align__(1024) bf16_t sV[2][BK * D];
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int q0 = blockIdx.x * BQ, h = blockIdx.y, b = blockIdx.z;
+    const int hidden = heads * D;
+    const long stride = 3L * hidden;
+    const bf16_t* base = qkv + (long)b * seq * stride + h * D;
+    const int limit = lens != nullptr ? lens[b] : seq;
+    const int ntiles = (limit + BK - 1) / BK;
+
+    for (int i = tid; i < BQ * CH; i += THREADS) {
+        int r = i / CH, c = i % CH, t = q0 + r;
+        cp_async16(&sQ[swz<D>(r, c)], base + (long)min(t, seq - 1) * stride + c * 8, t < seq);
+    }
+    load_kv_bf16<D, BK, THREADS>(sK[0], sV[0], base, 0, seq, limit, stride, hidden, tid);
+    cp_async_commit();
+
+    float o[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.0f, l1 = 0.0f;
+    const u64 dq = wgmma_desc(sQ, 1024);
+
+    for (int j = 0; j < ntiles; j++) {
+        if (j + 1 < ntiles)
+            load_kv_bf16<D, BK, THREADS>(sK[(j + 1) & 1], sV[(j + 1) & 1], base, j + 1, seq, limit, stride, hidden, tid);
+        cp_async_commit();
+        cp_async_wait<1>();
+        // wgmma reads shared memory through the async proxy: make the copies visible to it.
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+        const u64 dk = wgmma_desc(sK[j & 1], 1024);
+        const u64 dv = wgmma_desc(sV[j & 1], 1024);
+
+        float s[BK / 8][4];
+#pragma unroll
+        for (int i = 0; i < BK / 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+        wgmma_fence();
+#pragma unroll
+        for (int kc = 0; kc < D / 16; kc++) {
+            // 16 columns = 32 bytes further along the swizzled 128-byte rows.
+            wgmma_ss(&s[0][0], dq + 2 * kc, dk + 2 * kc, kc);
+        }
+        wgmma_commit();
+        wgmma_wait0();
+
+        float a0, a1;
+        online_softmax<BK / 8>(s, m0, m1, l0, l1, a0, a1, scale_log2, j * BK, limit, lane);
+#pragma unroll
+        for (int i = 0; i < D / 8; i++) {
+            o[i][0] *= a0;
+            o[i][1] *= a0;
+            o[i][2] *= a1;
+            o[i][3] *= a1;
+        }
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++) {
+            u32 p0 = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
+            u32 p1 = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
+            u32 p2 = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            u32 p3 = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            // 16 keys = 16 rows of 128 bytes further down the V tile.
+            wgmma_rs_t(&o[0][0], p0, p1, p2, p3, dv + (u64)(kk * 16 * 128 >> 4));
+        }
+        wgmma_commit();
+        wgmma_wait0();
+        __syncthreads();
+    }
+
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+    const int r0 = q0 + warp * 16 + (lane >> 2), r1 = r0 + 8;
+    bf16_t* ob = out + (long)b * seq * hidden + h * D + (lane & 3) * 2;
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) {
+        if (r0 < seq) *(u32*)&ob[(long)r0 * hidden + i * 8] = pack_bf16x2(o[i][0] * inv0, o[i][1] * inv0);
+        if (r1 < seq) *(u32*)&ob[(long)r1 * hidden + i * 8] = pack_bf16x2(o[i][2] * inv1, o[i][3] * inv1);
+    }
+}
+#endif
