@@ -158,10 +158,9 @@ fn add_layer_norm_matches_cpu() {
 #[ignore = "needs GPU"]
 fn attention_matches_cpu() {
     let mut c = Ctx::new();
-    // (batch, seq, heads, head_dim, masked): the YOLOS-small shape (two key splits on an
-    // H100's wgmma kernel), a BERT-like batch with padding, a sequence shorter than one
-    // tile, and few query tiles over several key tiles (four key splits on an H100: the
-    // first sample's 5 key tiles go 2, 2, 1 and none, the padded second's 4 one each).
+    // (batch, seq, heads, head_dim, masked): the YOLOS-small shape, a BERT-like batch with
+    // padding, a sequence shorter than one tile, and a padded batch over several key tiles
+    // at head size 64 (the wgmma kernel's masking on Hopper).
     let cases = [
         (1, 3401, 6, 64, false),
         (3, 77, 12, 32, true),

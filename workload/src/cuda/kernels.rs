@@ -115,8 +115,6 @@ pub enum Kernel {
     Attention(AttentionMath, usize),
     /// Fused bf16 attention for head size 64 on wgmma (sm_90a only).
     AttentionWgmma,
-    /// Merges the key splits of [`Kernel::AttentionWgmma`] (sm_90a only).
-    AttentionCombine,
     /// A write through an invalid address (`--inject-fault-after`).
     InjectFault,
 }
@@ -126,7 +124,7 @@ impl Kernel {
     pub fn family(self) -> Family {
         match self {
             Kernel::AddLayerNorm(_) => Family::Norm,
-            Kernel::Attention(..) | Kernel::AttentionWgmma | Kernel::AttentionCombine => Family::Attention,
+            Kernel::Attention(..) | Kernel::AttentionWgmma => Family::Attention,
             _ => Family::Elementwise,
         }
     }
@@ -152,13 +150,12 @@ impl Kernel {
                 format!("attention_{m}_d{d}")
             }
             Kernel::AttentionWgmma => "attention_wgmma_bf16_d64".into(),
-            Kernel::AttentionCombine => "attention_combine_bf16_d64".into(),
         }
     }
 
     /// The entry points only a Hopper build (`sm_90a`) defines.
     pub fn hopper() -> Vec<Kernel> {
-        vec![Kernel::AttentionWgmma, Kernel::AttentionCombine]
+        vec![Kernel::AttentionWgmma]
     }
 
     /// Every entry point the sources define (for the compile test).

@@ -45,11 +45,6 @@ enum Action {
         launch: Launch,
         args: Args,
     },
-    /// Kernels launched in order, and the scratch memory they pass between them.
-    Kernels {
-        launches: Vec<(CudaFunction, Launch, Args)>,
-        _scratch: Vec<DeviceBuffer>,
-    },
     Gemm {
         plan: GemmPlan,
         key: (Epilogue, Precision),
@@ -141,12 +136,6 @@ impl CudaRuntime {
                 launch: cfg,
                 args,
             } => launch(&self.gpu, func, *cfg, args, &step.name),
-            Action::Kernels { launches, .. } => {
-                for (func, cfg, args) in launches.iter() {
-                    launch(&self.gpu, func, *cfg, args, &step.name)?;
-                }
-                Ok(())
-            }
             Action::Gemm {
                 plan,
                 key,
@@ -400,54 +389,9 @@ impl CudaRuntime {
             block: (threads, 1, 1),
         };
         let kernel = self.attention_kernel(math, head_dim);
-        let flops = 4.0 * batch as f64 * seq as f64 * seq as f64 * hidden as f64;
-        if kernel != Kernel::AttentionWgmma {
-            let mut step = self.kernel_step(name, StepKind::Attention, kernel, cfg, args)?;
-            step.flops = flops;
-            return Ok(step);
-        }
-        let splits = key_splits(
-            cfg.grid.0 * cfg.grid.1 * cfg.grid.2,
-            self.gpu.info().sm_count,
-            seq.div_ceil(64),
-        );
-        let mut cfg = cfg;
-        cfg.grid.2 *= splits;
-        if splits == 1 {
-            let args = args.null().null().i32(1);
-            let mut step = self.kernel_step(name, StepKind::Attention, kernel, cfg, args)?;
-            step.flops = flops;
-            return Ok(step);
-        }
-        let n = splits as usize;
-        let part_o = self
-            .gpu
-            .alloc_zeroed(n * batch * seq * hidden * 4, "attention key splits")?;
-        let part_lse = self
-            .gpu
-            .alloc_zeroed(n * batch * heads * seq * 4, "attention key splits")?;
-        let args = args.ptr(part_o.ptr()).ptr(part_lse.ptr()).i32(splits as i32);
-        let combine = Args::new()
-            .ptr(part_o.ptr())
-            .ptr(part_lse.ptr())
-            .ptr(out.ptr())
-            .i32(i32_arg(batch, "batch")?)
-            .i32(i32_arg(seq, "sequence length")?)
-            .i32(heads as i32)
-            .i32(splits as i32);
-        let merge = self.elementwise(batch * seq * heads * head_dim / 2);
-        Ok(Step {
-            name: name.to_string(),
-            kind: StepKind::Attention,
-            flops,
-            action: Action::Kernels {
-                launches: vec![
-                    (self.kernels.get(kernel)?, cfg, args),
-                    (self.kernels.get(Kernel::AttentionCombine)?, merge, combine),
-                ],
-                _scratch: vec![part_o, part_lse],
-            },
-        })
+        let mut step = self.kernel_step(name, StepKind::Attention, kernel, cfg, args)?;
+        step.flops = 4.0 * batch as f64 * seq as f64 * seq as f64 * hidden as f64;
+        Ok(step)
     }
 
     /// The attention kernel `math` runs on this GPU: bf16 with head size 64 on wgmma
@@ -590,34 +534,11 @@ pub fn act_dtype(precision: Precision) -> Dtype {
     }
 }
 
-/// How many runs of key tiles the wgmma attention splits each query tile into (pure):
-/// enough that `blocks` query tiles become about four blocks per SM (five fit), at most
-/// four and at most one per key tile; 1 when the query tiles already fill the GPU.
-pub fn key_splits(blocks: u32, sm_count: u32, key_tiles: usize) -> u32 {
-    let want = (4 * sm_count).div_ceil(blocks.max(1));
-    want.clamp(1, 4).min(key_tiles.max(1) as u32)
-}
-
 /// The attention kernel of a precision.
 pub fn attention_math(precision: Precision) -> AttentionMath {
     match precision {
         Precision::Bf16 => AttentionMath::Bf16,
         Precision::Tf32 => AttentionMath::Tf32,
         Precision::Fp32 => AttentionMath::F32,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::key_splits;
-
-    #[test]
-    fn key_splits_fill_the_sms_without_more_splits_than_key_tiles() {
-        // yolos-small on an H100: 54 query tiles × 6 heads = 324 blocks on 132 SMs.
-        assert_eq!(key_splits(324, 132, 54), 2);
-        assert_eq!(key_splits(1000, 132, 54), 1, "the query tiles fill the GPU");
-        assert_eq!(key_splits(20, 132, 5), 4, "at most four");
-        assert_eq!(key_splits(4, 132, 1), 1, "one key tile: one split");
-        assert_eq!(key_splits(0, 132, 0), 1);
     }
 }

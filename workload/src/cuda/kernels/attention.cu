@@ -517,36 +517,27 @@ __device__ __forceinline__ void wgmma_rs_t(float* d, u32 a0, u32 a1, u32 a2, u32
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1));
 }
 
-// Split over keys (grid.z = batch × splits, FlashDecoding-style) when the query tiles
-// alone leave SMs idle: each split covers a run of key tiles and, with splits > 1, writes
-// its rows normalised in f32 to part_o and their log2-sum-exp (in the scaled base-2 units
-// of the softmax) to part_lse, which attention_combine_bf16_d64 merges.
-// Five blocks per SM (96 registers, no spills), so two splits of every query tile fit at once.
-extern "C" __global__ void __launch_bounds__(128, 5)
+extern "C" __global__ void __launch_bounds__(128, 1)
 attention_wgmma_bf16_d64(const bf16_t* __restrict__ qkv, bf16_t* __restrict__ out, const int* __restrict__ lens,
-                         int seq, int heads, float scale_log2, float* __restrict__ part_o,
-                         float* __restrict__ part_lse, int splits) {
+                         int seq, int heads, float scale_log2) {
     constexpr int D = 64, BQ = 64, BK = 64, THREADS = 128, CH = D / 8;
     __shared__ __align__(1024) bf16_t sQ[BQ * D];
     __shared__ __align__(1024) bf16_t sK[2][BK * D];
     __shared__ __align__(1024) bf16_t sV[2][BK * D];
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int q0 = blockIdx.x * BQ, h = blockIdx.y, b = blockIdx.z / splits, split = blockIdx.z % splits;
-    const int batch = gridDim.z / splits;
+    const int q0 = blockIdx.x * BQ, h = blockIdx.y, b = blockIdx.z;
     const int hidden = heads * D;
     const long stride = 3L * hidden;
     const bf16_t* base = qkv + (long)b * seq * stride + h * D;
     const int limit = lens != nullptr ? lens[b] : seq;
     const int ntiles = (limit + BK - 1) / BK;
-    const int per = (ntiles + splits - 1) / splits;
-    const int t0 = split * per, t1 = min(ntiles, t0 + per);
 
     for (int i = tid; i < BQ * CH; i += THREADS) {
         int r = i / CH, c = i % CH, t = q0 + r;
         cp_async16(&sQ[swz<D>(r, c)], base + (long)min(t, seq - 1) * stride + c * 8, t < seq);
     }
-    if (t0 < t1) load_kv_bf16<D, BK, THREADS>(sK[0], sV[0], base, t0, seq, limit, stride, hidden, tid);
+    load_kv_bf16<D, BK, THREADS>(sK[0], sV[0], base, 0, seq, limit, stride, hidden, tid);
     cp_async_commit();
 
     float o[D / 8][4];
@@ -555,17 +546,16 @@ attention_wgmma_bf16_d64(const bf16_t* __restrict__ qkv, bf16_t* __restrict__ ou
     float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.0f, l1 = 0.0f;
     const u64 dq = wgmma_desc(sQ, 1024);
 
-    for (int j = t0; j < t1; j++) {
-        const int buf = (j - t0) & 1;
-        if (j + 1 < t1)
-            load_kv_bf16<D, BK, THREADS>(sK[buf ^ 1], sV[buf ^ 1], base, j + 1, seq, limit, stride, hidden, tid);
+    for (int j = 0; j < ntiles; j++) {
+        if (j + 1 < ntiles)
+            load_kv_bf16<D, BK, THREADS>(sK[(j + 1) & 1], sV[(j + 1) & 1], base, j + 1, seq, limit, stride, hidden, tid);
         cp_async_commit();
         cp_async_wait<1>();
         // wgmma reads shared memory through the async proxy: make the copies visible to it.
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncthreads();
-        const u64 dk = wgmma_desc(sK[buf], 1024);
-        const u64 dv = wgmma_desc(sV[buf], 1024);
+        const u64 dk = wgmma_desc(sK[j & 1], 1024);
+        const u64 dv = wgmma_desc(sV[j & 1], 1024);
 
         float s[BK / 8][4];
 #pragma unroll
@@ -603,63 +593,17 @@ attention_wgmma_bf16_d64(const bf16_t* __restrict__ qkv, bf16_t* __restrict__ ou
         __syncthreads();
     }
 
-    cp_async_wait<0>();
     l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
     l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-    // A split without keys (more splits than tiles) has l = 0: weight 0 in the merge.
-    const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+    const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
     const int r0 = q0 + warp * 16 + (lane >> 2), r1 = r0 + 8;
-    if (splits == 1) {
-        bf16_t* ob = out + (long)b * seq * hidden + h * D + (lane & 3) * 2;
-#pragma unroll
-        for (int i = 0; i < D / 8; i++) {
-            if (r0 < seq) *(u32*)&ob[(long)r0 * hidden + i * 8] = pack_bf16x2(o[i][0] * inv0, o[i][1] * inv0);
-            if (r1 < seq) *(u32*)&ob[(long)r1 * hidden + i * 8] = pack_bf16x2(o[i][2] * inv1, o[i][3] * inv1);
-        }
-        return;
-    }
-    const long part = (long)split * batch + b;
-    float* po = part_o + part * seq * hidden + h * D + (lane & 3) * 2;
+    bf16_t* ob = out + (long)b * seq * hidden + h * D + (lane & 3) * 2;
 #pragma unroll
     for (int i = 0; i < D / 8; i++) {
-        if (r0 < seq) *(float2*)&po[(long)r0 * hidden + i * 8] = make_float2(o[i][0] * inv0, o[i][1] * inv0);
-        if (r1 < seq) *(float2*)&po[(long)r1 * hidden + i * 8] = make_float2(o[i][2] * inv1, o[i][3] * inv1);
-    }
-    if ((lane & 3) == 0) {
-        float* pl = part_lse + (part * heads + h) * seq;
-        if (r0 < seq) pl[r0] = l0 > 0.0f ? m0 + __log2f(l0) : NEG_INF;
-        if (r1 < seq) pl[r1] = l1 > 0.0f ? m1 + __log2f(l1) : NEG_INF;
-    }
-}
-
-// Merges the splits of attention_wgmma_bf16_d64: per row and head, the splits' rows
-// weighted by 2^(lse_s − max lse), over the sum of the weights (one thread per two columns).
-extern "C" __global__ void attention_combine_bf16_d64(const float* __restrict__ part_o,
-                                                      const float* __restrict__ part_lse, bf16_t* __restrict__ out,
-                                                      int batch, int seq, int heads, int splits) {
-    constexpr int D = 64;
-    const long hidden = (long)heads * D;
-    GRID_STRIDE(i, (long)batch * seq * heads * (D / 2)) {
-        const int c = (int)(i % (D / 2)) * 2;
-        const long r = i / (D / 2);
-        const int h = (int)(r % heads);
-        const long bt = r / heads;
-        const int t = (int)(bt % seq), b = (int)(bt / seq);
-        float mx = NEG_INF;
-        for (int s = 0; s < splits; s++) mx = fmaxf(mx, part_lse[(((long)s * batch + b) * heads + h) * seq + t]);
-        float wsum = 0.0f, o0 = 0.0f, o1 = 0.0f;
-        for (int s = 0; s < splits; s++) {
-            const float lse = part_lse[(((long)s * batch + b) * heads + h) * seq + t];
-            const float w = lse == NEG_INF ? 0.0f : fast_exp2(lse - mx);
-            const float2 v = *(const float2*)&part_o[(((long)s * batch + b) * seq + t) * hidden + h * D + c];
-            wsum += w;
-            o0 += w * v.x;
-            o1 += w * v.y;
-        }
-        const float inv = 1.0f / wsum;
-        *(u32*)&out[((long)b * seq + t) * hidden + h * D + c] = pack_bf16x2(o0 * inv, o1 * inv);
+        if (r0 < seq) *(u32*)&ob[(long)r0 * hidden + i * 8] = pack_bf16x2(o[i][0] * inv0, o[i][1] * inv0);
+        if (r1 < seq) *(u32*)&ob[(long)r1 * hidden + i * 8] = pack_bf16x2(o[i][2] * inv1, o[i][3] * inv1);
     }
 }
 #endif
