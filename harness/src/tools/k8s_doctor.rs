@@ -539,3 +539,50 @@ async fn gather_dra(client: &Client, node: &str) -> DraFacts {
     let driver = dra_backend::read_driver(client, node).await;
     DraFacts { class, gpus, driver }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::k8s::dra_backend::{DriverFacts, inventory_from_slices, whole_gpu_product};
+    use crate::backend::k8s::sim::dra::resource_slice;
+
+    fn slices_check(gpus: Result<usize, String>) -> Check {
+        let d = DraFacts {
+            class: Ok(true),
+            gpus,
+            driver: Ok(DriverFacts {
+                image: "dra-driver-nvidia-gpu:v0.4.1".into(),
+                gates: Default::default(),
+            }),
+        };
+        dra_checks(&d, "gpu-1")
+            .into_iter()
+            .find(|c| c.name == "DRA slices")
+            .expect("a DRA slices line")
+    }
+
+    #[test]
+    fn several_alike_gpus_pass_and_mixed_products_are_named() {
+        let two = slices_check(Ok(2));
+        assert_eq!(two.verdict, Verdict::Ok, "{}", two.detail);
+        assert!(
+            two.detail.starts_with("2 GPUs of gpu.nvidia.com on gpu-1"),
+            "{}",
+            two.detail
+        );
+        // What gather_dra makes of a node whose whole GPUs differ.
+        let mut inv = inventory_from_slices(
+            &[resource_slice("gpu-1", 2, "NVIDIA H100 80GB HBM3", 80 << 30)],
+            "gpu-1",
+        );
+        inv.gpus[1].name = "NVIDIA H200".into();
+        let e = whole_gpu_product(&inv, "gpu-1").map(|_| 2).map_err(|e| e.to_string());
+        let mixed = slices_check(e);
+        assert_eq!(mixed.verdict, Verdict::Warn);
+        assert!(
+            mixed.detail.contains("whole GPUs of different products"),
+            "{}",
+            mixed.detail
+        );
+    }
+}

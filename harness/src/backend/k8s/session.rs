@@ -287,12 +287,7 @@ pub async fn open(plan: &SweepPlan, resume: Option<&str>, shutdown: &Shutdown) -
     // resuming; recorded_backend checked that the same --workload-cmd was given).
     backend.set_workload_args(recorded.workload_args());
     backend.set_server(recorded_server(&recorded));
-    if let Some(image) = store
-        .run()
-        .isolation
-        .as_ref()
-        .and_then(|i| i.aggressor_image.as_deref())
-    {
+    if let Some(image) = recorded_aggressor_image(&store) {
         backend.set_aggressor_image(image);
     }
     let client = backend.client();
@@ -344,12 +339,7 @@ pub async fn open_dra(
         warnings.extend(d.warnings(&recorded.strategies, &dra));
     }
     backend.set_dra(dra);
-    if let Some(image) = store
-        .run()
-        .isolation
-        .as_ref()
-        .and_then(|i| i.aggressor_image.as_deref())
-    {
+    if let Some(image) = recorded_aggressor_image(&store) {
         backend.set_aggressor_image(image);
     }
     let client = backend.client();
@@ -371,6 +361,11 @@ fn node_of(plan: &SweepPlan) -> Result<String> {
     plan.node
         .clone()
         .ok_or_else(|| BenchError::flag("--node", "", "the Kubernetes backend needs the GPU node's name"))
+}
+
+/// The image a recorded isolation run's aggressors run beside a server of the user's own.
+fn recorded_aggressor_image(store: &RunStore) -> Option<&str> {
+    store.run().isolation.as_ref()?.aggressor_image.as_deref()
 }
 
 /// The server of the user's own of a recorded plan.

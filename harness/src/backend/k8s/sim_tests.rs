@@ -1269,7 +1269,11 @@ async fn start_dra(spec: ClusterSpec) -> SimCluster {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dra_sweep_shares_one_gpu_through_claims_and_leaves_nothing() {
-    let sim = start_dra(dra_node(true, true)).await;
+    // The claims made for exclusive × 1's pod outlive it by 30 virtual seconds (J7): the
+    // next cell's pods must not be judged while that claim still holds the GPU.
+    let mut spec = dra_node(true, true);
+    spec.timings.claim_gc = 30.0;
+    let sim = start_dra(spec).await;
     let before = state(&sim);
     let dir = tempfile::tempdir().expect("tmp");
     let p = dra_plan(

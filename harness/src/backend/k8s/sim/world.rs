@@ -63,6 +63,11 @@ pub struct Timings {
     pub pod_ready: Secs,
     /// A workload pod's termination.
     pub pod_stop: Secs,
+    /// A claim made from a template, from its pod's removal until the claim is gone
+    /// (J7: the resourceclaim controller's queue, its delete, the deallocation that lets
+    /// the finalizer go; not measured: a plausible few seconds). Its device stays taken
+    /// until then.
+    pub claim_gc: Secs,
 }
 
 impl Default for Timings {
@@ -85,6 +90,7 @@ impl Default for Timings {
             scheduler_queue: 1.0,
             pod_ready: 20.0,
             pod_stop: 5.0,
+            claim_gc: 3.0,
         }
     }
 }
@@ -292,6 +298,8 @@ enum Event {
     SchedulerQueue,
     /// A workload pod finishes terminating.
     PodGone(String),
+    /// A claim made for a pod that is gone is deleted at last.
+    ClaimGone(Key),
 }
 
 /// What a workload container does on its own, from its arguments.
@@ -868,6 +876,9 @@ impl World {
                     self.objects.remove(&Key::new("pods", &ns, &name));
                     self.allocations.remove(&name);
                 }
+            }
+            Event::ClaimGone(key) => {
+                self.objects.remove(&key);
             }
         }
     }
@@ -1516,6 +1527,7 @@ impl World {
             .filter(|k| k.resource == "resourceclaims")
             .cloned()
             .collect();
+        let ts = self.timestamp();
         for key in claims {
             let Some(o) = self.objects.get_mut(&key) else { continue };
             let owner = &o.value["metadata"]["ownerReferences"][0];
@@ -1525,7 +1537,12 @@ impl World {
                     owner["name"].as_str().unwrap_or_default().to_string(),
                 ))
             {
-                self.objects.remove(&key);
+                // Deleted, still allocated, gone `claim_gc` later.
+                if o.value["metadata"]["deletionTimestamp"].is_null() {
+                    o.value["metadata"]["deletionTimestamp"] = json!(ts);
+                    let d = self.spec.timings.claim_gc;
+                    self.at(d, Event::ClaimGone(key.clone()));
+                }
                 continue;
             }
             let reserved = o.value["status"]["reservedFor"].as_array().cloned().unwrap_or_default();
