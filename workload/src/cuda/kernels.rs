@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_void};
 use std::sync::Arc;
 
-use cudarc::driver::sys::CUdeviceptr;
+use cudarc::driver::sys::{CUdeviceptr, CUfunction_attribute_enum};
 use cudarc::driver::{CudaFunction, CudaModule, result};
 use cudarc::nvrtc::Ptx;
 
@@ -150,6 +150,16 @@ impl Kernel {
                 format!("attention_{m}_d{d}")
             }
             Kernel::AttentionWgmma => "attention_wgmma_bf16_d64".into(),
+        }
+    }
+
+    /// Dynamic shared memory a launch needs, bytes (the kernel's `extern __shared__`
+    /// array). Above 48 KiB the function's limit is raised when it is loaded.
+    pub fn dynamic_smem(self) -> u32 {
+        match self {
+            // Q + double-buffered K and V tiles of 128 keys (72 KiB), 1 KiB to align them.
+            Kernel::AttentionWgmma => 73 * 1024,
+            _ => 0,
         }
     }
 
@@ -318,6 +328,17 @@ impl KernelCache {
         let f = module
             .load_function(&kernel.entry())
             .map_err(cuda_error(format!("finding kernel {}", kernel.entry())))?;
+        let smem = kernel.dynamic_smem();
+        if smem > 48 * 1024 {
+            f.set_attribute(
+                CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                smem as i32,
+            )
+            .map_err(cuda_error(format!(
+                "allowing {} {smem} bytes of shared memory",
+                kernel.entry()
+            )))?;
+        }
         self.functions.insert(kernel, f.clone());
         Ok(f)
     }
@@ -368,6 +389,8 @@ pub struct Launch {
     pub grid: (u32, u32, u32),
     /// Threads per block.
     pub block: (u32, u32, u32),
+    /// Dynamic shared memory, bytes ([`Kernel::dynamic_smem`]).
+    pub smem: u32,
 }
 
 impl Launch {
@@ -378,6 +401,7 @@ impl Launch {
         Self {
             grid: (blocks, 1, 1),
             block: (256, 1, 1),
+            smem: 0,
         }
     }
 }
@@ -394,7 +418,7 @@ pub fn launch(gpu: &Gpu, f: &CudaFunction, cfg: Launch, args: &Args, name: &str)
             f.cu_function(),
             cfg.grid,
             cfg.block,
-            0,
+            cfg.smem,
             gpu.stream().cu_stream(),
             &mut params,
         )

@@ -102,6 +102,7 @@ impl CudaRuntime {
         let cfg = Launch {
             grid: (1, 1, 1),
             block: (1, 1, 1),
+            smem: 0,
         };
         if let Err(e) = launch(&self.gpu, &f, cfg, &Args::new().ptr(UNMAPPED), "inject_fault") {
             return e;
@@ -344,6 +345,7 @@ impl CudaRuntime {
         let cfg = Launch {
             grid: (rows.div_ceil(4) as u32, 1, 1),
             block: (128, 1, 1),
+            smem: 0,
         };
         self.kernel_step(name, StepKind::LayerNorm, Kernel::AddLayerNorm(dt), cfg, args)
     }
@@ -384,11 +386,12 @@ impl CudaRuntime {
             .i32(heads as i32)
             .f32(scale_log2);
         let threads = if math == AttentionMath::F32 { 256 } else { 128 };
+        let kernel = self.attention_kernel(math, head_dim);
         let cfg = Launch {
             grid: (seq.div_ceil(64) as u32, heads as u32, i32_arg(batch, "batch")? as u32),
             block: (threads, 1, 1),
+            smem: kernel.dynamic_smem(),
         };
-        let kernel = self.attention_kernel(math, head_dim);
         let mut step = self.kernel_step(name, StepKind::Attention, kernel, cfg, args)?;
         step.flops = 4.0 * batch as f64 * seq as f64 * seq as f64 * hidden as f64;
         Ok(step)
@@ -515,6 +518,7 @@ impl CudaRuntime {
         let cfg = Launch {
             grid: (i32_arg(batch, "batch")? as u32, 1, 1),
             block: (hidden.div_ceil(32) as u32 * 32, 1, 1),
+            smem: 0,
         };
         self.kernel_step(
             "mean_pool_normalize",

@@ -85,6 +85,50 @@ __device__ __forceinline__ void load_kv_tf32(float* sk, float* sv, const float* 
     }
 }
 
+// One thread's share of the copies of every key/value tile, planned once per block: chunk
+// tid % CH of rows tid / CH + PASS·i. A full tile (every row below `limit`) then costs one
+// address add per copy: the shared offsets are fixed (the bf16 swizzle repeats every PASS
+// rows) and the global address moves PASS rows per copy. The last, partial tile takes the
+// clamping, zero-filling copies above. Recomputing the indices per tile was ~170 of ~470
+// instructions per warp and tile in the wgmma kernel (Nsight Compute, H100).
+template <typename T, int D, int BK, int THREADS>
+struct KvCopy {
+    static constexpr bool BF16 = sizeof(T) == 2;
+    static constexpr int CH = D * (int)sizeof(T) / 16, PASS = THREADS / CH, N = BK * CH / THREADS;
+    static constexpr int ROW_BYTES = BF16 ? D * 2 : (D + 4) * 4;
+    static_assert(THREADS % CH == 0 && (BK * CH) % THREADS == 0, "whole passes of copies");
+    static_assert(!BF16 || ((PASS >> (D == 64 ? 0 : 1)) % CH) == 0, "the swizzle repeats every PASS rows");
+    const T* base;
+    const T* g0; // this thread's chunk of key row tid / CH, tile 0
+    long stride;
+    int hidden, seq, limit, tid;
+    u32 soff; // its byte offset in a tile
+
+    __device__ __forceinline__ KvCopy(const T* base_, long stride_, int hidden_, int seq_, int limit_, int tid_)
+        : base(base_), stride(stride_), hidden(hidden_), seq(seq_), limit(limit_), tid(tid_) {
+        const int r = tid / CH, c = tid % CH;
+        g0 = base + hidden + (long)r * stride + c * (16 / (int)sizeof(T));
+        soff = BF16 ? (u32)swz<D>(r, c) * 2 : (u32)(r * (D + 4) + c * 4) * 4;
+    }
+
+    __device__ __forceinline__ void load(T* sk, T* sv, int tile) const {
+        if ((tile + 1) * BK <= limit) {
+            const T* g = g0 + (long)tile * BK * stride;
+            const u32 k = smem_u32(sk) + soff, v = smem_u32(sv) + soff;
+#pragma unroll
+            for (int i = 0; i < N; i++) {
+                const T* src = g + (long)i * PASS * stride;
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(k + i * PASS * ROW_BYTES), "l"(src));
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(v + i * PASS * ROW_BYTES), "l"(src + hidden));
+            }
+        } else if constexpr (BF16) {
+            load_kv_bf16<D, BK, THREADS>(sk, sv, base, tile, seq, limit, stride, hidden, tid);
+        } else {
+            load_kv_tf32<D, BK, THREADS>(sk, sv, base, tile, seq, limit, stride, hidden, tid);
+        }
+    }
+};
+
 // Online-softmax update shared by the tensor-core kernels: one thread holds two rows
 // (g and g+8) of a warp's 16-row score tile, NT n-tiles of 8 keys, 2 values per row each.
 template <int NT>
@@ -149,7 +193,8 @@ __device__ void attention_bf16(const bf16_t* __restrict__ qkv, bf16_t* __restric
         int r = i / CH, c = i % CH, t = q0 + r;
         cp_async16(&sQ[swz<D>(r, c)], base + (long)min(t, seq - 1) * stride + c * 8, t < seq);
     }
-    load_kv_bf16<D, BK, THREADS>(sK[0], sV[0], base, 0, seq, limit, stride, hidden, tid);
+    const KvCopy<bf16_t, D, BK, THREADS> kv(base, stride, hidden, seq, limit, tid);
+    kv.load(sK[0], sV[0], 0);
     cp_async_commit();
 
     float o[D / 8][4];
@@ -160,7 +205,7 @@ __device__ void attention_bf16(const bf16_t* __restrict__ qkv, bf16_t* __restric
 
     for (int j = 0; j < ntiles; j++) {
         if (j + 1 < ntiles)
-            load_kv_bf16<D, BK, THREADS>(sK[(j + 1) & 1], sV[(j + 1) & 1], base, j + 1, seq, limit, stride, hidden, tid);
+            kv.load(sK[(j + 1) & 1], sV[(j + 1) & 1], j + 1);
         cp_async_commit();
         cp_async_wait<1>();
         __syncthreads();
@@ -251,7 +296,8 @@ __device__ void attention_tf32(const float* __restrict__ qkv, float* __restrict_
     const int limit = lens != nullptr ? lens[b] : seq;
     const int ntiles = (limit + BK - 1) / BK;
 
-    load_kv_tf32<D, BK, THREADS>(sK[0], sV[0], base, 0, seq, limit, stride, hidden, tid);
+    const KvCopy<float, D, BK, THREADS> kv(base, stride, hidden, seq, limit, tid);
+    kv.load(sK[0], sV[0], 0);
     cp_async_commit();
 
     // Query fragments straight from global memory, once.
@@ -276,7 +322,7 @@ __device__ void attention_tf32(const float* __restrict__ qkv, float* __restrict_
 
     for (int j = 0; j < ntiles; j++) {
         if (j + 1 < ntiles)
-            load_kv_tf32<D, BK, THREADS>(sK[(j + 1) & 1], sV[(j + 1) & 1], base, j + 1, seq, limit, stride, hidden, tid);
+            kv.load(sK[(j + 1) & 1], sV[(j + 1) & 1], j + 1);
         cp_async_commit();
         cp_async_wait<1>();
         __syncthreads();
@@ -479,13 +525,23 @@ ATTENTION_ENTRY(f32, float, 32, 256)
 ATTENTION_ENTRY(f32, float, 64, 256)
 
 // ---- bf16 on Hopper (sm_90a): wgmma --------------------------------------------------
-// One warpgroup (4 warps, 128 threads) per 64 query rows of one head, as above; the two
-// products run on wgmma.m64n64k16 instead of mma.sync. Tiles sit in shared memory in the
-// 128-byte swizzle wgmma reads (the same XOR pattern as swz<64>, on 1024-byte aligned
-// tiles), so S = Q·Kᵀ takes both operands through shared-memory descriptors (K-major) and
-// O += P·V takes P from registers (its layout is mma.sync's A fragment) and V through a
-// transposed (MN-major) descriptor. Each warp's accumulator rows are its own 16, in
-// mma.sync's C layout, so the online softmax above is shared unchanged.
+// One warpgroup (4 warps, 128 threads) per 64 query rows of one head, as above, but 128
+// keys per tile and both products on wgmma. Tiles sit in shared memory in the 128-byte
+// swizzle wgmma reads (the same XOR pattern as swz<64>, on 1024-byte aligned tiles), so
+// S = Q·Kᵀ (m64n128k16) takes both operands through shared-memory descriptors (K-major)
+// and O += P·V (m64n64k16, 8 steps of 16 keys) takes P from registers (its layout is
+// mma.sync's A fragment) and V through a transposed (MN-major) descriptor. Each warp's
+// accumulator rows are its own 16, in mma.sync's C layout, so the online softmax above
+// is shared unchanged.
+// Shared memory: Q 8 KiB + K and V 2 × 16 KiB each, double-buffered = 72 KiB, dynamic
+// (over the 48 KiB static limit; the launcher raises the function's limit), plus 1 KiB
+// of slack to align the tiles. At most 168 registers (launch bounds) keep three blocks
+// on a multiprocessor, so the 324 blocks of a 3401-token, 6-head image run in one wave.
+// On an H100 (an event-timed standalone driver, not kept) 128-key tiles took 54.4 µs
+// against 61.7 µs with 64 at that shape; overlapping S(j+1) with softmax(j) inside the
+// warpgroup (FlashAttention-3's intra-warpgroup pipelining), Q from registers, and
+// two or three warpgroups sharing K/V tiles were each no faster there and left out.
+// The project's own numbers: results/20261125-h100-attention-tiles128.
 // PTX ISA 8.x, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate": descriptor
 // bits 0-13 start address >> 4, 16-29 leading byte offset >> 4, 32-45 stride byte
 // offset >> 4, 62-63 swizzle mode (1 = 128B).
@@ -509,6 +565,14 @@ __device__ __forceinline__ void wgmma_ss(float* d, u64 da, u64 db, int scale_d) 
                  : "l"(da), "l"(db), "r"(scale_d));
 }
 
+// d (64×128, f32) = (scale_d ? d : 0) + A·Bᵀ, A and B K-major in shared memory.
+__device__ __forceinline__ void wgmma_ss_n128(float* d, u64 da, u64 db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(da), "l"(db), "r"(scale_d));
+}
+
 // d (64×64, f32) += A·B, A (64×16) from registers, B (16×64) MN-major in shared memory.
 __device__ __forceinline__ void wgmma_rs_t(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u64 db) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
@@ -517,13 +581,15 @@ __device__ __forceinline__ void wgmma_rs_t(float* d, u32 a0, u32 a1, u32 a2, u32
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1));
 }
 
-extern "C" __global__ void __launch_bounds__(128, 1)
+extern "C" __global__ void __launch_bounds__(128, 3)
 attention_wgmma_bf16_d64(const bf16_t* __restrict__ qkv, bf16_t* __restrict__ out, const int* __restrict__ lens,
                          int seq, int heads, float scale_log2) {
-    constexpr int D = 64, BQ = 64, BK = 64, THREADS = 128, CH = D / 8;
-    __shared__ __align__(1024) bf16_t sQ[BQ * D];
-    __shared__ __align__(1024) bf16_t sK[2][BK * D];
-    __shared__ __align__(1024) bf16_t sV[2][BK * D];
+    constexpr int D = 64, BQ = 64, BK = 128, THREADS = 128, CH = D / 8, NT = BK / 8;
+    extern __shared__ unsigned char smem_raw[];
+    bf16_t* sQ = (bf16_t*)(smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023));
+    bf16_t* sKV = sQ + BQ * D;
+    auto sK = [&](int i) { return sKV + (i & 1) * BK * D; };
+    auto sV = [&](int i) { return sKV + (2 + (i & 1)) * BK * D; };
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int q0 = blockIdx.x * BQ, h = blockIdx.y, b = blockIdx.z;
@@ -537,7 +603,8 @@ attention_wgmma_bf16_d64(const bf16_t* __restrict__ qkv, bf16_t* __restrict__ ou
         int r = i / CH, c = i % CH, t = q0 + r;
         cp_async16(&sQ[swz<D>(r, c)], base + (long)min(t, seq - 1) * stride + c * 8, t < seq);
     }
-    load_kv_bf16<D, BK, THREADS>(sK[0], sV[0], base, 0, seq, limit, stride, hidden, tid);
+    const KvCopy<bf16_t, D, BK, THREADS> kv(base, stride, hidden, seq, limit, tid);
+    kv.load(sK(0), sV(0), 0);
     cp_async_commit();
 
     float o[D / 8][4];
@@ -547,30 +614,27 @@ attention_wgmma_bf16_d64(const bf16_t* __restrict__ qkv, bf16_t* __restrict__ ou
     const u64 dq = wgmma_desc(sQ, 1024);
 
     for (int j = 0; j < ntiles; j++) {
-        if (j + 1 < ntiles)
-            load_kv_bf16<D, BK, THREADS>(sK[(j + 1) & 1], sV[(j + 1) & 1], base, j + 1, seq, limit, stride, hidden, tid);
+        if (j + 1 < ntiles) kv.load(sK(j + 1), sV(j + 1), j + 1);
         cp_async_commit();
         cp_async_wait<1>();
         // wgmma reads shared memory through the async proxy: make the copies visible to it.
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncthreads();
-        const u64 dk = wgmma_desc(sK[j & 1], 1024);
-        const u64 dv = wgmma_desc(sV[j & 1], 1024);
+        const u64 dk = wgmma_desc(sK(j), 1024);
+        const u64 dv = wgmma_desc(sV(j), 1024);
 
-        float s[BK / 8][4];
-#pragma unroll
-        for (int i = 0; i < BK / 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+        float s[NT][4];
         wgmma_fence();
 #pragma unroll
         for (int kc = 0; kc < D / 16; kc++) {
             // 16 columns = 32 bytes further along the swizzled 128-byte rows.
-            wgmma_ss(&s[0][0], dq + 2 * kc, dk + 2 * kc, kc);
+            wgmma_ss_n128(&s[0][0], dq + 2 * kc, dk + 2 * kc, kc);
         }
         wgmma_commit();
         wgmma_wait0();
 
         float a0, a1;
-        online_softmax<BK / 8>(s, m0, m1, l0, l1, a0, a1, scale_log2, j * BK, limit, lane);
+        online_softmax<NT>(s, m0, m1, l0, l1, a0, a1, scale_log2, j * BK, limit, lane);
 #pragma unroll
         for (int i = 0; i < D / 8; i++) {
             o[i][0] *= a0;
