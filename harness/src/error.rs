@@ -110,6 +110,13 @@ pub enum BenchError {
         /// The signal number (0 when the stop was asked for without one).
         signal: i32,
     },
+    /// The GPU to measure runs processes that are not the run's (`--allow-busy-gpu`
+    /// measures anyway).
+    #[error("{detail}")]
+    GpuBusy {
+        /// Which GPU, what runs on it, and the way out.
+        detail: String,
+    },
     /// Plain I/O.
     #[error("{what}: {source}")]
     Io {

@@ -290,6 +290,12 @@ pub struct OverheadArgs {
     /// The gpushare-workload binary.
     #[arg(long)]
     pub workload_bin: Option<PathBuf>,
+    /// The GPU to measure, by index or GPU-… UUID (`nvidia-smi -L`) [default: 0].
+    #[arg(long)]
+    pub gpu: Option<crate::telemetry::inventory::GpuSelector>,
+    /// Measure even though other processes compute on that GPU.
+    #[arg(long)]
+    pub allow_busy_gpu: bool,
 }
 
 /// `report` flags.

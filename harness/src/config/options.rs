@@ -93,6 +93,13 @@ pub struct SweepOptions {
     #[arg(long = "workload-arg", allow_hyphen_values = true)]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workload_args: Vec<String>,
+    /// Local: the GPU to measure on a machine with several, by index or GPU-… UUID as `nvidia-smi -L` lists them (`gpushare-bench doctor` shows what runs on each). Its pods, the MPS daemon, MIG devices and telemetry all use that GPU, and run.json records its index, UUID, name and bus id [default: 0].
+    #[arg(long)]
+    pub gpu: Option<crate::telemetry::inventory::GpuSelector>,
+    /// Local: measure even though other processes compute on the GPU (a sweep refuses such a GPU: their work would count as the cost of sharing). Recorded in run.json.
+    #[arg(long, action = clap::ArgAction::SetTrue)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_busy_gpu: bool,
     /// Local pods listen on BASE, BASE+1, … (for an existing Prometheus that scrapes fixed ports) [default: free ports].
     #[arg(long)]
     pub base_port: Option<u16>,

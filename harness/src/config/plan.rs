@@ -79,6 +79,10 @@ pub struct SweepPlan {
     pub namespace: String,
     /// Fixed ports for local pods (base + index).
     pub base_port: Option<u16>,
+    /// Local: the GPU measured (`--gpu`; None: GPU 0).
+    pub gpu: Option<crate::telemetry::inventory::GpuSelector>,
+    /// Local: measure a GPU other processes use (`--allow-busy-gpu`).
+    pub allow_busy_gpu: bool,
     /// Kubernetes: workload image.
     pub image: String,
     /// Kubernetes: MIG layout (None: from the GPU product).
@@ -409,6 +413,13 @@ impl SweepPlan {
         let device = o.device.unwrap_or(DeviceChoice::Auto);
         if device == DeviceChoice::Cpu {
             device_precision(true, o.precision)?;
+            if let Some(g) = &o.gpu {
+                return Err(BenchError::flag(
+                    "--gpu",
+                    &g.to_string(),
+                    "a GPU for a --device cpu run: drop one of them",
+                ));
+            }
         }
         let batch = o.batch.unwrap_or(1);
         if !(1..=4096).contains(&batch) {
@@ -476,6 +487,22 @@ impl SweepPlan {
                 "--prometheus",
                 "spawn",
                 "spawn is for the local backend; on Kubernetes give the cluster's Prometheus URL (or leave it off to port-forward)",
+            ));
+        }
+        if backend == BackendKind::Kubernetes
+            && let Some(g) = &o.gpu
+        {
+            return Err(BenchError::flag(
+                "--gpu",
+                &g.to_string(),
+                "picks a GPU of this machine for the local backend; on Kubernetes the node (--node) and its device plugin or DRA driver give the pods their GPU",
+            ));
+        }
+        if backend == BackendKind::Kubernetes && o.allow_busy_gpu {
+            return Err(BenchError::flag(
+                "--allow-busy-gpu",
+                "",
+                "is for the local backend, which checks the GPU's processes itself",
             ));
         }
         if backend == BackendKind::Kubernetes && o.node.is_none() {
@@ -597,6 +624,8 @@ impl SweepPlan {
             node: o.node,
             namespace: o.namespace.unwrap_or_else(|| "gpushare-bench".into()),
             base_port,
+            gpu: o.gpu,
+            allow_busy_gpu: o.allow_busy_gpu,
             image: o.server_image.or(o.image).unwrap_or_else(|| DEFAULT_IMAGE.into()),
             mig_layout: o.mig_layout,
             tolerations: if o.tolerations.is_empty() {

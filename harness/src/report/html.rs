@@ -146,9 +146,10 @@ fn environment(data: &RunData) -> Vec<(String, String)> {
         rows.push((
             format!("GPU {}", g.index),
             format!(
-                "{} ({}; {} GiB; MIG {}; compute mode {})",
+                "{} ({}{}; {} GiB; MIG {}; compute mode {})",
                 g.name,
                 g.uuid,
+                g.pci_bus_id.as_deref().map_or(String::new(), |b| format!(", bus {b}")),
                 g.memory_total_bytes
                     .map_or("?".into(), |b| format!("{:.1}", b as f64 / (1u64 << 30) as f64)),
                 g.mig_mode.as_deref().unwrap_or("not supported"),
@@ -158,6 +159,18 @@ fn environment(data: &RunData) -> Vec<(String, String)> {
         for m in &g.mig_devices {
             rows.push(("MIG device".into(), m.clone()));
         }
+    }
+    for o in &env.other_gpus {
+        rows.push(("Not measured".into(), o.clone()));
+    }
+    if !env.gpu_processes.is_empty() {
+        rows.push((
+            "Busy GPU".into(),
+            format!(
+                "measured beside processes not the run's (--allow-busy-gpu): {}",
+                env.gpu_processes.join(", ")
+            ),
+        ));
     }
     rows.push((
         "Driver / CUDA".into(),
@@ -283,5 +296,29 @@ mod tests {
         // The SVG goes in raw, without its XML prolog.
         assert!(h.contains("<figure id=\"x\"><svg></svg></figure>"));
         assert!(!h.contains("<?xml"));
+    }
+
+    #[test]
+    fn the_measured_gpu_its_bus_the_others_and_a_busy_start_are_shown() {
+        let mut data = hostile_run();
+        let env = &mut data.run.environment;
+        env.gpus[0].index = 5;
+        env.gpus[0].pci_bus_id = Some("00000000:68:00.0".into());
+        env.other_gpus = vec!["GPU 0: NVIDIA H100 80GB HBM3 (GPU-0a1e, bus 00000000:18:00.0)".into()];
+        env.gpu_processes = vec!["4242 python3 (3072 MiB)".into()];
+        let rows = environment(&data);
+        let find = |k: &str| rows.iter().find(|(a, _)| a == k).map(|(_, b)| b.as_str());
+        assert!(
+            find("GPU 5").is_some_and(|d| d.contains(", bus 00000000:68:00.0;")),
+            "{rows:?}"
+        );
+        assert_eq!(
+            find("Not measured"),
+            Some("GPU 0: NVIDIA H100 80GB HBM3 (GPU-0a1e, bus 00000000:18:00.0)")
+        );
+        assert!(
+            find("Busy GPU").is_some_and(|d| d.contains("4242 python3 (3072 MiB)")),
+            "{rows:?}"
+        );
     }
 }

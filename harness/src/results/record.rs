@@ -241,6 +241,9 @@ pub struct GpuRecord {
     pub compute_mode: Option<String>,
     /// MIG devices: "MIG 1g.10gb (UUID: MIG-...)".
     pub mig_devices: Vec<String>,
+    /// PCI bus id, e.g. "00000000:19:00.0" (absent in runs before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci_bus_id: Option<String>,
 }
 
 /// The machine and software a run measured.
@@ -276,6 +279,13 @@ pub struct Environment {
     /// as its kubelet plugin's pod shows them (or why they could not be read).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dra_driver: Option<String>,
+    /// Local: this machine's other GPUs, not measured (`GPU 1: NAME (UUID, bus …)`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_gpus: Vec<String>,
+    /// Local: compute processes not the run's on the measured GPU when it started
+    /// (only with `--allow-busy-gpu`; otherwise the run refuses such a GPU).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_processes: Vec<String>,
 }
 
 /// A strategy that could not run, and why.
@@ -353,6 +363,14 @@ pub struct PlanRecord {
     /// Kubernetes with DRA: the claims' time-slice intervals and MPS limits as given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dra: Option<crate::backend::k8s::dra::DraSettings>,
+    /// Local: the GPU asked for (`--gpu`; absent: GPU 0). The GPU measured is the one
+    /// `environment.gpus` records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<crate::telemetry::inventory::GpuSelector>,
+    /// Local: measured although other processes computed on the GPU (`--allow-busy-gpu`);
+    /// `environment.gpu_processes` names them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_busy_gpu: bool,
 }
 
 fn is_device_plugin(api: &crate::config::values::SharingApi) -> bool {
@@ -431,6 +449,8 @@ impl PlanRecord {
             request: plan.request.clone(),
             sharing_api: plan.sharing_api,
             dra: (plan.sharing_api == crate::config::values::SharingApi::Dra).then(|| plan.dra.clone()),
+            gpu: plan.gpu.clone(),
+            allow_busy_gpu: plan.allow_busy_gpu,
         }
     }
 

@@ -53,5 +53,7 @@ pub fn environment(inventory: &GpuInventory, workload: &str, mps: Option<&Path>)
         ),
         git_revision: command_line("git", &["describe", "--always", "--dirty", "--tags"]),
         dra_driver: None,
+        other_gpus: Vec::new(),
+        gpu_processes: Vec::new(),
     }
 }

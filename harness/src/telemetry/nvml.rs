@@ -2,7 +2,8 @@
 //! GPU. NVML is opened at run time, so the binary starts on machines without a driver.
 //! Read only.
 
-use crate::telemetry::{GpuInfo, GpuInventory, GpuSample, Telemetry, inventory::parse_nvidia_smi_list};
+use crate::telemetry::inventory::{GpuProcess, parse_nvidia_smi_list};
+use crate::telemetry::{GpuInfo, GpuInventory, GpuSample, Telemetry};
 
 /// Reads the inventory through NVML; MIG devices from `nvidia-smi -L` (same driver,
 /// simpler than NVML's MIG handles). Empty when there is no driver.
@@ -41,10 +42,53 @@ pub fn probe() -> GpuInventory {
                 .find(|g| g.uuid == uuid)
                 .map(|g| g.mig_devices.clone())
                 .unwrap_or_default(),
+            pci_bus_id: d.pci_info().ok().map(|p| p.bus_id),
+            processes: processes(&d),
             uuid,
         });
     }
     inv
+}
+
+/// The compute processes NVML lists on `d` (on a MIG GPU, those of every instance).
+fn processes(d: &nvml_wrapper::Device<'_>) -> Vec<GpuProcess> {
+    use nvml_wrapper::enums::device::UsedGpuMemory;
+    d.running_compute_processes()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| GpuProcess {
+            pid: p.pid,
+            name: process_name(p.pid),
+            used_memory_bytes: match p.used_gpu_memory {
+                UsedGpuMemory::Used(b) => Some(b),
+                UsedGpuMemory::Unavailable => None,
+            },
+        })
+        .collect()
+}
+
+/// A process's program name: its argv[0]'s file name (comm is cut at 15 bytes), else
+/// comm; None when this machine cannot see it (another container's pid).
+fn process_name(pid: u32) -> Option<String> {
+    let argv0 = std::fs::read(format!("/proc/{pid}/cmdline")).ok().and_then(|c| {
+        let first = c.split(|&b| b == 0).next()?;
+        let name = String::from_utf8_lossy(first);
+        let base = name.rsplit('/').next()?.trim().to_string();
+        (!base.is_empty()).then_some(base)
+    });
+    argv0.or_else(|| {
+        std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .ok()
+            .map(|n| n.trim().to_string())
+    })
+}
+
+/// The compute processes on the GPU with this UUID now (empty without NVML).
+pub fn processes_on(uuid: &str) -> Vec<GpuProcess> {
+    let Ok(nvml) = nvml_wrapper::Nvml::init() else {
+        return Vec::new();
+    };
+    nvml.device_by_uuid(uuid).map(|d| processes(&d)).unwrap_or_default()
 }
 
 /// NVML telemetry of one GPU.
@@ -75,5 +119,22 @@ impl Telemetry for NvmlTelemetry {
             power_w: d.power_usage().ok()? as f64 / 1000.0,
             energy_mj: d.total_energy_consumption().ok(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_is_named_by_its_whole_program_name() {
+        let exe = std::env::current_exe().expect("exe");
+        let want = exe.file_name().expect("name").to_string_lossy().into_owned();
+        assert!(
+            want.len() > 15,
+            "the test binary's name is longer than comm keeps: {want}"
+        );
+        assert_eq!(process_name(std::process::id()).as_deref(), Some(want.as_str()));
+        assert_eq!(process_name(u32::MAX), None);
     }
 }

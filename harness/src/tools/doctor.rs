@@ -1,5 +1,6 @@
 //! `gpushare-bench doctor`: one line per prerequisite, with a fix for each failure.
 
+use std::fmt::Write;
 use std::path::Path;
 
 use crate::telemetry::GpuInventory;
@@ -145,6 +146,37 @@ pub fn checks(f: &Facts) -> Vec<Check> {
             "no NVIDIA GPU visible through NVML — fix: install the NVIDIA driver (or expose the GPU to this container); without one, `sweep --device auto` runs the CPU smoke pipeline".into(),
         ),
     });
+    // Every GPU, with what computes on it: a sweep measures one (--gpu) and refuses a
+    // busy one unless --allow-busy-gpu.
+    for g in &f.inventory.gpus {
+        let mut detail = g.line();
+        if let Some(m) = g.memory_total_bytes {
+            let _ = write!(detail, ", {} GiB", m >> 30);
+        }
+        let mig = match g.mig_enabled {
+            Some(true) => format!("MIG enabled ({} devices)", g.mig_devices.len()),
+            Some(false) => "MIG disabled".into(),
+            None => "no MIG".into(),
+        };
+        let _ = write!(
+            detail,
+            ", {mig}, compute mode {}",
+            g.compute_mode.as_deref().unwrap_or("?")
+        );
+        out.push(if g.processes.is_empty() {
+            c("GPU", Ok, format!("{detail}; idle"))
+        } else {
+            let list: Vec<String> = g.processes.iter().map(ToString::to_string).collect();
+            c(
+                "GPU",
+                Warn,
+                format!(
+                    "{detail}; busy: {} — a sweep on it measures their load too, so it refuses this GPU unless --allow-busy-gpu; pick another with --gpu",
+                    list.join(", ")
+                ),
+            )
+        });
+    }
     out.push(if f.libcuda {
         c("CUDA driver library", Ok, "libcuda.so.1 loads".into())
     } else {
@@ -301,6 +333,42 @@ mod tests {
             lines
                 .iter()
                 .any(|l| l.starts_with("warn  Prometheus") && l.contains("apt-get install prometheus"))
+        );
+    }
+
+    #[test]
+    fn every_gpu_of_a_two_gpu_host_is_listed_with_what_runs_on_it() {
+        use crate::telemetry::inventory::GpuProcess;
+        use crate::telemetry::inventory::tests::{TWO, host};
+        let mut inventory = host(TWO);
+        inventory.gpus[1].processes = vec![GpuProcess {
+            pid: 31337,
+            name: Some("vllm".into()),
+            used_memory_bytes: Some(70 << 30),
+        }];
+        let f = Facts {
+            inventory,
+            libcuda: true,
+            cublaslt: true,
+            nvrtc: true,
+            mps_control: Some("/usr/bin/nvidia-cuda-mps-control".into()),
+            workload: Ok("gpushare-workload 0.1.0".into()),
+            prometheus: None,
+            kubernetes: None,
+        };
+        let lines: Vec<String> = checks(&f).iter().map(|c| c.to_string()).collect();
+        let gpus: Vec<&String> = lines.iter().filter(|l| l[6..].starts_with("GPU  ")).collect();
+        assert_eq!(gpus.len(), 2, "{lines:#?}");
+        assert_eq!(
+            gpus[0].as_str(),
+            "ok    GPU                    GPU 0: NVIDIA H200 (GPU-3f6a9b21-c4d8-4e07-8a15-92b0d7e3f611, bus 00000000:18:00.0), 80 GiB, MIG disabled, compute mode Default; idle"
+        );
+        assert!(
+            gpus[1].starts_with("warn  GPU                    GPU 1: NVIDIA H200 (GPU-4e7b0c32")
+                && gpus[1].contains("busy: 31337 vllm (71680 MiB)")
+                && gpus[1].contains("--allow-busy-gpu"),
+            "{}",
+            gpus[1]
         );
     }
 }

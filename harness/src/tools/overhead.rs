@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use serde::Serialize;
 
-use crate::backend::local::session::{libcuda_present, resolve_device, short_device_name};
+use crate::backend::local::session::{check_busy, chosen_gpu, libcuda_present, resolve_device, short_device_name};
 use crate::backend::local::{LocalBackend, WorkloadCommand, find_workload};
 use crate::backend::{Backend, PodState};
 use crate::config::cli::OverheadArgs;
@@ -185,8 +185,23 @@ pub async fn run(args: &OverheadArgs, shutdown: &Shutdown) -> Result<(OverheadRe
             "each phase needs at least two scrape intervals, and --repeats ≥ 1",
         ));
     }
-    let inventory = crate::telemetry::nvml::probe();
-    let device = resolve_device(args.device, &inventory, libcuda_present())?;
+    let probed = crate::telemetry::nvml::probe();
+    let device = resolve_device(args.device, &probed, libcuda_present())?;
+    let inventory = match device {
+        DeviceKind::Cuda => {
+            let (inventory, _) = chosen_gpu(&probed, args.gpu.as_ref())?;
+            check_busy(inventory.gpus.first(), args.allow_busy_gpu)?;
+            inventory
+        }
+        DeviceKind::Cpu if args.gpu.is_some() => {
+            return Err(BenchError::flag(
+                "--gpu",
+                &args.gpu.as_ref().map(ToString::to_string).unwrap_or_default(),
+                "this run has no GPU (--device cpu, or no usable GPU with --device auto)",
+            ));
+        }
+        DeviceKind::Cpu => probed,
+    };
     let precision = device_precision(device == DeviceKind::Cpu, args.precision)?;
     let gpu_name = inventory
         .gpus

@@ -167,8 +167,7 @@ pub fn inventory_from_slices(slices: &[Value], node: &str) -> GpuInventory {
                     .and_then(|q| q.parse::<crate::config::values::Quantity>().ok())
                     .map(|q| q.bytes),
                 mig_enabled: Some(false),
-                compute_mode: None,
-                mig_devices: Vec::new(),
+                ..GpuInfo::default()
             });
             continue;
         }
@@ -188,8 +187,8 @@ pub fn inventory_from_slices(slices: &[Value], node: &str) -> GpuInventory {
                 uuid: parent,
                 memory_total_bytes: None,
                 mig_enabled: Some(true),
-                compute_mode: None,
                 mig_devices: vec![device],
+                ..GpuInfo::default()
             }),
         }
     }

@@ -40,7 +40,7 @@ pub fn inventory_from_labels(labels: &BTreeMap<String, String>) -> GpuInventory 
                 _ => None,
             },
             compute_mode: get("nvidia.com/gpu.compute-mode"),
-            mig_devices: Vec::new(),
+            ..GpuInfo::default()
         })
         .collect();
     GpuInventory {

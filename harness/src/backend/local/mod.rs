@@ -198,10 +198,17 @@ impl LocalBackend {
         }
     }
 
+    /// The measured GPU's UUID on a GPU run (its inventory holds only that GPU).
+    fn gpu_uuid(&self) -> Option<&str> {
+        (self.device == DeviceKind::Cuda)
+            .then(|| self.inventory.gpus.first().map(|g| g.uuid.as_str()))
+            .flatten()
+    }
+
     fn mps_dirs(&self, strategy: Strategy, pods: u32) -> Option<MpsDirs> {
         self.mps_control
             .as_ref()
-            .map(|_| dirs_for(&self.run_dir, &format!("{}-{pods}p", strategy.name())))
+            .map(|_| dirs_for(&self.run_dir, &format!("{}-{pods}p", strategy.name()), self.gpu_uuid()))
     }
 
     /// SIGTERM to every pod at once, then up to [`POD_GRACE`] for all of them (cut short

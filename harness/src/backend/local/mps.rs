@@ -30,7 +30,7 @@ pub fn find_control() -> Option<PathBuf> {
 
 /// The pipe and log directories for a cell. Unix socket paths are limited to about
 /// 108 bytes, so a deep run directory falls back to a short one under /tmp.
-pub fn dirs_for(run_dir: &Path, cell: &str) -> MpsDirs {
+pub fn dirs_for(run_dir: &Path, cell: &str, gpu: Option<&str>) -> MpsDirs {
     let base = run_dir.join("mps").join(cell);
     let pipe = base.join("pipe");
     let pipe = if pipe.as_os_str().len() > 80 {
@@ -46,6 +46,7 @@ pub fn dirs_for(run_dir: &Path, cell: &str) -> MpsDirs {
     MpsDirs {
         pipe: pipe.to_string_lossy().into_owned(),
         log: base.join("log").to_string_lossy().into_owned(),
+        gpu: gpu.map(str::to_string),
     }
 }
 
@@ -89,16 +90,21 @@ impl MpsDaemon {
         }
         // Watched before it exists: a daemon is nobody's child once it has daemonised.
         supervisor::register(supervised(&dirs.pipe));
-        let out = Command::new(control)
+        let mut command = Command::new(control);
+        command
             .arg("-d")
             .env(PIPE_ENV, &dirs.pipe)
             .env("CUDA_MPS_LOG_DIRECTORY", &dirs.log)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| BenchError::Mps {
-                what: format!("cannot run {}", control.display()),
-                source: Some(e),
-            })?;
+            .stdin(Stdio::null());
+        // The daemon's server sees only the measured GPU (by UUID: NVIDIA's MPS guide
+        // advises UUIDs, since indices are remapped for clients).
+        if let Some(uuid) = &dirs.gpu {
+            command.env("CUDA_VISIBLE_DEVICES", uuid);
+        }
+        let out = command.output().map_err(|e| BenchError::Mps {
+            what: format!("cannot run {}", control.display()),
+            source: Some(e),
+        })?;
         if !out.status.success() {
             supervisor::clean_up(&[supervised(&dirs.pipe)], Duration::ZERO);
             supervisor::unregister(&supervised(&dirs.pipe));
@@ -268,11 +274,11 @@ mod tests {
 
     #[test]
     fn dirs_stay_short_enough_for_unix_sockets() {
-        let d = dirs_for(Path::new("/r/run1"), "mps-3p");
+        let d = dirs_for(Path::new("/r/run1"), "mps-3p", None);
         assert_eq!(d.pipe, "/r/run1/mps/mps-3p/pipe");
         assert_eq!(d.log, "/r/run1/mps/mps-3p/log");
         let deep = "/a".repeat(60);
-        let d = dirs_for(Path::new(&deep), "mps-7p");
+        let d = dirs_for(Path::new(&deep), "mps-7p", None);
         assert!(d.pipe.len() < 80 && d.pipe.contains("gpushare-mps-"), "{}", d.pipe);
     }
 
@@ -296,7 +302,7 @@ mod tests {
     async fn start_and_stop_a_daemon_and_drop_stops_it_too() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let fake = fake_control(tmp.path());
-        let dirs = dirs_for(tmp.path(), "c1");
+        let dirs = dirs_for(tmp.path(), "c1", None);
         let mut d = MpsDaemon::start(&fake, &dirs, &Shutdown::new()).await.expect("start");
         assert!(
             !daemon_pids(&dirs.pipe).is_empty(),
@@ -305,7 +311,7 @@ mod tests {
         d.stop().expect("stop");
         assert!(daemon_pids(&dirs.pipe).is_empty());
         assert!(!Path::new(&dirs.pipe).exists(), "sockets are cleaned up");
-        let dirs2 = dirs_for(tmp.path(), "c2");
+        let dirs2 = dirs_for(tmp.path(), "c2", None);
         {
             let _guard = MpsDaemon::start(&fake, &dirs2, &Shutdown::new()).await.expect("start");
             assert!(!daemon_pids(&dirs2.pipe).is_empty());
@@ -317,7 +323,7 @@ mod tests {
     async fn a_daemon_that_ignores_quit_is_killed() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let fake = fake_control(tmp.path());
-        let dirs = dirs_for(tmp.path(), "stubborn");
+        let dirs = dirs_for(tmp.path(), "stubborn", None);
         let mut d = MpsDaemon::start(&fake, &dirs, &Shutdown::new()).await.expect("start");
         let t = Instant::now();
         d.stop().expect("killed, so stopped");

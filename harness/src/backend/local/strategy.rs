@@ -34,6 +34,9 @@ pub struct MpsDirs {
     pub pipe: String,
     /// CUDA_MPS_LOG_DIRECTORY.
     pub log: String,
+    /// The GPU (UUID) the daemon is started on, as its CUDA_VISIBLE_DEVICES (None: what
+    /// CUDA sees).
+    pub gpu: Option<String>,
 }
 
 /// The pod name of index `i`.
@@ -111,10 +114,17 @@ pub fn plan_cell(
             strategy.title()
         ));
     }
+    // On a GPU run every pod is pinned to the measured GPU by UUID (the inventory holds
+    // only that one), whatever CUDA_VISIBLE_DEVICES the harness was started with; a MIG
+    // pod to its MIG device instead.
+    let visible: Vec<(String, String)> = match (device, gpu) {
+        (DeviceKind::Cuda, Some(g)) => vec![("CUDA_VISIBLE_DEVICES".into(), g.uuid.clone())],
+        _ => Vec::new(),
+    };
     let plain = |i: u32| PodPlan {
         index: i,
         name: pod_name(i),
-        env: Vec::new(),
+        env: visible.clone(),
         pending: None,
     };
     match strategy {
@@ -132,10 +142,14 @@ pub fn plan_cell(
             let Some(dirs) = mps else {
                 return CellPlan::Unavailable("MPS: nvidia-cuda-mps-control was not found (install the NVIDIA driver's MPS binaries or put them on PATH)".into());
             };
-            if gpu.is_some_and(|g| g.mig_enabled == Some(true)) {
-                return CellPlan::Unavailable("MPS: GPU 0 is in MIG mode; run MPS on a GPU without MIG".into());
+            if let Some(g) = gpu.filter(|g| g.mig_enabled == Some(true)) {
+                return CellPlan::Unavailable(format!(
+                    "MPS: GPU {} is in MIG mode; run MPS on a GPU without MIG",
+                    g.index
+                ));
             }
-            let env = mps_client_env(pods, gpu.and_then(|g| g.memory_total_bytes), dirs);
+            let mut env = visible.clone();
+            env.extend(mps_client_env(pods, gpu.and_then(|g| g.memory_total_bytes), dirs));
             CellPlan::Pods(
                 (0..pods)
                     .map(|i| PodPlan {
@@ -160,6 +174,7 @@ pub fn plan_cell(
                             ..plain(i)
                         },
                         None => PodPlan {
+                            env: Vec::new(),
                             pending: Some(format!(
                                 "MIG: only {} MIG devices exist on GPU {}; one pod per device",
                                 gpu.mig_devices.len(),
@@ -195,6 +210,7 @@ mod tests {
                         uuid: format!("MIG-{i}"),
                     })
                     .collect(),
+                ..GpuInfo::default()
             }],
             driver_version: Some("580.159.04".into()),
             cuda_driver_version: Some("13.0".into()),
@@ -206,6 +222,7 @@ mod tests {
         MpsDirs {
             pipe: "/r/mps/pipe".into(),
             log: "/r/mps/log".into(),
+            gpu: None,
         }
     }
 
@@ -306,5 +323,63 @@ mod tests {
             ),
             CellPlan::Unavailable(_)
         ));
+    }
+
+    #[test]
+    fn every_pod_runs_on_the_chosen_gpu_of_an_eight_gpu_host() {
+        use crate::telemetry::inventory::tests::{EIGHT, host};
+        use crate::telemetry::inventory::{GpuSelector, narrow_to};
+        let host = host(EIGHT);
+        let gpu5 = narrow_to(&host, Some(&GpuSelector::Index(5))).expect("GPU 5");
+        let uuid5 = "GPU-8ea03145-26dd-4f94-b035-a17c4f5e6d06";
+        for strategy in [Strategy::TimeSlicing, Strategy::Exclusive, Strategy::Mps] {
+            let CellPlan::Pods(pods) = plan_cell(strategy, 3, DeviceKind::Cuda, &gpu5, Some(&dirs())) else {
+                panic!("{strategy:?}")
+            };
+            let running: Vec<_> = pods.iter().filter(|p| p.pending.is_none()).collect();
+            assert!(!running.is_empty());
+            for p in running {
+                assert_eq!(env(p, "CUDA_VISIBLE_DEVICES"), Some(uuid5), "{strategy:?} {}", p.name);
+            }
+        }
+        // MPS keeps its limits beside the pinning (device 0 is the one GPU it sees).
+        let CellPlan::Pods(pods) = plan_cell(Strategy::Mps, 3, DeviceKind::Cuda, &gpu5, Some(&dirs())) else {
+            panic!()
+        };
+        assert_eq!(env(&pods[0], "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), Some("0=27306M"));
+        // GPU 3 is in MIG mode: its own MIG devices, and MPS refused naming it.
+        let gpu3 = narrow_to(&host, Some(&GpuSelector::Index(3))).expect("GPU 3");
+        let CellPlan::Pods(pods) = plan_cell(Strategy::Mig, 3, DeviceKind::Cuda, &gpu3, None) else {
+            panic!()
+        };
+        assert_eq!(
+            env(&pods[1], "CUDA_VISIBLE_DEVICES"),
+            Some("MIG-2e3d4c5b-6f70-5b8c-9dae-1f2a3b4c5d61")
+        );
+        assert!(
+            pods[2]
+                .pending
+                .as_deref()
+                .is_some_and(|r| r.contains("only 2 MIG devices exist on GPU 3"))
+        );
+        assert!(
+            matches!(plan_cell(Strategy::Mps, 1, DeviceKind::Cuda, &gpu3, Some(&dirs())), CellPlan::Unavailable(r) if r.contains("GPU 3 is in MIG mode"))
+        );
+        // GPU 0 of the same host is not in MIG mode: MIG is refused there, naming GPU 0.
+        let gpu0 = narrow_to(&host, None).expect("GPU 0");
+        assert!(
+            matches!(plan_cell(Strategy::Mig, 1, DeviceKind::Cuda, &gpu0, None), CellPlan::Unavailable(r) if r.contains("MIG mode is Disabled on GPU 0"))
+        );
+        // The CPU pipeline pins nothing.
+        let CellPlan::Pods(pods) = plan_cell(
+            Strategy::TimeSlicing,
+            2,
+            DeviceKind::Cpu,
+            &GpuInventory::default(),
+            None,
+        ) else {
+            panic!()
+        };
+        assert!(pods.iter().all(|p| p.env.is_empty()));
     }
 }
