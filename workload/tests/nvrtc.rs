@@ -74,7 +74,10 @@ fn hopper_builds_add_the_wgmma_attention_without_spills() {
         .and_then(|s| s.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no register count in:\n{section}"));
-    assert!(registers <= 65536 / (3 * 128), "{wgmma} uses {registers} registers: fewer than 3 blocks per SM");
+    assert!(
+        registers <= 65536 / (3 * 128),
+        "{wgmma} uses {registers} registers: fewer than 3 blocks per SM"
+    );
     assert!(
         3 * (Kernel::AttentionWgmma.dynamic_smem() + 1024) <= 228 * 1024,
         "{wgmma}'s shared memory leaves fewer than 3 blocks per SM"
