@@ -1,4 +1,4 @@
-//! `--gpu` and `--allow-busy-gpu` where there is no GPU to choose (CI): each wrong use
+//! `--gpu`, `--gpus` and `--allow-busy-gpu` where there is no GPU to choose (CI): each wrong use
 //! is one line and exit 2, and leaves no run directory. The choice itself, on fixtures
 //! of 2- and 8-GPU hosts, is tested beside the code (`telemetry::inventory`,
 //! `backend::local::strategy`, `tools::doctor`).
@@ -51,6 +51,32 @@ fn a_gpu_choice_that_cannot_hold_is_refused_with_one_line() {
             vec!["overhead", "--device", "cpu", "--gpu", "0"],
             "bad --gpu `0`: this run has no GPU",
         ),
+        (
+            vec!["sweep", "--device", "cpu", "--gpus", "0,1"],
+            "bad --gpus `0,1`: GPUs for a --device cpu run: drop one of them",
+        ),
+        (
+            vec!["sweep", "--gpus", "1,1"],
+            "bad --gpus `1`: name at least two GPUs, e.g. 0,1 (one GPU is --gpu)",
+        ),
+        (
+            vec!["sweep", "--backend", "kubernetes", "--node", "gpu-1", "--gpus", "0,1"],
+            "bad --gpus `0,1`: spreads cells over this machine's GPUs (the local backend)",
+        ),
+        (
+            vec!["sweep", "--gpus", "0,GPU-8ea0", "--prometheus", "spawn"],
+            "bad --gpus `0,GPU-8ea0`: reads every pod's /metrics directly; a Prometheus (--prometheus spawn) serves one cell at a time",
+        ),
+        (
+            vec!["capacity", "--gpus", "0,1", "--load", "poisson:10", "--slo", "p99=25ms"],
+            "bad --gpus `0,1`: spreads a sweep's cells over several GPUs; capacity measures one GPU: pick it with --gpu",
+        ),
+        (
+            vec!["isolation", "--gpus", "0,1"],
+            "bad --gpus `0,1`: spreads a sweep's cells over several GPUs; isolation measures one GPU",
+        ),
+        // No GPU here (CI): --device auto finds none to spread over.
+        (vec!["sweep", "--gpus", "0,1"], "bad --gpus `0,1`: this run has no GPU"),
     ] {
         let o = run(out.path(), &args);
         let err = String::from_utf8_lossy(&o.stderr);
@@ -68,7 +94,25 @@ fn a_gpu_choice_that_cannot_hold_is_refused_with_one_line() {
         assert_eq!(o.status.code(), Some(2), "{value}: {err}");
         assert!(err.contains(says), "{value}: {err}");
     }
+    // --gpu and --gpus together: clap's usage error.
+    let o = run(out.path(), &["sweep", "--gpu", "0", "--gpus", "0,1"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("cannot be used with"), "{err}");
     // The config file takes the same values.
+    std::fs::write(out.path().join("gpus.toml"), "device = \"cpu\"\ngpus = [0, 1]\n").expect("write");
+    let o = run(
+        out.path(),
+        &[
+            "sweep",
+            "--config",
+            out.path().join("gpus.toml").to_str().expect("utf-8"),
+        ],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("bad --gpus `0,1`: GPUs for a --device cpu run"), "{err}");
+    std::fs::remove_file(out.path().join("gpus.toml")).expect("rm");
     let cfg = out.path().join("bench.toml");
     std::fs::write(&cfg, "device = \"cpu\"\ngpu = 3\n").expect("write");
     let o = run(out.path(), &["sweep", "--config", cfg.to_str().expect("utf-8")]);

@@ -163,3 +163,14 @@ pub struct Session<B> {
     /// Things that must live as long as the sweep (a port-forward).
     pub keep_alive: Vec<Box<dyn std::any::Any + Send>>,
 }
+
+/// One GPU of a run that measures several at once (`--gpus`): its backend, whose pods
+/// use only that GPU, and its telemetry.
+pub struct Lane<B> {
+    /// The GPU's index, recorded in the rows it measures.
+    pub gpu: u32,
+    /// Where that GPU's pods run.
+    pub backend: B,
+    /// That GPU's telemetry.
+    pub telemetry: Arc<dyn Telemetry>,
+}

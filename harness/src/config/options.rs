@@ -96,6 +96,9 @@ pub struct SweepOptions {
     /// Local: the GPU to measure on a machine with several, by index or GPU-… UUID as `nvidia-smi -L` lists them (`gpushare-bench doctor` shows what runs on each). Its pods, the MPS daemon, MIG devices and telemetry all use that GPU, and run.json records its index, UUID, name and bus id [default: 0].
     #[arg(long)]
     pub gpu: Option<crate::telemetry::inventory::GpuSelector>,
+    /// Local sweep: several GPUs at once, e.g. 0,1 (indices or GPU-… UUIDs). Each strategy's cells run on one of them, one cell per GPU at a time, the GPUs in parallel; then the cell that ran beside the most others is measured again alone, and the report sets the two side by side (the GPUs share the host's CPUs, PCIe and power). Not with --gpu or a Prometheus.
+    #[arg(long, conflicts_with = "gpu")]
+    pub gpus: Option<List<crate::telemetry::inventory::GpuSelector>>,
     /// Local: measure even though other processes compute on the GPU (a sweep refuses such a GPU: their work would count as the cost of sharing). Recorded in run.json.
     #[arg(long, action = clap::ArgAction::SetTrue)]
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

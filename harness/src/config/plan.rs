@@ -81,6 +81,8 @@ pub struct SweepPlan {
     pub base_port: Option<u16>,
     /// Local: the GPU measured (`--gpu`; None: GPU 0).
     pub gpu: Option<crate::telemetry::inventory::GpuSelector>,
+    /// Local sweep: the GPUs whose cells run in parallel (`--gpus`; empty: one GPU).
+    pub gpus: Vec<crate::telemetry::inventory::GpuSelector>,
     /// Local: measure a GPU other processes use (`--allow-busy-gpu`).
     pub allow_busy_gpu: bool,
     /// Kubernetes: workload image.
@@ -498,6 +500,7 @@ impl SweepPlan {
                 "picks a GPU of this machine for the local backend; on Kubernetes the node (--node) and its device plugin or DRA driver give the pods their GPU",
             ));
         }
+        let gpus = lanes_gpus(o.gpus.as_ref(), o.gpu.as_ref(), backend, device, &prometheus)?;
         if backend == BackendKind::Kubernetes && o.allow_busy_gpu {
             return Err(BenchError::flag(
                 "--allow-busy-gpu",
@@ -625,6 +628,7 @@ impl SweepPlan {
             namespace: o.namespace.unwrap_or_else(|| "gpushare-bench".into()),
             base_port,
             gpu: o.gpu,
+            gpus,
             allow_busy_gpu: o.allow_busy_gpu,
             image: o.server_image.or(o.image).unwrap_or_else(|| DEFAULT_IMAGE.into()),
             mig_layout: o.mig_layout,
@@ -722,6 +726,54 @@ pub fn validate_run_id(id: &str) -> Result<()> {
 pub fn default_run_id(now_rfc3339: &str, device: &str) -> String {
     let stamp: String = now_rfc3339.chars().filter(|c| *c != '-' && *c != ':').collect();
     format!("{stamp}-{device}")
+}
+
+/// Refuses `--gpus` for a command that measures one GPU (`capacity`, `isolation`).
+pub fn one_gpu_only(plan: &SweepPlan, command: &str) -> Result<()> {
+    if plan.gpus.is_empty() {
+        return Ok(());
+    }
+    let given: Vec<String> = plan.gpus.iter().map(ToString::to_string).collect();
+    Err(BenchError::flag(
+        "--gpus",
+        &given.join(","),
+        format!("spreads a sweep's cells over several GPUs; {command} measures one GPU: pick it with --gpu"),
+    ))
+}
+
+/// The GPUs of `--gpus` (empty without it), checked against the rest of the plan: at
+/// least two, on this machine (the local backend) with a GPU, and read by the direct
+/// scrape (a Prometheus, private or not, serves one cell's targets at a time).
+fn lanes_gpus(
+    gpus: Option<&crate::config::values::List<crate::telemetry::inventory::GpuSelector>>,
+    gpu: Option<&crate::telemetry::inventory::GpuSelector>,
+    backend: BackendKind,
+    device: DeviceChoice,
+    prometheus: &PrometheusSetting,
+) -> Result<Vec<crate::telemetry::inventory::GpuSelector>> {
+    let Some(list) = gpus else { return Ok(Vec::new()) };
+    let given = list.to_string();
+    let refuse = |reason: &str| Err(BenchError::flag("--gpus", &given, reason));
+    if list.0.len() < 2 {
+        return refuse("name at least two GPUs, e.g. 0,1 (one GPU is --gpu)");
+    }
+    if gpu.is_some() {
+        return refuse("--gpu names one GPU and --gpus several: give one of them");
+    }
+    if backend == BackendKind::Kubernetes {
+        return refuse(
+            "spreads cells over this machine's GPUs (the local backend); on Kubernetes the node's device plugin or DRA driver places pods",
+        );
+    }
+    if device == DeviceChoice::Cpu {
+        return refuse("GPUs for a --device cpu run: drop one of them");
+    }
+    if *prometheus != PrometheusSetting::Off {
+        return refuse(&format!(
+            "reads every pod's /metrics directly; a Prometheus (--prometheus {prometheus}) serves one cell at a time: leave --prometheus off"
+        ));
+    }
+    Ok(list.0.clone())
 }
 
 /// The recorded part of a capacity run's plan (`run.json` `capacity`): the counts it

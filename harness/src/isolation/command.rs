@@ -64,6 +64,7 @@ pub fn plan(args: IsolationArgs) -> Result<SweepPlan> {
         None => SweepOptions::default(),
     };
     let mut plan = SweepPlan::from_options(file.overridden_by(args.options)?)?;
+    crate::config::plan::one_gpu_only(&plan, "isolation")?;
     if plan.dra.timeslices.len() > 1 {
         return Err(BenchError::flag(
             "--timeslice",

@@ -148,7 +148,7 @@ pub fn parse_threshold(text: &str) -> Result<f64> {
     Ok(frac)
 }
 
-fn rel(base: Option<f64>, cand: Option<f64>) -> Option<f64> {
+pub(crate) fn rel(base: Option<f64>, cand: Option<f64>) -> Option<f64> {
     match (base, cand) {
         (Some(b), Some(c)) if b > 0.0 && b.is_finite() && c.is_finite() => Some(c / b - 1.0),
         _ => None,
@@ -184,6 +184,12 @@ fn noise(base: &RunData, cand: &RunData, b: &CellRecord, c: &CellRecord) -> Nois
             source: NoiseSource::Repeats,
         };
     }
+    window_noise(b, c)
+}
+
+/// The noise of the changes between two single measurements of a cell (pure): the
+/// larger window-to-window spread of the two, and their quantile resolutions added.
+pub(crate) fn window_noise(b: &CellRecord, c: &CellRecord) -> Noise {
     let lat = latency_spread;
     let latency = lat(b).max(lat(c));
     Noise {
@@ -193,7 +199,7 @@ fn noise(base: &RunData, cand: &RunData, b: &CellRecord, c: &CellRecord) -> Nois
             .throughput_spread
             .unwrap_or(0.0)
             .max(c.throughput_spread.unwrap_or(0.0)),
-        resolution,
+        resolution: b.quantile_resolution.unwrap_or(0.0) + c.quantile_resolution.unwrap_or(0.0),
         source: NoiseSource::Windows,
     }
 }

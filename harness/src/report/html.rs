@@ -45,6 +45,9 @@ pub fn page(data: &RunData, tables: &Tables, charts: &[(String, String)]) -> Str
                 @if let Some(partial) = data.partial() {
                     div.banner.partial role="alert" { (partial) } "\n"
                 }
+                @for w in &tables.warnings {
+                    div.banner.warning role="alert" { (w) } "\n"
+                }
                 h2 { "Results" } "\n"
                 @for t in &tables.tables {
                     (table(t, tables, &tag))

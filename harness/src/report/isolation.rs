@@ -67,6 +67,7 @@ pub fn tables(data: &RunData) -> Tables {
             tables: Vec::new(),
             notes: Vec::new(),
             reading: Vec::new(),
+            warnings: Vec::new(),
         };
     };
     let records = &data.isolation;
@@ -228,6 +229,7 @@ pub fn tables(data: &RunData) -> Tables {
         tables: vec![m.table, latency, events],
         notes,
         reading,
+        warnings: Vec::new(),
     }
 }
 

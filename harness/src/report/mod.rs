@@ -8,6 +8,7 @@ pub mod compare;
 pub mod export;
 pub mod html;
 pub mod isolation;
+pub mod parallel;
 pub mod tables;
 
 use std::borrow::Cow;
@@ -32,6 +33,8 @@ pub struct RunData {
     pub cells: Vec<CellRecord>,
     /// isolation.jsonl (an isolation run's records; empty for a sweep).
     pub isolation: Vec<IsolationRecord>,
+    /// alone.jsonl: a `--gpus` sweep's cells measured again alone (empty otherwise).
+    pub alone: Vec<CellRecord>,
 }
 
 impl RunData {
@@ -61,11 +64,13 @@ impl RunData {
         })?;
         let cells = parse_cells_jsonl(&text, &cells_path, Some(&run.plan))?;
         let isolation = read_isolation(&dir.join("isolation.jsonl"), &run)?;
+        let alone = crate::results::store::read_alone(dir, &run.plan)?;
         Ok(Self {
             dir: dir.to_path_buf(),
             run,
             cells,
             isolation,
+            alone,
         })
     }
 

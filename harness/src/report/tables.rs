@@ -190,6 +190,8 @@ pub struct Tables {
     pub notes: Vec<(usize, String)>,
     /// How to read the tables (e.g. what the exclusive rows mean).
     pub reading: Vec<String>,
+    /// What may make the numbers wrong, shown above the tables.
+    pub warnings: Vec<String>,
 }
 
 /// What the exclusive baseline's rows mean.
@@ -334,7 +336,14 @@ pub fn all(data: &RunData) -> Tables {
             r * 100.0
         ));
     }
-    Tables { tables, notes, reading }
+    let (gpus, warnings) = super::parallel::lines(data);
+    reading.extend(gpus);
+    Tables {
+        tables,
+        notes,
+        reading,
+        warnings,
+    }
 }
 
 /// The Markdown summary: heading, label, the tables, the notes.
@@ -347,6 +356,9 @@ pub fn markdown(data: &RunData, t: &Tables) -> String {
     }
     if let Some(partial) = data.partial() {
         let _ = writeln!(out, "> **{partial}**\n");
+    }
+    for w in &t.warnings {
+        let _ = writeln!(out, "> **{w}**\n");
     }
     let _ = writeln!(
         out,

@@ -140,6 +140,14 @@ pub struct CellRecord {
     /// (its own rows beside the other intervals'; empty otherwise).
     #[serde(default)]
     pub timeslice: Option<crate::domain::TimeSliceInterval>,
+    /// Local `--gpus`: the index of the GPU that measured the cell (`environment.gpus`
+    /// has its UUID); empty on a run of one GPU.
+    #[serde(default)]
+    pub gpu: Option<u32>,
+    /// Local `--gpus`: how many other GPUs ran a cell of the run, on average, while
+    /// this cell ran (launch to stop; aggregate rows). 0: it ran alone.
+    #[serde(default)]
+    pub other_gpus_busy: Option<f64>,
 }
 
 /// The repeat of a row or plan recorded before `--repeat` existed: the only one.
@@ -207,6 +215,8 @@ impl CellRecord {
             goodput_per_s: None,
             load_seed: None,
             timeslice: None,
+            gpu: None,
+            other_gpus_busy: None,
         }
     }
 
@@ -367,6 +377,10 @@ pub struct PlanRecord {
     /// `environment.gpus` records.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<crate::telemetry::inventory::GpuSelector>,
+    /// Local sweep: the GPUs asked for (`--gpus`; absent: one GPU), whose cells ran in
+    /// parallel. `environment.gpus` records them in this order, each cell row its `gpu`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<crate::telemetry::inventory::GpuSelector>,
     /// Local: measured although other processes computed on the GPU (`--allow-busy-gpu`);
     /// `environment.gpu_processes` names them.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -450,6 +464,7 @@ impl PlanRecord {
             sharing_api: plan.sharing_api,
             dra: (plan.sharing_api == crate::config::values::SharingApi::Dra).then(|| plan.dra.clone()),
             gpu: plan.gpu.clone(),
+            gpus: plan.gpus.clone(),
             allow_busy_gpu: plan.allow_busy_gpu,
         }
     }

@@ -25,6 +25,21 @@ pub struct RunStore {
     cells: Vec<CellRecord>,
     /// An isolation run's records (isolation.jsonl).
     isolation: Vec<IsolationRecord>,
+    /// A `--gpus` sweep's cells measured again alone ([`ALONE_FILE`]).
+    alone: Vec<CellRecord>,
+}
+
+/// A `--gpus` sweep's cells measured a second time with the other GPUs idle, beside
+/// cells.jsonl (same rows; not part of the sweep's tables).
+pub const ALONE_FILE: &str = "alone.jsonl";
+
+/// Reads a `--gpus` run's [`ALONE_FILE`] (missing: none measured yet), its rows checked
+/// as cells.jsonl's are.
+pub fn read_alone(dir: &Path, plan: &crate::results::record::PlanRecord) -> Result<Vec<CellRecord>> {
+    if plan.gpus.is_empty() {
+        return Ok(Vec::new());
+    }
+    read_cells_in(&dir.join(ALONE_FILE), Some(plan))
 }
 
 /// Writes `bytes` to `path` atomically (temporary file in the same directory, fsync, rename).
@@ -122,6 +137,7 @@ impl RunStore {
             _lock: lock,
             cells: Vec::new(),
             isolation: Vec::new(),
+            alone: Vec::new(),
         };
         store.write_run()?;
         store.write_cells()?;
@@ -153,6 +169,7 @@ impl RunStore {
         // Rows outside the recorded plan are tampering, not cells to keep.
         let cells = read_cells_in(&dir.join("cells.jsonl"), Some(&run.plan))?;
         let isolation = read_isolation(&dir.join("isolation.jsonl"), &run)?;
+        let alone = read_alone(&dir, &run.plan)?;
         std::fs::create_dir_all(dir.join("logs"))
             .map_err(BenchError::io(format!("creating {}/logs", dir.display())))?;
         Ok(Self {
@@ -161,6 +178,7 @@ impl RunStore {
             _lock: lock,
             cells,
             isolation,
+            alone,
         })
     }
 
@@ -245,6 +263,26 @@ impl RunStore {
         }
         self.cells.extend(rows);
         self.write_cells()
+    }
+
+    /// A `--gpus` run's cells measured again alone, saved so far.
+    pub fn alone(&self) -> &[CellRecord] {
+        &self.alone
+    }
+
+    /// Saves a cell measured again alone (one per cell) to [`ALONE_FILE`] atomically.
+    pub fn save_alone(&mut self, rows: Vec<CellRecord>) -> Result<()> {
+        let same = |r: &CellRecord, f: &CellRecord| r.repeat == f.repeat && r.arm() == f.arm() && r.pods == f.pods;
+        if let Some(first) = rows.first()
+            && self.alone.iter().any(|r| same(r, first))
+        {
+            return Err(BenchError::Results {
+                path: self.dir.join(ALONE_FILE),
+                reason: format!("cell {} × {} pods is already measured alone", first.arm(), first.pods),
+            });
+        }
+        self.alone.extend(rows);
+        write_atomic(&self.dir.join(ALONE_FILE), &cells_jsonl(&self.alone))
     }
 
     /// An isolation run's records saved so far.

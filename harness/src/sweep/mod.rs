@@ -4,6 +4,7 @@
 //! the cell's rows (pure); [`progress`] is what the user sees meanwhile.
 
 pub mod cell;
+pub mod lanes;
 pub mod measure;
 pub mod progress;
 pub mod runner;
@@ -74,8 +75,20 @@ pub async fn run(
     }
     match plan.backend {
         BackendKind::Local => {
-            let session = local::session::open(&plan, resume.as_deref())?;
-            runner::run(session, progress, shutdown).await
+            let (session, more) = local::session::open_lanes(&plan, resume.as_deref())?;
+            if more.is_empty() {
+                return runner::run(session, progress, shutdown).await;
+            }
+            // `--gpus`: a lane of cells per GPU, in parallel.
+            let first_gpu = session.backend.gpu_index().unwrap_or(0);
+            let settings = lanes::LaneSettings {
+                measure: session.settings,
+                source: |_: &local::LocalBackend, plan: &crate::results::record::PlanRecord| {
+                    lanes::DirectSource::for_plan(plan)
+                },
+                paused: false,
+            };
+            lanes::run(session, first_gpu, more, settings, progress, shutdown).await
         }
         BackendKind::Kubernetes if plan.sharing_api == crate::config::values::SharingApi::Dra => {
             let session = k8s::session::open_dra(&plan, resume.as_deref(), shutdown).await?;
@@ -208,6 +221,22 @@ pub(crate) fn recorded_backend(plan: &SweepPlan, id: &str, kind: RunKind) -> Res
 pub fn dry_run(plan: &SweepPlan) -> String {
     match plan.backend {
         BackendKind::Kubernetes => k8s::session::dry_run(plan),
+        BackendKind::Local if !plan.gpus.is_empty() => {
+            // Every arm costs its cells here; the sweep also counts what cannot run.
+            let record = crate::results::record::PlanRecord::from_plan(
+                plan,
+                crate::domain::DeviceKind::Cuda,
+                crate::domain::Source::Scrape,
+            );
+            let cells = (record.pods.len() as u64) * u64::from(record.repeat.max(1));
+            let lanes = lanes::assign(&record.arms(), plan.gpus.len(), |_| cells, |_| None);
+            let mut out = String::from("cells spread over the GPUs (--gpus), one cell per GPU at a time:\n");
+            for (gpu, arms) in plan.gpus.iter().zip(lanes) {
+                let names: Vec<String> = arms.iter().map(|a| a.title()).collect();
+                out += &format!("  GPU {gpu}: {}\n", names.join(", "));
+            }
+            out + "each GPU's pods as the first GPU's below, with its own UUID:\n" + &local::session::dry_run(plan)
+        }
         BackendKind::Local => local::session::dry_run(plan),
     }
 }

@@ -13,7 +13,7 @@ use crate::error::{BenchError, Result};
 use crate::metrics::MetricsSource;
 use crate::metrics::prometheus::PrometheusSource;
 use crate::metrics::scrape::ScrapeSource;
-use crate::results::record::{Unavailable, now_rfc3339};
+use crate::results::record::{CellRecord, Unavailable, now_rfc3339};
 use crate::results::store::RunStore;
 use crate::shutdown::Shutdown;
 use crate::sweep::SweepOutcome;
@@ -180,7 +180,7 @@ pub(crate) fn outcome(f: Finished) -> SweepOutcome {
 }
 
 /// Restores the backend and records how the run ended.
-async fn finish<B: Backend>(
+pub(crate) async fn finish<B: Backend>(
     session: Session<B>,
     result: Result<usize>,
     progress: &dyn Progress,
@@ -316,17 +316,9 @@ impl<B: Backend, S: MetricsSource> CellRunner<'_, B, S> {
     /// Prepares an arm; a strategy that cannot run here is said and recorded in run.json.
     pub async fn prepare(&mut self, arm: Arm, store: &mut RunStore) -> Result<Prepared> {
         let prepared = self.backend.prepare(arm, self.shutdown).await?;
-        let strategy = arm.strategy;
         if let Prepared::Unavailable(reason) = &prepared {
             self.progress.message(&format!("{} unavailable: {reason}", arm.title()));
-            store.update_run(|r| {
-                if !r.unavailable.iter().any(|u| u.strategy == strategy) {
-                    r.unavailable.push(Unavailable {
-                        strategy,
-                        reason: reason.clone(),
-                    });
-                }
-            })?;
+            record_unavailable(store, arm, reason)?;
         }
         Ok(prepared)
     }
@@ -342,7 +334,24 @@ impl<B: Backend, S: MetricsSource> CellRunner<'_, B, S> {
         labels: &CellLabels,
         title: &str,
     ) -> Result<()> {
-        let (arm, pods, repeat) = (labels.arm, labels.pods, labels.repeat);
+        let load = store.run().plan.load.workload_args(labels.pods);
+        let baseline = store.aggregate(labels.repeat, labels.arm, 1).cloned();
+        let mut measured = self.measure(prepared, labels, title, &load, baseline.as_ref()).await?;
+        store.save_cell(std::mem::take(&mut measured.rows))?;
+        measured.after_save(self.shutdown)
+    }
+
+    /// [`run`](Self::run) without the store: the cell's pods get `load` as arguments,
+    /// `baseline` is its strategy's 1-pod aggregate row; the rows come back to be saved.
+    pub async fn measure(
+        &mut self,
+        prepared: &Prepared,
+        labels: &CellLabels,
+        title: &str,
+        load: &[String],
+        baseline: Option<&CellRecord>,
+    ) -> Result<MeasuredCell> {
+        let pods = labels.pods;
         let shutdown = self.shutdown;
         // A stop asked for between cells launches nothing more.
         if shutdown.is_requested() {
@@ -356,18 +365,16 @@ impl<B: Backend, S: MetricsSource> CellRunner<'_, B, S> {
         let rows = match prepared {
             Prepared::Unavailable(reason) => unavailable_rows(labels, kind, reason),
             Prepared::Ready => {
-                let load = store.run().plan.load.workload_args(pods);
-                let launched = self.backend.launch(arm.strategy, pods, &load, shutdown).await;
+                let launched = self.backend.launch(labels.arm.strategy, pods, load, shutdown).await;
                 let measured = match launched {
                     Ok(_) => {
-                        let baseline = store.aggregate(repeat, arm, 1).cloned();
                         measure_cell(
                             self.backend,
                             self.source,
                             self.telemetry.clone(),
                             self.settings,
                             labels,
-                            baseline.as_ref(),
+                            baseline,
                             self.progress,
                             shutdown,
                         )
@@ -413,10 +420,38 @@ impl<B: Backend, S: MetricsSource> CellRunner<'_, B, S> {
         }
         let failed = rows.iter().any(|r| r.is_aggregate() && r.status == CellStatus::Failed);
         self.progress.cell_done(&cell_summary(&rows), failed);
-        store.save_cell(rows)?;
-        match stop_error {
+        Ok(MeasuredCell { rows, stop_error })
+    }
+}
+
+/// Records in run.json that an arm's strategy cannot run here (once per strategy).
+pub(crate) fn record_unavailable(store: &mut RunStore, arm: Arm, reason: &str) -> Result<()> {
+    let strategy = arm.strategy;
+    store.update_run(|r| {
+        if !r.unavailable.iter().any(|u| u.strategy == strategy) {
+            r.unavailable.push(Unavailable {
+                strategy,
+                reason: reason.to_string(),
+            });
+        }
+    })
+}
+
+/// A cell's rows, measured and not yet saved, and what ends the run once they are.
+#[derive(Debug)]
+pub(crate) struct MeasuredCell {
+    /// The cell's rows.
+    pub rows: Vec<CellRecord>,
+    /// The pods could not be stopped: the run ends, after the rows are saved.
+    pub stop_error: Option<BenchError>,
+}
+
+impl MeasuredCell {
+    /// What the run does once the rows are saved: go on, or end with the stop error
+    /// (an interrupt when a forced stop cut the pods' clean-up short).
+    pub fn after_save(self, shutdown: &Shutdown) -> Result<()> {
+        match self.stop_error {
             None => Ok(()),
-            // A forced stop that cut the pods' clean-up short is still an interrupt.
             Some(_) if shutdown.is_requested() => Err(shutdown.interrupted()),
             Some(e) => Err(e),
         }

@@ -598,3 +598,209 @@ async fn a_threshold_inside_a_bucket_is_marginal_and_two_marginal_misses_end_the
         table[0].first_miss
     );
 }
+
+/// A sweep over two fake GPUs, 0 and 3, through `sweep::lanes` (lanes in paused time).
+async fn sweep_on_two_gpus(
+    plan: &SweepPlan,
+    gpu0: &FakeBackend,
+    gpu3: &FakeBackend,
+    resume: bool,
+    progress: &Recorder,
+    shutdown: &Shutdown,
+) -> Result<SweepOutcome> {
+    use crate::sweep::lanes::{LaneSettings, run};
+    let session = session(plan, gpu0.clone(), resume);
+    let more = vec![crate::backend::Lane {
+        gpu: 3,
+        backend: gpu3.clone(),
+        telemetry: Arc::new(NoTelemetry),
+    }];
+    let settings = LaneSettings {
+        measure: session.settings,
+        source: |b: &FakeBackend, _: &crate::results::record::PlanRecord| Ok(b.metrics()),
+        paused: true,
+    };
+    run(session, 0, more, settings, progress, shutdown).await
+}
+
+fn two_gpu_plan(dir: &std::path::Path, strategies: &str) -> SweepPlan {
+    use crate::telemetry::inventory::GpuSelector;
+    let mut plan = plan(dir, strategies, "1,3");
+    plan.gpus = vec![GpuSelector::Index(0), GpuSelector::Index(3)];
+    plan
+}
+
+fn steady(_: Strategy, n: u32) -> Vec<PodScript> {
+    (0..n).map(|_| PodScript::steady(100.0, 0.004)).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_gpus_measure_their_own_strategies_and_every_cell_once() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let plan = two_gpu_plan(tmp.path(), "exclusive,time-slicing,mps");
+    let (gpu0, gpu3) = (FakeBackend::new(steady), FakeBackend::new(steady));
+    let out = sweep_on_two_gpus(&plan, &gpu0, &gpu3, false, &Recorder::default(), &Shutdown::new())
+        .await
+        .expect("sweep");
+    assert_eq!((out.cells_run, out.measured, out.failed), (6, 6, 0));
+    let rows = cells(&plan);
+    assert_eq!(rows.iter().filter(|r| r.is_aggregate()).count(), 6, "every cell once");
+    // Two cells each: exclusive and MPS on GPU 0, time-slicing on GPU 3.
+    for r in &rows {
+        let want = if r.strategy == Strategy::TimeSlicing { 3 } else { 0 };
+        assert_eq!(r.gpu, Some(want), "{} × {} {}", r.strategy, r.pods, r.pod);
+        if r.is_aggregate() {
+            assert!(
+                r.other_gpus_busy.is_some_and(|b| (0.0..=1.0).contains(&b)),
+                "{:?}",
+                r.other_gpus_busy
+            );
+        } else {
+            assert_eq!(r.other_gpus_busy, None, "per-pod rows leave it empty");
+        }
+    }
+    let three = agg(&rows, Strategy::TimeSlicing, 3);
+    assert_eq!(
+        (three.throughput_per_s, three.speedup_vs_1pod),
+        (Some(300.0), Some(3.0))
+    );
+    // Each GPU's backend launched only its own strategies and was restored.
+    let launches =
+        |b: &FakeBackend| -> Vec<String> { log(b).into_iter().filter(|l| l.starts_with("launch")).collect() };
+    let g3 = launches(&gpu3);
+    assert_eq!(g3[..2], ["launch time-slicing 1", "launch time-slicing 3"]);
+    let g0 = launches(&gpu0);
+    assert_eq!(
+        g0[..4],
+        [
+            "launch exclusive 1",
+            "launch exclusive 3",
+            "launch mps 1",
+            "launch mps 3"
+        ]
+    );
+    assert!(log(&gpu3).contains(&"restore".to_string()) && log(&gpu0).contains(&"restore".to_string()));
+    assert_eq!(gpu0.running() + gpu3.running(), 0);
+    // The cell beside the most others measured again alone, on its GPU (when any cell
+    // overlapped another GPU's in real time; the next test makes sure of one).
+    let store = crate::results::store::read_alone(&plan.out.join("fake"), &read_plan(&plan)).expect("alone");
+    match crate::sweep::lanes::check_cell(&rows) {
+        Some(c) => {
+            let a: Vec<&CellRecord> = store.iter().filter(|r| r.is_aggregate()).collect();
+            assert_eq!(a.len(), 1);
+            assert_eq!((a[0].arm(), a[0].pods, a[0].gpu), (c.arm(), c.pods, c.gpu));
+            assert_eq!(a[0].other_gpus_busy, Some(0.0));
+            assert_eq!(g0.len() + g3.len(), 7, "six cells and the one again");
+        }
+        None => assert!(store.is_empty()),
+    }
+    assert_eq!(state(&plan), "complete");
+}
+
+fn read_plan(plan: &SweepPlan) -> crate::results::record::PlanRecord {
+    crate::results::store::read_run(&plan.out.join("fake/run.json"))
+        .expect("run")
+        .plan
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resumed_two_gpu_run_keeps_strategies_on_their_gpus_and_measures_the_check_alone() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let plan = two_gpu_plan(tmp.path(), "exclusive,time-slicing,mps");
+    let (gpu0, gpu3) = (FakeBackend::new(steady), FakeBackend::new(steady));
+    let shutdown = Shutdown::new();
+    let stop = Recorder {
+        stop_after: Some((2, shutdown.clone())),
+        ..Recorder::default()
+    };
+    let e = sweep_on_two_gpus(&plan, &gpu0, &gpu3, false, &stop, &shutdown)
+        .await
+        .expect_err("interrupted");
+    assert!(e.is_interrupt(), "{e}");
+    assert_eq!(state(&plan), "interrupted");
+    let before = cells(&plan);
+    let saved = before.iter().filter(|r| r.is_aggregate()).count();
+    assert!(
+        (2..6).contains(&saved),
+        "{saved} cells saved before the stop took effect"
+    );
+    // Make the saved cells say they ran beside the other GPU, and time-slicing on GPU 0
+    // (where a fresh plan would not put it): the resume must follow the rows.
+    let mut rows = before.clone();
+    for r in &mut rows {
+        r.gpu = Some(if r.strategy == Strategy::TimeSlicing { 0 } else { 3 });
+        if r.is_aggregate() {
+            r.other_gpus_busy = Some(if r.strategy == Strategy::TimeSlicing { 0.6 } else { 0.2 });
+        }
+    }
+    std::fs::write(
+        plan.out.join("fake/cells.jsonl"),
+        crate::results::record::cells_jsonl(&rows),
+    )
+    .expect("rewrite");
+    let (gpu0, gpu3) = (FakeBackend::new(steady), FakeBackend::new(steady));
+    let out = sweep_on_two_gpus(&plan, &gpu0, &gpu3, true, &Recorder::default(), &Shutdown::new())
+        .await
+        .expect("resumed");
+    assert_eq!(out.cells_run, 6 - saved);
+    let rows = cells(&plan);
+    assert_eq!(rows.iter().filter(|r| r.is_aggregate()).count(), 6);
+    let gpu_of = |s: Strategy| -> Vec<Option<u32>> {
+        let mut g: Vec<_> = rows.iter().filter(|r| r.strategy == s).map(|r| r.gpu).collect();
+        g.dedup();
+        g
+    };
+    for s in [Strategy::Exclusive, Strategy::TimeSlicing, Strategy::Mps] {
+        assert_eq!(gpu_of(s).len(), 1, "{s}: {:?}", gpu_of(s));
+    }
+    if before.iter().any(|r| r.strategy == Strategy::TimeSlicing) {
+        assert_eq!(gpu_of(Strategy::TimeSlicing), [Some(0)], "kept where its rows are");
+    }
+    // The time-slicing 3-pod cell (beside 0.6) or another saved cell is the one measured
+    // again: whichever check_cell picks from the rows, once, on its GPU.
+    let check = crate::sweep::lanes::check_cell(&rows)
+        .cloned()
+        .expect("a saved cell ran beside the other GPU");
+    let alone = crate::results::store::read_alone(&plan.out.join("fake"), &read_plan(&plan)).expect("alone");
+    let a: Vec<&CellRecord> = alone.iter().filter(|r| r.is_aggregate()).collect();
+    assert_eq!(a.len(), 1);
+    assert_eq!((a[0].arm(), a[0].pods, a[0].gpu), (check.arm(), check.pods, check.gpu));
+    // Every scripted pod serves 100/s, alone as beside the others.
+    assert_eq!(a[0].throughput_per_s, Some(f64::from(check.pods) * 100.0));
+    let on = if check.gpu == Some(0) { &gpu0 } else { &gpu3 };
+    let last_launch = log(on)
+        .into_iter()
+        .rev()
+        .find(|l| l.starts_with("launch"))
+        .expect("launch");
+    assert_eq!(last_launch, format!("launch {} {}", check.strategy.name(), check.pods));
+    // The report sets the two side by side and names each strategy's GPU.
+    let data = crate::report::RunData::load(&plan.out.join("fake")).expect("load");
+    let t = crate::report::tables::all(&data);
+    assert!(
+        t.reading
+            .iter()
+            .any(|r| r.contains("The cells ran on 2 GPUs at once (--gpus)")),
+        "{:?}",
+        t.reading
+    );
+    assert!(
+        t.reading
+            .iter()
+            .any(|r| r.starts_with("Beside the other GPUs and alone: ")),
+        "{:?}",
+        t.reading
+    );
+    assert!(
+        t.warnings.is_empty(),
+        "identical scripts: no change beyond the noise: {:?}",
+        t.warnings
+    );
+    // A second resume has nothing left: the check is not measured twice.
+    let out = sweep_on_two_gpus(&plan, &gpu0, &gpu3, true, &Recorder::default(), &Shutdown::new())
+        .await
+        .expect("nothing left");
+    assert_eq!(out.cells_run, 0);
+    let again = crate::results::store::read_alone(&plan.out.join("fake"), &read_plan(&plan)).expect("alone");
+    assert_eq!(again.len(), alone.len());
+}

@@ -198,6 +198,13 @@ impl LocalBackend {
         }
     }
 
+    /// The measured GPU's index on a GPU run.
+    pub fn gpu_index(&self) -> Option<u32> {
+        (self.device == DeviceKind::Cuda)
+            .then(|| self.inventory.gpus.first().map(|g| g.index))
+            .flatten()
+    }
+
     /// The measured GPU's UUID on a GPU run (its inventory holds only that GPU).
     fn gpu_uuid(&self) -> Option<&str> {
         (self.device == DeviceKind::Cuda)

@@ -6,14 +6,14 @@ use std::fmt::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::Session;
 use crate::backend::local::strategy::{CellPlan, MpsDirs, plan_cell};
 use crate::backend::local::{LocalBackend, WorkloadCommand, find_workload, mps};
+use crate::backend::{Lane, Session};
 use crate::config::plan::{DeviceChoice, SweepPlan};
 use crate::domain::{DeviceKind, Source};
 use crate::error::{BenchError, Result};
 use crate::process::supervisor;
-use crate::results::record::PlanRecord;
+use crate::results::record::{GpuRecord, PlanRecord};
 use crate::results::store::RunStore;
 use crate::telemetry::inventory::{GpuSelector, busy_gpu_refusal, narrow_to};
 use crate::telemetry::{GpuInfo, GpuInventory, NoTelemetry, NvmlTelemetry, Telemetry, host};
@@ -58,16 +58,46 @@ pub fn short_device_name(device: DeviceKind, inventory: &GpuInventory) -> String
 /// The inventory a GPU run works with, only the GPU `selector` names (see
 /// [`narrow_to`]), and the lines of the machine's other GPUs for the record (pure).
 pub fn chosen_gpu(probed: &GpuInventory, selector: Option<&GpuSelector>) -> Result<(GpuInventory, Vec<String>)> {
-    let inventory = narrow_to(probed, selector)
-        .map_err(|reason| BenchError::flag("--gpu", &selector.map_or("0".into(), ToString::to_string), reason))?;
-    let chosen = inventory.gpus.first().map(|g| g.uuid.as_str());
+    let (mut lanes, others) = chosen_gpus(probed, &[selector.cloned()], "--gpu")?;
+    Ok((lanes.remove(0), others))
+}
+
+/// One inventory per selector, each holding only its GPU (a `--gpus` run's lanes, in
+/// the order given), and the lines of the GPUs none of them names; a GPU named twice
+/// (by index and UUID) is refused (pure). `flag` names the selectors in errors.
+pub fn chosen_gpus(
+    probed: &GpuInventory,
+    selectors: &[Option<GpuSelector>],
+    flag: &str,
+) -> Result<(Vec<GpuInventory>, Vec<String>)> {
+    let mut lanes: Vec<GpuInventory> = Vec::new();
+    for selector in selectors {
+        let given = selector.as_ref().map_or("0".into(), ToString::to_string);
+        let inventory =
+            narrow_to(probed, selector.as_ref()).map_err(|reason| BenchError::flag(flag, &given, reason))?;
+        if let Some(g) = inventory.gpus.first()
+            && lanes.iter().any(|l| l.gpus.first().is_some_and(|o| o.uuid == g.uuid))
+        {
+            return Err(BenchError::flag(
+                flag,
+                &given,
+                format!("names {} a second time: give each GPU once", g.line()),
+            ));
+        }
+        lanes.push(inventory);
+    }
+    let chosen: Vec<&str> = lanes
+        .iter()
+        .filter_map(|l| l.gpus.first())
+        .map(|g| g.uuid.as_str())
+        .collect();
     let others = probed
         .gpus
         .iter()
-        .filter(|g| Some(g.uuid.as_str()) != chosen)
+        .filter(|g| !chosen.contains(&g.uuid.as_str()))
         .map(GpuInfo::line)
         .collect();
-    Ok((inventory, others))
+    Ok((lanes, others))
 }
 
 /// Refuses a GPU other processes compute on, unless `allow` (pure): their work would
@@ -80,8 +110,45 @@ pub fn check_busy(gpu: Option<&GpuInfo>, allow: bool) -> Result<Vec<String>> {
     }
 }
 
-/// Opens a local sweep (a new run, or `resume`).
+/// The GPU a resumed run measures (pure): the one it recorded, by UUID, when it
+/// recorded one (a run since `--gpu` records only the GPU it measured), else what its
+/// plan asked for (older runs list every GPU and measured GPU 0).
+pub fn resumed_gpu(recorded: &[GpuRecord], asked: Option<&GpuSelector>) -> Option<GpuSelector> {
+    match recorded {
+        [one] => Some(GpuSelector::Uuid(one.uuid.clone())),
+        _ => asked.cloned(),
+    }
+}
+
+/// The GPUs a resumed run measures, one per lane (pure): a `--gpus` run's by the UUIDs
+/// it recorded in the order of its lanes, else the one of [`resumed_gpu`].
+pub fn resumed_gpus(recorded: &[GpuRecord], plan: &PlanRecord) -> Vec<Option<GpuSelector>> {
+    match plan.gpus.as_slice() {
+        [] => vec![resumed_gpu(recorded, plan.gpu.as_ref())],
+        asked if asked.len() == recorded.len() => recorded
+            .iter()
+            .map(|g| Some(GpuSelector::Uuid(g.uuid.clone())))
+            .collect(),
+        asked => asked.iter().cloned().map(Some).collect(),
+    }
+}
+
+/// Opens a local run of one GPU (a new run, or `resume`): `capacity` and `isolation`,
+/// which measure one GPU.
 pub fn open(plan: &SweepPlan, resume: Option<&str>) -> Result<Session<LocalBackend>> {
+    let (session, lanes) = open_lanes(plan, resume)?;
+    if !lanes.is_empty() {
+        return Err(BenchError::Results {
+            path: session.store.dir().join("run.json"),
+            reason: "plan.gpus names several GPUs, which only a sweep spreads its cells over".into(),
+        });
+    }
+    Ok(session)
+}
+
+/// Opens a local sweep (a new run, or `resume`): the session of its first GPU and, for
+/// `--gpus`, a [`Lane`] for each other GPU.
+pub fn open_lanes(plan: &SweepPlan, resume: Option<&str>) -> Result<(Session<LocalBackend>, Vec<Lane<LocalBackend>>)> {
     let probed = crate::telemetry::nvml::probe();
     // A server of the user's own runs under sh; gpushare-workload is needed only for
     // an isolation run's aggressors beside it.
@@ -96,26 +163,44 @@ pub fn open(plan: &SweepPlan, resume: Option<&str>) -> Result<Session<LocalBacke
     } else {
         resolve_device(plan.device, &probed, libcuda_present())?
     };
-    // A new run measures the GPU --gpu names, refused before its directory exists when
-    // other processes use it; a resumed run the GPU its record names (below).
-    let (inventory, other_gpus, gpu_processes) = match device {
+    let (flag, asked): (&str, Vec<Option<GpuSelector>>) = if plan.gpus.is_empty() {
+        ("--gpu", vec![plan.gpu.clone()])
+    } else {
+        ("--gpus", plan.gpus.iter().cloned().map(Some).collect())
+    };
+    // A new run measures the GPUs --gpu or --gpus name, refused before its directory
+    // exists when other processes use one; a resumed run the GPUs its record names.
+    let (lanes, other_gpus, gpu_processes) = match device {
         DeviceKind::Cuda => {
-            let (inventory, others) = chosen_gpu(&probed, plan.gpu.as_ref())?;
-            let processes = check_busy(inventory.gpus.first(), plan.allow_busy_gpu)?;
-            (inventory, others, processes)
+            let (lanes, others) = chosen_gpus(&probed, &asked, flag)?;
+            let mut processes = Vec::new();
+            for l in &lanes {
+                processes.extend(check_busy(l.gpus.first(), plan.allow_busy_gpu)?);
+            }
+            (lanes, others, processes)
         }
-        DeviceKind::Cpu if resume.is_none() && plan.gpu.is_some() => {
+        DeviceKind::Cpu if resume.is_none() && asked.iter().any(Option::is_some) => {
+            let given = asked
+                .iter()
+                .flatten()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(",");
             return Err(BenchError::flag(
-                "--gpu",
-                &plan.gpu.as_ref().map(ToString::to_string).unwrap_or_default(),
+                flag,
+                &given,
                 "this run has no GPU (--device cpu, or no usable GPU with --device auto)",
             ));
         }
-        DeviceKind::Cpu => (probed.clone(), Vec::new(), Vec::new()),
+        DeviceKind::Cpu => (vec![probed.clone()], Vec::new(), Vec::new()),
     };
-    let short = short_device_name(device, &inventory);
+    let measured = GpuInventory {
+        gpus: lanes.iter().filter_map(|l| l.gpus.first().cloned()).collect(),
+        ..probed.clone()
+    };
+    let short = short_device_name(device, &measured);
     let env = || {
-        let mut e = host::environment(&inventory, &workload.display().to_string(), mps_control.as_deref());
+        let mut e = host::environment(&measured, &workload.display().to_string(), mps_control.as_deref());
         e.other_gpus = other_gpus.clone();
         e.gpu_processes = gpu_processes.clone();
         if let Some(cmd) = &plan.workload_cmd {
@@ -153,57 +238,86 @@ pub fn open(plan: &SweepPlan, resume: Option<&str>) -> Result<Session<LocalBacke
             store.dir().display()
         ));
     }
-    // A resumed GPU run measures the GPU it recorded (by UUID when it recorded one),
-    // and refuses it when other processes now use it.
-    let inventory = match (resume, recorded.device) {
+    // A resumed GPU run measures the GPUs it recorded (by UUID when it recorded them),
+    // and refuses one that other processes now use.
+    let lanes = match (resume, recorded.device) {
         (Some(_), DeviceKind::Cuda) => {
-            let env_gpus = &store.run().environment.gpus;
-            let selector = match env_gpus.as_slice() {
-                [one] => Some(GpuSelector::Uuid(one.uuid.clone())),
-                _ => recorded.gpu.clone(),
-            };
-            let (inventory, _) = chosen_gpu(&probed, selector.as_ref())?;
-            let now = inventory.gpus.first().map(|g| GpuInfo {
-                processes: crate::telemetry::nvml::processes_on(&g.uuid),
-                ..g.clone()
-            });
-            let busy = check_busy(now.as_ref(), recorded.allow_busy_gpu)?;
-            if !busy.is_empty() {
-                notes.push(format!(
-                    "measuring beside other processes (--allow-busy-gpu): {}",
-                    busy.join(", ")
-                ));
+            let selectors = resumed_gpus(&store.run().environment.gpus, &recorded);
+            let flag = if recorded.gpus.is_empty() { "--gpu" } else { "--gpus" };
+            let (lanes, _) = chosen_gpus(&probed, &selectors, flag)?;
+            for l in &lanes {
+                let now = l.gpus.first().map(|g| GpuInfo {
+                    processes: crate::telemetry::nvml::processes_on(&g.uuid),
+                    ..g.clone()
+                });
+                let busy = check_busy(now.as_ref(), recorded.allow_busy_gpu)?;
+                if !busy.is_empty() {
+                    notes.push(format!(
+                        "measuring beside other processes (--allow-busy-gpu): {}",
+                        busy.join(", ")
+                    ));
+                }
             }
-            inventory
+            lanes
         }
-        _ => inventory,
+        _ => lanes,
     };
     supervisor::journal_to(store.dir());
     if let Some(l) = &store.run().label {
         notes.push(format!("\n*** {l} ***\n"));
     }
-    let gpu_index = inventory.gpus.first().map_or(0, |g| g.index);
-    let telemetry: Arc<dyn Telemetry> = match (recorded.device, NvmlTelemetry::open(gpu_index)) {
-        (DeviceKind::Cuda, Some(t)) => Arc::new(t),
-        _ => Arc::new(NoTelemetry),
-    };
     let command = WorkloadCommand {
         custom: recorded.workload_cmd.clone(),
         ready_path: recorded.ready_path.clone(),
         metric: recorded.metric.clone(),
         ..WorkloadCommand::builtin(workload, recorded.workload_args())
     };
-    let backend =
-        LocalBackend::new(command, recorded.device, inventory, store.dir(), mps_control).with_base_port(plan.base_port);
-    Ok(Session {
-        backend,
+    // Each GPU its backend (pods on their own ports: --base-port leaves room for the
+    // largest cell of every GPU before it) and its telemetry.
+    let stride = recorded.pods.iter().copied().max().unwrap_or(1);
+    let mut lanes = lanes.into_iter().enumerate().map(|(i, inventory)| {
+        let gpu_index = inventory.gpus.first().map_or(0, |g| g.index);
+        let telemetry: Arc<dyn Telemetry> = match (recorded.device, NvmlTelemetry::open(gpu_index)) {
+            (DeviceKind::Cuda, Some(t)) => Arc::new(t),
+            _ => Arc::new(NoTelemetry),
+        };
+        let base_port = plan.base_port.map(|b| lane_base_port(b, i, stride));
+        let backend = LocalBackend::new(
+            command.clone(),
+            recorded.device,
+            inventory,
+            store.dir(),
+            mps_control.clone(),
+        )
+        .with_base_port(base_port);
+        Lane {
+            gpu: gpu_index,
+            backend,
+            telemetry,
+        }
+    });
+    let first = lanes.next().ok_or_else(|| BenchError::Results {
+        path: store.dir().join("run.json"),
+        reason: "no GPU to measure".into(),
+    })?;
+    let more: Vec<Lane<LocalBackend>> = lanes.collect();
+    let session = Session {
+        backend: first.backend,
         metrics: recorded.prometheus_setting(),
-        telemetry,
+        telemetry: first.telemetry,
         settings: recorded.measure_settings(plan.measure.ready_timeout),
         store,
         notes,
         keep_alive: Vec::new(),
-    })
+    };
+    Ok((session, more))
+}
+
+/// The first fixed port of lane `lane`'s pods (pure): `base` for the first GPU, then
+/// `stride` (the largest cell's pods) further for each GPU after it, saturating.
+pub fn lane_base_port(base: u16, lane: usize, stride: u32) -> u16 {
+    let offset = u32::try_from(lane).unwrap_or(u32::MAX).saturating_mul(stride);
+    u16::try_from(u32::from(base).saturating_add(offset)).unwrap_or(u16::MAX)
 }
 
 /// What a local sweep would start, cell by cell (pure apart from reading the GPUs).
@@ -211,7 +325,8 @@ pub fn dry_run(plan: &SweepPlan) -> String {
     let probed = crate::telemetry::nvml::probe();
     let device = resolve_device(plan.device, &probed, libcuda_present()).unwrap_or(DeviceKind::Cpu);
     let inventory = match device {
-        DeviceKind::Cuda => match chosen_gpu(&probed, plan.gpu.as_ref()) {
+        // A --gpus run's cells are shown as its first GPU runs them.
+        DeviceKind::Cuda => match chosen_gpu(&probed, plan.gpus.first().or(plan.gpu.as_ref())) {
             Ok((inventory, _)) => inventory,
             Err(e) => return format!("{e}\n"),
         },
@@ -267,4 +382,127 @@ pub fn dry_run(plan: &SweepPlan) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod gpu_tests {
+    use super::*;
+    use crate::telemetry::inventory::GpuProcess;
+    use crate::telemetry::inventory::tests::{EIGHT, TWO, host};
+
+    #[test]
+    fn a_run_records_its_gpu_and_the_others_and_resumes_on_the_same_one() {
+        let probed = host(EIGHT);
+        let (inv, others) = chosen_gpu(&probed, Some(&GpuSelector::Index(6))).expect("GPU 6");
+        assert_eq!(inv.gpus.len(), 1);
+        assert_eq!(others.len(), 7);
+        assert!(
+            others[0].starts_with("GPU 0: NVIDIA H100 80GB HBM3 (GPU-0a1e3c55"),
+            "{others:?}"
+        );
+        let e = chosen_gpu(&probed, Some(&GpuSelector::Index(9))).expect_err("no GPU 9");
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().starts_with("bad --gpu `9`: there is no GPU 9"), "{e}");
+        // A resumed run finds its GPU by the UUID it recorded, even if indices moved.
+        let recorded = vec![inv.gpus[0].record()];
+        let again = resumed_gpu(&recorded, Some(&GpuSelector::Index(6))).expect("selector");
+        assert_eq!(
+            again,
+            GpuSelector::Uuid("GPU-9fb14256-37ee-40a5-c146-b28d506f7e07".into())
+        );
+        let mut moved = probed.clone();
+        moved.gpus.swap(6, 2);
+        for (i, g) in moved.gpus.iter_mut().enumerate() {
+            g.index = i as u32;
+        }
+        let (inv, _) = chosen_gpu(&moved, Some(&again)).expect("found by UUID");
+        assert_eq!(inv.gpus[0].index, 2);
+        // An older run recorded every GPU: its plan decides (none: GPU 0).
+        let all: Vec<_> = probed.gpus.iter().map(|g| g.record()).collect();
+        assert_eq!(resumed_gpu(&all, None), None);
+    }
+
+    #[test]
+    fn gpus_of_an_eight_gpu_host_are_lanes_in_the_order_given_each_once() {
+        let probed = host(EIGHT);
+        // GPU 0 and 1's UUIDs share their first 36 characters: a prefix must go past them.
+        let gpu0 = "GPU-0a1e3c55-7d21-4f0b-9c3e-1b2a64f0c001";
+        let asked = [Some(GpuSelector::Index(5)), Some(GpuSelector::Uuid(gpu0.into()))];
+        let (lanes, others) = chosen_gpus(&probed, &asked, "--gpus").expect("two GPUs");
+        let idx: Vec<u32> = lanes.iter().map(|l| l.gpus[0].index).collect();
+        assert_eq!(idx, [5, 0]);
+        assert!(lanes.iter().all(|l| l.gpus.len() == 1), "each lane sees its GPU only");
+        assert_eq!(others.len(), 6);
+        assert!(
+            !others
+                .iter()
+                .any(|o| o.starts_with("GPU 5:") || o.starts_with("GPU 0:")),
+            "{others:?}"
+        );
+        // The same GPU by index and by UUID is refused, naming it.
+        let twice = [Some(GpuSelector::Index(0)), Some(GpuSelector::Uuid(gpu0.into()))];
+        let e = chosen_gpus(&probed, &twice, "--gpus").expect_err("twice");
+        assert!(
+            e.to_string().starts_with(&format!(
+                "bad --gpus `{gpu0}`: names GPU 0: NVIDIA H100 80GB HBM3 ({gpu0}"
+            )),
+            "{e}"
+        );
+        assert!(e.to_string().ends_with("a second time: give each GPU once"), "{e}");
+        let e = chosen_gpus(
+            &host(TWO),
+            &[Some(GpuSelector::Index(0)), Some(GpuSelector::Index(2))],
+            "--gpus",
+        )
+        .expect_err("no GPU 2");
+        assert!(e.to_string().starts_with("bad --gpus `2`: there is no GPU 2"), "{e}");
+        // A resumed --gpus run finds its lanes by the UUIDs it recorded, in their order.
+        let recorded: Vec<GpuRecord> = lanes.iter().map(|l| l.gpus[0].record()).collect();
+        let mut plan = PlanRecord::from_plan(
+            &SweepPlan::from_options(crate::config::options::SweepOptions::default()).expect("plan"),
+            DeviceKind::Cuda,
+            Source::Scrape,
+        );
+        plan.gpus = vec![GpuSelector::Index(5), GpuSelector::Index(0)];
+        let again = resumed_gpus(&recorded, &plan);
+        assert_eq!(again[0], Some(GpuSelector::Uuid(probed.gpus[5].uuid.clone())));
+        assert_eq!(again[1], Some(GpuSelector::Uuid(probed.gpus[0].uuid.clone())));
+        plan.gpus.clear();
+        assert_eq!(
+            resumed_gpus(&recorded[..1], &plan),
+            [Some(GpuSelector::Uuid(probed.gpus[5].uuid.clone()))]
+        );
+    }
+
+    #[test]
+    fn fixed_ports_leave_room_for_each_gpus_largest_cell() {
+        assert_eq!(lane_base_port(9400, 0, 7), 9400);
+        assert_eq!(lane_base_port(9400, 1, 7), 9407);
+        assert_eq!(lane_base_port(9400, 7, 7), 9449);
+        assert_eq!(
+            lane_base_port(65530, 2, 7),
+            u16::MAX,
+            "saturates; binding it then fails by name"
+        );
+    }
+
+    #[test]
+    fn a_busy_gpu_stops_the_run_unless_allowed_and_then_is_recorded() {
+        let mut inv = host(TWO);
+        assert_eq!(check_busy(inv.gpus.first(), false).expect("idle"), Vec::<String>::new());
+        inv.gpus[0].processes = vec![GpuProcess {
+            pid: 9,
+            name: Some("trainer".into()),
+            used_memory_bytes: None,
+        }];
+        let e = check_busy(inv.gpus.first(), false).expect_err("busy");
+        assert!(matches!(e, BenchError::GpuBusy { .. }), "{e:?}");
+        assert_eq!(e.exit_code(), 1);
+        assert!(e.to_string().contains("9 trainer"), "{e}");
+        assert_eq!(
+            check_busy(inv.gpus.first(), true).expect("allowed"),
+            vec!["9 trainer".to_string()]
+        );
+        assert_eq!(check_busy(None, false).expect("no GPU"), Vec::<String>::new());
+    }
 }
