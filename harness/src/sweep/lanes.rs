@@ -1,16 +1,19 @@
 //! A sweep over several GPUs of this machine at once (`--gpus`). Each GPU is a lane: its
-//! own thread and runtime, its own backend (pods, MPS daemon and telemetry of that GPU
-//! only) and metrics source, running one cell at a time. Every strategy's cells stay on
-//! one GPU ([`assign`]), so a cell never waits on another's daemon and a resume finds
-//! them where they were. The lanes share the run directory (rows saved as each cell
-//! ends) and a record of when each GPU was busy, from which every cell's row says how
-//! many other GPUs ran a cell beside it ([`others_busy`]). Then the cell that ran beside
+//! own backend (pods, MPS daemon and telemetry of that GPU only) and metrics source,
+//! running one cell at a time through the one-GPU sweep's loop
+//! ([`run_cells`](crate::sweep::runner::run_cells)); lane 0 on the calling task, each
+//! other on a thread and runtime of its own. Every strategy's cells stay on one GPU
+//! ([`assign`]), so a cell never waits on another's daemon and a resume finds them where
+//! they were. The lanes share the run directory (rows saved as each cell ends) and a
+//! record of when each GPU was busy, from which every cell's row says how many other
+//! GPUs ran a cell beside it
+//! ([`others_busy`](crate::sweep::runner::others_busy)). Then the cell that ran beside
 //! the most others ([`check_cell`]) is measured again with the other GPUs idle and saved
 //! to `alone.jsonl`: the report sets the two side by side (the GPUs share the host's
 //! CPUs, PCIe and power).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
@@ -26,7 +29,7 @@ use crate::results::store::RunStore;
 use crate::shutdown::Shutdown;
 use crate::sweep::SweepOutcome;
 use crate::sweep::progress::{Progress, cell_title};
-use crate::sweep::runner::{CellRunner, finish, labels, outcome, record_unavailable, rotated};
+use crate::sweep::runner::{CellRunner, SharedStore, finish, labels, outcome, run_cells};
 
 /// The arms each of `lanes` GPUs runs, each list in plan order (pure). An arm `pinned`
 /// to a lane (a resumed run's, whose rows name their GPU) stays there; the others go,
@@ -65,18 +68,6 @@ pub fn assign(
         .collect()
 }
 
-/// How many other GPUs ran a cell, on average, over `own` (pure): the summed overlap of
-/// their busy intervals with it, over its length (seconds from one origin). None for an
-/// empty interval.
-pub fn others_busy(own: (f64, f64), others: &[(f64, f64)]) -> Option<f64> {
-    let (a, b) = own;
-    if !(b - a).is_finite() || b <= a {
-        return None;
-    }
-    let overlap: f64 = others.iter().map(|&(c, d)| (b.min(d) - a.max(c)).max(0.0)).sum();
-    Some(overlap / (b - a))
-}
-
 /// The cell measured again alone (pure): of the measured (`ok`) cells that ran beside
 /// another GPU's, the one beside the most on average; among equals the one with more
 /// pods, then the first saved.
@@ -98,57 +89,6 @@ pub fn check_cell(rows: &[CellRecord]) -> Option<&CellRecord> {
 /// Whether `a` and `b` are rows of the same cell.
 fn same_cell(a: &CellRecord, b: &CellRecord) -> bool {
     a.repeat == b.repeat && a.arm() == b.arm() && a.pods == b.pods
-}
-
-/// When each GPU was busy, seconds from the lanes' start: finished cells and the one
-/// running.
-#[derive(Debug, Default)]
-struct Activity {
-    finished: Vec<Vec<(f64, f64)>>,
-    running: Vec<Option<f64>>,
-}
-
-/// What the lanes share.
-struct Shared {
-    store: Mutex<RunStore>,
-    activity: Mutex<Activity>,
-    /// A lane failed: the others stop after their cell.
-    abort: AtomicBool,
-    origin: std::time::Instant,
-}
-
-impl Shared {
-    fn store(&self) -> MutexGuard<'_, RunStore> {
-        self.store.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn now(&self) -> f64 {
-        self.origin.elapsed().as_secs_f64()
-    }
-
-    /// Lane `lane` starts a cell; returns its start.
-    fn busy(&self, lane: usize) -> f64 {
-        let t = self.now();
-        let mut a = self.activity.lock().unwrap_or_else(PoisonError::into_inner);
-        a.running[lane] = Some(t);
-        t
-    }
-
-    /// Lane `lane`'s cell since `start` ended: how many other GPUs ran a cell beside it.
-    fn idle(&self, lane: usize, start: f64) -> Option<f64> {
-        let t = self.now();
-        let mut a = self.activity.lock().unwrap_or_else(PoisonError::into_inner);
-        a.running[lane] = None;
-        a.finished[lane].push((start, t));
-        let others: Vec<(f64, f64)> = (0..a.finished.len())
-            .filter(|l| *l != lane)
-            .flat_map(|l| {
-                let running = a.running[l].map(|s| (s, t));
-                a.finished[l].iter().copied().chain(running)
-            })
-            .collect();
-        others_busy((start, t), &others)
-    }
 }
 
 /// A lane's progress events, sent to the caller's [`Progress`] with its GPU named.
@@ -265,7 +205,7 @@ pub struct LaneSettings<F> {
 struct LaneContext<F> {
     index: usize,
     arms: Vec<Arm>,
-    shared: Arc<Shared>,
+    shared: Arc<SharedStore<RunStore>>,
     plan: PlanRecord,
     measure: MeasureSettings,
     source: Arc<F>,
@@ -395,15 +335,7 @@ where
     let done = store.cells().iter().filter(|c| c.is_aggregate()).count() as u64;
     progress.sweep_start(total, done, "cells");
 
-    let shared = Arc::new(Shared {
-        store: Mutex::new(store),
-        activity: Mutex::new(Activity {
-            finished: vec![Vec::new(); lanes.len()],
-            running: vec![None; lanes.len()],
-        }),
-        abort: AtomicBool::new(false),
-        origin: std::time::Instant::now(),
-    });
+    let shared = Arc::new(SharedStore::new(store, lanes.len()));
     let (tx, mut rx) = unbounded_channel();
     let context = |index: usize, gpu: u32, arms: Vec<Arm>| LaneContext {
         index,
@@ -462,8 +394,9 @@ where
             })),
         }
     }
-    let shared = Arc::into_inner(shared).expect("every lane has ended, so none holds the store");
-    let store = shared.store.into_inner().unwrap_or_else(PoisonError::into_inner);
+    let store = Arc::into_inner(shared)
+        .expect("every lane has ended, so none holds the store")
+        .into_inner();
     (lanes, store, first_error(results))
 }
 
@@ -518,7 +451,17 @@ where
     F: Fn(&B, &PlanRecord) -> Result<S>,
 {
     let result = match (ctx.source)(&lane.backend, &ctx.plan) {
-        Ok(source) => lane_cells(lane, ctx, &source).await,
+        Ok(source) => {
+            let mut cells = CellRunner {
+                backend: &mut lane.backend,
+                source: &source,
+                telemetry: lane.telemetry.clone(),
+                settings: &ctx.measure,
+                progress: &ctx.progress,
+                shutdown: &ctx.shutdown,
+            };
+            run_cells(&mut cells, &ctx.arms, &ctx.shared, Some((ctx.index, lane.gpu))).await
+        }
         Err(e) => Err(e),
     };
     if result.is_err() {
@@ -529,80 +472,6 @@ where
         (Ok(n), Ok(())) => Ok(n),
         (Err(e), _) | (Ok(_), Err(e)) => Err(e),
     }
-}
-
-/// A lane's cells not yet on disk, pass by pass (each pass's arms rotated as a
-/// one-GPU sweep's are), every row saved as its cell ends.
-async fn lane_cells<B, S, F>(lane: &mut Lane<B>, ctx: &LaneContext<F>, source: &S) -> Result<usize>
-where
-    B: Backend,
-    S: MetricsSource,
-{
-    let (plan, shutdown, shared) = (&ctx.plan, &ctx.shutdown, &ctx.shared);
-    let repeats = plan.repeat.max(1);
-    let gpu = lane.gpu;
-    let mut cells = CellRunner {
-        backend: &mut lane.backend,
-        source,
-        telemetry: lane.telemetry.clone(),
-        settings: &ctx.measure,
-        progress: &ctx.progress,
-        shutdown,
-    };
-    let mut ran = 0;
-    for repeat in 1..=repeats {
-        for arm in rotated(&ctx.arms, repeat) {
-            let missing: Vec<u32> = {
-                let store = shared.store();
-                plan.pods
-                    .iter()
-                    .copied()
-                    .filter(|p| !store.has_cell(repeat, arm, *p))
-                    .collect()
-            };
-            if missing.is_empty() {
-                continue;
-            }
-            let prepared = cells.backend.prepare(arm, shutdown).await?;
-            if let Prepared::Unavailable(reason) = &prepared {
-                ctx.progress.message(&format!("{} unavailable: {reason}", arm.title()));
-                record_unavailable(&mut shared.store(), arm, reason)?;
-            }
-            for pods in missing {
-                if shutdown.is_requested() {
-                    return Err(shutdown.interrupted());
-                }
-                if shared.abort.load(Ordering::SeqCst) {
-                    return Ok(ran);
-                }
-                let (labels, load, baseline) = {
-                    let store = shared.store();
-                    (
-                        labels(&store, arm, pods, repeat),
-                        store.run().plan.load.workload_args(pods),
-                        store.aggregate(repeat, arm, 1).cloned(),
-                    )
-                };
-                let title = cell_title(arm, pods, (repeats > 1).then_some((repeat, repeats)));
-                let start = shared.busy(ctx.index);
-                let measured = cells
-                    .measure(&prepared, &labels, &title, &load, baseline.as_ref())
-                    .await;
-                let beside = shared.idle(ctx.index, start);
-                let mut measured = measured?;
-                for r in &mut measured.rows {
-                    r.gpu = Some(gpu);
-                    if r.is_aggregate() && prepared == Prepared::Ready {
-                        r.other_gpus_busy = beside;
-                    }
-                }
-                shared.store().save_cell(std::mem::take(&mut measured.rows))?;
-                measured.after_save(shutdown)?;
-                ran += 1;
-            }
-        }
-    }
-    Ok(ran)
 }
 
 /// Measures [`check_cell`] again on its GPU with the others idle, into `alone.jsonl`
@@ -728,16 +597,6 @@ mod tests {
         );
         // One lane: the plan as it is.
         assert_eq!(names(&assign(&all, 1, four, none)), ["exclusive,time-slicing,mps,mig"]);
-    }
-
-    #[test]
-    fn a_cell_counts_the_other_gpus_busy_beside_it() {
-        // Alone, fully beside one, half beside another and a quarter beside a third.
-        assert_eq!(others_busy((0.0, 10.0), &[]), Some(0.0));
-        assert_eq!(others_busy((0.0, 10.0), &[(-5.0, 20.0)]), Some(1.0));
-        let v = others_busy((0.0, 10.0), &[(5.0, 30.0), (-1.0, 2.5), (12.0, 14.0)]).expect("v");
-        assert!((v - 0.75).abs() < 1e-12, "{v}");
-        assert_eq!(others_busy((3.0, 3.0), &[(0.0, 9.0)]), None);
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! restore at the end and on every failure path. A stop request ends every wait at
 //! once; the pods (and any MPS daemon) are stopped and every finished cell is kept.
 
-use std::sync::Arc;
+use std::borrow::BorrowMut;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::backend::{Backend, Prepared, Session};
 use crate::client::source::RequestSource;
@@ -228,10 +230,8 @@ async fn sweep_cells<B: Backend, S: MetricsSource>(
     shutdown: &Shutdown,
 ) -> Result<usize> {
     let plan = store.run().plan.clone();
-    let repeats = plan.repeat.max(1);
     let arms = plan.arms();
-    let passes: Vec<(u32, Vec<Arm>)> = (1..=repeats).map(|r| (r, rotated(&arms, r))).collect();
-    let total = (arms.len() * plan.pods.len()) as u64 * u64::from(repeats);
+    let total = (arms.len() * plan.pods.len()) as u64 * u64::from(plan.repeat.max(1));
     let done = store.cells().iter().filter(|c| c.is_aggregate()).count() as u64;
     progress.sweep_start(total, done, "cells");
     let mut cells = CellRunner {
@@ -242,40 +242,166 @@ async fn sweep_cells<B: Backend, S: MetricsSource>(
         progress,
         shutdown,
     };
-    let mut ran = 0;
-    for (repeat, order) in &passes {
-        let repeat = *repeat;
-        if repeats > 1
-            && order
+    run_cells(&mut cells, &arms, &SharedStore::new(store, 1), None).await
+}
+
+/// The cells of `arms` not yet on disk, pass by pass (each pass's arms rotated), every
+/// cell's rows saved as it ends: a sweep's whole plan on one GPU, or one GPU's share of
+/// a `--gpus` sweep (`lane`: its index among the lanes and its GPU, which the rows
+/// record with how many other GPUs were busy beside each cell). A stop request ends it
+/// before the next arm or cell; another lane's failure after the cell running.
+pub(crate) async fn run_cells<B: Backend, S: MetricsSource, T: BorrowMut<RunStore>>(
+    cells: &mut CellRunner<'_, B, S>,
+    arms: &[Arm],
+    shared: &SharedStore<T>,
+    lane: Option<(usize, u32)>,
+) -> Result<usize> {
+    let plan = shared.with(|s| s.run().plan.clone());
+    let repeats = plan.repeat.max(1);
+    let shutdown = cells.shutdown;
+    let missing = |repeat: u32, arm: Arm| -> Vec<u32> {
+        shared.with(|s| {
+            plan.pods
                 .iter()
-                .any(|s| plan.pods.iter().any(|p| !store.has_cell(repeat, *s, *p)))
-        {
-            progress.message(&format!(
+                .copied()
+                .filter(|p| !s.has_cell(repeat, arm, *p))
+                .collect()
+        })
+    };
+    let mut ran = 0;
+    for repeat in 1..=repeats {
+        let order = rotated(arms, repeat);
+        if repeats > 1 && order.iter().any(|a| !missing(repeat, *a).is_empty()) {
+            cells.progress.message(&format!(
                 "repeat {repeat} of {repeats}: {}",
                 order.iter().map(|a| a.name()).collect::<Vec<_>>().join(", ")
             ));
         }
-        for &arm in order {
+        for arm in order {
             if shutdown.is_requested() {
                 return Err(shutdown.interrupted());
             }
-            if plan.pods.iter().all(|p| store.has_cell(repeat, arm, *p)) {
+            let to_measure = missing(repeat, arm);
+            if to_measure.is_empty() {
                 continue;
             }
-            let prepared = cells.prepare(arm, store).await?;
-            for &pods in &plan.pods {
-                if store.has_cell(repeat, arm, pods) {
-                    continue;
+            let prepared = cells.prepare_arm(arm).await?;
+            if let Prepared::Unavailable(reason) = &prepared {
+                shared.with(|s| record_unavailable(s, arm, reason))?;
+            }
+            for pods in to_measure {
+                if shared.abort.load(Ordering::SeqCst) {
+                    return Ok(ran);
                 }
+                let (labels, load, baseline) = shared.with(|s| {
+                    (
+                        labels(s, arm, pods, repeat),
+                        s.run().plan.load.workload_args(pods),
+                        s.aggregate(repeat, arm, 1).cloned(),
+                    )
+                });
                 let title = cell_title(arm, pods, (repeats > 1).then_some((repeat, repeats)));
-                cells
-                    .run(store, &prepared, &labels(store, arm, pods, repeat), &title)
-                    .await?;
+                let start = lane.map(|(i, _)| shared.busy(i));
+                let measured = cells
+                    .measure(&prepared, &labels, &title, &load, baseline.as_ref())
+                    .await;
+                let beside = lane.zip(start).and_then(|((i, _), t)| shared.idle(i, t));
+                let mut measured = measured?;
+                if let Some((_, gpu)) = lane {
+                    for r in &mut measured.rows {
+                        r.gpu = Some(gpu);
+                        if r.is_aggregate() && prepared == Prepared::Ready {
+                            r.other_gpus_busy = beside;
+                        }
+                    }
+                }
+                shared.with(|s| s.save_cell(std::mem::take(&mut measured.rows)))?;
+                measured.after_save(shutdown)?;
                 ran += 1;
             }
         }
     }
     Ok(ran)
+}
+
+/// How many other GPUs ran a cell, on average, over `own` (pure): the summed overlap of
+/// their busy intervals with it, over its length (seconds from one origin). None for an
+/// empty interval.
+pub fn others_busy(own: (f64, f64), others: &[(f64, f64)]) -> Option<f64> {
+    let (a, b) = own;
+    if !(b - a).is_finite() || b <= a {
+        return None;
+    }
+    let overlap: f64 = others.iter().map(|&(c, d)| (b.min(d) - a.max(c)).max(0.0)).sum();
+    Some(overlap / (b - a))
+}
+
+/// When one GPU ran cells: those done and the one running (seconds from one origin).
+#[derive(Debug, Clone, Default)]
+struct GpuBusy {
+    done: Vec<(f64, f64)>,
+    running: Option<f64>,
+}
+
+/// The run's store as a sweep's cells see it: behind a lock, so that the GPUs of a
+/// `--gpus` run share it, with when each GPU was busy (seconds from one origin: finished
+/// cells, and the one running) and whether a GPU's lane failed (the others then stop
+/// after their cell). `T` is the store or a borrow of it.
+pub(crate) struct SharedStore<T> {
+    store: Mutex<T>,
+    busy: Mutex<Vec<GpuBusy>>,
+    /// A lane failed.
+    pub abort: AtomicBool,
+    origin: std::time::Instant,
+}
+
+impl<T: BorrowMut<RunStore>> SharedStore<T> {
+    /// The store shared by `lanes` GPUs.
+    pub fn new(store: T, lanes: usize) -> Self {
+        Self {
+            store: Mutex::new(store),
+            busy: Mutex::new(vec![GpuBusy::default(); lanes]),
+            abort: AtomicBool::new(false),
+            origin: std::time::Instant::now(),
+        }
+    }
+
+    /// `f` with the store, locked for its duration only (never across a wait).
+    pub fn with<R>(&self, f: impl FnOnce(&mut RunStore) -> R) -> R {
+        let mut guard = self.store.lock().unwrap_or_else(PoisonError::into_inner);
+        f((*guard).borrow_mut())
+    }
+
+    /// The store back.
+    pub fn into_inner(self) -> T {
+        self.store.into_inner().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Lane `lane` starts a cell; returns its start.
+    fn busy(&self, lane: usize) -> f64 {
+        let t = self.origin.elapsed().as_secs_f64();
+        if let Some(l) = self.busy.lock().unwrap_or_else(PoisonError::into_inner).get_mut(lane) {
+            l.running = Some(t);
+        }
+        t
+    }
+
+    /// Lane `lane`'s cell since `start` ended: how many other GPUs ran a cell beside it.
+    fn idle(&self, lane: usize, start: f64) -> Option<f64> {
+        let t = self.origin.elapsed().as_secs_f64();
+        let mut busy = self.busy.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(l) = busy.get_mut(lane) {
+            l.running = None;
+            l.done.push((start, t));
+        }
+        let others: Vec<(f64, f64)> = busy
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != lane)
+            .flat_map(|(_, l)| l.done.iter().copied().chain(l.running.map(|s| (s, t))))
+            .collect();
+        others_busy((start, t), &others)
+    }
 }
 
 /// The labels of a cell of the run in `store`.
@@ -315,10 +441,18 @@ pub(crate) struct CellRunner<'a, B, S> {
 impl<B: Backend, S: MetricsSource> CellRunner<'_, B, S> {
     /// Prepares an arm; a strategy that cannot run here is said and recorded in run.json.
     pub async fn prepare(&mut self, arm: Arm, store: &mut RunStore) -> Result<Prepared> {
+        let prepared = self.prepare_arm(arm).await?;
+        if let Prepared::Unavailable(reason) = &prepared {
+            record_unavailable(store, arm, reason)?;
+        }
+        Ok(prepared)
+    }
+
+    /// Prepares an arm and says when its strategy cannot run here (not yet recorded).
+    pub async fn prepare_arm(&mut self, arm: Arm) -> Result<Prepared> {
         let prepared = self.backend.prepare(arm, self.shutdown).await?;
         if let Prepared::Unavailable(reason) = &prepared {
             self.progress.message(&format!("{} unavailable: {reason}", arm.title()));
-            record_unavailable(store, arm, reason)?;
         }
         Ok(prepared)
     }

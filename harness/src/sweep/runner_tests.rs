@@ -804,3 +804,14 @@ async fn a_resumed_two_gpu_run_keeps_strategies_on_their_gpus_and_measures_the_c
     let again = crate::results::store::read_alone(&plan.out.join("fake"), &read_plan(&plan)).expect("alone");
     assert_eq!(again.len(), alone.len());
 }
+
+#[test]
+fn a_cell_counts_the_other_gpus_busy_beside_it() {
+    use crate::sweep::runner::others_busy;
+    // Alone, fully beside one, half beside another and a quarter beside a third.
+    assert_eq!(others_busy((0.0, 10.0), &[]), Some(0.0));
+    assert_eq!(others_busy((0.0, 10.0), &[(-5.0, 20.0)]), Some(1.0));
+    let v = others_busy((0.0, 10.0), &[(5.0, 30.0), (-1.0, 2.5), (12.0, 14.0)]).expect("v");
+    assert!((v - 0.75).abs() < 1e-12, "{v}");
+    assert_eq!(others_busy((3.0, 3.0), &[(0.0, 9.0)]), None);
+}
