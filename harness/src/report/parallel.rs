@@ -3,7 +3,9 @@
 //! was measured again with them idle (`alone.jsonl`); the changes of its mean latency,
 //! p99 and throughput are judged against the noise the two measurements recorded, as
 //! `compare` judges a single run's cells: the larger window-to-window spread of the two,
-//! and for p99 also the two quantile resolutions added. As in `compare`, a change must
+//! and for p99 also the two quantile resolutions added; a run that repeated the cell
+//! widens it to the spread of one measurement between the repeats (t·s) where that is
+//! larger. As in `compare`, a change must
 //! also pass its default threshold, 5%: window spreads are the noise inside one
 //! measurement and understate that between two measurements minutes apart (on two
 //! H100s, `results/20261125-h100x2-gpus01` against `…-gpu0-alone`, the same cells
@@ -94,7 +96,7 @@ impl ParallelCost {
         let pct = |x: Option<f64>| x.map_or("–".into(), |x| format!("{:+.1}%", x * 100.0));
         let n = &self.noise;
         format!(
-            "Beside the other GPUs and alone: {}, measured while {} other GPU(s) ran cells on average: {}; again with the other GPUs idle: {}. Beside them: mean {}, p99 {}, throughput {}; the noise is ±{:.1}% (mean), ±{:.1}% (p99, with the quantiles' resolution), ±{:.1}% (throughput), the larger window-to-window spread of the two measurements; a change is warned about beyond its noise and 5%.",
+            "Beside the other GPUs and alone: {}, measured while {} other GPU(s) ran cells on average: {}; again with the other GPUs idle: {}. Beside them: mean {}, p99 {}, throughput {}; the noise is ±{:.1}% (mean), ±{:.1}% (p99, with the quantiles' resolution), ±{:.1}% (throughput): the larger window-to-window spread of the two measurements, or with --repeat the spread of one measurement between repeats where larger. A change is warned about beyond its noise and 5%.",
             self.cell(),
             self.beside.other_gpus_busy.map_or("?".into(), |b| format!("{b:.2}")),
             side(&self.beside),
@@ -125,14 +127,36 @@ fn ms(v: Option<f64>) -> String {
     v.map_or("–".into(), |v| format!("{:.3} ms", v * 1e3))
 }
 
-/// The cell measured beside the others and alone, when the run has both.
+/// The cell measured beside the others and alone, when the run has both. A run that
+/// repeated the cell (`--repeat`) widens each noise to the spread of one measurement
+/// between its repeats where that is larger ([`one_value_noise`]).
 pub fn parallel_cost(data: &RunData) -> Option<ParallelCost> {
     let alone = data.alone.iter().find(|r| r.is_aggregate())?;
     let beside = data
         .cells
         .iter()
         .find(|r| r.is_aggregate() && r.repeat == alone.repeat && r.arm() == alone.arm() && r.pods == alone.pods)?;
-    Some(ParallelCost::of(beside, alone))
+    let mut cost = ParallelCost::of(beside, alone);
+    if data.planned_repeats() > 1 {
+        let between = |f: fn(&CellRecord) -> Option<f64>| {
+            data.interval(beside.arm(), beside.pods, f)
+                .and_then(|i| one_value_noise(&i))
+                .unwrap_or(0.0)
+        };
+        let n = &mut cost.noise;
+        n.mean = n.mean.max(between(|r| r.mean_s));
+        n.p99 = n.p99.max(between(|r| r.p99_s));
+        n.throughput = n.throughput.max(between(|r| r.throughput_per_s));
+    }
+    Some(cost)
+}
+
+/// How far one measurement of a repeated cell strays from the repeats' mean, relative
+/// to it (pure): t·s, the half-width of the 95% interval of the mean times √n (the
+/// interval of [`crate::stats::interval`]). None with fewer than two repeats.
+pub fn one_value_noise(i: &crate::stats::interval::Interval) -> Option<f64> {
+    let h = i.half_width?;
+    (i.mean > 0.0).then(|| h * (i.n as f64).sqrt() / i.mean)
 }
 
 /// A `--gpus` run's reading lines and warnings (none for a run of one GPU).
@@ -205,6 +229,43 @@ mod tests {
                 DeviceKind::Cuda,
             )
         }
+    }
+
+    #[test]
+    fn with_repeats_the_spread_between_them_is_the_noise_when_larger() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/h100-run");
+        let base = RunData::load(&path).expect("fixture");
+        // MPS × 3 measured in three repeats, 0.9, 1.0 and 1.1 times the fixture's mean.
+        let mut data = base.repeated(&[0.9, 1.0, 1.1], |c, f| {
+            c.mean_s = c.mean_s.map(|v| v * f);
+        });
+        data.run.plan.gpus = vec![
+            crate::telemetry::inventory::GpuSelector::Index(0),
+            crate::telemetry::inventory::GpuSelector::Index(1),
+        ];
+        let beside = data
+            .cells
+            .iter()
+            .find(|r| r.is_aggregate() && r.strategy == Strategy::Mps && r.pods == 3 && r.repeat == 2)
+            .cloned()
+            .expect("MPS × 3, repeat 2");
+        // Alone, 8% faster than the middle repeat: beyond the window spreads and 5%,
+        // but one repeat alone strays t·s = 4.303 × 0.1 = 43% from their mean.
+        let alone = CellRecord {
+            mean_s: beside.mean_s.map(|m| m / 1.08),
+            ..beside.clone()
+        };
+        data.alone = vec![alone.clone()];
+        let c = parallel_cost(&data).expect("the cell");
+        assert!((c.noise.mean - 4.3027 * 0.1).abs() < 1e-9, "{}", c.noise.mean);
+        assert_eq!(c.warning(), None);
+        // Without the repeats, the same two measurements warn.
+        let once = ParallelCost::of(&beside, &alone);
+        assert!(once.warning().is_some(), "{:?}", once.noise);
+        assert_eq!(
+            one_value_noise(&crate::stats::interval::Interval::of(&[2.0]).expect("one")),
+            None
+        );
     }
 
     #[test]
