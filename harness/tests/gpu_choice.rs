@@ -75,8 +75,6 @@ fn a_gpu_choice_that_cannot_hold_is_refused_with_one_line() {
             vec!["isolation", "--gpus", "0,1"],
             "bad --gpus `0,1`: spreads a sweep's cells over several GPUs; isolation measures one GPU",
         ),
-        // No GPU here (CI): --device auto finds none to spread over.
-        (vec!["sweep", "--gpus", "0,1"], "bad --gpus `0,1`: this run has no GPU"),
     ] {
         let o = run(out.path(), &args);
         let err = String::from_utf8_lossy(&o.stderr);
@@ -94,6 +92,17 @@ fn a_gpu_choice_that_cannot_hold_is_refused_with_one_line() {
         assert_eq!(o.status.code(), Some(2), "{value}: {err}");
         assert!(err.contains(says), "{value}: {err}");
     }
+    // GPU 99 is on no machine: one line, with or without a GPU here (CI has none:
+    // --device auto finds none to spread over).
+    let o = run(out.path(), &["sweep", "--gpus", "0,99"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.starts_with("gpushare-bench: bad --gpus `"), "{err}");
+    assert!(
+        err.contains("this run has no GPU") || err.contains("there is no GPU 99"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
     // --gpu and --gpus together: clap's usage error.
     let o = run(out.path(), &["sweep", "--gpu", "0", "--gpus", "0,1"]);
     let err = String::from_utf8_lossy(&o.stderr);

@@ -388,10 +388,19 @@ where
                 lanes.push(lane);
                 results.push(r);
             }
-            Err(_) => results.push(Err(BenchError::Spawn {
-                pod: "all".into(),
-                reason: format!("the thread of GPU {gpu} panicked; its pods were stopped as it unwound"),
-            })),
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                results.push(Err(BenchError::Results {
+                    path: std::path::PathBuf::from(format!("GPU {gpu}")),
+                    reason: format!(
+                        "its lane stopped on an internal error ({what}); its pods were stopped as it unwound, the cells saved before it are kept, and --resume measures the rest"
+                    ),
+                }));
+            }
         }
     }
     let store = Arc::into_inner(shared)
@@ -425,6 +434,16 @@ where
     S: MetricsSource,
     F: Fn(&B, &PlanRecord) -> Result<S>,
 {
+    // A lane that panics makes the others stop after their cell, as one that fails.
+    struct AbortOnPanic<'a>(&'a std::sync::atomic::AtomicBool);
+    impl Drop for AbortOnPanic<'_> {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+    }
+    let _abort = AbortOnPanic(&ctx.shared.abort);
     let mut builder = tokio::runtime::Builder::new_current_thread();
     builder.enable_all();
     #[cfg(test)]
@@ -497,6 +516,12 @@ where
         return Ok(());
     }
     let Some(lane) = lanes.iter_mut().find(|l| Some(l.gpu) == row.gpu) else {
+        progress.message(&format!(
+            "the GPU that measured {} × {} (GPU {:?}) is not among this run's: none measured again alone",
+            row.arm().title(),
+            row.pods,
+            row.gpu
+        ));
         return Ok(());
     };
     let (arm, pods, repeat) = (row.arm(), row.pods, row.repeat);
@@ -524,6 +549,18 @@ where
     let mut measured = cells
         .measure(&prepared, &labels, &title, &load, baseline.as_ref())
         .await?;
+    // A check that could not be measured is not kept: a resume tries it again.
+    if let Some(a) = measured
+        .rows
+        .iter()
+        .find(|r| r.is_aggregate() && r.status != CellStatus::Ok)
+    {
+        progress.message(&format!(
+            "the cell measured again alone came out {}: {}; nothing kept, --resume tries it again",
+            a.status, a.note
+        ));
+        return measured.after_save(shutdown);
+    }
     for r in &mut measured.rows {
         r.gpu = Some(gpu);
         if r.is_aggregate() {

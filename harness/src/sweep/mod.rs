@@ -75,12 +75,11 @@ pub async fn run(
     }
     match plan.backend {
         BackendKind::Local => {
-            let (session, more) = local::session::open_lanes(&plan, resume.as_deref())?;
+            let (session, first_gpu, more) = local::session::open_lanes(&plan, resume.as_deref())?;
             if more.is_empty() {
                 return runner::run(session, progress, shutdown).await;
             }
             // `--gpus`: a lane of cells per GPU, in parallel.
-            let first_gpu = session.backend.gpu_index().unwrap_or(0);
             let settings = lanes::LaneSettings {
                 measure: session.settings,
                 source: |_: &local::LocalBackend, plan: &crate::results::record::PlanRecord| {

@@ -198,13 +198,6 @@ impl LocalBackend {
         }
     }
 
-    /// The measured GPU's index on a GPU run.
-    pub fn gpu_index(&self) -> Option<u32> {
-        (self.device == DeviceKind::Cuda)
-            .then(|| self.inventory.gpus.first().map(|g| g.index))
-            .flatten()
-    }
-
     /// The measured GPU's UUID on a GPU run (its inventory holds only that GPU).
     fn gpu_uuid(&self) -> Option<&str> {
         (self.device == DeviceKind::Cuda)
@@ -379,7 +372,16 @@ impl LocalBackend {
     fn spawn_pod(&self, name: String, launch: PodLaunch, log: PathBuf) -> Result<PodProcess> {
         let port = match self.base_port {
             Some(base) => {
-                let port = base + launch.index as u16;
+                let port = u16::try_from(launch.index)
+                    .ok()
+                    .and_then(|i| base.checked_add(i))
+                    .ok_or_else(|| {
+                        BenchError::flag(
+                            "--base-port",
+                            &base.to_string(),
+                            format!("{name} would need a port above 65535: give a lower base"),
+                        )
+                    })?;
                 std::net::TcpListener::bind(("127.0.0.1", port)).map_err(|e| {
                     BenchError::flag("--base-port", &base.to_string(), format!("port {port} for {name}: {e}"))
                 })?;

@@ -136,7 +136,7 @@ pub fn resumed_gpus(recorded: &[GpuRecord], plan: &PlanRecord) -> Vec<Option<Gpu
 /// Opens a local run of one GPU (a new run, or `resume`): `capacity` and `isolation`,
 /// which measure one GPU.
 pub fn open(plan: &SweepPlan, resume: Option<&str>) -> Result<Session<LocalBackend>> {
-    let (session, lanes) = open_lanes(plan, resume)?;
+    let (session, _, lanes) = open_lanes(plan, resume)?;
     if !lanes.is_empty() {
         return Err(BenchError::Results {
             path: session.store.dir().join("run.json"),
@@ -148,7 +148,10 @@ pub fn open(plan: &SweepPlan, resume: Option<&str>) -> Result<Session<LocalBacke
 
 /// Opens a local sweep (a new run, or `resume`): the session of its first GPU and, for
 /// `--gpus`, a [`Lane`] for each other GPU.
-pub fn open_lanes(plan: &SweepPlan, resume: Option<&str>) -> Result<(Session<LocalBackend>, Vec<Lane<LocalBackend>>)> {
+pub fn open_lanes(
+    plan: &SweepPlan,
+    resume: Option<&str>,
+) -> Result<(Session<LocalBackend>, u32, Vec<Lane<LocalBackend>>)> {
     let probed = crate::telemetry::nvml::probe();
     // A server of the user's own runs under sh; gpushare-workload is needed only for
     // an isolation run's aggressors beside it.
@@ -173,6 +176,7 @@ pub fn open_lanes(plan: &SweepPlan, resume: Option<&str>) -> Result<(Session<Loc
     let (lanes, other_gpus, gpu_processes) = match device {
         DeviceKind::Cuda => {
             let (lanes, others) = chosen_gpus(&probed, &asked, flag)?;
+            same_kind(&lanes)?;
             let mut processes = Vec::new();
             for l in &lanes {
                 processes.extend(check_busy(l.gpus.first(), plan.allow_busy_gpu)?);
@@ -275,27 +279,32 @@ pub fn open_lanes(plan: &SweepPlan, resume: Option<&str>) -> Result<(Session<Loc
     // Each GPU its backend (pods on their own ports: --base-port leaves room for the
     // largest cell of every GPU before it) and its telemetry.
     let stride = recorded.pods.iter().copied().max().unwrap_or(1);
-    let mut lanes = lanes.into_iter().enumerate().map(|(i, inventory)| {
-        let gpu_index = inventory.gpus.first().map_or(0, |g| g.index);
-        let telemetry: Arc<dyn Telemetry> = match (recorded.device, NvmlTelemetry::open(gpu_index)) {
-            (DeviceKind::Cuda, Some(t)) => Arc::new(t),
-            _ => Arc::new(NoTelemetry),
-        };
-        let base_port = plan.base_port.map(|b| lane_base_port(b, i, stride));
-        let backend = LocalBackend::new(
-            command.clone(),
-            recorded.device,
-            inventory,
-            store.dir(),
-            mps_control.clone(),
-        )
-        .with_base_port(base_port);
-        Lane {
-            gpu: gpu_index,
-            backend,
-            telemetry,
-        }
-    });
+    let labels = lane_labels(&store.run().environment.gpus, &lanes);
+    let mut lanes = lanes
+        .into_iter()
+        .zip(labels)
+        .enumerate()
+        .map(|(i, (inventory, label))| {
+            let gpu_index = inventory.gpus.first().map_or(0, |g| g.index);
+            let telemetry: Arc<dyn Telemetry> = match (recorded.device, NvmlTelemetry::open(gpu_index)) {
+                (DeviceKind::Cuda, Some(t)) => Arc::new(t),
+                _ => Arc::new(NoTelemetry),
+            };
+            let base_port = plan.base_port.map(|b| lane_base_port(b, i, stride));
+            let backend = LocalBackend::new(
+                command.clone(),
+                recorded.device,
+                inventory,
+                store.dir(),
+                mps_control.clone(),
+            )
+            .with_base_port(base_port);
+            Lane {
+                gpu: label,
+                backend,
+                telemetry,
+            }
+        });
     let first = lanes.next().ok_or_else(|| BenchError::Results {
         path: store.dir().join("run.json"),
         reason: "no GPU to measure".into(),
@@ -310,7 +319,56 @@ pub fn open_lanes(plan: &SweepPlan, resume: Option<&str>) -> Result<(Session<Loc
         notes,
         keep_alive: Vec::new(),
     };
-    Ok((session, more))
+    Ok((session, first.gpu, more))
+}
+
+/// The GPU numbers a `--gpus` run's rows carry, one per lane (pure): a resumed run's as
+/// it recorded them (`environment.gpus`, in lane order), so that its rows keep naming
+/// each GPU alike after the host renumbered them (each lane is found by its UUID);
+/// a new run's as the host numbers them.
+pub fn lane_labels(recorded: &[GpuRecord], lanes: &[GpuInventory]) -> Vec<u32> {
+    let now = lanes.iter().map(|l| l.gpus.first().map_or(0, |g| g.index));
+    if recorded.len() == lanes.len()
+        && recorded
+            .iter()
+            .zip(lanes)
+            .all(|(r, l)| l.gpus.first().is_some_and(|g| g.uuid == r.uuid))
+    {
+        recorded.iter().map(|r| r.index).collect()
+    } else {
+        now.collect()
+    }
+}
+
+/// Refuses `--gpus` over GPUs that differ in model or MIG mode (pure): their strategies
+/// would be measured on different hardware and set side by side in one table.
+pub fn same_kind(lanes: &[GpuInventory]) -> Result<()> {
+    let gpus: Vec<&GpuInfo> = lanes.iter().filter_map(|l| l.gpus.first()).collect();
+    let Some(first) = gpus.first() else { return Ok(()) };
+    if gpus
+        .iter()
+        .all(|g| g.name == first.name && g.mig_enabled == first.mig_enabled)
+    {
+        return Ok(());
+    }
+    let mig = |g: &GpuInfo| match g.mig_enabled {
+        Some(true) => "MIG on",
+        Some(false) => "MIG off",
+        None => "no MIG",
+    };
+    let listed: Vec<String> = gpus
+        .iter()
+        .map(|g| format!("GPU {} {} ({})", g.index, g.name, mig(g)))
+        .collect();
+    let given: Vec<String> = gpus.iter().map(|g| g.index.to_string()).collect();
+    Err(BenchError::flag(
+        "--gpus",
+        &given.join(","),
+        format!(
+            "the GPUs differ ({}): each strategy would be measured on other hardware; give GPUs of one model and MIG mode",
+            listed.join("; ")
+        ),
+    ))
 }
 
 /// The first fixed port of lane `lane`'s pods (pure): `base` for the first GPU, then
@@ -471,6 +529,50 @@ mod gpu_tests {
         assert_eq!(
             resumed_gpus(&recorded[..1], &plan),
             [Some(GpuSelector::Uuid(probed.gpus[5].uuid.clone()))]
+        );
+    }
+
+    #[test]
+    fn a_resumed_run_names_its_gpus_as_it_recorded_them_and_mixed_gpus_are_refused() {
+        let probed = host(EIGHT);
+        let asked = [Some(GpuSelector::Index(2)), Some(GpuSelector::Index(6))];
+        let (lanes, _) = chosen_gpus(&probed, &asked, "--gpus").expect("two GPUs");
+        let recorded: Vec<GpuRecord> = lanes.iter().map(|l| l.gpus[0].record()).collect();
+        assert_eq!(lane_labels(&recorded, &lanes), [2, 6]);
+        // The host renumbered its GPUs: the lanes are found by UUID and keep their names.
+        let mut moved = probed.clone();
+        moved.gpus.swap(6, 1);
+        moved.gpus.swap(2, 5);
+        for (i, g) in moved.gpus.iter_mut().enumerate() {
+            g.index = i as u32;
+        }
+        let by_uuid: Vec<Option<GpuSelector>> = recorded
+            .iter()
+            .map(|r| Some(GpuSelector::Uuid(r.uuid.clone())))
+            .collect();
+        let (now, _) = chosen_gpus(&moved, &by_uuid, "--gpus").expect("found");
+        assert_eq!(now.iter().map(|l| l.gpus[0].index).collect::<Vec<_>>(), [5, 1]);
+        assert_eq!(lane_labels(&recorded, &now), [2, 6], "the rows' names, not today's");
+        // A new run (nothing recorded yet) names them as the host does.
+        assert_eq!(lane_labels(&[], &now), [5, 1]);
+        // GPUs of one model: accepted; another model or MIG mode: refused, naming both.
+        assert!(same_kind(&lanes).is_ok());
+        let mut mixed = lanes.clone();
+        mixed[1].gpus[0].name = "NVIDIA A100-SXM4-80GB".into();
+        let e = same_kind(&mixed).expect_err("mixed models").to_string();
+        assert!(
+            e.starts_with("bad --gpus `2,6`: the GPUs differ (GPU 2 NVIDIA H100 80GB HBM3"),
+            "{e}"
+        );
+        assert!(e.contains("GPU 6 NVIDIA A100-SXM4-80GB"), "{e}");
+        let mut mig = lanes.clone();
+        mig[0].gpus[0].mig_enabled = Some(true);
+        mig[1].gpus[0].mig_enabled = Some(false);
+        assert!(
+            same_kind(&mig)
+                .expect_err("MIG on one")
+                .to_string()
+                .contains("(MIG on)")
         );
     }
 
