@@ -85,6 +85,7 @@ fn bench_gpu(c: &mut Criterion) {
         (AttentionMath::Bf16, Dtype::Bf16, "bf16"),
         (AttentionMath::Bf16Mma, Dtype::Bf16, "bf16 mma.sync"),
         (AttentionMath::Tf32, Dtype::F32, "tf32"),
+        (AttentionMath::Tf32Mma, Dtype::F32, "tf32 mma.sync"),
         (AttentionMath::F32, Dtype::F32, "f32"),
     ] {
         let qkv = up(&rt, seq * 3 * h, dt, 1);
@@ -100,6 +101,22 @@ fn bench_gpu(c: &mut Criterion) {
                 b.iter(|| {
                     rt.run(&mut step).expect("launch");
                     rt.gpu().synchronize().expect("sync");
+                })
+            },
+        );
+        // The kernel's own time: launches back to back and one synchronize per sample, so
+        // each launch's latency hides behind the kernel before it, as inside the model's
+        // CUDA graph. The bench above counts launch and synchronize too.
+        g.bench_function(
+            format!("attention {name} ({kernel}) 3401 tokens 6x64 back-to-back (elem = FLOP)"),
+            |b| {
+                b.iter_custom(|iters| {
+                    let start = std::time::Instant::now();
+                    for _ in 0..iters {
+                        rt.run(&mut step).expect("launch");
+                    }
+                    rt.gpu().synchronize().expect("sync");
+                    start.elapsed()
                 })
             },
         );

@@ -169,8 +169,10 @@ fn attention_matches_cpu() {
     ];
     for (math, tol) in [
         (AttentionMath::F32, 1e-5),
+        // On Hopper Tf32 and Bf16 are the wgmma kernels for head size 64; Tf32Mma and
+        // Bf16Mma the mma.sync ones.
         (AttentionMath::Tf32, 2e-3),
-        // On Hopper Bf16 is the wgmma kernel for head size 64; Bf16Mma the mma.sync one.
+        (AttentionMath::Tf32Mma, 2e-3),
         (AttentionMath::Bf16, 1e-2),
         (AttentionMath::Bf16Mma, 1e-2),
     ] {

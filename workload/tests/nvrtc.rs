@@ -62,31 +62,39 @@ fn hopper_builds_add_the_wgmma_attention_without_spills() {
     // wave on 132 SMs: at most 65536 / (3 · 128) registers per thread, and three times
     // the dynamic shared memory, plus the 1 KiB the driver reserves per block, within
     // Hopper's 228 KiB.
-    let wgmma = Kernel::AttentionWgmma.entry();
-    let section = compiled
-        .log
-        .split("Compiling entry function")
-        .find(|s| s.starts_with(&format!(" '{wgmma}'")))
-        .unwrap_or_else(|| panic!("no ptxas report for {wgmma} in:\n{}", compiled.log));
-    let registers: u32 = section
-        .split("Used ")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no register count in:\n{section}"));
-    assert!(
-        registers <= 65536 / (3 * 128),
-        "{wgmma} uses {registers} registers: fewer than 3 blocks per SM"
-    );
-    assert!(
-        3 * (Kernel::AttentionWgmma.dynamic_smem() + 1024) <= 228 * 1024,
-        "{wgmma}'s shared memory leaves fewer than 3 blocks per SM"
-    );
+    for kernel in Kernel::hopper() {
+        let wgmma = kernel.entry();
+        let section = compiled
+            .log
+            .split("Compiling entry function")
+            .find(|s| s.starts_with(&format!(" '{wgmma}'")))
+            .unwrap_or_else(|| panic!("no ptxas report for {wgmma} in:\n{}", compiled.log));
+        let registers: u32 = section
+            .split("Used ")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no register count in:\n{section}"));
+        println!(
+            "{wgmma}: {}",
+            section.lines().find(|l| l.contains("Used ")).unwrap_or_default().trim()
+        );
+        assert!(
+            registers <= 65536 / (3 * 128),
+            "{wgmma} uses {registers} registers: fewer than 3 blocks per SM"
+        );
+        assert!(
+            3 * (kernel.dynamic_smem() + 1024) <= 228 * 1024,
+            "{wgmma}'s shared memory leaves fewer than 3 blocks per SM"
+        );
+    }
     // An sm_90 build (GPUs other than Hopper's 9.0 get their own sm_XY) has no wgmma.
     let plain = compile_family(Family::Attention, "sm_90", false).unwrap_or_else(|e| panic!("{e}"));
-    let name = Kernel::AttentionWgmma.entry();
-    assert!(
-        !plain.image.windows(name.len()).any(|w| w == name.as_bytes()),
-        "sm_90 build defines {name}"
-    );
+    for kernel in Kernel::hopper() {
+        let name = kernel.entry();
+        assert!(
+            !plain.image.windows(name.len()).any(|w| w == name.as_bytes()),
+            "sm_90 build defines {name}"
+        );
+    }
 }

@@ -86,8 +86,11 @@ pub enum AttentionMath {
     /// bf16 on mma.m16n8k16 whatever the GPU (the path for GPUs before Hopper; tests and
     /// benches compare it with wgmma).
     Bf16Mma,
-    /// TF32 tensor cores on f32 data (mma.m16n8k8).
+    /// TF32 tensor cores on f32 data: wgmma on Hopper (sm_90a) for head size 64,
+    /// mma.m16n8k8 elsewhere.
     Tf32,
+    /// TF32 on mma.m16n8k8 whatever the GPU (as [`AttentionMath::Bf16Mma`] for bf16).
+    Tf32Mma,
     /// Plain f32 FMA.
     F32,
 }
@@ -115,6 +118,8 @@ pub enum Kernel {
     Attention(AttentionMath, usize),
     /// Fused bf16 attention for head size 64 on wgmma (sm_90a only).
     AttentionWgmma,
+    /// Fused TF32 attention for head size 64 on wgmma (sm_90a only).
+    AttentionWgmmaTf32,
     /// A write through an invalid address (`--inject-fault-after`).
     InjectFault,
 }
@@ -124,7 +129,7 @@ impl Kernel {
     pub fn family(self) -> Family {
         match self {
             Kernel::AddLayerNorm(_) => Family::Norm,
-            Kernel::Attention(..) | Kernel::AttentionWgmma => Family::Attention,
+            Kernel::Attention(..) | Kernel::AttentionWgmma | Kernel::AttentionWgmmaTf32 => Family::Attention,
             _ => Family::Elementwise,
         }
     }
@@ -144,12 +149,13 @@ impl Kernel {
             Kernel::Attention(m, d) => {
                 let m = match m {
                     AttentionMath::Bf16 | AttentionMath::Bf16Mma => "bf16",
-                    AttentionMath::Tf32 => "tf32",
+                    AttentionMath::Tf32 | AttentionMath::Tf32Mma => "tf32",
                     AttentionMath::F32 => "f32",
                 };
                 format!("attention_{m}_d{d}")
             }
             Kernel::AttentionWgmma => "attention_wgmma_bf16_d64".into(),
+            Kernel::AttentionWgmmaTf32 => "attention_wgmma_tf32_d64".into(),
         }
     }
 
@@ -159,13 +165,16 @@ impl Kernel {
         match self {
             // Q + double-buffered K and V tiles of 128 keys (72 KiB), 1 KiB to align them.
             Kernel::AttentionWgmma => 73 * 1024,
+            // Double-buffered K, one row-major and one transposed V tile of 64 keys in f32
+            // (64 KiB), 1 KiB to align them.
+            Kernel::AttentionWgmmaTf32 => 65 * 1024,
             _ => 0,
         }
     }
 
     /// The entry points only a Hopper build (`sm_90a`) defines.
     pub fn hopper() -> Vec<Kernel> {
-        vec![Kernel::AttentionWgmma]
+        vec![Kernel::AttentionWgmma, Kernel::AttentionWgmmaTf32]
     }
 
     /// Every entry point the sources define (for the compile test).

@@ -397,12 +397,13 @@ impl CudaRuntime {
         Ok(step)
     }
 
-    /// The attention kernel `math` runs on this GPU: bf16 with head size 64 on wgmma
-    /// where the kernels were built for Hopper (one warpgroup per 64 queries, the same
+    /// The attention kernel `math` runs on this GPU: bf16 and TF32 with head size 64 on
+    /// wgmma where the kernels were built for Hopper (one warpgroup per 64 queries, the same
     /// grid and block as the mma.sync kernel), otherwise the named one.
     pub fn attention_kernel(&self, math: AttentionMath, head_dim: usize) -> Kernel {
         match math {
             AttentionMath::Bf16 if head_dim == 64 && self.kernels.wgmma() => Kernel::AttentionWgmma,
+            AttentionMath::Tf32 if head_dim == 64 && self.kernels.wgmma() => Kernel::AttentionWgmmaTf32,
             m => Kernel::Attention(m, head_dim),
         }
     }

@@ -670,4 +670,197 @@ attention_wgmma_bf16_d64(const bf16_t* __restrict__ qkv, bf16_t* __restrict__ ou
         if (r1 < seq) *(u32*)&ob[(long)r1 * hidden + i * 8] = pack_bf16x2(o[i][2] * inv1, o[i][3] * inv1);
     }
 }
+// ---- tf32 on Hopper (sm_90a): wgmma --------------------------------------------------
+// The TF32 counterpart of the kernel above: one warpgroup per 64 query rows of one head,
+// 64 keys per tile, both products on wgmma.m64n64k8 (tf32 operands, f32 accumulators).
+// wgmma reads 32-bit operands from shared memory only K-major (tf32 has no transposed B):
+//  - S = Q·Kᵀ takes Q from registers (tf32 A fragments, rounded to nearest as the
+//    mma.sync kernel holds them) and the K tile K-major as it arrives (cp.async): two
+//    128-byte swizzle atoms of 32 dims. wgmma reads a shared f32 as tf32 by dropping its
+//    low 13 bits, so K alone enters truncated, not rounded: rounding each tile in place
+//    first took 136 µs against 111 at the yolos-small shape (H100, a standalone driver)
+//    for a relative error of 6.6e-4 against 1.3e-3 (tests/gpu.rs allows 2e-3).
+//  - O += P·V takes P from registers (rounded) and V transposed: each V tile lands
+//    row-major (16-byte chunks XOR-swizzled so the transposing reads are conflict-free),
+//    then the block writes it, rounded, dims × keys into two swizzle atoms of 32 keys,
+//    16 bytes (4 keys of one dim) per store.
+//    P's columns t and t+4 hold the score accumulator's keys 2t and 2t+1, so within each
+//    8 keys the transposed tile stores key order 0 2 4 6 1 3 5 7.
+// Q stays in registers as A fragments, rounded once, but each key tile hands the wgmmas
+// fresh definitions (`^= fresh`, zero at run time): on an H100 (NVRTC/ptxas of CUDA 13.0) the
+// same registers given to the wgmmas of every tile read back overwritten from the second
+// tile on (the scores of tile 1 were those of a different Q), while fresh ones, as P's
+// are, were right; a plain mov was optimised away and did not help.
+// Shared memory: K 2 × 16 KiB (double-buffered), V row-major 16 KiB, Vᵀ 16 KiB = 64 KiB
+// (+1 KiB to align), so three blocks fit a multiprocessor, as with bf16.
+__device__ __forceinline__ u32 tf32_bits(float f) { return (__float_as_uint(f) + 0x1000u) & 0xFFFFE000u; }
+// The same rounding for an operand wgmma reads from shared memory, which drops the low
+// 13 bits itself (see K above), so the mask is left out.
+__device__ __forceinline__ u32 tf32_bits_smem(float f) { return __float_as_uint(f) + 0x1000u; }
+
+// d (64×64, f32) = (scale_d ? d : 0) + A·B, A (64×8 tf32) from registers, B K-major in
+// shared memory.
+__device__ __forceinline__ void wgmma_tf32_rs(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u64 db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(scale_d));
+}
+
+extern "C" __global__ void __launch_bounds__(128, 3)
+attention_wgmma_tf32_d64(const float* __restrict__ qkv, float* __restrict__ out, const int* __restrict__ lens,
+                         int seq, int heads, float scale_log2) {
+    constexpr int D = 64, BQ = 64, BK = 64, NT = BK / 8, TILE = BK * D * 4;
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* sm = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+    unsigned char* sK0 = sm;            // [2][2 atoms][64 keys][128 B]
+    unsigned char* sVn = sm + 2 * TILE; // [64 keys][256 B], chunks swizzled
+    unsigned char* sVt = sm + 3 * TILE; // [2 atoms][64 dims][128 B]
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int q0 = blockIdx.x * BQ, h = blockIdx.y, b = blockIdx.z;
+    const int hidden = heads * D;
+    const long stride = 3L * hidden;
+    const float* base = qkv + (long)b * seq * stride + h * D;
+    const int limit = lens != nullptr ? lens[b] : seq;
+    const int ntiles = (limit + BK - 1) / BK;
+    // 0 (seq >= 0), but not provably so to the compiler, and different per tile:
+    // `qf[] ^= fresh` redefines the fragments each tile, which loop-invariant motion
+    // cannot hoist.
+    const u32 sign = (u32)(seq >> 31);
+
+    // Copies: chunk c (4 floats) of key rows r0 + 8i; the swizzles depend on r0 only.
+    const int c = tid & 15, r0 = tid >> 4;
+    const u32 k_off = (u32)((c >> 3) * 8192 + r0 * 128 + (((c & 7) ^ r0) << 4));
+    // V row r keeps chunk c at c ^ vswz(r), vswz(r) = (2·(r / 8) + r % 2) mod 8: rows
+    // r0 + 8i differ in i only, so this thread's chunks sit at (c ^ r0 % 2) ^ 2i mod 8.
+    const u32 v_row = (u32)(r0 * 256), v_chunk = (u32)(c ^ (r0 & 1));
+    const float* gk = base + hidden + (long)r0 * stride + c * 4;
+    auto load = [&](int tile) {
+        const u32 k = smem_u32(sK0 + (tile & 1) * TILE) + k_off, v = smem_u32(sVn) + v_row;
+        if ((tile + 1) * BK <= limit) {
+            const float* src = gk + (long)tile * BK * stride;
+#pragma unroll
+            for (int i = 0; i < BK / 8; i++) {
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(k + i * 1024), "l"(src + (long)i * 8 * stride));
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(v + i * 2048 + ((v_chunk ^ ((2 * i) & 7)) << 4)), "l"(src + (long)i * 8 * stride + hidden));
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < BK / 8; i++) {
+                const int t = tile * BK + r0 + 8 * i;
+                const float* src = base + hidden + (long)min(t, seq - 1) * stride + c * 4;
+                const u32 n = t < limit ? 16 : 0;
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(k + i * 1024), "l"(src), "r"(n));
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(v + i * 2048 + ((v_chunk ^ ((2 * i) & 7)) << 4)), "l"(src + hidden), "r"(n));
+            }
+        }
+        cp_async_commit();
+    };
+    load(0);
+
+    // Query fragments straight from global memory, once (the mma.sync tf32 kernel's).
+    u32 qf[D / 8][4];
+    {
+        const int ra = q0 + warp * 16 + g, rb = ra + 8;
+        const float* qa = base + (long)min(ra, seq - 1) * stride;
+        const float* qb = base + (long)min(rb, seq - 1) * stride;
+#pragma unroll
+        for (int kc = 0; kc < D / 8; kc++) {
+            qf[kc][0] = to_tf32(ra < seq ? qa[kc * 8 + t4] : 0.0f);
+            qf[kc][1] = to_tf32(rb < seq ? qb[kc * 8 + t4] : 0.0f);
+            qf[kc][2] = to_tf32(ra < seq ? qa[kc * 8 + t4 + 4] : 0.0f);
+            qf[kc][3] = to_tf32(rb < seq ? qb[kc * 8 + t4 + 4] : 0.0f);
+        }
+    }
+
+    float o[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.0f, l1 = 0.0f;
+    const u64 dvt = wgmma_desc(sVt, 1024);
+
+    for (int j = 0; j < ntiles; j++) {
+        cp_async_wait<0>();
+        __syncthreads(); // tile j has landed; every thread is past P·V of tile j - 1
+        // Transpose V: unit u = tid + 128·r takes keys 8p+q, +2, +4, +6 (pq = 2p + q = u % 16,
+        // the 16-byte chunk pq of the transposed rows) of dims 4c..4c+3 (c = u / 16): four
+        // 16-byte reads, four 16-byte writes, each quarter-warp on eight distinct bank groups.
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int u = tid + 128 * r, pq = u & 15, c4 = u >> 4;
+            const unsigned char* src = sVn + (8 * (pq >> 1) + (pq & 1)) * 256 + ((c4 ^ (pq & 7)) << 4);
+            float4 kv[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) kv[e] = *(const float4*)(src + e * 512);
+            unsigned char* dst = sVt + (pq >> 3) * 8192 + c4 * 4 * 128;
+#pragma unroll
+            for (int x = 0; x < 4; x++) {
+                uint4 w;
+                w.x = tf32_bits_smem((&kv[0].x)[x]);
+                w.y = tf32_bits_smem((&kv[1].x)[x]);
+                w.z = tf32_bits_smem((&kv[2].x)[x]);
+                w.w = tf32_bits_smem((&kv[3].x)[x]);
+                *(uint4*)(dst + x * 128 + (((pq & 7) ^ (4 * (c4 & 1) + x)) << 4)) = w;
+            }
+        }
+        // wgmma reads shared memory through the async proxy: make the copies and the
+        // transposed tile visible to it.
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads(); // Vᵀ written; the row-major V buffer is free again
+        if (j + 1 < ntiles) load(j + 1);
+
+        const u64 dk = wgmma_desc(sK0 + (j & 1) * TILE, 1024);
+        const u32 fresh = (u32)j & sign;
+#pragma unroll
+        for (int kc = 0; kc < D / 8; kc++) {
+            qf[kc][0] ^= fresh;
+            qf[kc][1] ^= fresh;
+            qf[kc][2] ^= fresh;
+            qf[kc][3] ^= fresh;
+        }
+        float s[NT][4];
+        wgmma_fence();
+#pragma unroll
+        for (int kc = 0; kc < D / 8; kc++) {
+            // 8 dims = 32 bytes along a swizzled row; dims 32.. are the second atom.
+            wgmma_tf32_rs(&s[0][0], qf[kc][0], qf[kc][1], qf[kc][2], qf[kc][3],
+                          dk + (u64)((kc >> 2) * 8192 >> 4) + 2 * (kc & 3), kc);
+        }
+        wgmma_commit();
+        wgmma_wait0();
+
+        float a0, a1;
+        online_softmax<NT>(s, m0, m1, l0, l1, a0, a1, scale_log2, j * BK, limit, lane);
+#pragma unroll
+        for (int i = 0; i < D / 8; i++) {
+            o[i][0] *= a0;
+            o[i][1] *= a0;
+            o[i][2] *= a1;
+            o[i][3] *= a1;
+        }
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BK / 8; kk++) {
+            wgmma_tf32_rs(&o[0][0], tf32_bits(s[kk][0]), tf32_bits(s[kk][2]), tf32_bits(s[kk][1]),
+                          tf32_bits(s[kk][3]), dvt + (u64)((kk >> 2) * 8192 >> 4) + 2 * (kk & 3), 1);
+        }
+        wgmma_commit();
+        wgmma_wait0();
+    }
+
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+    const int r0q = q0 + warp * 16 + g, r1q = r0q + 8;
+    float* ob = out + (long)b * seq * hidden + h * D + t4 * 2;
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) {
+        if (r0q < seq) *(float2*)&ob[(long)r0q * hidden + i * 8] = make_float2(o[i][0] * inv0, o[i][1] * inv0);
+        if (r1q < seq) *(float2*)&ob[(long)r1q * hidden + i * 8] = make_float2(o[i][2] * inv1, o[i][3] * inv1);
+    }
+}
 #endif
