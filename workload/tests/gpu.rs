@@ -95,60 +95,63 @@ fn maybe_round(v: Vec<f32>, dt: Dtype) -> Vec<f32> {
 #[ignore = "needs GPU"]
 fn add_layer_norm_matches_cpu() {
     let mut c = Ctx::new();
-    let (rows, cols) = (3401, 384);
-    for (dt, tol) in dtypes() {
-        for post in [false, true] {
-            for with_delta in [false, true] {
-                let resid = random(rows * cols, 3.0, 1);
-                let delta = maybe_round(random(rows * cols, 2.0, 2), dt);
-                let ln = LayerNormParams {
-                    gamma: Tensor {
-                        shape: vec![cols],
-                        data: random(cols, 1.0, 3),
-                    },
-                    beta: Tensor {
-                        shape: vec![cols],
-                        data: random(cols, 0.5, 4),
-                    },
-                };
-                let (r_d, d_d) = (c.up(&resid, Dtype::F32), c.up(&delta, dt));
-                let (g_d, b_d) = (c.up(&ln.gamma.data, Dtype::F32), c.up(&ln.beta.data, Dtype::F32));
-                let out = c.out(rows * cols, dt);
-                let step =
-                    c.rt.add_layer_norm(
-                        "t",
-                        dt,
-                        &r_d,
-                        with_delta.then_some(&d_d),
-                        &g_d,
-                        &b_d,
-                        &out,
-                        rows,
+    // The yolos-small shape and the widest rows (the kernel's 4-column path), and rows of
+    // a length that is not a multiple of 4 (its scalar path).
+    for (rows, cols) in [(3401, 384), (37, 1024), (5, 1021)] {
+        for (dt, tol) in dtypes() {
+            for post in [false, true] {
+                for with_delta in [false, true] {
+                    let resid = random(rows * cols, 3.0, 1);
+                    let delta = maybe_round(random(rows * cols, 2.0, 2), dt);
+                    let ln = LayerNormParams {
+                        gamma: Tensor {
+                            shape: vec![cols],
+                            data: random(cols, 1.0, 3),
+                        },
+                        beta: Tensor {
+                            shape: vec![cols],
+                            data: random(cols, 0.5, 4),
+                        },
+                    };
+                    let (r_d, d_d) = (c.up(&resid, Dtype::F32), c.up(&delta, dt));
+                    let (g_d, b_d) = (c.up(&ln.gamma.data, Dtype::F32), c.up(&ln.beta.data, Dtype::F32));
+                    let out = c.out(rows * cols, dt);
+                    let step =
+                        c.rt.add_layer_norm(
+                            "t",
+                            dt,
+                            &r_d,
+                            with_delta.then_some(&d_d),
+                            &g_d,
+                            &b_d,
+                            &out,
+                            rows,
+                            cols,
+                            1e-12,
+                            post,
+                        )
+                        .expect("step");
+                    c.run(step);
+                    let mut cpu_resid = resid.clone();
+                    let mut cpu_out = vec![0.0; rows * cols];
+                    ops::add_layer_norm(
+                        &mut cpu_resid,
+                        with_delta.then_some(&delta[..]),
                         cols,
+                        &ln,
                         1e-12,
                         post,
-                    )
-                    .expect("step");
-                c.run(step);
-                let mut cpu_resid = resid.clone();
-                let mut cpu_out = vec![0.0; rows * cols];
-                ops::add_layer_norm(
-                    &mut cpu_resid,
-                    with_delta.then_some(&delta[..]),
-                    cols,
-                    &ln,
-                    1e-12,
-                    post,
-                    &mut cpu_out,
-                );
-                let what = format!("add_layer_norm {dt:?} post={post} delta={with_delta}");
-                check(&format!("{what} out"), &c.down(&out, rows * cols, dt), &cpu_out, tol);
-                check(
-                    &format!("{what} resid"),
-                    &c.down(&r_d, rows * cols, Dtype::F32),
-                    &cpu_resid,
-                    1e-5,
-                );
+                        &mut cpu_out,
+                    );
+                    let what = format!("add_layer_norm {rows}x{cols} {dt:?} post={post} delta={with_delta}");
+                    check(&format!("{what} out"), &c.down(&out, rows * cols, dt), &cpu_out, tol);
+                    check(
+                        &format!("{what} resid"),
+                        &c.down(&r_d, rows * cols, Dtype::F32),
+                        &cpu_resid,
+                        1e-5,
+                    );
+                }
             }
         }
     }
