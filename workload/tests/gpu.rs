@@ -206,6 +206,16 @@ fn attention_matches_cpu() {
             let mut cpu = vec![0.0; batch * seq * hidden];
             ops::attention(&qkv, batch, seq, heads, d, masked.then_some(&lens[..]), &mut cpu);
             let kernel = c.rt.attention_kernel(math, d).entry();
+            // Hopper (9.0) runs the wgmma kernels for bf16 and TF32 at head size 64.
+            if c.rt.gpu().info().compute_capability == (9, 0)
+                && d == 64
+                && matches!(math, AttentionMath::Bf16 | AttentionMath::Tf32)
+            {
+                assert!(
+                    kernel.starts_with("attention_wgmma_"),
+                    "{math:?} d{d} ran {kernel} on Hopper"
+                );
+            }
             check(
                 &format!("attention {math:?} ({kernel}) b{batch} t{seq} h{heads} d{d} mask={masked}"),
                 &c.down(&out, cpu.len(), dt),

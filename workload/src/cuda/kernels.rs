@@ -287,7 +287,7 @@ pub fn compile_family(family: Family, arch: &str, verbose: bool) -> Result<Compi
 }
 
 /// The NVRTC target for a GPU of compute capability `cc` (pure): Hopper's
-/// architecture-specific `sm_90a`, whose wgmma the bf16 attention uses, else `sm_XY`.
+/// architecture-specific `sm_90a`, whose wgmma the bf16 and TF32 attention use, else `sm_XY`.
 pub fn target_arch(cc: (i32, i32)) -> String {
     match cc {
         (9, 0) => "sm_90a".into(),

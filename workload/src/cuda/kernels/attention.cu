@@ -541,6 +541,13 @@ ATTENTION_ENTRY(f32, float, 64, 256)
 // against 61.7 µs with 64 at that shape; overlapping S(j+1) with softmax(j) inside the
 // warpgroup (FlashAttention-3's intra-warpgroup pipelining), Q from registers, and
 // two or three warpgroups sharing K/V tiles were each no faster there and left out.
+// Two later experiments with the same kind of driver (nvcc, H100, 300 launches timed by
+// events, this shape) were slower and left out too: computing 25/50/75% of the softmax's
+// exp2 on the FMA pipe (a degree-3 polynomial and an exponent add, FlashAttention-4's
+// trick) took 58.2/63.7/68.2 µs against 54.5, so the special-function unit is not what
+// limits this kernel; and taking P's row sums on the tensor cores (a wgmma.m64n8k16 of
+// P by ones beside each P·V step, which drops the FADD per score) took 55.4-57.3 µs
+// against 54.5-56.0.
 // The project's own numbers: results/20261125-h100-attention-tiles128.
 // PTX ISA 8.x, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate": descriptor
 // bits 0-13 start address >> 4, 16-29 leading byte offset >> 4, 32-45 stride byte
@@ -690,7 +697,9 @@ attention_wgmma_bf16_d64(const bf16_t* __restrict__ qkv, bf16_t* __restrict__ ou
 // fresh definitions (`^= fresh`, zero at run time): on an H100 (NVRTC/ptxas of CUDA 13.0) the
 // same registers given to the wgmmas of every tile read back overwritten from the second
 // tile on (the scores of tile 1 were those of a different Q), while fresh ones, as P's
-// are, were right; a plain mov was optimised away and did not help.
+// are, were right; a plain mov was optimised away and did not help. `seq` is a kernel
+// argument, so no compiler can fold the zero away; should a later one miscompile this
+// anyway, the GPU test's 3401-token case (54 key tiles) fails with a relative error near 1.
 // Shared memory: K 2 × 16 KiB (double-buffered), V row-major 16 KiB, Vᵀ 16 KiB = 64 KiB
 // (+1 KiB to align), so three blocks fit a multiprocessor, as with bf16.
 __device__ __forceinline__ u32 tf32_bits(float f) { return (__float_as_uint(f) + 0x1000u) & 0xFFFFE000u; }
