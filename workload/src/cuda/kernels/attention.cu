@@ -283,7 +283,7 @@ __device__ void attention_bf16(const bf16_t* __restrict__ qkv, bf16_t* __restric
 template <int D>
 __device__ void attention_tf32(const float* __restrict__ qkv, float* __restrict__ out, const int* __restrict__ lens,
                                int seq, int heads, float scale_log2) {
-    constexpr int BQ = 64, BK = 32, THREADS = 128, LD = D + 4, CH = D / 4;
+    constexpr int BQ = 64, BK = 32, THREADS = 128, LD = D + 4;
     __shared__ __align__(16) float sK[2][BK * LD];
     __shared__ __align__(16) float sV[2][BK * LD];
 
