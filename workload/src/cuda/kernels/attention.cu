@@ -142,16 +142,22 @@ __device__ __forceinline__ void online_softmax(float (&s)[NT][4], float& m0, flo
             for (int e = 0; e < 4; e++)
                 if (key0 + nt * 8 + (lane & 3) * 2 + (e & 1) >= limit) s[nt][e] = NEG_INF;
     }
-    float mx0 = m0, mx1 = m1;
+    // The row maximum of the raw scores, scaled once: rounding is monotonic and the scale
+    // positive, so this equals the maximum of the scaled scores bit for bit, for one FMUL
+    // per row instead of one per score pair (the bf16 wgmma kernel on an H200: 54.9-55.1
+    // against 55.4-55.6 µs, results/20261126-h200-attention-experiments).
+    float mx0 = fmaxf(s[0][0], s[0][1]), mx1 = fmaxf(s[0][2], s[0][3]);
 #pragma unroll
-    for (int nt = 0; nt < NT; nt++) {
-        mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]) * scale_log2);
-        mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]) * scale_log2);
+    for (int nt = 1; nt < NT; nt++) {
+        mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
+        mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
     }
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    mx0 = fmaxf(m0, mx0 * scale_log2);
+    mx1 = fmaxf(m1, mx1 * scale_log2);
     // The first tile always holds key 0, so mx is finite from then on; exp2(-inf) = 0.
     alpha0 = fast_exp2(m0 - mx0);
     alpha1 = fast_exp2(m1 - mx1);
@@ -170,6 +176,47 @@ __device__ __forceinline__ void online_softmax(float (&s)[NT][4], float& m0, flo
     // Partial row sums per thread; the quad's four parts are added at the end.
     l0 = l0 * alpha0 + r0;
     l1 = l1 * alpha1 + r1;
+}
+
+// The end of every tensor-core kernel: the quad's four partial row sums added, O divided
+// by them, and each thread's two rows (g and g+8 of its warp's 16) stored, two adjacent
+// columns per store, in the activation type.
+__device__ __forceinline__ void store_pair(float* p, float lo, float hi) { *(float2*)p = make_float2(lo, hi); }
+__device__ __forceinline__ void store_pair(bf16_t* p, float lo, float hi) { *(u32*)p = pack_bf16x2(lo, hi); }
+
+template <int D, typename T>
+__device__ __forceinline__ void finish_rows(const float (&o)[D / 8][4], float l0, float l1, T* __restrict__ out, int b,
+                                            int h, int q0, int seq, int heads, int warp, int lane) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+    const int hidden = heads * D, r0 = q0 + warp * 16 + (lane >> 2), r1 = r0 + 8;
+    T* ob = out + (long)b * seq * hidden + h * D + (lane & 3) * 2;
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) {
+        if (r0 < seq) store_pair(&ob[(long)r0 * hidden + i * 8], o[i][0] * inv0, o[i][1] * inv0);
+        if (r1 < seq) store_pair(&ob[(long)r1 * hidden + i * 8], o[i][2] * inv1, o[i][3] * inv1);
+    }
+}
+
+// TF32 A fragments of this warp's 16 query rows (mma.m16n8k8's layout, which wgmma's
+// m64nNk8 shares per warp), rounded to nearest, straight from global memory.
+template <int D>
+__device__ __forceinline__ void load_q_tf32(u32 (&qf)[D / 8][4], const float* __restrict__ base, long stride, int q0,
+                                            int seq, int warp, int lane) {
+    const int g = lane >> 2, t4 = lane & 3;
+    const int ra = q0 + warp * 16 + g, rb = ra + 8;
+    const float* qa = base + (long)min(ra, seq - 1) * stride;
+    const float* qb = base + (long)min(rb, seq - 1) * stride;
+#pragma unroll
+    for (int kc = 0; kc < D / 8; kc++) {
+        qf[kc][0] = to_tf32(ra < seq ? qa[kc * 8 + t4] : 0.0f);
+        qf[kc][1] = to_tf32(rb < seq ? qb[kc * 8 + t4] : 0.0f);
+        qf[kc][2] = to_tf32(ra < seq ? qa[kc * 8 + t4 + 4] : 0.0f);
+        qf[kc][3] = to_tf32(rb < seq ? qb[kc * 8 + t4 + 4] : 0.0f);
+    }
 }
 
 // ---- bf16: mma.m16n8k16, ldmatrix, cp.async double buffering -------------------------
@@ -262,18 +309,7 @@ __device__ void attention_bf16(const bf16_t* __restrict__ qkv, bf16_t* __restric
         __syncthreads();
     }
 
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-    const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
-    const int r0 = q0 + warp * 16 + (lane >> 2), r1 = r0 + 8;
-    bf16_t* ob = out + (long)b * seq * hidden + h * D + (lane & 3) * 2;
-#pragma unroll
-    for (int i = 0; i < D / 8; i++) {
-        if (r0 < seq) *(u32*)&ob[(long)r0 * hidden + i * 8] = pack_bf16x2(o[i][0] * inv0, o[i][1] * inv0);
-        if (r1 < seq) *(u32*)&ob[(long)r1 * hidden + i * 8] = pack_bf16x2(o[i][2] * inv1, o[i][3] * inv1);
-    }
+    finish_rows<D>(o, l0, l1, out, b, h, q0, seq, heads, warp, lane);
 }
 
 // ---- tf32: mma.m16n8k8 on f32 data, padded shared tiles ------------------------------
@@ -302,18 +338,7 @@ __device__ void attention_tf32(const float* __restrict__ qkv, float* __restrict_
 
     // Query fragments straight from global memory, once.
     u32 qf[D / 8][4];
-    {
-        const int ra = q0 + warp * 16 + g, rb = ra + 8;
-        const float* qa = base + (long)min(ra, seq - 1) * stride;
-        const float* qb = base + (long)min(rb, seq - 1) * stride;
-#pragma unroll
-        for (int kc = 0; kc < D / 8; kc++) {
-            qf[kc][0] = to_tf32(ra < seq ? qa[kc * 8 + t4] : 0.0f);
-            qf[kc][1] = to_tf32(rb < seq ? qb[kc * 8 + t4] : 0.0f);
-            qf[kc][2] = to_tf32(ra < seq ? qa[kc * 8 + t4 + 4] : 0.0f);
-            qf[kc][3] = to_tf32(rb < seq ? qb[kc * 8 + t4 + 4] : 0.0f);
-        }
-    }
+    load_q_tf32<D>(qf, base, stride, q0, seq, warp, lane);
 
     float o[D / 8][4];
 #pragma unroll
@@ -363,23 +388,7 @@ __device__ void attention_tf32(const float* __restrict__ qkv, float* __restrict_
         __syncthreads();
     }
 
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-    const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
-    const int r0 = q0 + warp * 16 + g, r1 = r0 + 8;
-    float* ob = out + (long)b * seq * hidden + h * D + t4 * 2;
-#pragma unroll
-    for (int i = 0; i < D / 8; i++) {
-        float2 v0, v1;
-        v0.x = o[i][0] * inv0;
-        v0.y = o[i][1] * inv0;
-        v1.x = o[i][2] * inv1;
-        v1.y = o[i][3] * inv1;
-        if (r0 < seq) *(float2*)&ob[(long)r0 * hidden + i * 8] = v0;
-        if (r1 < seq) *(float2*)&ob[(long)r1 * hidden + i * 8] = v1;
-    }
+    finish_rows<D>(o, l0, l1, out, b, h, q0, seq, heads, warp, lane);
 }
 
 // ---- f32: FMA, register-tiled (the accuracy reference on the GPU) ---------------------
@@ -549,6 +558,21 @@ ATTENTION_ENTRY(f32, float, 64, 256)
 // P by ones beside each P·V step, which drops the FADD per score) took 55.4-57.3 µs
 // against 54.5-56.0.
 // The project's own numbers: results/20261125-h100-attention-tiles128.
+// More that were no faster, on an H200 (results/20261126-h200-attention-experiments, the
+// drivers kept there; three rounds of 300 launches each, this kernel 54.9-55.5 µs). The
+// kernel is not short of SMs, resident warps or L2 bandwidth:
+//  - a stream-K split: every block takes an equal run of (query tile, key tile) steps and
+//    the last of a tile's blocks folds the others' partial rows (in block order, so the
+//    result does not depend on who finishes last; no block waits for another), so all
+//    132 SMs hold three blocks where 72 hold two without it: 55.3-55.8 µs;
+//  - the same with two or three warpgroups per block sharing each K/V tile (half or a
+//    third of the L2 traffic): 65.2-65.8 and 59.4-59.8 µs;
+//  - 64-key tiles at three, four or five blocks per SM (stream-K, 138/128/96 registers):
+//    60.9-61.2, 61.8-61.9, 64.5-64.9 µs;
+//  - FlashAttention-4's lazy rescaling (O and l keep a stale row maximum until a new one
+//    exceeds it by more than 8 in log2 units, decided per warp): 56.5-57.0 µs;
+//  - P packed by byte permutes (truncating; error 3.2e-3 against 1.9e-3) or with a
+//    rounding add first: 55.5-56.0 and 57.2-57.6 µs (both spill a few bytes).
 // PTX ISA 8.x, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate": descriptor
 // bits 0-13 start address >> 4, 16-29 leading byte offset >> 4, 32-45 stride byte
 // offset >> 4, 62-63 swizzle mode (1 = 128B).
@@ -664,18 +688,7 @@ attention_wgmma_bf16_d64(const bf16_t* __restrict__ qkv, bf16_t* __restrict__ ou
         __syncthreads();
     }
 
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-    const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
-    const int r0 = q0 + warp * 16 + (lane >> 2), r1 = r0 + 8;
-    bf16_t* ob = out + (long)b * seq * hidden + h * D + (lane & 3) * 2;
-#pragma unroll
-    for (int i = 0; i < D / 8; i++) {
-        if (r0 < seq) *(u32*)&ob[(long)r0 * hidden + i * 8] = pack_bf16x2(o[i][0] * inv0, o[i][1] * inv0);
-        if (r1 < seq) *(u32*)&ob[(long)r1 * hidden + i * 8] = pack_bf16x2(o[i][2] * inv1, o[i][3] * inv1);
-    }
+    finish_rows<D>(o, l0, l1, out, b, h, q0, seq, heads, warp, lane);
 }
 // ---- tf32 on Hopper (sm_90a): wgmma --------------------------------------------------
 // The TF32 counterpart of the kernel above: one warpgroup per 64 query rows of one head,
@@ -769,20 +782,9 @@ attention_wgmma_tf32_d64(const float* __restrict__ qkv, float* __restrict__ out,
     };
     load(0);
 
-    // Query fragments straight from global memory, once (the mma.sync tf32 kernel's).
+    // Query fragments straight from global memory, once.
     u32 qf[D / 8][4];
-    {
-        const int ra = q0 + warp * 16 + g, rb = ra + 8;
-        const float* qa = base + (long)min(ra, seq - 1) * stride;
-        const float* qb = base + (long)min(rb, seq - 1) * stride;
-#pragma unroll
-        for (int kc = 0; kc < D / 8; kc++) {
-            qf[kc][0] = to_tf32(ra < seq ? qa[kc * 8 + t4] : 0.0f);
-            qf[kc][1] = to_tf32(rb < seq ? qb[kc * 8 + t4] : 0.0f);
-            qf[kc][2] = to_tf32(ra < seq ? qa[kc * 8 + t4 + 4] : 0.0f);
-            qf[kc][3] = to_tf32(rb < seq ? qb[kc * 8 + t4 + 4] : 0.0f);
-        }
-    }
+    load_q_tf32<D>(qf, base, stride, q0, seq, warp, lane);
 
     float o[D / 8][4];
 #pragma unroll
@@ -859,17 +861,6 @@ attention_wgmma_tf32_d64(const float* __restrict__ qkv, float* __restrict__ out,
         wgmma_wait0();
     }
 
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-    const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
-    const int r0q = q0 + warp * 16 + g, r1q = r0q + 8;
-    float* ob = out + (long)b * seq * hidden + h * D + t4 * 2;
-#pragma unroll
-    for (int i = 0; i < D / 8; i++) {
-        if (r0q < seq) *(float2*)&ob[(long)r0q * hidden + i * 8] = make_float2(o[i][0] * inv0, o[i][1] * inv0);
-        if (r1q < seq) *(float2*)&ob[(long)r1q * hidden + i * 8] = make_float2(o[i][2] * inv1, o[i][3] * inv1);
-    }
+    finish_rows<D>(o, l0, l1, out, b, h, q0, seq, heads, warp, lane);
 }
 #endif
