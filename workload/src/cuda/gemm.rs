@@ -21,6 +21,11 @@ use crate::error::{Result, WorkloadError};
 /// Scratch space cuBLASLt may use per product.
 const WORKSPACE_BYTES: usize = 32 << 20;
 
+/// How many algorithms cuBLASLt's heuristic may propose per product, and how many timed
+/// runs each gets when there are several.
+const CANDIDATES: usize = 32;
+const TIMED_RUNS: usize = 10;
+
 /// What is fused after the product.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Epilogue {
@@ -178,7 +183,7 @@ impl GemmPlan {
         self.shape
     }
 
-    /// Picks the algorithm: cuBLASLt's heuristic proposes up to eight, and the fastest
+    /// Picks the algorithm: cuBLASLt's heuristic proposes up to [`CANDIDATES`], and the fastest
     /// on these very buffers wins (timed with events, after a warm-up run each).
     /// Results are cached per shape, epilogue and precision.
     pub fn tune(
@@ -199,9 +204,9 @@ impl GemmPlan {
         let pref = lt::create_matmul_pref().map_err(lt_error(what))?;
         let ws = WORKSPACE_BYTES as u64;
         // SAFETY: a plain C struct of integers and floats; all-zero is a valid value.
-        let mut found: [sys::cublasLtMatmulHeuristicResult_t; 8] = unsafe { std::mem::zeroed() };
+        let mut found: [sys::cublasLtMatmulHeuristicResult_t; CANDIDATES] = unsafe { std::mem::zeroed() };
         let mut count = 0i32;
-        // SAFETY: every descriptor is live; `found` has room for 8 results.
+        // SAFETY: every descriptor is live; `found` has room for CANDIDATES results.
         let status = unsafe {
             lt::set_matmul_pref_attribute(
                 pref,
@@ -247,7 +252,7 @@ impl GemmPlan {
                 self.algo = *algo;
                 self.enqueue(gpu, lt, weight, input, out)?;
                 start.record(gpu.stream()).map_err(cuda_error(what))?;
-                for _ in 0..5 {
+                for _ in 0..TIMED_RUNS {
                     self.enqueue(gpu, lt, weight, input, out)?;
                 }
                 end.record(gpu.stream()).map_err(cuda_error(what))?;
