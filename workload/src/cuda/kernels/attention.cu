@@ -559,14 +559,14 @@ ATTENTION_ENTRY(f32, float, 64, 256)
 // against 54.5-56.0.
 // The project's own numbers: results/20261125-h100-attention-tiles128.
 // More that were no faster, on an H200 (results/20261126-h200-attention-experiments, the
-// drivers kept there; three rounds of 300 launches each, this kernel 54.9-55.5 µs). The
-// kernel is not short of SMs, resident warps or L2 bandwidth:
+// drivers kept there; three rounds of 300 launches each, this kernel 54.9-55.5 µs). More
+// busy SMs, more resident warps and less L2 traffic each did not help it:
 //  - a stream-K split: every block takes an equal run of (query tile, key tile) steps and
 //    the last of a tile's blocks folds the others' partial rows (in block order, so the
 //    result does not depend on who finishes last; no block waits for another), so all
 //    132 SMs hold three blocks where 72 hold two without it: 55.3-55.8 µs;
 //  - the same with two or three warpgroups per block sharing each K/V tile (half or a
-//    third of the L2 traffic): 65.2-65.8 and 59.4-59.8 µs;
+//    third of the L2 traffic, but one block per SM): 65.2-65.8 and 59.4-59.8 µs;
 //  - 64-key tiles at three, four or five blocks per SM (stream-K, 138/128/96 registers):
 //    60.9-61.2, 61.8-61.9, 64.5-64.9 µs;
 //  - FlashAttention-4's lazy rescaling (O and l keep a stale row maximum until a new one
@@ -740,7 +740,6 @@ attention_wgmma_tf32_d64(const float* __restrict__ qkv, float* __restrict__ out,
     unsigned char* sVt = sm + 3 * TILE; // [2 atoms][64 dims][128 B]
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int g = lane >> 2, t4 = lane & 3;
     const int q0 = blockIdx.x * BQ, h = blockIdx.y, b = blockIdx.z;
     const int hidden = heads * D;
     const long stride = 3L * hidden;
