@@ -1,7 +1,7 @@
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 cd "$(dirname "$0")"
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.sm --format=csv,noheader
-nvcc -Xptxas -v -gencode arch=compute_90a,code=sm_90a -O2 -std=c++17 -o var var.cu > build2.log 2>&1 || { grep -E 'error' build2.log | head; exit 1; }
+python3 make_var.py > var.cuh && nvcc -Xptxas -v -gencode arch=compute_90a,code=sm_90a -O2 -std=c++17 -o var var.cu > build2.log 2>&1 || { grep -E 'error' build2.log | head; exit 1; }
 grep -A3 -E "Compiling entry function .(var_|attention_wgmma_bf16)" build2.log | grep -E "entry|spill|Used"
 ./var
 #cuobjdump -sass var | awk '/Function : attention_wgmma_bf16_d64$/,/Function : [^a]/' | grep -oE '^\s+/\*[0-9a-f]+\*/\s+[A-Z0-9_.]+' | awk '{print $2}' | sed 's/\..*//' | sort | uniq -c | sort -rn | head -30
