@@ -58,11 +58,14 @@ fn hopper_builds_add_the_wgmma_attention_without_spills() {
             "{line}"
         );
     }
-    // Three blocks per multiprocessor, so the yolos-small shape (324 blocks) runs in one
-    // wave on 132 SMs: at most 168 registers per thread (65536 / (3 · 128), allocated in
-    // steps of 8), and three times the dynamic shared memory, plus the 1 KiB the driver
-    // reserves per block, within Hopper's 228 KiB.
+    // The blocks each must fit on a multiprocessor, so that the yolos-small shape runs in
+    // one wave on 132 SMs: the bf16 kernel one of 512 threads (108 blocks), the TF32 kernel
+    // three of 128 (324 blocks). Registers are allocated per warp in steps of 8 per
+    // thread, from 65536; shared memory is the dynamic size plus the 1 KiB the driver
+    // reserves per block, from Hopper's 228 KiB.
     for kernel in Kernel::hopper() {
+        let blocks = if kernel == Kernel::AttentionWgmma { 1 } else { 3 };
+        let (_, threads) = kernel.attention_block();
         let wgmma = kernel.entry();
         let section = compiled
             .log
@@ -79,14 +82,13 @@ fn hopper_builds_add_the_wgmma_attention_without_spills() {
             "{wgmma}: {}",
             section.lines().find(|l| l.contains("Used ")).unwrap_or_default().trim()
         );
-        // Registers are allocated per warp in steps of 8 per thread.
         assert!(
-            registers.div_ceil(8) * 8 * 128 * 3 <= 65536,
-            "{wgmma} uses {registers} registers: fewer than 3 blocks per SM"
+            registers.div_ceil(8) * 8 * threads * blocks <= 65536,
+            "{wgmma} uses {registers} registers: fewer than {blocks} blocks per SM"
         );
         assert!(
-            3 * (kernel.dynamic_smem() + 1024) <= 228 * 1024,
-            "{wgmma}'s shared memory leaves fewer than 3 blocks per SM"
+            blocks * (kernel.dynamic_smem() + 1024) <= 228 * 1024,
+            "{wgmma}'s shared memory leaves fewer than {blocks} blocks per SM"
         );
     }
     // An sm_90 build (GPUs other than Hopper's 9.0 get their own sm_XY) has no wgmma.

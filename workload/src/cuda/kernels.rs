@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_void};
 use std::sync::Arc;
 
-use cudarc::driver::sys::{CUdeviceptr, CUfunction_attribute_enum};
+use cudarc::driver::sys::{CUdeviceptr, CUfunction_attribute_enum, CUtensorMap};
 use cudarc::driver::{CudaFunction, CudaModule, result};
 use cudarc::nvrtc::Ptx;
 
@@ -163,12 +163,23 @@ impl Kernel {
     /// array). Above 48 KiB the function's limit is raised when it is loaded.
     pub fn dynamic_smem(self) -> u32 {
         match self {
-            // Q + double-buffered K and V tiles of 128 keys (72 KiB), 1 KiB to align them.
-            Kernel::AttentionWgmma => 73 * 1024,
+            // Three Q tiles of 64 rows (24 KiB) and a ring of six K + V stages of 128 keys
+            // (192 KiB), 1 KiB to align them: one block per multiprocessor.
+            Kernel::AttentionWgmma => 217 * 1024,
             // Double-buffered K, one row-major and one transposed V tile of 64 keys in f32
             // (64 KiB), 1 KiB to align them.
             Kernel::AttentionWgmmaTf32 => 65 * 1024,
             _ => 0,
+        }
+    }
+
+    /// Query rows and threads of one block of an attention kernel.
+    pub fn attention_block(self) -> (usize, u32) {
+        match self {
+            // A producer warpgroup and three consumers of 64 rows each.
+            Kernel::AttentionWgmma => (192, 512),
+            Kernel::Attention(AttentionMath::F32, _) => (64, 256),
+            _ => (64, 128),
         }
     }
 
@@ -353,11 +364,13 @@ impl KernelCache {
     }
 }
 
-/// Kernel parameters, each in an 8-byte slot (the driver reads as many bytes as the
-/// parameter's type has, from the slot's start: little-endian values fit).
+/// Kernel parameters, each in 8-byte slots (the driver reads as many bytes as the
+/// parameter's type has, from its first slot's start: little-endian values fit).
 #[derive(Debug, Default, Clone)]
 pub struct Args {
     slots: Vec<u64>,
+    /// The first slot of each parameter.
+    starts: Vec<usize>,
 }
 
 impl Args {
@@ -365,9 +378,19 @@ impl Args {
     pub fn new() -> Self {
         Self::default()
     }
+    fn push(mut self, v: u64) -> Self {
+        self.starts.push(self.slots.len());
+        self.slots.push(v);
+        self
+    }
     /// A device pointer.
-    pub fn ptr(mut self, p: CUdeviceptr) -> Self {
-        self.slots.push(p);
+    pub fn ptr(self, p: CUdeviceptr) -> Self {
+        self.push(p)
+    }
+    /// A TMA tensor map, passed by value (a `__grid_constant__` parameter).
+    pub fn tensor_map(mut self, map: &CUtensorMap) -> Self {
+        self.starts.push(self.slots.len());
+        self.slots.extend_from_slice(&map.opaque);
         self
     }
     /// A null pointer.
@@ -375,19 +398,16 @@ impl Args {
         self.ptr(0)
     }
     /// An `int`.
-    pub fn i32(mut self, v: i32) -> Self {
-        self.slots.push(v as u32 as u64);
-        self
+    pub fn i32(self, v: i32) -> Self {
+        self.push(v as u32 as u64)
     }
     /// A `long`.
-    pub fn i64(mut self, v: i64) -> Self {
-        self.slots.push(v as u64);
-        self
+    pub fn i64(self, v: i64) -> Self {
+        self.push(v as u64)
     }
     /// A `float`.
-    pub fn f32(mut self, v: f32) -> Self {
-        self.slots.push(v.to_bits() as u64);
-        self
+    pub fn f32(self, v: f32) -> Self {
+        self.push(v.to_bits() as u64)
     }
 }
 
@@ -417,7 +437,11 @@ impl Launch {
 
 /// Enqueues `f` on the GPU's stream.
 pub fn launch(gpu: &Gpu, f: &CudaFunction, cfg: Launch, args: &Args, name: &str) -> Result<()> {
-    let mut params: Vec<*mut c_void> = args.slots.iter().map(|s| s as *const u64 as *mut c_void).collect();
+    let mut params: Vec<*mut c_void> = args
+        .starts
+        .iter()
+        .map(|&i| &args.slots[i] as *const u64 as *mut c_void)
+        .collect();
     // SAFETY: `f` belongs to a module held by the KernelCache, alive for the call; each
     // parameter points at a slot that lives until cuLaunchKernel returns (it copies
     // them); the kernel's signature matches the Args built by its one caller in
@@ -450,5 +474,17 @@ mod tests {
     fn args_pack_little_endian_slots() {
         let a = Args::new().ptr(0x1000).i32(-1).f32(1.5).i64(7);
         assert_eq!(a.slots, vec![0x1000, 0xffff_ffff, 1.5f32.to_bits() as u64, 7]);
+        assert_eq!(a.starts, vec![0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn a_tensor_map_is_one_parameter_of_sixteen_slots() {
+        let map = CUtensorMap {
+            opaque: std::array::from_fn(|i| i as u64),
+        };
+        let a = Args::new().tensor_map(&map).ptr(0x2000).i32(3);
+        assert_eq!(a.starts, vec![0, 16, 17]);
+        assert_eq!(&a.slots[..16], &map.opaque);
+        assert_eq!(a.slots[16..], [0x2000, 3]);
     }
 }

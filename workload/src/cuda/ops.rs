@@ -5,10 +5,10 @@
 //! timing) or captured once into a CUDA graph.
 
 use cudarc::driver::CudaFunction;
-use cudarc::driver::sys::CUdeviceptr;
+use cudarc::driver::sys::{CUdeviceptr, CUtensorMap};
 
 use super::gemm::{Epilogue, GemmPlan, GemmShape, Lt};
-use super::gpu::{DeviceBuffer, Gpu};
+use super::gpu::{DeviceBuffer, Gpu, cuda_error};
 use super::kernels::{Args, AttentionMath, Dtype, Kernel, KernelCache, Launch, launch};
 use crate::config::{Precision, VisionShape};
 use crate::error::{Result, WorkloadError};
@@ -378,17 +378,21 @@ impl CudaRuntime {
             need(l, batch * 4, name)?;
         }
         let scale_log2 = std::f32::consts::LOG2_E / (head_dim as f32).sqrt();
-        let args = Args::new()
-            .ptr(qkv.ptr())
+        let kernel = self.attention_kernel(math, head_dim);
+        let args = if kernel == Kernel::AttentionWgmma {
+            Args::new().tensor_map(&qkv_tensor_map(qkv, batch, seq, hidden)?)
+        } else {
+            Args::new().ptr(qkv.ptr())
+        };
+        let args = args
             .ptr(out.ptr())
             .ptr(lens.map_or(0, DeviceBuffer::ptr))
             .i32(i32_arg(seq, "sequence length")?)
             .i32(heads as i32)
             .f32(scale_log2);
-        let threads = if math == AttentionMath::F32 { 256 } else { 128 };
-        let kernel = self.attention_kernel(math, head_dim);
+        let (rows, threads) = kernel.attention_block();
         let cfg = Launch {
-            grid: (seq.div_ceil(64) as u32, heads as u32, i32_arg(batch, "batch")? as u32),
+            grid: (seq.div_ceil(rows) as u32, heads as u32, i32_arg(batch, "batch")? as u32),
             block: (threads, 1, 1),
             smem: kernel.dynamic_smem(),
         };
@@ -398,8 +402,7 @@ impl CudaRuntime {
     }
 
     /// The attention kernel `math` runs on this GPU: bf16 and TF32 with head size 64 on
-    /// wgmma where the kernels were built for Hopper (one warpgroup per 64 queries, the same
-    /// grid and block as the mma.sync kernel), otherwise the named one.
+    /// wgmma where the kernels were built for Hopper, otherwise the named one.
     pub fn attention_kernel(&self, math: AttentionMath, head_dim: usize) -> Kernel {
         match math {
             AttentionMath::Bf16 if head_dim == 64 && self.kernels.wgmma() => Kernel::AttentionWgmma,
@@ -546,4 +549,51 @@ pub fn attention_math(precision: Precision) -> AttentionMath {
         Precision::Tf32 => AttentionMath::Tf32,
         Precision::Fp32 => AttentionMath::F32,
     }
+}
+
+/// The TMA tensor map the wgmma bf16 attention reads Q, K and V through: the fused QKV
+/// matrix as 3·hidden columns × `seq` tokens × `batch` samples of bf16, boxes of 64 × 64 in
+/// the 128-byte swizzle wgmma reads; rows past `seq` read as zeros.
+fn qkv_tensor_map(qkv: &DeviceBuffer, batch: usize, seq: usize, hidden: usize) -> Result<CUtensorMap> {
+    use cudarc::driver::sys::{
+        CUtensorMapDataType, CUtensorMapFloatOOBfill, CUtensorMapInterleave, CUtensorMapL2promotion,
+        CUtensorMapSwizzle, cuTensorMapEncodeTiled,
+    };
+    let row = 3 * hidden as u64 * 2; // bytes
+    if !qkv.ptr().is_multiple_of(16) || !row.is_multiple_of(16) {
+        return Err(WorkloadError::BadArgument(format!(
+            "the TMA attention needs a 16-byte aligned QKV matrix with rows a multiple of 16 bytes (address {:#x}, {row}-byte rows)",
+            qkv.ptr()
+        )));
+    }
+    let dims = [3 * hidden as u64, seq as u64, batch as u64];
+    let strides = [row, row * seq as u64];
+    let boxes = [64u32, 64, 1];
+    let steps = [1u32; 3];
+    let mut map = CUtensorMap { opaque: [0; 16] };
+    // SAFETY: every pointer is to a live local array of the rank (3) the call is given
+    // (strides: rank - 1); the driver only encodes them into `map`, reading no device
+    // memory. The address is the QKV buffer's, which outlives every launch of the step.
+    unsafe {
+        cuTensorMapEncodeTiled(
+            &mut map,
+            CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+            3,
+            qkv.ptr() as *mut std::ffi::c_void,
+            dims.as_ptr(),
+            strides.as_ptr(),
+            boxes.as_ptr(),
+            steps.as_ptr(),
+            CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    }
+    .result()
+    .map_err(cuda_error(format!(
+        "encoding the attention's TMA tensor map ({batch} × {seq} tokens × {} columns)",
+        3 * hidden
+    )))?;
+    Ok(map)
 }

@@ -130,11 +130,12 @@ struct KvCopy {
 };
 
 // Online-softmax update shared by the tensor-core kernels: one thread holds two rows
-// (g and g+8) of a warp's 16-row score tile, NT n-tiles of 8 keys, 2 values per row each.
-template <int NT>
-__device__ __forceinline__ void online_softmax(float (&s)[NT][4], float& m0, float& m1, float& l0, float& l1,
-                                               float& alpha0, float& alpha1, float scale_log2, int key0,
-                                               int limit, int lane) {
+// (g and g+8) of a warp's 16-row score tile, NT n-tiles of 8 keys, 2 values per row each,
+// and the same two rows of the output accumulator O (DT n-tiles), which it rescales to
+// the new row maxima. The scores become P = exp2(scaled score - row maximum).
+template <int NT, int DT>
+__device__ __forceinline__ void online_softmax(float (&s)[NT][4], float (&o)[DT][4], float& m0, float& m1, float& l0,
+                                               float& l1, float scale_log2, int key0, int limit, int lane) {
     if (key0 + NT * 8 > limit) {
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
@@ -159,8 +160,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[NT][4], float& m0, flo
     mx0 = fmaxf(m0, mx0 * scale_log2);
     mx1 = fmaxf(m1, mx1 * scale_log2);
     // The first tile always holds key 0, so mx is finite from then on; exp2(-inf) = 0.
-    alpha0 = fast_exp2(m0 - mx0);
-    alpha1 = fast_exp2(m1 - mx1);
+    const float alpha0 = fast_exp2(m0 - mx0), alpha1 = fast_exp2(m1 - mx1);
     m0 = mx0;
     m1 = mx1;
     float r0 = 0.0f, r1 = 0.0f;
@@ -176,6 +176,13 @@ __device__ __forceinline__ void online_softmax(float (&s)[NT][4], float& m0, flo
     // Partial row sums per thread; the quad's four parts are added at the end.
     l0 = l0 * alpha0 + r0;
     l1 = l1 * alpha1 + r1;
+#pragma unroll
+    for (int i = 0; i < DT; i++) {
+        o[i][0] *= alpha0;
+        o[i][1] *= alpha0;
+        o[i][2] *= alpha1;
+        o[i][3] *= alpha1;
+    }
 }
 
 // The end of every tensor-core kernel: the quad's four partial row sums added, O divided
@@ -281,15 +288,7 @@ __device__ void attention_bf16(const bf16_t* __restrict__ qkv, bf16_t* __restric
             }
         }
 
-        float a0, a1;
-        online_softmax<BK / 8>(s, m0, m1, l0, l1, a0, a1, scale_log2, j * BK, limit, lane);
-#pragma unroll
-        for (int i = 0; i < D / 8; i++) {
-            o[i][0] *= a0;
-            o[i][1] *= a0;
-            o[i][2] *= a1;
-            o[i][3] *= a1;
-        }
+        online_softmax(s, o, m0, m1, l0, l1, scale_log2, j * BK, limit, lane);
 
 #pragma unroll
         for (int kk = 0; kk < BK / 16; kk++) {
@@ -366,15 +365,7 @@ __device__ void attention_tf32(const float* __restrict__ qkv, float* __restrict_
             }
         }
 
-        float a0, a1;
-        online_softmax<BK / 8>(s, m0, m1, l0, l1, a0, a1, scale_log2, j * BK, limit, lane);
-#pragma unroll
-        for (int i = 0; i < D / 8; i++) {
-            o[i][0] *= a0;
-            o[i][1] *= a0;
-            o[i][2] *= a1;
-            o[i][3] *= a1;
-        }
+        online_softmax(s, o, m0, m1, l0, l1, scale_log2, j * BK, limit, lane);
 
 #pragma unroll
         for (int kk = 0; kk < BK / 8; kk++) {
@@ -533,46 +524,41 @@ ATTENTION_ENTRY(tf32, float, 64, 128)
 ATTENTION_ENTRY(f32, float, 32, 256)
 ATTENTION_ENTRY(f32, float, 64, 256)
 
-// ---- bf16 on Hopper (sm_90a): wgmma --------------------------------------------------
-// One warpgroup (4 warps, 128 threads) per 64 query rows of one head, as above, but 128
-// keys per tile and both products on wgmma. Tiles sit in shared memory in the 128-byte
-// swizzle wgmma reads (the same XOR pattern as swz<64>, on 1024-byte aligned tiles), so
-// S = Q·Kᵀ (m64n128k16) takes both operands through shared-memory descriptors (K-major)
-// and O += P·V (m64n64k16, 8 steps of 16 keys) takes P from registers (its layout is
-// mma.sync's A fragment) and V through a transposed (MN-major) descriptor. Each warp's
-// accumulator rows are its own 16, in mma.sync's C layout, so the online softmax above
-// is shared unchanged.
-// Shared memory: Q 8 KiB + K and V 2 × 16 KiB each, double-buffered = 72 KiB, dynamic
-// (over the 48 KiB static limit; the launcher raises the function's limit), plus 1 KiB
-// of slack to align the tiles. At most 168 registers (launch bounds) keep three blocks
-// on a multiprocessor, so the 324 blocks of a 3401-token, 6-head image run in one wave.
-// On an H100 (an event-timed standalone driver, not kept) 128-key tiles took 54.4 µs
-// against 61.7 µs with 64 at that shape; overlapping S(j+1) with softmax(j) inside the
-// warpgroup (FlashAttention-3's intra-warpgroup pipelining), Q from registers, and
-// two or three warpgroups sharing K/V tiles were each no faster there and left out.
-// Two later experiments with the same kind of driver (nvcc, H100, 300 launches timed by
-// events, this shape) were slower and left out too: computing 25/50/75% of the softmax's
-// exp2 on the FMA pipe (a degree-3 polynomial and an exponent add, FlashAttention-4's
-// trick) took 58.2/63.7/68.2 µs against 54.5, so the special-function unit is not what
-// limits this kernel; and taking P's row sums on the tensor cores (a wgmma.m64n8k16 of
-// P by ones beside each P·V step, which drops the FADD per score) took 55.4-57.3 µs
-// against 54.5-56.0.
-// The project's own numbers: results/20261125-h100-attention-tiles128.
-// More that were no faster, on an H200 (results/20261126-h200-attention-experiments, the
-// drivers kept there; three rounds of 300 launches each, this kernel 54.9-55.5 µs). More
-// busy SMs, more resident warps and less L2 traffic each did not help it:
-//  - a stream-K split: every block takes an equal run of (query tile, key tile) steps and
-//    the last of a tile's blocks folds the others' partial rows (in block order, so the
-//    result does not depend on who finishes last; no block waits for another), so all
-//    132 SMs hold three blocks where 72 hold two without it: 55.3-55.8 µs;
-//  - the same with two or three warpgroups per block sharing each K/V tile (half or a
-//    third of the L2 traffic, but one block per SM): 65.2-65.8 and 59.4-59.8 µs;
-//  - 64-key tiles at three, four or five blocks per SM (stream-K, 138/128/96 registers):
-//    60.9-61.2, 61.8-61.9, 64.5-64.9 µs;
-//  - FlashAttention-4's lazy rescaling (O and l keep a stale row maximum until a new one
-//    exceeds it by more than 8 in log2 units, decided per warp): 56.5-57.0 µs;
-//  - P packed by byte permutes (truncating; error 3.2e-3 against 1.9e-3) or with a
-//    rounding add first: 55.5-56.0 and 57.2-57.6 µs (both spill a few bytes).
+// ---- bf16 on Hopper (sm_90a): wgmma, TMA, warp specialisation -------------------------
+// FlashAttention-3's structure, for head size 64. A block is four warpgroups (512 threads)
+// over 192 query rows of one head:
+//  - warpgroup 0 produces: one thread loads the three Q tiles once, then every K and V tile
+//    of 128 keys, by TMA (cp.async.bulk.tensor) into a ring of six stages, each stage
+//    announced by an mbarrier that counts the bytes landed and freed by one the consumers
+//    arrive on. It gives its registers away (setmaxnreg 24).
+//  - warpgroups 1-3 consume, 64 query rows each (setmaxnreg 160), all reading the same K/V
+//    stages: S = Q·Kᵀ on wgmma.m64n128k16 with both operands through shared-memory
+//    descriptors (K-major), the online softmax above (each warp's accumulator rows are its
+//    own 16 in mma.sync's C layout), then O += P·V on wgmma.m64n64k16, P from registers (its
+//    layout is mma.sync's A fragment) and V through a transposed (MN-major) descriptor.
+// TMA writes the 128-byte swizzle wgmma reads (the XOR pattern of swz<64>, on 1024-byte
+// aligned tiles) and zero-fills rows past the sequence, so no thread computes an address
+// or a mask per copy; the tensor map (the fused QKV matrix as columns × tokens × batch,
+// boxes of 64 × 64) is encoded by the launcher and passed by value.
+// Shared memory: Q 3 × 8 KiB + 6 stages × (K + V) 32 KiB = 216 KiB, + 1 KiB to align:
+// one block per multiprocessor; a 3401-token, 6-head image is 108 blocks, one wave.
+// A standalone driver (nvcc, 300 launches timed by events, three rounds, this shape,
+// H200; results/20261126-h200-attention-tma) against the kernel this replaced, one
+// warpgroup per block copying its own K/V tiles with cp.async (three blocks per SM),
+// 54.7-55.1 µs; all results bit-identical to it:
+//  - the same kernel with TMA loads issued by one of its threads: 48.8-49.2 µs;
+//  - this structure with 2/3/4/6 stages: 47.5-47.9 / 46.9-47.6 / 46.7-47.1 / 46.8-47.1 µs
+//    when each consumer issues P·V(j) and S(j+1) together (FlashAttention-3's
+//    intra-warpgroup overlap), 45.1-45.4 (4) and 44.8-45.0 µs (6, kept) when it does not;
+//  - FlashAttention-3's ping-pong (named barriers passing the turn to issue products round
+//    the consumers): 66.5-66.7 µs; without setmaxnreg (126 registers for all): 61.0-61.3;
+//    two consumers (128 rows, 162 blocks, two waves): 86.0-86.2; a stream-K split over 132
+//    blocks: 46.5 µs and not correct yet, not pursued.
+// Earlier, for the one-warpgroup kernel (results/20261125-h100-attention-tiles128,
+// results/20261126-h200-attention-experiments): 128-key tiles beat 64 (54.4 against 61.7
+// µs); FlashAttention-4's exp2 on the FMA pipe, lazy rescaling, row sums on the tensor
+// cores, byte-permute packing of P, a stream-K split and 64-key tiles at 3-5 blocks per SM
+// were each slower.
 // PTX ISA 8.x, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate": descriptor
 // bits 0-13 start address >> 4, 16-29 leading byte offset >> 4, 32-45 stride byte
 // offset >> 4, 62-63 swizzle mode (1 = 128B).
@@ -587,14 +573,6 @@ __device__ __forceinline__ u64 wgmma_desc(const void* tile, u32 sbo) {
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-
-// d (64×64, f32) = (scale_d ? d : 0) + A·Bᵀ, A and B K-major in shared memory.
-__device__ __forceinline__ void wgmma_ss(float* d, u64 da, u64 db, int scale_d) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                 : "l"(da), "l"(db), "r"(scale_d));
-}
 
 // d (64×128, f32) = (scale_d ? d : 0) + A·Bᵀ, A and B K-major in shared memory.
 __device__ __forceinline__ void wgmma_ss_n128(float* d, u64 da, u64 db, int scale_d) {
@@ -612,48 +590,91 @@ __device__ __forceinline__ void wgmma_rs_t(float* d, u32 a0, u32 a1, u32 a2, u32
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1));
 }
 
-extern "C" __global__ void __launch_bounds__(128, 3)
-attention_wgmma_bf16_d64(const bf16_t* __restrict__ qkv, bf16_t* __restrict__ out, const int* __restrict__ lens,
-                         int seq, int heads, float scale_log2) {
-    constexpr int D = 64, BQ = 64, BK = 128, THREADS = 128, CH = D / 8, NT = BK / 8;
-    extern __shared__ unsigned char smem_raw[];
-    bf16_t* sQ = (bf16_t*)(smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023));
-    bf16_t* sKV = sQ + BQ * D;
-    auto sK = [&](int i) { return sKV + (i & 1) * BK * D; };
-    auto sV = [&](int i) { return sKV + (2 + (i & 1)) * BK * D; };
+// The CUtensorMap the launcher encodes (cuTensorMapEncodeTiled), 128 opaque bytes.
+struct __align__(64) TmaMap {
+    unsigned long long v[16];
+};
 
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// One arrival that also expects `bytes` more from TMA before the phase completes.
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Spins until the barrier's phase of this parity has completed.
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+    asm volatile("{\n.reg .pred p;\nWAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra WAIT;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+// One 64 × 64 box of the map at (column c0, token c1, sample c2), completing on `bar`.
+__device__ __forceinline__ void tma_load(void* dst, const TmaMap* map, u32 bar, int c0, int c1, int c2) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n"
+                 ::"r"(smem_u32(dst)), "l"((unsigned long long)map), "r"(bar), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+
+extern "C" __global__ void __launch_bounds__(512, 1)
+attention_wgmma_bf16_d64(const __grid_constant__ TmaMap map, bf16_t* __restrict__ out, const int* __restrict__ lens,
+                         int seq, int heads, float scale_log2) {
+    constexpr int D = 64, NC = 3, BQ = 64 * NC, BK = 128, NT = BK / 8, ST = 6;
+    constexpr int QTILE = 64 * D * 2, TILE = BK * D * 2; // bytes
+    extern __shared__ unsigned char smem_raw[];
+    __shared__ __align__(8) unsigned long long bars[1 + 2 * ST]; // Q, full[ST], empty[ST]
+    unsigned char* sm = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+    auto sK = [&](int s) { return sm + NC * QTILE + s * 2 * TILE; };
+    auto sV = [&](int s) { return sm + NC * QTILE + s * 2 * TILE + TILE; };
+
+    const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
     const int q0 = blockIdx.x * BQ, h = blockIdx.y, b = blockIdx.z;
     const int hidden = heads * D;
-    const long stride = 3L * hidden;
-    const bf16_t* base = qkv + (long)b * seq * stride + h * D;
-    const int limit = lens != nullptr ? lens[b] : seq;
+    const int limit = lens != nullptr ? min(lens[b], seq) : seq;
     const int ntiles = (limit + BK - 1) / BK;
-
-    for (int i = tid; i < BQ * CH; i += THREADS) {
-        int r = i / CH, c = i % CH, t = q0 + r;
-        cp_async16(&sQ[swz<D>(r, c)], base + (long)min(t, seq - 1) * stride + c * 8, t < seq);
+    const u32 bq = smem_u32(&bars[0]), full = bq + 8, empty = full + 8 * ST;
+    if (tid == 0) {
+        mbar_init(bq, 1);
+        for (int s = 0; s < ST; s++) {
+            mbar_init(full + 8 * s, 1);
+            mbar_init(empty + 8 * s, NC * 4); // one arrival per consumer warp
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    const KvCopy<bf16_t, D, BK, THREADS> kv(base, stride, hidden, seq, limit, tid);
-    kv.load(sK(0), sV(0), 0);
-    cp_async_commit();
+    __syncthreads();
 
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+        if (tid == 0) {
+            mbar_expect_tx(bq, NC * QTILE);
+            for (int c = 0; c < NC; c++) tma_load(sm + c * QTILE, &map, bq, h * D, q0 + 64 * c, b);
+            for (int t = 0; t < ntiles; t++) {
+                const int s = t % ST;
+                if (t >= ST) mbar_wait(empty + 8 * s, (t / ST - 1) & 1); // its last use, tile t - ST
+                const u32 bar = full + 8 * s;
+                mbar_expect_tx(bar, 2 * TILE);
+                tma_load(sK(s), &map, bar, hidden + h * D, t * BK, b);
+                tma_load(sK(s) + TILE / 2, &map, bar, hidden + h * D, t * BK + 64, b);
+                tma_load(sV(s), &map, bar, 2 * hidden + h * D, t * BK, b);
+                tma_load(sV(s) + TILE / 2, &map, bar, 2 * hidden + h * D, t * BK + 64, b);
+            }
+        }
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n" ::: "memory");
+    const int c = wg - 1;
     float o[D / 8][4];
 #pragma unroll
     for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
     float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.0f, l1 = 0.0f;
-    const u64 dq = wgmma_desc(sQ, 1024);
-
+    const u64 dq = wgmma_desc(sm + c * QTILE, 1024);
+    mbar_wait(bq, 0);
     for (int j = 0; j < ntiles; j++) {
-        if (j + 1 < ntiles) kv.load(sK(j + 1), sV(j + 1), j + 1);
-        cp_async_commit();
-        cp_async_wait<1>();
-        // wgmma reads shared memory through the async proxy: make the copies visible to it.
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        __syncthreads();
-        const u64 dk = wgmma_desc(sK(j), 1024);
-        const u64 dv = wgmma_desc(sV(j), 1024);
-
+        const int st = j % ST;
+        mbar_wait(full + 8 * st, (j / ST) & 1);
+        const u64 dk = wgmma_desc(sK(st), 1024);
+        const u64 dv = wgmma_desc(sV(st), 1024);
         float s[NT][4];
         wgmma_fence();
 #pragma unroll
@@ -664,15 +685,7 @@ attention_wgmma_bf16_d64(const bf16_t* __restrict__ qkv, bf16_t* __restrict__ ou
         wgmma_commit();
         wgmma_wait0();
 
-        float a0, a1;
-        online_softmax<NT>(s, m0, m1, l0, l1, a0, a1, scale_log2, j * BK, limit, lane);
-#pragma unroll
-        for (int i = 0; i < D / 8; i++) {
-            o[i][0] *= a0;
-            o[i][1] *= a0;
-            o[i][2] *= a1;
-            o[i][3] *= a1;
-        }
+        online_softmax(s, o, m0, m1, l0, l1, scale_log2, j * BK, limit, lane);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BK / 16; kk++) {
@@ -685,10 +698,10 @@ attention_wgmma_bf16_d64(const bf16_t* __restrict__ qkv, bf16_t* __restrict__ ou
         }
         wgmma_commit();
         wgmma_wait0();
-        __syncthreads();
+        if (lane == 0) mbar_arrive(empty + 8 * st);
     }
 
-    finish_rows<D>(o, l0, l1, out, b, h, q0, seq, heads, warp, lane);
+    finish_rows<D>(o, l0, l1, out, b, h, q0 + 64 * c, seq, heads, warp, lane);
 }
 // ---- tf32 on Hopper (sm_90a): wgmma --------------------------------------------------
 // The TF32 counterpart of the kernel above: one warpgroup per 64 query rows of one head,
@@ -841,15 +854,7 @@ attention_wgmma_tf32_d64(const float* __restrict__ qkv, float* __restrict__ out,
         wgmma_commit();
         wgmma_wait0();
 
-        float a0, a1;
-        online_softmax<NT>(s, m0, m1, l0, l1, a0, a1, scale_log2, j * BK, limit, lane);
-#pragma unroll
-        for (int i = 0; i < D / 8; i++) {
-            o[i][0] *= a0;
-            o[i][1] *= a0;
-            o[i][2] *= a1;
-            o[i][3] *= a1;
-        }
+        online_softmax(s, o, m0, m1, l0, l1, scale_log2, j * BK, limit, lane);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BK / 8; kk++) {
