@@ -191,20 +191,58 @@ __device__ __forceinline__ void online_softmax(float (&s)[NT][4], float (&o)[DT]
 __device__ __forceinline__ void store_pair(float* p, float lo, float hi) { *(float2*)p = make_float2(lo, hi); }
 __device__ __forceinline__ void store_pair(bf16_t* p, float lo, float hi) { *(u32*)p = pack_bf16x2(lo, hi); }
 
-template <int D, typename T>
-__device__ __forceinline__ void finish_rows(const float (&o)[D / 8][4], float l0, float l1, T* __restrict__ out, int b,
-                                            int h, int q0, int seq, int heads, int warp, int lane) {
+// 1 / (the sum of the quad's four partial row sums), for both of a thread's rows.
+__device__ __forceinline__ void row_inverses(float l0, float l1, float& inv0, float& inv1) {
     l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
     l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-    const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+    inv0 = 1.0f / l0;
+    inv1 = 1.0f / l1;
+}
+
+template <int D, typename T>
+__device__ __forceinline__ void finish_rows(const float (&o)[D / 8][4], float l0, float l1, T* __restrict__ out, int b,
+                                            int h, int q0, int seq, int heads, int warp, int lane) {
+    float inv0, inv1;
+    row_inverses(l0, l1, inv0, inv1);
     const int hidden = heads * D, r0 = q0 + warp * 16 + (lane >> 2), r1 = r0 + 8;
     T* ob = out + (long)b * seq * hidden + h * D + (lane & 3) * 2;
 #pragma unroll
     for (int i = 0; i < D / 8; i++) {
         if (r0 < seq) store_pair(&ob[(long)r0 * hidden + i * 8], o[i][0] * inv0, o[i][1] * inv0);
         if (r1 < seq) store_pair(&ob[(long)r1 * hidden + i * 8], o[i][2] * inv1, o[i][3] * inv1);
+    }
+}
+
+// finish_rows for a warpgroup's 64 rows of head size 64 in bf16, through `tile` (64 rows
+// of 128 bytes in shared memory, 16-byte chunks XOR-swizzled by row so that the pairs land
+// without bank conflicts): each thread writes its pairs there, then, after named barrier
+// `bar` of the warpgroup (t = its thread 0..127), stores whole 16-byte chunks, eight
+// threads to a 128-byte row. The bf16 wgmma kernel took 42.9-44.6 µs this way against
+// 44.6-44.7 with finish_rows's 4-byte stores at the yolos-small shape (H100, the driver of
+// results/20261126-h100-attention-tma). The TF32 wgmma kernel, the same way through its
+// free V buffer (f32 rows of 256 bytes), took 108.7 µs against 107.8 (criterion, same
+// run) and keeps finish_rows.
+__device__ __forceinline__ void finish_rows_staged(const float (&o)[8][4], float l0, float l1, unsigned char* tile,
+                                                   int bar, bf16_t* __restrict__ out, int b, int h, int q0, int seq,
+                                                   int heads, int t) {
+    float inv0, inv1;
+    row_inverses(l0, l1, inv0, inv1);
+    const int warp = t >> 5, lane = t & 31, r0 = warp * 16 + (lane >> 2), r1 = r0 + 8;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        *(u32*)(tile + r0 * 128 + ((i ^ (r0 & 7)) << 4) + (lane & 3) * 4) = pack_bf16x2(o[i][0] * inv0, o[i][1] * inv0);
+        *(u32*)(tile + r1 * 128 + ((i ^ (r1 & 7)) << 4) + (lane & 3) * 4) = pack_bf16x2(o[i][2] * inv1, o[i][3] * inv1);
+    }
+    asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory");
+    const int hidden = heads * 64;
+    bf16_t* ob = out + (long)b * seq * hidden + h * 64;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int u = t + 128 * k, r = u >> 3, ch = u & 7;
+        if (q0 + r < seq)
+            *(uint4*)(ob + (long)(q0 + r) * hidden + ch * 8) = *(const uint4*)(tile + r * 128 + ((ch ^ (r & 7)) << 4));
     }
 }
 
@@ -536,6 +574,8 @@ ATTENTION_ENTRY(f32, float, 64, 256)
 //    descriptors (K-major), the online softmax above (each warp's accumulator rows are its
 //    own 16 in mma.sync's C layout), then O += P·V on wgmma.m64n64k16, P from registers (its
 //    layout is mma.sync's A fragment) and V through a transposed (MN-major) descriptor.
+// Each consumer ends by writing its rows through its Q tile, which no wgmma reads any more,
+// as whole 16-byte chunks (finish_rows_staged).
 // TMA writes the 128-byte swizzle wgmma reads (the XOR pattern of swz<64>, on 1024-byte
 // aligned tiles) and zero-fills rows past the sequence, so no thread computes an address
 // or a mask per copy; the tensor map (the fused QKV matrix as columns × tokens × batch,
@@ -628,7 +668,7 @@ attention_wgmma_bf16_d64(const __grid_constant__ TmaMap map, bf16_t* __restrict_
     auto sK = [&](int s) { return sm + NC * QTILE + s * 2 * TILE; };
     auto sV = [&](int s) { return sm + NC * QTILE + s * 2 * TILE + TILE; };
 
-    const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+    const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31;
     const int q0 = blockIdx.x * BQ, h = blockIdx.y, b = blockIdx.z;
     const int hidden = heads * D;
     const int limit = lens != nullptr ? min(lens[b], seq) : seq;
@@ -701,7 +741,7 @@ attention_wgmma_bf16_d64(const __grid_constant__ TmaMap map, bf16_t* __restrict_
         if (lane == 0) mbar_arrive(empty + 8 * st);
     }
 
-    finish_rows<D>(o, l0, l1, out, b, h, q0 + 64 * c, seq, heads, warp, lane);
+    finish_rows_staged(o, l0, l1, sm + c * QTILE, 1 + c, out, b, h, q0 + 64 * c, seq, heads, tid & 127);
 }
 // ---- tf32 on Hopper (sm_90a): wgmma --------------------------------------------------
 // The TF32 counterpart of the kernel above: one warpgroup per 64 query rows of one head,
