@@ -582,18 +582,22 @@ ATTENTION_ENTRY(f32, float, 64, 256)
 // boxes of 64 × 64) is encoded by the launcher and passed by value.
 // Shared memory: Q 3 × 8 KiB + 6 stages × (K + V) 32 KiB = 216 KiB, + 1 KiB to align:
 // one block per multiprocessor; a 3401-token, 6-head image is 108 blocks, one wave.
-// A standalone driver (nvcc, 300 launches timed by events, three rounds, this shape,
-// H200; results/20261126-h200-attention-tma) against the kernel this replaced, one
-// warpgroup per block copying its own K/V tiles with cp.async (three blocks per SM),
-// 54.7-55.1 µs; all results bit-identical to it:
-//  - the same kernel with TMA loads issued by one of its threads: 48.8-49.2 µs;
-//  - this structure with 2/3/4/6 stages: 47.5-47.9 / 46.9-47.6 / 46.7-47.1 / 46.8-47.1 µs
-//    when each consumer issues P·V(j) and S(j+1) together (FlashAttention-3's
-//    intra-warpgroup overlap), 45.1-45.4 (4) and 44.8-45.0 µs (6, kept) when it does not;
+// A standalone driver (nvcc, 300 launches timed by events, three rounds, this shape, an
+// H100; results/20261126-h100-attention-tma/driver.log) against the kernel this replaced,
+// one warpgroup per block copying its own K/V tiles with cp.async, three blocks per SM:
+// 54.8-55.9 µs. Every variant's output is bit-identical to it:
+//  - that kernel with its K/V tiles loaded by TMA, issued by one of its threads: 48.9-50.7;
+//  - this structure with 2/3/4/6 stages, each consumer issuing P·V(j) and S(j+1)
+//    together (FlashAttention-3's intra-warpgroup overlap): 47.5-48.7 / 47.1-47.7 /
+//    46.3-47.9 / 46.3-46.5; with 4 stages and each product waited for at once: 44.7-45.8;
+//    with 6 stages that way: 44.6-44.7 with finish_rows, 42.9-44.6 (kept) with its output
+//    through shared memory (finish_rows_staged);
+//  - K and V on separate barriers, so S can start before V lands: 45.6-47.9, slower;
 //  - FlashAttention-3's ping-pong (named barriers passing the turn to issue products round
-//    the consumers): 66.5-66.7 µs; without setmaxnreg (126 registers for all): 61.0-61.3;
-//    two consumers (128 rows, 162 blocks, two waves): 86.0-86.2; a stream-K split over 132
-//    blocks: 46.5 µs and not correct yet, not pursued.
+//    the consumers): 65.3-65.6; without setmaxnreg (126 registers for all): 60.4; two
+//    consumers (128 rows, 162 blocks, two waves): 84.0-84.1; a stream-K split over 132
+//    blocks (wsk3 there): 46.1-48.0, and its partial rows are not folded right when the
+//    keys are masked or the blocks outnumber the SMs; not pursued.
 // Earlier, for the one-warpgroup kernel (results/20261125-h100-attention-tiles128,
 // results/20261126-h200-attention-experiments): 128-key tiles beat 64 (54.4 against 61.7
 // µs); FlashAttention-4's exp2 on the FMA pipe, lazy rescaling, row sums on the tensor
