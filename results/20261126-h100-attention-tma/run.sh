@@ -1,7 +1,7 @@
 #!/bin/bash
 # GPU session 2026-11-26 (H100 asked for): the TMA, warp-specialised bf16 attention
 # (new, `make gpu-bundle` at this folder's commit) against the kernel it replaced
-# (.gpu/prev: the same bundle built at 68aed1d).
+# (.gpu/prev: the bundle of stop 33, whose attention code is a7bc725's).
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 cd "$(dirname "$0")/../.."
 nvidia-smi --query-gpu=name,uuid,driver_version,mig.mode.current,compute_mode,clocks.max.sm --format=csv > $OUT/gpu.csv

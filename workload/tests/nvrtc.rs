@@ -90,6 +90,29 @@ fn hopper_builds_add_the_wgmma_attention_without_spills() {
             blocks * (kernel.dynamic_smem() + 1024) <= 228 * 1024,
             "{wgmma}'s shared memory leaves fewer than {blocks} blocks per SM"
         );
+        if kernel == Kernel::AttentionWgmma {
+            // setmaxnreg moves registers between the block's warpgroups: the producer's
+            // down to `dec`, the three consumers' up to `inc`. They come from what the block
+            // got at launch (registers × 512), so it must cover them, or the consumers'
+            // setmaxnreg.inc waits for ever.
+            let source = Family::Attention.source();
+            let body = source
+                .split("attention_wgmma_bf16_d64(")
+                .nth(1)
+                .expect("the kernel's definition");
+            let count = |op: &str| -> u32 {
+                body.split(&format!("setmaxnreg.{op}.sync.aligned.u32 "))
+                    .nth(1)
+                    .and_then(|s| s.split(';').next())
+                    .and_then(|n| n.trim().parse().ok())
+                    .unwrap_or_else(|| panic!("no setmaxnreg.{op} with a literal count in {wgmma}"))
+            };
+            let (dec, inc) = (count("dec"), count("inc"));
+            assert!(
+                dec * 128 + inc * 3 * 128 <= registers * threads,
+                "{wgmma}: setmaxnreg {dec}/{inc} needs more than the {registers} × {threads} registers it launches with"
+            );
+        }
     }
     // An sm_90 build (GPUs other than Hopper's 9.0 get their own sm_XY) has no wgmma.
     let plain = compile_family(Family::Attention, "sm_90", false).unwrap_or_else(|e| panic!("{e}"));

@@ -2,7 +2,8 @@
 // score matrix never leaves registers). Input is the fused QKV matrix [batch·seq, 3H]
 // (per row: all query heads, all key heads, all value heads); output [batch·seq, H].
 // Keys at positions >= lens[b] are masked (BERT padding); lens may be null.
-// Grid: (ceil(seq / 64), heads, batch). Entry points: attention_{bf16,tf32,f32}_d{32,64}.
+// Grid: (ceil(seq / 64), heads, batch). Entry points: attention_{bf16,tf32,f32}_d{32,64};
+// on Hopper also attention_wgmma_{bf16,tf32}_d64 (the bf16 one: 192 rows a block, see there).
 // `scale_log2` = log2(e) / sqrt(head_dim): scores are kept in base-2 units for ex2.
 
 __device__ __forceinline__ u32 smem_u32(const void* p) {
@@ -578,14 +579,16 @@ ATTENTION_ENTRY(f32, float, 64, 256)
 // as whole 16-byte chunks (finish_rows_staged).
 // TMA writes the 128-byte swizzle wgmma reads (the XOR pattern of swz<64>, on 1024-byte
 // aligned tiles) and zero-fills rows past the sequence, so no thread computes an address
-// or a mask per copy; the tensor map (the fused QKV matrix as columns × tokens × batch,
+// or a mask per copy. Rows past lens[b] but before seq are loaded as they are, and their
+// keys masked: their P is 0, so their V rows add nothing while they are finite (the
+// other kernels zero-fill them instead); the tensor map (the fused QKV matrix as columns × tokens × batch,
 // boxes of 64 × 64) is encoded by the launcher and passed by value.
 // Shared memory: Q 3 × 8 KiB + 6 stages × (K + V) 32 KiB = 216 KiB, + 1 KiB to align:
 // one block per multiprocessor; a 3401-token, 6-head image is 108 blocks, one wave.
 // A standalone driver (nvcc, 300 launches timed by events, three rounds, this shape, an
 // H100; results/20261126-h100-attention-tma/driver.log) against the kernel this replaced,
 // one warpgroup per block copying its own K/V tiles with cp.async, three blocks per SM:
-// 54.8-55.9 µs. Every variant's output is bit-identical to it:
+// 54.8-55.9 µs. Every variant's output but stream-K's is bit-identical to it:
 //  - that kernel with its K/V tiles loaded by TMA, issued by one of its threads: 48.9-50.7;
 //  - this structure with 2/3/4/6 stages, each consumer issuing P·V(j) and S(j+1)
 //    together (FlashAttention-3's intra-warpgroup overlap): 47.5-48.7 / 47.1-47.7 /
@@ -594,10 +597,11 @@ ATTENTION_ENTRY(f32, float, 64, 256)
 //    through shared memory (finish_rows_staged);
 //  - K and V on separate barriers, so S can start before V lands: 45.6-47.9, slower;
 //  - FlashAttention-3's ping-pong (named barriers passing the turn to issue products round
-//    the consumers): 65.3-65.6; without setmaxnreg (126 registers for all): 60.4; two
-//    consumers (128 rows, 162 blocks, two waves): 84.0-84.1; a stream-K split over 132
-//    blocks (wsk3 there): 46.1-48.0, and its partial rows are not folded right when the
-//    keys are masked or the blocks outnumber the SMs; not pursued.
+//    the consumers): 65.3-65.6 with three consumers, 84.0-84.1 with two of 128 rows (162
+//    blocks, two waves);
+//  - without setmaxnreg (126 registers for all; 4 stages, products issued together): 60.4;
+//  - a stream-K split over 132 blocks (wsk3 there): 46.1-48.0, and its partial rows are not
+//    folded right when the keys are masked or the blocks outnumber the SMs; not pursued.
 // Earlier, for the one-warpgroup kernel (results/20261125-h100-attention-tiles128,
 // results/20261126-h200-attention-experiments): 128-key tiles beat 64 (54.4 against 61.7
 // µs); FlashAttention-4's exp2 on the FMA pipe, lazy rescaling, row sums on the tensor
