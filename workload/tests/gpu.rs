@@ -162,13 +162,15 @@ fn add_layer_norm_matches_cpu() {
 fn attention_matches_cpu() {
     let mut c = Ctx::new();
     // (batch, seq, heads, head_dim, masked): the YOLOS-small shape, a BERT-like batch with
-    // padding, a sequence shorter than one tile, and a padded batch over several key tiles
-    // at head size 64 (the wgmma kernel's masking on Hopper).
+    // padding, a sequence shorter than one tile, a padded batch over several key tiles at
+    // head size 64 (the wgmma kernels' masking on Hopper), and a padded batch long enough
+    // (8 tiles of 128 keys) to wrap the bf16 wgmma kernel's ring of 6 stages.
     let cases = [
         (1, 3401, 6, 64, false),
         (3, 77, 12, 32, true),
         (2, 5, 2, 64, true),
         (2, 300, 2, 64, true),
+        (2, 1000, 2, 64, true),
     ];
     for (math, tol) in [
         (AttentionMath::F32, 1e-5),

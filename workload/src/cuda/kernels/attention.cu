@@ -774,6 +774,9 @@ attention_wgmma_bf16_d64(const __grid_constant__ TmaMap map, bf16_t* __restrict_
 // are, were right; a plain mov was optimised away and did not help. `seq` is a kernel
 // argument, so no compiler can fold the zero away; should a later one miscompile this
 // anyway, the GPU test's 3401-token case (54 key tiles) fails with a relative error near 1.
+// K by TMA instead (issued by thread 0, awaited on an mbarrier, the bf16 kernel's tensor
+// map in f32) took 109.4 µs against 107.7 (criterion, H100) and 2.54-2.55 ms per TF32
+// inference against 2.49-2.50: not kept (results/20261126-h100-tf32-tma).
 // Shared memory: K 2 × 16 KiB (double-buffered), V row-major 16 KiB, Vᵀ 16 KiB = 64 KiB
 // (+1 KiB to align), so three blocks fit a multiprocessor, as with bf16.
 __device__ __forceinline__ u32 tf32_bits(float f) { return (__float_as_uint(f) + 0x1000u) & 0xFFFFE000u; }
