@@ -4,81 +4,100 @@
 // Pre-norm layers keep the plain sum as the residual stream; post-norm (BERT) layers
 // carry the normalised one. The residual stream is f32 at every precision.
 
-// Four consecutive values of the activation type, as f32.
-template <typename T> struct Act4;
-template <> struct Act4<float> {
-    static __device__ __forceinline__ float4 load(const float* p, long i) { return *(const float4*)(p + i); }
-    static __device__ __forceinline__ void store(float* p, long i, float4 v) { *(float4*)(p + i) = v; }
+// W consecutive values (W = 1 or 4) of type T, as f32: 4 move as one 16-byte (f32) or
+// 8-byte (bf16) access.
+template <typename T, int W> struct Pack;
+template <typename T> struct Pack<T, 1> {
+    static __device__ __forceinline__ void load(const T* p, long i, float (&v)[1]) { v[0] = Act<T>::load(p, i); }
+    static __device__ __forceinline__ void store(T* p, long i, const float (&v)[1]) { Act<T>::store(p, i, v[0]); }
 };
-template <> struct Act4<bf16_t> {
-    static __device__ __forceinline__ float4 load(const bf16_t* p, long i) {
-        const uint2 u = *(const uint2*)(p + i);
-        return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xFFFF0000u), __uint_as_float(u.y << 16),
-                           __uint_as_float(u.y & 0xFFFF0000u));
+template <> struct Pack<float, 4> {
+    static __device__ __forceinline__ void load(const float* p, long i, float (&v)[4]) {
+        const float4 a = *(const float4*)(p + i);
+        v[0] = a.x;
+        v[1] = a.y;
+        v[2] = a.z;
+        v[3] = a.w;
     }
-    static __device__ __forceinline__ void store(bf16_t* p, long i, float4 v) {
+    static __device__ __forceinline__ void store(float* p, long i, const float (&v)[4]) {
+        *(float4*)(p + i) = make_float4(v[0], v[1], v[2], v[3]);
+    }
+};
+template <> struct Pack<bf16_t, 4> {
+    static __device__ __forceinline__ void load(const bf16_t* p, long i, float (&v)[4]) {
+        const uint2 u = *(const uint2*)(p + i);
+        v[0] = __uint_as_float(u.x << 16);
+        v[1] = __uint_as_float(u.x & 0xFFFF0000u);
+        v[2] = __uint_as_float(u.y << 16);
+        v[3] = __uint_as_float(u.y & 0xFFFF0000u);
+    }
+    static __device__ __forceinline__ void store(bf16_t* p, long i, const float (&v)[4]) {
         uint2 u;
-        u.x = pack_bf16x2(v.x, v.y);
-        u.y = pack_bf16x2(v.z, v.w);
+        u.x = pack_bf16x2(v[0], v[1]);
+        u.y = pack_bf16x2(v[2], v[3]);
         *(uint2*)(p + i) = u;
     }
 };
 
-// Rows whose length is a multiple of 4: each lane moves 4 consecutive columns per step
-// (16-byte f32 and 8-byte bf16 accesses), a quarter of the scalar path's loads and stores.
-// The scalar path took 6.8 µs per yolos-small layer norm (3401 × 384) on an H100: 0.169 ms
-// for the 25 of a bf16 pass (results/20261125-h100-attention-tiles128/bench-workload.log).
-template <typename T>
-__device__ __forceinline__ void add_layernorm_vec(float* __restrict__ resid, const T* __restrict__ delta,
+// The sum of a pack, in pairs.
+__device__ __forceinline__ float pack_sum(const float (&v)[1]) { return v[0]; }
+__device__ __forceinline__ float pack_sum(const float (&v)[4]) { return (v[0] + v[1]) + (v[2] + v[3]); }
+
+// One row, each lane moving W consecutive columns per step. Rows whose length is a
+// multiple of 4 take W = 4: a quarter of the loads and stores of W = 1, which took 6.8 µs
+// per yolos-small layer norm (3401 × 384) on an H100, 0.169 ms for the 25 of a bf16 pass
+// (results/20261125-h100-attention-tiles128/bench-workload.log).
+template <typename T, int W>
+__device__ __forceinline__ void add_layernorm_row(float* __restrict__ resid, const T* __restrict__ delta,
                                                   const float* __restrict__ gamma, const float* __restrict__ beta,
                                                   T* __restrict__ out, long base, int cols, float eps, int post,
                                                   int lane) {
-    constexpr int MAXV = 8; // 8 · 32 lanes · 4 = 1024 columns
-    float4 v[MAXV];
+    constexpr int MAXV = 1024 / (32 * W); // up to 1024 columns
+    float v[MAXV][W];
     float sum = 0.0f;
 #pragma unroll
     for (int i = 0; i < MAXV; i++) {
-        const int c = (i * 32 + lane) * 4;
-        v[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const int c = (i * 32 + lane) * W;
+#pragma unroll
+        for (int e = 0; e < W; e++) v[i][e] = 0.0f;
         if (c < cols) {
-            float4 a = *(const float4*)(resid + base + c);
+            Pack<float, W>::load(resid, base + c, v[i]);
             if (delta != nullptr) {
-                const float4 d = Act4<T>::load(delta, base + c);
-                a.x += d.x;
-                a.y += d.y;
-                a.z += d.z;
-                a.w += d.w;
+                float d[W];
+                Pack<T, W>::load(delta, base + c, d);
+#pragma unroll
+                for (int e = 0; e < W; e++) v[i][e] += d[e];
             }
-            v[i] = a;
-            sum += (a.x + a.y) + (a.z + a.w);
+            sum += pack_sum(v[i]);
         }
     }
     const float mean = warp_sum(sum) / (float)cols;
     float sq = 0.0f;
 #pragma unroll
     for (int i = 0; i < MAXV; i++) {
-        const int c = (i * 32 + lane) * 4;
+        const int c = (i * 32 + lane) * W;
         if (c < cols) {
-            const float x = v[i].x - mean, y = v[i].y - mean, z = v[i].z - mean, w = v[i].w - mean;
-            sq += (x * x + y * y) + (z * z + w * w);
+            float d2[W];
+#pragma unroll
+            for (int e = 0; e < W; e++) d2[e] = (v[i][e] - mean) * (v[i][e] - mean);
+            sq += pack_sum(d2);
         }
     }
     const float rstd = rsqrtf(warp_sum(sq) / (float)cols + eps);
 #pragma unroll
     for (int i = 0; i < MAXV; i++) {
-        const int c = (i * 32 + lane) * 4;
+        const int c = (i * 32 + lane) * W;
         if (c < cols) {
-            const float4 g = *(const float4*)(gamma + c), bb = *(const float4*)(beta + c);
-            float4 n;
-            n.x = (v[i].x - mean) * rstd * g.x + bb.x;
-            n.y = (v[i].y - mean) * rstd * g.y + bb.y;
-            n.z = (v[i].z - mean) * rstd * g.z + bb.z;
-            n.w = (v[i].w - mean) * rstd * g.w + bb.w;
-            Act4<T>::store(out, base + c, n);
+            float g[W], bb[W], n[W];
+            Pack<float, W>::load(gamma, c, g);
+            Pack<float, W>::load(beta, c, bb);
+#pragma unroll
+            for (int e = 0; e < W; e++) n[e] = (v[i][e] - mean) * rstd * g[e] + bb[e];
+            Pack<T, W>::store(out, base + c, n);
             if (post) {
-                *(float4*)(resid + base + c) = n;
+                Pack<float, W>::store(resid, base + c, n);
             } else if (delta != nullptr) {
-                *(float4*)(resid + base + c) = v[i];
+                Pack<float, W>::store(resid, base + c, v[i]);
             }
         }
     }
@@ -88,44 +107,14 @@ template <typename T>
 __device__ void add_layernorm(float* __restrict__ resid, const T* __restrict__ delta, const float* __restrict__ gamma,
                               const float* __restrict__ beta, T* __restrict__ out, int rows, int cols, float eps,
                               int post) {
-    constexpr int MAXV = 32;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int row = blockIdx.x * (blockDim.x >> 5) + warp;
     if (row >= rows) return;
     const long base = (long)row * cols;
     if ((cols & 3) == 0) {
-        add_layernorm_vec<T>(resid, delta, gamma, beta, out, base, cols, eps, post, lane);
-        return;
-    }
-    float v[MAXV];
-    float sum = 0.0f;
-#pragma unroll
-    for (int i = 0; i < MAXV; i++) {
-        int c = i * 32 + lane;
-        v[i] = 0.0f;
-        if (c < cols) {
-            float a = resid[base + c];
-            if (delta != nullptr) a += Act<T>::load(delta, base + c);
-            v[i] = a;
-            sum += a;
-        }
-    }
-    const float mean = warp_sum(sum) / (float)cols;
-    float sq = 0.0f;
-#pragma unroll
-    for (int i = 0; i < MAXV; i++) {
-        int c = i * 32 + lane;
-        if (c < cols) sq += (v[i] - mean) * (v[i] - mean);
-    }
-    const float rstd = rsqrtf(warp_sum(sq) / (float)cols + eps);
-#pragma unroll
-    for (int i = 0; i < MAXV; i++) {
-        int c = i * 32 + lane;
-        if (c < cols) {
-            float n = (v[i] - mean) * rstd * gamma[c] + beta[c];
-            Act<T>::store(out, base + c, n);
-            resid[base + c] = post ? n : v[i];
-        }
+        add_layernorm_row<T, 4>(resid, delta, gamma, beta, out, base, cols, eps, post, lane);
+    } else {
+        add_layernorm_row<T, 1>(resid, delta, gamma, beta, out, base, cols, eps, post, lane);
     }
 }
 extern "C" __global__ void add_layernorm_f32(float* resid, const float* delta, const float* gamma, const float* beta,
