@@ -378,20 +378,19 @@ impl Args {
     pub fn new() -> Self {
         Self::default()
     }
-    fn push(mut self, v: u64) -> Self {
+    /// One parameter of `slots.len()` 8-byte slots.
+    fn push(mut self, slots: &[u64]) -> Self {
         self.starts.push(self.slots.len());
-        self.slots.push(v);
+        self.slots.extend_from_slice(slots);
         self
     }
     /// A device pointer.
     pub fn ptr(self, p: CUdeviceptr) -> Self {
-        self.push(p)
+        self.push(&[p])
     }
     /// A TMA tensor map, passed by value (a `__grid_constant__` parameter).
-    pub fn tensor_map(mut self, map: &CUtensorMap) -> Self {
-        self.starts.push(self.slots.len());
-        self.slots.extend_from_slice(&map.opaque);
-        self
+    pub fn tensor_map(self, map: &CUtensorMap) -> Self {
+        self.push(&map.opaque)
     }
     /// A null pointer.
     pub fn null(self) -> Self {
@@ -399,15 +398,15 @@ impl Args {
     }
     /// An `int`.
     pub fn i32(self, v: i32) -> Self {
-        self.push(v as u32 as u64)
+        self.push(&[v as u32 as u64])
     }
     /// A `long`.
     pub fn i64(self, v: i64) -> Self {
-        self.push(v as u64)
+        self.push(&[v as u64])
     }
     /// A `float`.
     pub fn f32(self, v: f32) -> Self {
-        self.push(v.to_bits() as u64)
+        self.push(&[v.to_bits() as u64])
     }
 }
 
