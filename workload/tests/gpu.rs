@@ -164,7 +164,7 @@ fn attention_matches_cpu() {
     // (batch, seq, heads, head_dim, masked): the YOLOS-small shape, a BERT-like batch with
     // padding, a sequence shorter than one tile, a padded batch over several key tiles at
     // head size 64 (the wgmma kernels' masking on Hopper), and a padded batch long enough
-    // (8 tiles of 128 keys) to wrap the bf16 wgmma kernel's ring of 6 stages.
+    // (8 tiles of 128 keys) to wrap the wgmma kernels' rings (bf16: 6 stages, TF32: 2).
     let cases = [
         (1, 3401, 6, 64, false),
         (3, 77, 12, 32, true),

@@ -58,13 +58,11 @@ fn hopper_builds_add_the_wgmma_attention_without_spills() {
             "{line}"
         );
     }
-    // The blocks each must fit on a multiprocessor, so that the yolos-small shape runs in
-    // one wave on 132 SMs: the bf16 kernel one of 512 threads (108 blocks), the TF32 kernel
-    // three of 128 (324 blocks). Registers are allocated per warp in steps of 8 per
-    // thread, from 65536; shared memory is the dynamic size plus the 1 KiB the driver
-    // reserves per block, from Hopper's 228 KiB.
+    // A block of each must fit on a multiprocessor, so that the yolos-small shape runs in
+    // one wave on 132 SMs: one block of 512 threads per SM (108 blocks). Registers are
+    // allocated per warp in steps of 8 per thread, from 65536; shared memory is the dynamic
+    // size plus the 1 KiB the driver reserves per block, from Hopper's 228 KiB.
     for kernel in Kernel::hopper() {
-        let blocks = if kernel == Kernel::AttentionWgmma { 1 } else { 3 };
         let (_, threads) = kernel.attention_block();
         let wgmma = kernel.entry();
         let section = compiled
@@ -83,36 +81,34 @@ fn hopper_builds_add_the_wgmma_attention_without_spills() {
             section.lines().find(|l| l.contains("Used ")).unwrap_or_default().trim()
         );
         assert!(
-            registers.div_ceil(8) * 8 * threads * blocks <= 65536,
-            "{wgmma} uses {registers} registers: fewer than {blocks} blocks per SM"
+            registers.div_ceil(8) * 8 * threads <= 65536,
+            "{wgmma} uses {registers} registers: too many for a block of {threads} on an SM"
         );
         assert!(
-            blocks * (kernel.dynamic_smem() + 1024) <= 228 * 1024,
-            "{wgmma}'s shared memory leaves fewer than {blocks} blocks per SM"
+            kernel.dynamic_smem() + 1024 <= 228 * 1024,
+            "{wgmma}'s shared memory does not fit an SM"
         );
-        if kernel == Kernel::AttentionWgmma {
-            // setmaxnreg moves registers between the block's warpgroups: the producer's
-            // down to `dec`, the three consumers' up to `inc`. They come from what the block
-            // got at launch (registers × 512), so it must cover them, or the consumers'
-            // setmaxnreg.inc waits for ever.
-            let source = Family::Attention.source();
-            let body = source
-                .split("attention_wgmma_bf16_d64(")
+        // setmaxnreg moves registers between the block's warpgroups: the producer's
+        // down to `dec`, the three consumers' up to `inc`. They come from what the block
+        // got at launch (registers × 512), so it must cover them, or the consumers'
+        // setmaxnreg.inc waits for ever.
+        let source = Family::Attention.source();
+        let body = source
+            .split(&format!("{wgmma}("))
+            .nth(1)
+            .expect("the kernel's definition");
+        let count = |op: &str| -> u32 {
+            body.split(&format!("setmaxnreg.{op}.sync.aligned.u32 "))
                 .nth(1)
-                .expect("the kernel's definition");
-            let count = |op: &str| -> u32 {
-                body.split(&format!("setmaxnreg.{op}.sync.aligned.u32 "))
-                    .nth(1)
-                    .and_then(|s| s.split(';').next())
-                    .and_then(|n| n.trim().parse().ok())
-                    .unwrap_or_else(|| panic!("no setmaxnreg.{op} with a literal count in {wgmma}"))
-            };
-            let (dec, inc) = (count("dec"), count("inc"));
-            assert!(
-                dec * 128 + inc * 3 * 128 <= registers * threads,
-                "{wgmma}: setmaxnreg {dec}/{inc} needs more than the {registers} × {threads} registers it launches with"
-            );
-        }
+                .and_then(|s| s.split(';').next())
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap_or_else(|| panic!("no setmaxnreg.{op} with a literal count in {wgmma}"))
+        };
+        let (dec, inc) = (count("dec"), count("inc"));
+        assert!(
+            dec * 128 + inc * 3 * 128 <= registers * threads,
+            "{wgmma}: setmaxnreg {dec}/{inc} needs more than the {registers} × {threads} registers it launches with"
+        );
     }
     // An sm_90 build (GPUs other than Hopper's 9.0 get their own sm_XY) has no wgmma.
     let plain = compile_family(Family::Attention, "sm_90", false).unwrap_or_else(|e| panic!("{e}"));

@@ -166,9 +166,9 @@ impl Kernel {
             // Three Q tiles of 64 rows (24 KiB) and a ring of six K + V stages of 128 keys
             // (192 KiB), 1 KiB to align them: one block per multiprocessor.
             Kernel::AttentionWgmma => 217 * 1024,
-            // Double-buffered K, one row-major and one transposed V tile of 64 keys in f32
-            // (64 KiB), 1 KiB to align them.
-            Kernel::AttentionWgmmaTf32 => 65 * 1024,
+            // Three Q tiles of 64 rows (48 KiB), two stages of K and transposed V of 128 keys
+            // (128 KiB) and one V tile as it lands (32 KiB) in f32, 1 KiB to align them.
+            Kernel::AttentionWgmmaTf32 => 209 * 1024,
             _ => 0,
         }
     }
@@ -177,7 +177,7 @@ impl Kernel {
     pub fn attention_block(self) -> (usize, u32) {
         match self {
             // A producer warpgroup and three consumers of 64 rows each.
-            Kernel::AttentionWgmma => (192, 512),
+            Kernel::AttentionWgmma | Kernel::AttentionWgmmaTf32 => (192, 512),
             Kernel::Attention(AttentionMath::F32, _) => (64, 256),
             _ => (64, 128),
         }

@@ -379,10 +379,10 @@ impl CudaRuntime {
         }
         let scale_log2 = std::f32::consts::LOG2_E / (head_dim as f32).sqrt();
         let kernel = self.attention_kernel(math, head_dim);
-        let args = if kernel == Kernel::AttentionWgmma {
-            Args::new().tensor_map(&qkv_tensor_map(qkv, batch, seq, hidden)?)
-        } else {
-            Args::new().ptr(qkv.ptr())
+        let args = match kernel {
+            Kernel::AttentionWgmma => Args::new().tensor_map(&qkv_tensor_map(qkv, batch, seq, hidden, Dtype::Bf16)?),
+            Kernel::AttentionWgmmaTf32 => Args::new().tensor_map(&qkv_tensor_map(qkv, batch, seq, hidden, Dtype::F32)?),
+            _ => Args::new().ptr(qkv.ptr()),
         };
         let args = args
             .ptr(out.ptr())
@@ -551,15 +551,17 @@ pub fn attention_math(precision: Precision) -> AttentionMath {
     }
 }
 
-/// The TMA tensor map the wgmma bf16 attention reads Q, K and V through: the fused QKV
-/// matrix as 3·hidden columns × `seq` tokens × `batch` samples of bf16, boxes of 64 × 64 in
-/// the 128-byte swizzle wgmma reads; rows past `seq` read as zeros.
-fn qkv_tensor_map(qkv: &DeviceBuffer, batch: usize, seq: usize, hidden: usize) -> Result<CUtensorMap> {
+/// The TMA tensor map the wgmma attention kernels read Q, K and V through: the fused QKV
+/// matrix as 3·hidden columns × `seq` tokens × `batch` samples of `dt`, boxes of 128 bytes
+/// (64 bf16 or 32 f32, one atom of the 128-byte swizzle wgmma reads) × 64 tokens; rows
+/// past `seq` read as zeros.
+fn qkv_tensor_map(qkv: &DeviceBuffer, batch: usize, seq: usize, hidden: usize, dt: Dtype) -> Result<CUtensorMap> {
     use cudarc::driver::sys::{
         CUtensorMapDataType, CUtensorMapFloatOOBfill, CUtensorMapInterleave, CUtensorMapL2promotion,
         CUtensorMapSwizzle, cuTensorMapEncodeTiled,
     };
-    let row = 3 * hidden as u64 * 2; // bytes
+    let es = dt.size() as u64;
+    let row = 3 * hidden as u64 * es; // bytes
     if !qkv.ptr().is_multiple_of(16) || !row.is_multiple_of(16) {
         return Err(WorkloadError::BadArgument(format!(
             "the TMA attention needs a 16-byte aligned QKV matrix with rows a multiple of 16 bytes (address {:#x}, {row}-byte rows)",
@@ -568,7 +570,7 @@ fn qkv_tensor_map(qkv: &DeviceBuffer, batch: usize, seq: usize, hidden: usize) -
     }
     let dims = [3 * hidden as u64, seq as u64, batch as u64];
     let strides = [row, row * seq as u64];
-    let boxes = [64u32, 64, 1];
+    let boxes = [128 / es as u32, 64, 1];
     let steps = [1u32; 3];
     let mut map = CUtensorMap { opaque: [0; 16] };
     // SAFETY: every pointer is to a live local array of the rank (3) the call is given
@@ -577,7 +579,10 @@ fn qkv_tensor_map(qkv: &DeviceBuffer, batch: usize, seq: usize, hidden: usize) -
     unsafe {
         cuTensorMapEncodeTiled(
             &mut map,
-            CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+            match dt {
+                Dtype::Bf16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                Dtype::F32 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+            },
             3,
             qkv.ptr() as *mut std::ffi::c_void,
             dims.as_ptr(),

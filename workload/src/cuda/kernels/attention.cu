@@ -3,7 +3,8 @@
 // (per row: all query heads, all key heads, all value heads); output [batch·seq, H].
 // Keys at positions >= lens[b] are masked (BERT padding); lens may be null.
 // Grid: (ceil(seq / 64), heads, batch). Entry points: attention_{bf16,tf32,f32}_d{32,64};
-// on Hopper also attention_wgmma_{bf16,tf32}_d64 (the bf16 one: 192 rows a block, see there).
+// on Hopper also attention_wgmma_{bf16,tf32}_d64 (192 rows a block, a tensor map for QKV:
+// see there).
 // `scale_log2` = log2(e) / sqrt(head_dim): scores are kept in base-2 units for ex2.
 
 __device__ __forceinline__ u32 smem_u32(const void* p) {
@@ -751,34 +752,43 @@ attention_wgmma_bf16_d64(const __grid_constant__ TmaMap map, bf16_t* __restrict_
 
     finish_rows_staged(o, l0, l1, sm + c * QTILE, 1 + c, out, b, h, q0 + 64 * c, seq, heads, tid & 127);
 }
-// ---- tf32 on Hopper (sm_90a): wgmma --------------------------------------------------
-// The TF32 counterpart of the kernel above: one warpgroup per 64 query rows of one head,
-// 64 keys per tile, both products on wgmma.m64n64k8 (tf32 operands, f32 accumulators).
-// wgmma reads 32-bit operands from shared memory only K-major (tf32 has no transposed B):
-//  - S = Q·Kᵀ takes Q from registers (tf32 A fragments, rounded to nearest as the
-//    mma.sync kernel holds them) and the K tile K-major as it arrives (cp.async): two
-//    128-byte swizzle atoms of 32 dims. wgmma reads a shared f32 as tf32 by dropping its
-//    low 13 bits, so K alone enters truncated, not rounded: rounding each tile in place
-//    first took 136 µs against 111 at the yolos-small shape (H100, a standalone driver)
-//    for a relative error of 6.6e-4 against 1.3e-3 (tests/gpu.rs allows 2e-3).
-//  - O += P·V takes P from registers (rounded) and V transposed: each V tile lands
-//    row-major (16-byte chunks XOR-swizzled so the transposing reads are conflict-free),
-//    then the block writes it, rounded, dims × keys into two swizzle atoms of 32 keys,
-//    16 bytes (4 keys of one dim) per store.
-//    P's columns t and t+4 hold the score accumulator's keys 2t and 2t+1, so within each
-//    8 keys the transposed tile stores key order 0 2 4 6 1 3 5 7.
-// Q stays in registers as A fragments, rounded once, but each key tile hands the wgmmas
-// fresh definitions (`^= fresh`, zero at run time): on an H100 (NVRTC/ptxas of CUDA 13.0) the
-// same registers given to the wgmmas of every tile read back overwritten from the second
-// tile on (the scores of tile 1 were those of a different Q), while fresh ones, as P's
-// are, were right; a plain mov was optimised away and did not help. `seq` is a kernel
-// argument, so no compiler can fold the zero away; should a later one miscompile this
-// anyway, the GPU test's 3401-token case (54 key tiles) fails with a relative error near 1.
-// K by TMA instead (issued by thread 0, awaited on an mbarrier, the bf16 kernel's tensor
-// map in f32) took 109.4 µs against 107.7 (criterion, H100) and 2.54-2.55 ms per TF32
-// inference against 2.49-2.50: not kept (results/20261126-h100-tf32-tma).
-// Shared memory: K 2 × 16 KiB (double-buffered), V row-major 16 KiB, Vᵀ 16 KiB = 64 KiB
-// (+1 KiB to align), so three blocks fit a multiprocessor, as with bf16.
+// ---- tf32 on Hopper (sm_90a): wgmma, TMA, warp specialisation ------------------------
+// The TF32 counterpart of the kernel above, in the same structure: a block is four
+// warpgroups (512 threads) over 192 query rows of one head, key tiles of 128.
+//  - Warpgroup 0 produces (setmaxnreg 56). Its first thread loads, by TMA (the tensor map
+//    in f32, boxes of 32 columns = one 128-byte swizzle atom × 64 tokens), the three Q tiles
+//    once, then every K tile into a ring of two stages and every V tile, row-major as it
+//    is in memory, into one staging buffer. Its other three warps transpose each V tile
+//    from there into the stage beside its K tile (below), then arrive on that stage's
+//    `full` barrier, which the K copy's expect_tx and their three arrivals complete.
+//  - Warpgroups 1-3 consume, 64 rows each (setmaxnreg 152): S = Q·Kᵀ on
+//    wgmma.m64n128k8 with both operands in shared memory, the online softmax, then
+//    O += P·V on wgmma.m64n64k8 with P from registers and Vᵀ from shared memory.
+// wgmma reads 32-bit operands from shared memory only K-major (tf32 has no transposed B),
+// hence the transpose, and reads a shared f32 as tf32 by dropping its low 13 bits:
+//  - Q is rounded to nearest in place once by its consumer (bit for bit what cvt.rna gives);
+//  - K enters truncated, as it lands: rounding each tile in place took 136 µs against 111
+//    in the one-warpgroup kernel this replaced (H100, a standalone driver) for a relative
+//    error of 6.6e-4 against 1.3e-3 (tests/gpu.rs allows 2e-3);
+//  - V is rounded as it is transposed, P as it is handed to the product.
+// The transposed tile is four swizzle atoms of 32 keys × 64 dims; P's columns t and t+4
+// hold the score accumulator's keys 2t and 2t+1, so within each 8 keys it stores key order
+// 0 2 4 6 1 3 5 7. A transposing unit reads keys 8p+q, +2, +4, +6 (one 16-byte chunk c of 4
+// dims each) and writes 4 chunks (one per dim) of the transposed rows; units are dealt so
+// that each quarter-warp's eight 16-byte reads, and its eight writes, fall in eight
+// distinct bank groups of the 128-byte swizzle (thread i of the eight: q = i % 2,
+// p % 4 = i / 2, c = 2·((i / 2 + s) % 4) + c0, with s, c0, p / 4 and the dims' atom fixed).
+// Shared memory: Q 3 × 16 KiB + 2 stages × (K + Vᵀ) 64 KiB + V 32 KiB = 208 KiB, + 1 KiB to
+// align: one block per multiprocessor, 108 blocks for a 3401-token, 6-head image.
+// The standalone driver (results/20261126-h100-tf32-warpspec, an H100, 300 launches, five
+// rounds) against the one-warpgroup kernel this replaced (three 128-thread blocks per SM,
+// each copying its own K and V by cp.async and transposing V itself, 64-key tiles):
+// 104.3-107.1 µs for it, 76.2-78.7 for this one. With 64-key tiles and 2-5 stages, 1-3
+// V buffers: 78.4-84.3, bit-identical to the old kernel's output; 128-key tiles sum the
+// softmax in another order (largest difference 7.5e-5, the same error against a double
+// reference). That kernel took Q as rounded A fragments in registers, which needed
+// redefining each tile (`^= fresh`) against a ptxas miscompilation; Q from shared memory
+// has no such register to lose.
 __device__ __forceinline__ u32 tf32_bits(float f) { return (__float_as_uint(f) + 0x1000u) & 0xFFFFE000u; }
 // The same rounding for an operand wgmma reads from shared memory, which drops the low
 // 13 bits itself (see K above), so the mask is left out.
@@ -793,114 +803,140 @@ __device__ __forceinline__ void wgmma_tf32_rs(float* d, u32 a0, u32 a1, u32 a2, 
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(scale_d));
 }
 
-extern "C" __global__ void __launch_bounds__(128, 3)
-attention_wgmma_tf32_d64(const float* __restrict__ qkv, float* __restrict__ out, const int* __restrict__ lens,
-                         int seq, int heads, float scale_log2) {
-    constexpr int D = 64, BQ = 64, BK = 64, NT = BK / 8, TILE = BK * D * 4;
-    extern __shared__ unsigned char smem_raw[];
-    unsigned char* sm = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
-    unsigned char* sK0 = sm;            // [2][2 atoms][64 keys][128 B]
-    unsigned char* sVn = sm + 2 * TILE; // [64 keys][256 B], chunks swizzled
-    unsigned char* sVt = sm + 3 * TILE; // [2 atoms][64 dims][128 B]
+// d (64×128, f32) = (scale_d ? d : 0) + A·Bᵀ, A and B tf32 K-major in shared memory.
+__device__ __forceinline__ void wgmma_tf32_ss_n128(float* d, u64 da, u64 db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(da), "l"(db), "r"(scale_d));
+}
 
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+extern "C" __global__ void __launch_bounds__(512, 1)
+attention_wgmma_tf32_d64(const __grid_constant__ TmaMap map, float* __restrict__ out, const int* __restrict__ lens,
+                         int seq, int heads, float scale_log2) {
+    constexpr int D = 64, NC = 3, BQ = 64 * NC, BK = 128, NT = BK / 8, ST = 2, TW = 3; // TW: transposing warps
+    constexpr int QTILE = 64 * D * 4, TILE = BK * D * 4, ATOM = TILE / 2;               // bytes
+    extern __shared__ unsigned char smem_raw[];
+    __shared__ __align__(8) unsigned long long bars[3 + 2 * ST]; // Q, full[ST], empty[ST], V landed, V free
+    unsigned char* sm = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+    // K: [2 atoms of 32 dims][128 keys][128 B]; Vᵀ: [4 atoms of 32 keys][64 dims][128 B];
+    // V as it lands: [2 atoms of 32 dims][128 keys][128 B].
+    auto sK = [&](int s) { return sm + NC * QTILE + s * 2 * TILE; };
+    auto sVt = [&](int s) { return sm + NC * QTILE + s * 2 * TILE + TILE; };
+    unsigned char* sV = sm + NC * QTILE + ST * 2 * TILE;
+
+    const int tid = threadIdx.x, wg = tid >> 7, warp = tid >> 5, lane = tid & 31;
     const int q0 = blockIdx.x * BQ, h = blockIdx.y, b = blockIdx.z;
     const int hidden = heads * D;
-    const long stride = 3L * hidden;
-    const float* base = qkv + (long)b * seq * stride + h * D;
-    const int limit = lens != nullptr ? lens[b] : seq;
+    const int limit = lens != nullptr ? min(lens[b], seq) : seq;
     const int ntiles = (limit + BK - 1) / BK;
-    // 0 (seq >= 0), but not provably so to the compiler, and different per tile:
-    // `qf[] ^= fresh` redefines the fragments each tile, which loop-invariant motion
-    // cannot hoist.
-    const u32 sign = (u32)(seq >> 31);
+    const u32 bq = smem_u32(&bars[0]), full = bq + 8, empty = full + 8 * ST, vin = empty + 8 * ST, vfree = vin + 8;
+    if (tid == 0) {
+        mbar_init(bq, 1);
+        for (int s = 0; s < ST; s++) {
+            mbar_init(full + 8 * s, 1 + TW);  // the K copy's expect_tx, one per transposing warp
+            mbar_init(empty + 8 * s, NC * 4); // one per consumer warp
+        }
+        mbar_init(vin, 1);
+        mbar_init(vfree, TW);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
 
-    // Copies: chunk c (4 floats) of key rows r0 + 8i; the swizzles depend on r0 only.
-    const int c = tid & 15, r0 = tid >> 4;
-    const u32 k_off = (u32)((c >> 3) * 8192 + r0 * 128 + (((c & 7) ^ r0) << 4));
-    // V row r keeps chunk c at c ^ vswz(r), vswz(r) = (2·(r / 8) + r % 2) mod 8: rows
-    // r0 + 8i differ in i only, so this thread's chunks sit at (c ^ r0 % 2) ^ 2i mod 8.
-    const u32 v_row = (u32)(r0 * 256), v_chunk = (u32)(c ^ (r0 & 1));
-    const float* gk = base + hidden + (long)r0 * stride + c * 4;
-    auto load = [&](int tile) {
-        const u32 k = smem_u32(sK0 + (tile & 1) * TILE) + k_off, v = smem_u32(sVn) + v_row;
-        if ((tile + 1) * BK <= limit) {
-            const float* src = gk + (long)tile * BK * stride;
-#pragma unroll
-            for (int i = 0; i < BK / 8; i++) {
-                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(k + i * 1024), "l"(src + (long)i * 8 * stride));
-                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(v + i * 2048 + ((v_chunk ^ ((2 * i) & 7)) << 4)), "l"(src + (long)i * 8 * stride + hidden));
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
+        if (warp == 0) {
+            if (lane != 0) return;
+            // One 32-column × 64-token box per atom and 64 rows.
+            auto load = [&](unsigned char* dst, u32 bar, int col, int row, int rows) {
+                for (int a = 0; a < 2; a++)
+                    for (int r = 0; r < rows; r += 64) tma_load(dst + a * (rows * 128) + r * 128, &map, bar, col + 32 * a, row + r, b);
+            };
+            mbar_expect_tx(bq, NC * QTILE);
+            for (int c = 0; c < NC; c++) load(sm + c * QTILE, bq, h * D, q0 + 64 * c, 64);
+            for (int t = 0; t < ntiles; t++) {
+                const int s = t % ST;
+                if (t >= ST) mbar_wait(empty + 8 * s, (t / ST - 1) & 1); // its last use, tile t - ST
+                mbar_expect_tx(full + 8 * s, TILE);
+                load(sK(s), full + 8 * s, hidden + h * D, t * BK, BK);
+                if (t >= 1) mbar_wait(vfree, (t - 1) & 1); // tile t - 1 transposed
+                mbar_expect_tx(vin, TILE);
+                load(sV, vin, 2 * hidden + h * D, t * BK, BK);
             }
-        } else {
+            return;
+        }
+        for (int t = 0; t < ntiles; t++) {
+            const int s = t % ST;
+            mbar_wait(vin, t & 1);
+            if (t >= ST) mbar_wait(empty + 8 * s, (t / ST - 1) & 1);
+            unsigned char* dst = sVt(s);
+            for (int u = tid - 32; u < 4 * BK; u += 32 * TW) {
+                // Unit u: thread i of its quarter-warp, k = which quarter-warp (see above).
+                const int i = u & 7, k = u >> 3, kh = k / (BK / 32);
+                const int p = 4 * (k % (BK / 32)) + (i >> 1), q = i & 1, at = kh & 1;
+                const int c = 2 * (((i >> 1) + (kh >> 2)) & 3) + ((kh >> 1) & 1), c4 = 8 * at + c;
+                float4 kv[4];
 #pragma unroll
-            for (int i = 0; i < BK / 8; i++) {
-                const int t = tile * BK + r0 + 8 * i;
-                const float* src = base + hidden + (long)min(t, seq - 1) * stride + c * 4;
-                const u32 n = t < limit ? 16 : 0;
-                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(k + i * 1024), "l"(src), "r"(n));
-                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(v + i * 2048 + ((v_chunk ^ ((2 * i) & 7)) << 4)), "l"(src + hidden), "r"(n));
+                for (int e = 0; e < 4; e++) {
+                    const int key = 8 * p + q + 2 * e;
+                    kv[e] = *(const float4*)(sV + at * ATOM + key * 128 + ((c ^ (key & 7)) << 4));
+                }
+                unsigned char* d0 = dst + (p >> 2) * 8192 + c4 * 4 * 128; // dims 4·c4.. of key atom p / 4
+#pragma unroll
+                for (int x = 0; x < 4; x++) {
+                    uint4 w;
+                    w.x = tf32_bits_smem((&kv[0].x)[x]);
+                    w.y = tf32_bits_smem((&kv[1].x)[x]);
+                    w.z = tf32_bits_smem((&kv[2].x)[x]);
+                    w.w = tf32_bits_smem((&kv[3].x)[x]);
+                    *(uint4*)(d0 + x * 128 + ((i ^ (4 * (c4 & 1) + x)) << 4)) = w;
+                }
+            }
+            // wgmma reads through the async proxy: make the transposed tile visible to it.
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            __syncwarp();
+            if (lane == 0) {
+                mbar_arrive(vfree);
+                mbar_arrive(full + 8 * s);
             }
         }
-        cp_async_commit();
-    };
-    load(0);
-
-    // Query fragments straight from global memory, once.
-    u32 qf[D / 8][4];
-    load_q_tf32<D>(qf, base, stride, q0, seq, warp, lane);
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 152;\n" ::: "memory");
+    const int c = wg - 1, t = tid & 127;
+    unsigned char* sq = sm + c * QTILE;
+    mbar_wait(bq, 0);
+    // Q rounded to nearest in place, once.
+#pragma unroll
+    for (int i = 0; i < QTILE / 16 / 128; i++) {
+        uint4* p = (uint4*)(sq + (t + 128 * i) * 16);
+        uint4 v = *p;
+        v.x = tf32_bits(__uint_as_float(v.x));
+        v.y = tf32_bits(__uint_as_float(v.y));
+        v.z = tf32_bits(__uint_as_float(v.z));
+        v.w = tf32_bits(__uint_as_float(v.w));
+        *p = v;
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + c) : "memory");
 
     float o[D / 8][4];
 #pragma unroll
     for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
     float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.0f, l1 = 0.0f;
-    const u64 dvt = wgmma_desc(sVt, 1024);
-
+    const u64 dq = wgmma_desc(sq, 1024);
     for (int j = 0; j < ntiles; j++) {
-        cp_async_wait<0>();
-        __syncthreads(); // tile j has landed; every thread is past P·V of tile j - 1
-        // Transpose V: unit u = tid + 128·r takes keys 8p+q, +2, +4, +6 (pq = 2p + q = u % 16,
-        // the 16-byte chunk pq of the transposed rows) of dims 4c..4c+3 (c = u / 16): four
-        // 16-byte reads, four 16-byte writes, each quarter-warp on eight distinct bank groups.
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int u = tid + 128 * r, pq = u & 15, c4 = u >> 4;
-            const unsigned char* src = sVn + (8 * (pq >> 1) + (pq & 1)) * 256 + ((c4 ^ (pq & 7)) << 4);
-            float4 kv[4];
-#pragma unroll
-            for (int e = 0; e < 4; e++) kv[e] = *(const float4*)(src + e * 512);
-            unsigned char* dst = sVt + (pq >> 3) * 8192 + c4 * 4 * 128;
-#pragma unroll
-            for (int x = 0; x < 4; x++) {
-                uint4 w;
-                w.x = tf32_bits_smem((&kv[0].x)[x]);
-                w.y = tf32_bits_smem((&kv[1].x)[x]);
-                w.z = tf32_bits_smem((&kv[2].x)[x]);
-                w.w = tf32_bits_smem((&kv[3].x)[x]);
-                *(uint4*)(dst + x * 128 + (((pq & 7) ^ (4 * (c4 & 1) + x)) << 4)) = w;
-            }
-        }
-        // wgmma reads shared memory through the async proxy: make the copies and the
-        // transposed tile visible to it.
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        __syncthreads(); // Vᵀ written; the row-major V buffer is free again
-        if (j + 1 < ntiles) load(j + 1);
-
-        const u64 dk = wgmma_desc(sK0 + (j & 1) * TILE, 1024);
-        const u32 fresh = (u32)j & sign;
-#pragma unroll
-        for (int kc = 0; kc < D / 8; kc++) {
-            qf[kc][0] ^= fresh;
-            qf[kc][1] ^= fresh;
-            qf[kc][2] ^= fresh;
-            qf[kc][3] ^= fresh;
-        }
+        const int st = j % ST;
+        mbar_wait(full + 8 * st, (j / ST) & 1);
+        const u64 dk = wgmma_desc(sK(st), 1024);
+        const u64 dvt = wgmma_desc(sVt(st), 1024);
         float s[NT][4];
         wgmma_fence();
 #pragma unroll
         for (int kc = 0; kc < D / 8; kc++) {
             // 8 dims = 32 bytes along a swizzled row; dims 32.. are the second atom.
-            wgmma_tf32_rs(&s[0][0], qf[kc][0], qf[kc][1], qf[kc][2], qf[kc][3],
-                          dk + (u64)((kc >> 2) * 8192 >> 4) + 2 * (kc & 3), kc);
+            wgmma_tf32_ss_n128(&s[0][0], dq + (u64)((kc >> 2) * (QTILE / 2) >> 4) + 2 * (kc & 3),
+                               dk + (u64)((kc >> 2) * ATOM >> 4) + 2 * (kc & 3), kc);
         }
         wgmma_commit();
         wgmma_wait0();
@@ -914,8 +950,8 @@ attention_wgmma_tf32_d64(const float* __restrict__ qkv, float* __restrict__ out,
         }
         wgmma_commit();
         wgmma_wait0();
+        if (lane == 0) mbar_arrive(empty + 8 * st);
     }
-
-    finish_rows<D>(o, l0, l1, out, b, h, q0, seq, heads, warp, lane);
+    finish_rows<D>(o, l0, l1, out, b, h, q0 + 64 * c, seq, heads, warp & 3, lane);
 }
 #endif
