@@ -3,7 +3,7 @@
 //! output to the host), and on the GPU the time split per kernel category.
 
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde::Serialize;
 
@@ -39,7 +39,8 @@ pub struct BenchRecord {
     pub inferences_per_s: f64,
     /// Model FLOPs per inference / mean time.
     pub tflops: f64,
-    /// Milliseconds per pass by kernel category (GPU, --split), e.g. ("attention", 0.8).
+    /// Milliseconds per pass by kernel category and by product site, with TFLOP/s (GPU,
+    /// --split), e.g. ("attention", 0.8): see [`split_table`].
     pub split_ms: Vec<(String, f64)>,
 }
 
@@ -84,30 +85,76 @@ pub fn measure(plan: &ModelPlan, warmup: usize, iters: usize, split: bool) -> Re
     })
 }
 
+/// One step's share of a pass, as the split table sums it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepShare {
+    /// The step's name, e.g. `layer3.fc1`; the part after the last dot names its site.
+    pub name: String,
+    /// Its category, e.g. `gemm`.
+    pub kind: &'static str,
+    /// Milliseconds per run.
+    pub ms: f64,
+    /// Floating-point operations per run (0 where not counted).
+    pub flops: f64,
+}
+
+/// The split table: milliseconds per category (in category order), their sum, TFLOP/s per
+/// category that counts FLOPs, then each product site over all layers (`gemm fc1`: every
+/// `layerN.fc1` together), in order of first appearance, with its TFLOP/s.
+pub fn split_table(steps: &[StepShare]) -> Vec<(String, f64)> {
+    // (name, ms, flops), in order of first appearance.
+    fn add(groups: &mut Vec<(String, f64, f64)>, name: String, s: &StepShare) {
+        match groups.iter_mut().find(|g| g.0 == name) {
+            Some(g) => {
+                g.1 += s.ms;
+                g.2 += s.flops;
+            }
+            None => groups.push((name, s.ms, s.flops)),
+        }
+    }
+    let (mut kinds, mut sites) = (Vec::new(), Vec::new());
+    for s in steps {
+        add(&mut kinds, s.kind.to_string(), s);
+        if s.kind == "gemm" {
+            let site = s.name.rsplit('.').next().unwrap_or(&s.name);
+            add(&mut sites, format!("gemm {site}"), s);
+        }
+    }
+    let tflops = |(name, ms, flops): &(String, f64, f64)| {
+        (*flops > 0.0 && *ms > 0.0).then(|| (format!("{name} TFLOP/s"), flops / (ms / 1e3) / 1e12))
+    };
+    let mut out: Vec<(String, f64)> = kinds.iter().map(|(k, ms, _)| (k.clone(), *ms)).collect();
+    out.push(("sum of kernels".into(), steps.iter().map(|s| s.ms).sum()));
+    out.extend(kinds.iter().filter_map(tflops));
+    for site in &sites {
+        out.push((site.0.clone(), site.1));
+        out.extend(tflops(site));
+    }
+    out
+}
+
 #[cfg(feature = "cuda")]
 fn split_times(engine: &mut Engine) -> Result<Vec<(String, f64)>> {
     let Engine::Cuda { model, .. } = engine else {
         return Ok(Vec::new());
     };
-    let steps = model.time_steps(20)?;
-    let mut by_kind: std::collections::BTreeMap<crate::cuda::StepKind, (Duration, f64)> = Default::default();
-    for s in &steps {
-        let e = by_kind.entry(s.kind).or_default();
-        e.0 += s.time;
-        e.1 += s.flops;
-    }
-    let total: Duration = steps.iter().map(|s| s.time).sum();
-    let mut out: Vec<(String, f64)> = by_kind
-        .iter()
-        .map(|(k, (t, _))| (k.name().to_string(), t.as_secs_f64() * 1e3))
+    let mut steps: Vec<_> = model
+        .time_steps(20)?
+        .into_iter()
+        .map(|s| StepShare {
+            name: s.name,
+            kind: s.kind.name(),
+            ms: s.time.as_secs_f64() * 1e3,
+            flops: s.flops,
+        })
         .collect();
-    out.push(("sum of kernels".into(), total.as_secs_f64() * 1e3));
-    for (k, (t, flops)) in &by_kind {
-        if *flops > 0.0 {
-            out.push((format!("{} TFLOP/s", k.name()), flops / t.as_secs_f64() / 1e12));
-        }
-    }
-    Ok(out)
+    // Categories in their fixed order (gemm, attention, layernorm, elementwise), as before.
+    steps.sort_by_key(|s| {
+        ["gemm", "attention", "layernorm", "elementwise"]
+            .iter()
+            .position(|k| *k == s.kind)
+    });
+    Ok(split_table(&steps))
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -196,5 +243,63 @@ mod tests {
         assert_eq!(percentile(&v, 0.99), 99.0);
         assert_eq!(percentile(&v, 1.0), 100.0);
         assert_eq!(percentile(&[7.0], 0.99), 7.0);
+    }
+
+    #[test]
+    fn the_split_sums_categories_and_product_sites_over_layers() {
+        let step = |name: &str, kind, ms, flops| StepShare {
+            name: name.into(),
+            kind,
+            ms,
+            flops,
+        };
+        let steps = [
+            step("layer0.qkv", "gemm", 0.02, 4e9),
+            step("layer1.qkv", "gemm", 0.03, 4e9),
+            step("layer0.fc1", "gemm", 0.05, 5e9),
+            step("patch_embed", "gemm", 0.01, 0.0),
+            step("layer0.attention", "attention", 0.04, 8e9),
+            step("layer0.norm1", "layernorm", 0.005, 0.0),
+        ];
+        let table = split_table(&steps);
+        let get = |k: &str| {
+            table
+                .iter()
+                .find(|(name, _)| name == k)
+                .unwrap_or_else(|| panic!("no {k} in {table:?}"))
+                .1
+        };
+        let close = |a: f64, b: f64| assert!((a - b).abs() < 1e-9, "{a} != {b}");
+        close(get("gemm"), 0.11);
+        close(get("attention"), 0.04);
+        close(get("sum of kernels"), 0.155);
+        close(get("gemm TFLOP/s"), 13e9 / 0.11e-3 / 1e12);
+        close(get("gemm qkv"), 0.05);
+        close(get("gemm qkv TFLOP/s"), 8e9 / 0.05e-3 / 1e12);
+        close(get("gemm fc1"), 0.05);
+        close(get("gemm patch_embed"), 0.01);
+        // No FLOPs, no rate; layer norms have no sites.
+        assert!(
+            table
+                .iter()
+                .all(|(k, _)| k != "gemm patch_embed TFLOP/s" && k != "layernorm TFLOP/s")
+        );
+        assert!(
+            !table
+                .iter()
+                .any(|(k, _)| k.starts_with("layernorm ") || k.starts_with("gemm norm"))
+        );
+        let order: Vec<&str> = table.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            &order[..4],
+            ["gemm", "attention", "layernorm", "sum of kernels"],
+            "categories first, then their sum"
+        );
+        let sites: Vec<&str> = order
+            .iter()
+            .copied()
+            .filter(|k| k.starts_with("gemm ") && !k.ends_with("TFLOP/s"))
+            .collect();
+        assert_eq!(sites, ["gemm qkv", "gemm fc1", "gemm patch_embed"]);
     }
 }
