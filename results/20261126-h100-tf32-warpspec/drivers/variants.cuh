@@ -14,15 +14,42 @@ template <int N> __device__ __forceinline__ void wgmma_tf32_ss(float* d, u64 da,
     else wgmma_tf32_ss_n128(d, da, db, scale_d);
 }
 
-// Vᵀ chunk writer/reader map (see the kernel's comment): unit u of 256.
-template <int BK, int ST, int RV, int PREG, int CREG>
+// finish_rows through shared memory for f32 (64 rows of 256 bytes at `tile`): pairs written
+// 8 bytes at a time, chunk ch of row r at ch ^ 2·(r % 8), then whole 16-byte chunks stored,
+// sixteen threads to a row. Both phases are free of bank conflicts.
+__device__ __forceinline__ void finish_rows_staged_f32(const float (&o)[8][4], float l0, float l1, unsigned char* tile,
+                                                       int bar, float* __restrict__ out, int b, int h, int q0, int seq,
+                                                       int heads, int t) {
+    float inv0, inv1;
+    row_inverses(l0, l1, inv0, inv1);
+    const int warp = t >> 5, lane = t & 31, r0 = warp * 16 + (lane >> 2), r1 = r0 + 8;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const int ch = 2 * i + ((lane & 3) >> 1), off = (lane & 1) * 8;
+        *(float2*)(tile + r0 * 256 + ((ch ^ (2 * (r0 & 7))) << 4) + off) = make_float2(o[i][0] * inv0, o[i][1] * inv0);
+        *(float2*)(tile + r1 * 256 + ((ch ^ (2 * (r1 & 7))) << 4) + off) = make_float2(o[i][2] * inv1, o[i][3] * inv1);
+    }
+    asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory");
+    const int hidden = heads * 64;
+    float* ob = out + (long)b * seq * hidden + h * 64;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        const int u = t + 128 * k, r = u >> 4, ch = u & 15;
+        if (q0 + r < seq)
+            *(uint4*)(ob + (long)(q0 + r) * hidden + ch * 4) = *(const uint4*)(tile + r * 256 + ((ch ^ (2 * (r & 7))) << 4));
+    }
+}
+
+// The warp-specialised TF32 kernel over key tiles of BK, ST stages of K + Vᵀ, RV V buffers;
+// SO: output staged through the Q tile; RK: the transposing warps also round K in place.
+template <int BK, int ST, int RV, int PREG, int CREG, bool SO = false, bool RK = false>
 __device__ __forceinline__ void attention_ws_tf32(const TmaMap& map, float* __restrict__ out, const int* __restrict__ lens,
                                                   int seq, int heads, float scale_log2) {
     constexpr int D = 64, NC = 3, BQ = 64 * NC, NT = BK / 8, PH = BK / 32;
     constexpr int QTILE = 64 * D * 4, TILE = BK * D * 4, TW = 3; // bytes; transposing warps
     extern __shared__ unsigned char smem_raw[];
     // Q, full[ST], empty[ST], raw[RV], free[RV]
-    __shared__ __align__(8) unsigned long long bars[1 + 2 * ST + 2 * RV];
+    __shared__ __align__(8) unsigned long long bars[1 + 3 * ST + 2 * RV]; // + K landed[ST] (RK)
     unsigned char* sm = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
     auto sK = [&](int s) { return sm + NC * QTILE + s * 2 * TILE; };
     auto sVt = [&](int s) { return sm + NC * QTILE + s * 2 * TILE + TILE; };
@@ -33,11 +60,14 @@ __device__ __forceinline__ void attention_ws_tf32(const TmaMap& map, float* __re
     const int hidden = heads * D;
     const int limit = lens != nullptr ? min(lens[b], seq) : seq;
     const int ntiles = (limit + BK - 1) / BK;
-    const u32 bq = smem_u32(&bars[0]), full = bq + 8, empty = full + 8 * ST, raw = empty + 8 * ST, freed = raw + 8 * RV;
+    const u32 bq = smem_u32(&bars[0]), full = bq + 8, empty = full + 8 * ST, raw = empty + 8 * ST, freed = raw + 8 * RV,
+              kin = freed + 8 * RV;
+    const u32 kbar = RK ? kin : full; // where the K copy completes
     if (tid == 0) {
         mbar_init(bq, 1);
         for (int s = 0; s < ST; s++) {
-            mbar_init(full + 8 * s, 1 + TW);  // the K copy's expect_tx, one per transposing warp
+            mbar_init(full + 8 * s, RK ? TW : 1 + TW); // (the K copy's expect_tx,) one per transposing warp
+            mbar_init(kin + 8 * s, 1);
             mbar_init(empty + 8 * s, NC * 4); // one per consumer warp
         }
         for (int r = 0; r < RV; r++) {
@@ -59,10 +89,10 @@ __device__ __forceinline__ void attention_ws_tf32(const TmaMap& map, float* __re
                 for (int t = 0; t < ntiles; t++) {
                     const int s = t % ST, r = t % RV;
                     if (t >= ST) mbar_wait(empty + 8 * s, (t / ST - 1) & 1);
-                    mbar_expect_tx(full + 8 * s, TILE);
+                    mbar_expect_tx(kbar + 8 * s, TILE);
                     for (int a = 0; a < 2; a++)
                         for (int rh = 0; rh < BK / 64; rh++)
-                            tma_load(sK(s) + a * (TILE / 2) + rh * 8192, &map, full + 8 * s, hidden + h * D + 32 * a, t * BK + 64 * rh, b);
+                            tma_load(sK(s) + a * (TILE / 2) + rh * 8192, &map, kbar + 8 * s, hidden + h * D + 32 * a, t * BK + 64 * rh, b);
                     if (t >= RV) mbar_wait(freed + 8 * r, (t / RV - 1) & 1);
                     mbar_expect_tx(raw + 8 * r, TILE);
                     for (int a = 0; a < 2; a++)
@@ -77,6 +107,18 @@ __device__ __forceinline__ void attention_ws_tf32(const TmaMap& map, float* __re
                 if (t >= ST) mbar_wait(empty + 8 * s, (t / ST - 1) & 1);
                 const unsigned char* src = sVr(r);
                 unsigned char* dst = sVt(s);
+                if (RK) {
+                    mbar_wait(kin + 8 * s, (t / ST) & 1);
+                    for (int u = tid - 32; u < TILE / 16; u += 32 * TW) {
+                        uint4* p = (uint4*)(sK(s) + u * 16);
+                        uint4 v = *p;
+                        v.x = tf32_bits_smem(__uint_as_float(v.x));
+                        v.y = tf32_bits_smem(__uint_as_float(v.y));
+                        v.z = tf32_bits_smem(__uint_as_float(v.z));
+                        v.w = tf32_bits_smem(__uint_as_float(v.w));
+                        *p = v;
+                    }
+                }
                 for (int u = tid - 32; u < 4 * BK; u += 32 * TW) {
                     const int i = u & 7, k = u >> 3, kh = k / PH;
                     const int a = i >> 1, q = i & 1, p = 4 * (k % PH) + a, at = kh & 1;
@@ -157,7 +199,10 @@ __device__ __forceinline__ void attention_ws_tf32(const TmaMap& map, float* __re
         wgmma_wait0();
         if (lane == 0) mbar_arrive(empty + 8 * st);
     }
-    finish_rows<D>(o, l0, l1, out, b, h, q0 + 64 * c, seq, heads, (tid >> 5) & 3, lane);
+    if (SO)
+        finish_rows_staged_f32(o, l0, l1, sq, 1 + c, out, b, h, q0 + 64 * c, seq, heads, t);
+    else
+        finish_rows<D>(o, l0, l1, out, b, h, q0 + 64 * c, seq, heads, (tid >> 5) & 3, lane);
 }
 
 extern "C" __global__ void __launch_bounds__(512, 1)
@@ -194,4 +239,19 @@ extern "C" __global__ void __launch_bounds__(512, 1)
 ws128_2_1(const __grid_constant__ TmaMap map, float* __restrict__ out, const int* __restrict__ lens, int seq, int heads,
           float scale_log2) {
     attention_ws_tf32<128, 2, 1, 56, 152>(map, out, lens, seq, heads, scale_log2);
+}
+extern "C" __global__ void __launch_bounds__(512, 1)
+ws128_so(const __grid_constant__ TmaMap map, float* __restrict__ out, const int* __restrict__ lens, int seq, int heads,
+         float scale_log2) {
+    attention_ws_tf32<128, 2, 1, 56, 152, true, false>(map, out, lens, seq, heads, scale_log2);
+}
+extern "C" __global__ void __launch_bounds__(512, 1)
+ws128_rk(const __grid_constant__ TmaMap map, float* __restrict__ out, const int* __restrict__ lens, int seq, int heads,
+         float scale_log2) {
+    attention_ws_tf32<128, 2, 1, 56, 152, false, true>(map, out, lens, seq, heads, scale_log2);
+}
+extern "C" __global__ void __launch_bounds__(512, 1)
+ws128_so_rk(const __grid_constant__ TmaMap map, float* __restrict__ out, const int* __restrict__ lens, int seq,
+            int heads, float scale_log2) {
+    attention_ws_tf32<128, 2, 1, 56, 152, true, true>(map, out, lens, seq, heads, scale_log2);
 }
