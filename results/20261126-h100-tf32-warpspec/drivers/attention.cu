@@ -111,9 +111,10 @@ int main() {
             auto c = get(o, no); double mx = 0; size_t diff = 0;
             for (size_t i = 0; i < no; i++) { mx = fmax(mx, fabs(a[i] - c[i])); diff += memcmp(&a[i], &c[i], 4) != 0; }
             printf("3401x6: %-7s max |base - k| %.3e, %zu of %zu differ\n", NAMES[k], mx, diff, no);
-            if (k == 8) printf("3401x6: kept %s ws128_2_1\n", memcmp(c.data(), prev.data(), no * 4) == 0 ? "is bit-identical to" : "DIFFERS from");
-            if (k == 8) prev = c;
-            if (k == 9) printf("3401x6: ws128_so %s kept\n", memcmp(c.data(), prev.data(), no * 4) == 0 ? "is bit-identical to" : "DIFFERS from");
+            // 7 ws128_2_1, 8 kept, 9 ws128_so: each against the one before.
+            if (k == 8 || k == 9)
+                printf("3401x6: %s %s %s\n", NAMES[k], memcmp(c.data(), prev.data(), no * 4) == 0 ? "is bit-identical to" : "DIFFERS from", NAMES[k - 1]);
+            prev = c;
         }
         cudaEvent_t ea, eb; cudaEventCreate(&ea); cudaEventCreate(&eb);
         for (int rep = 0; rep < 5; rep++)

@@ -223,9 +223,10 @@ __device__ __forceinline__ void finish_rows(const float (&o)[D / 8][4], float l0
 // `bar` of the warpgroup (t = its thread 0..127), stores whole 16-byte chunks, eight
 // threads to a 128-byte row. The bf16 wgmma kernel took 42.9-44.6 µs this way against
 // 44.6-44.7 with finish_rows's 4-byte stores at the yolos-small shape (H100, the driver of
-// results/20261126-h100-attention-tma). The TF32 wgmma kernel, the same way through its
-// free V buffer (f32 rows of 256 bytes), took 108.7 µs against 107.8 (criterion, same
-// run) and keeps finish_rows.
+// results/20261126-h100-attention-tma). The TF32 wgmma kernels keep finish_rows: staged
+// the same way (f32 rows of 256 bytes), the one-warpgroup kernel took 108.7 µs against
+// 107.8 (criterion, same run), and the warp-specialised one 78.4-78.9 against 77.8-78.6
+// (its driver on an H200, results/20261126-h100-tf32-warpspec/driver-2-rerun.log).
 __device__ __forceinline__ void finish_rows_staged(const float (&o)[8][4], float l0, float l1, unsigned char* tile,
                                                    int bar, bf16_t* __restrict__ out, int b, int h, int q0, int seq,
                                                    int heads, int t) {
@@ -248,8 +249,8 @@ __device__ __forceinline__ void finish_rows_staged(const float (&o)[8][4], float
     }
 }
 
-// TF32 A fragments of this warp's 16 query rows (mma.m16n8k8's layout, which wgmma's
-// m64nNk8 shares per warp), rounded to nearest, straight from global memory.
+// TF32 A fragments of this warp's 16 query rows (mma.m16n8k8's layout), rounded to
+// nearest, straight from global memory.
 template <int D>
 __device__ __forceinline__ void load_q_tf32(u32 (&qf)[D / 8][4], const float* __restrict__ base, long stride, int q0,
                                             int seq, int warp, int lane) {
@@ -581,9 +582,10 @@ ATTENTION_ENTRY(f32, float, 64, 256)
 // TMA writes the 128-byte swizzle wgmma reads (the XOR pattern of swz<64>, on 1024-byte
 // aligned tiles) and zero-fills rows past the sequence, so no thread computes an address
 // or a mask per copy. Rows past lens[b] but before seq are loaded as they are, and their
-// keys masked: their P is 0, so their V rows add nothing while they are finite (the
-// other kernels zero-fill them instead); the tensor map (the fused QKV matrix as columns × tokens × batch,
-// boxes of 64 × 64) is encoded by the launcher and passed by value.
+// keys masked: their P is 0, so their V rows add nothing while they are finite (the TF32
+// wgmma kernel does the same; the mma.sync kernels zero-fill them instead); the tensor map
+// (the fused QKV matrix as columns × tokens × batch, boxes of 64 × 64) is encoded by the
+// launcher and passed by value.
 // Shared memory: Q 3 × 8 KiB + 6 stages × (K + V) 32 KiB = 216 KiB, + 1 KiB to align:
 // one block per multiprocessor; a 3401-token, 6-head image is 108 blocks, one wave.
 // A standalone driver (nvcc, 300 launches timed by events, three rounds, this shape, an
@@ -660,7 +662,8 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
                  "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
                  "@!p bra WAIT;\n}\n" ::"r"(bar), "r"(parity) : "memory");
 }
-// One 64 × 64 box of the map at (column c0, token c1, sample c2), completing on `bar`.
+// One box of the map (128 bytes of columns × 64 tokens) at (column c0, token c1, sample
+// c2), completing on `bar`.
 __device__ __forceinline__ void tma_load(void* dst, const TmaMap* map, u32 bar, int c0, int c1, int c2) {
     asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n"
                  ::"r"(smem_u32(dst)), "l"((unsigned long long)map), "r"(bar), "r"(c0), "r"(c1), "r"(c2) : "memory");
@@ -770,7 +773,11 @@ attention_wgmma_bf16_d64(const __grid_constant__ TmaMap map, bf16_t* __restrict_
 //  - K enters truncated, as it lands: rounding each tile in place took 136 µs against 111
 //    in the one-warpgroup kernel this replaced (H100, a standalone driver) for a relative
 //    error of 6.6e-4 against 1.3e-3 (tests/gpu.rs allows 2e-3);
+//    Rounding K here instead, by the transposing warps before they arrive, gave a relative
+//    error of 5.8e-4 against 9.5e-4 (a padded 2 × 1000-token batch, against a double
+//    reference) but took 80.7-81.4 µs against 77.8-78.6 (the driver, an H200): not kept;
 //  - V is rounded as it is transposed, P as it is handed to the product.
+// Rows past lens[b] but before seq are loaded and masked, as in the bf16 kernel above.
 // The transposed tile is four swizzle atoms of 32 keys × 64 dims; P's columns t and t+4
 // hold the score accumulator's keys 2t and 2t+1, so within each 8 keys it stores key order
 // 0 2 4 6 1 3 5 7. A transposing unit reads keys 8p+q, +2, +4, +6 (one 16-byte chunk c of 4
@@ -780,13 +787,15 @@ attention_wgmma_bf16_d64(const __grid_constant__ TmaMap map, bf16_t* __restrict_
 // p % 4 = i / 2, c = 2·((i / 2 + s) % 4) + c0, with s, c0, p / 4 and the dims' atom fixed).
 // Shared memory: Q 3 × 16 KiB + 2 stages × (K + Vᵀ) 64 KiB + V 32 KiB = 208 KiB, + 1 KiB to
 // align: one block per multiprocessor, 108 blocks for a 3401-token, 6-head image.
-// The standalone driver (results/20261126-h100-tf32-warpspec, an H100, 300 launches, five
+// The standalone driver (results/20261126-h100-tf32-warpspec, 300 launches a round, five
 // rounds) against the one-warpgroup kernel this replaced (three 128-thread blocks per SM,
-// each copying its own K and V by cp.async and transposing V itself, 64-key tiles):
-// 104.3-107.1 µs for it, 76.2-78.7 for this one. With 64-key tiles and 2-5 stages, 1-3
-// V buffers: 78.4-84.3, bit-identical to the old kernel's output; 128-key tiles sum the
-// softmax in another order (largest difference 7.5e-5, the same error against a double
-// reference). That kernel took Q as rounded A fragments in registers, which needed
+// each copying its own K and V by cp.async and transposing V itself, 64-key tiles), on an
+// H100: 104.3-107.1 µs for it, 76.2-78.7 for this structure (driver3.log; the kept entry
+// point itself 77.2-83.6 beside 105.2-115.4 in driver.log, on another H100). With 64-key
+// tiles and 2-5 stages, 1-3 V buffers: 78.4-84.3, bit-identical to the old kernel's
+// output, 1.8-2.9% slower on the best of five rounds (H100s and an H200); 128-key tiles sum the softmax in
+// another order (largest difference 7.5e-5; against a double reference the error is the
+// old kernel's to three digits). That kernel took Q as rounded A fragments in registers, which needed
 // redefining each tile (`^= fresh`) against a ptxas miscompilation; Q from shared memory
 // has no such register to lose.
 __device__ __forceinline__ u32 tf32_bits(float f) { return (__float_as_uint(f) + 0x1000u) & 0xFFFFE000u; }
