@@ -138,8 +138,11 @@ fn split_times(engine: &mut Engine) -> Result<Vec<(String, f64)>> {
     let Engine::Cuda { model, .. } = engine else {
         return Ok(Vec::new());
     };
-    let mut steps: Vec<_> = model
-        .time_steps(20)?
+    let mut steps = model.time_steps(20)?;
+    // Categories in StepKind's order (gemm, attention, layernorm, elementwise); the sort is
+    // stable, so each keeps its steps in pass order.
+    steps.sort_by_key(|s| s.kind);
+    let shares: Vec<_> = steps
         .into_iter()
         .map(|s| StepShare {
             name: s.name,
@@ -148,13 +151,7 @@ fn split_times(engine: &mut Engine) -> Result<Vec<(String, f64)>> {
             flops: s.flops,
         })
         .collect();
-    // Categories in their fixed order (gemm, attention, layernorm, elementwise), as before.
-    steps.sort_by_key(|s| {
-        ["gemm", "attention", "layernorm", "elementwise"]
-            .iter()
-            .position(|k| *k == s.kind)
-    });
-    Ok(split_table(&steps))
+    Ok(split_table(&shares))
 }
 
 #[cfg(not(feature = "cuda"))]

@@ -369,8 +369,12 @@ impl CudaRuntime {
                 "the GPU attention kernels support head sizes 32 and 64, not {head_dim}"
             )));
         }
-        let bf16 = matches!(math, AttentionMath::Bf16 | AttentionMath::Bf16Mma);
-        let es = if bf16 { 2 } else { 4 };
+        let dt = if matches!(math, AttentionMath::Bf16 | AttentionMath::Bf16Mma) {
+            Dtype::Bf16
+        } else {
+            Dtype::F32
+        };
+        let es = dt.size();
         let hidden = heads * head_dim;
         need(qkv, batch * seq * 3 * hidden * es, name)?;
         need(out, batch * seq * hidden * es, name)?;
@@ -380,8 +384,9 @@ impl CudaRuntime {
         let scale_log2 = std::f32::consts::LOG2_E / (head_dim as f32).sqrt();
         let kernel = self.attention_kernel(math, head_dim);
         let args = match kernel {
-            Kernel::AttentionWgmma => Args::new().tensor_map(&qkv_tensor_map(qkv, batch, seq, hidden, Dtype::Bf16)?),
-            Kernel::AttentionWgmmaTf32 => Args::new().tensor_map(&qkv_tensor_map(qkv, batch, seq, hidden, Dtype::F32)?),
+            Kernel::AttentionWgmma | Kernel::AttentionWgmmaTf32 => {
+                Args::new().tensor_map(&qkv_tensor_map(qkv, batch, seq, hidden, dt)?)
+            }
             _ => Args::new().ptr(qkv.ptr()),
         };
         let args = args
