@@ -88,7 +88,7 @@ pub fn measure(plan: &ModelPlan, warmup: usize, iters: usize, split: bool) -> Re
 /// One step's share of a pass, as the split table sums it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepShare {
-    /// The step's name, e.g. `layer3.fc1`; the part after the last dot names its site.
+    /// The step's name, e.g. `layer3.fc1` (site `fc1`) or `bbox_head.0` (its own site).
     pub name: String,
     /// Its category, e.g. `gemm`.
     pub kind: &'static str,
@@ -100,7 +100,8 @@ pub struct StepShare {
 
 /// The split table: milliseconds per category (in category order), their sum, TFLOP/s per
 /// category that counts FLOPs, then each product site over all layers (`gemm fc1`: every
-/// `layerN.fc1` together), in order of first appearance, with its TFLOP/s.
+/// `layerN.fc1` together; a step outside the layers is a site of its own), in order of
+/// first appearance, with its TFLOP/s.
 pub fn split_table(steps: &[StepShare]) -> Vec<(String, f64)> {
     // (name, ms, flops), in order of first appearance.
     fn add(groups: &mut Vec<(String, f64, f64)>, name: String, s: &StepShare) {
@@ -116,7 +117,11 @@ pub fn split_table(steps: &[StepShare]) -> Vec<(String, f64)> {
     for s in steps {
         add(&mut kinds, s.kind.to_string(), s);
         if s.kind == "gemm" {
-            let site = s.name.rsplit('.').next().unwrap_or(&s.name);
+            let site = s
+                .name
+                .split_once('.')
+                .filter(|(layer, _)| layer.strip_prefix("layer").is_some_and(|n| n.parse::<usize>().is_ok()))
+                .map_or(s.name.as_str(), |(_, site)| site);
             add(&mut sites, format!("gemm {site}"), s);
         }
     }
@@ -255,6 +260,8 @@ mod tests {
             step("layer1.qkv", "gemm", 0.03, 4e9),
             step("layer0.fc1", "gemm", 0.05, 5e9),
             step("patch_embed", "gemm", 0.01, 0.0),
+            step("class_head.0", "gemm", 0.002, 1e6),
+            step("bbox_head.0", "gemm", 0.003, 1e6),
             step("layer0.attention", "attention", 0.04, 8e9),
             step("layer0.norm1", "layernorm", 0.005, 0.0),
         ];
@@ -267,10 +274,10 @@ mod tests {
                 .1
         };
         let close = |a: f64, b: f64| assert!((a - b).abs() < 1e-9, "{a} != {b}");
-        close(get("gemm"), 0.11);
         close(get("attention"), 0.04);
-        close(get("sum of kernels"), 0.155);
-        close(get("gemm TFLOP/s"), 13e9 / 0.11e-3 / 1e12);
+        close(get("gemm"), 0.115);
+        close(get("sum of kernels"), 0.16);
+        close(get("gemm TFLOP/s"), (13e9 + 2e6) / 0.115e-3 / 1e12);
         close(get("gemm qkv"), 0.05);
         close(get("gemm qkv TFLOP/s"), 8e9 / 0.05e-3 / 1e12);
         close(get("gemm fc1"), 0.05);
@@ -297,6 +304,16 @@ mod tests {
             .copied()
             .filter(|k| k.starts_with("gemm ") && !k.ends_with("TFLOP/s"))
             .collect();
-        assert_eq!(sites, ["gemm qkv", "gemm fc1", "gemm patch_embed"]);
+        // The heads' products keep their whole names: their layer numbers are not layers.
+        assert_eq!(
+            sites,
+            [
+                "gemm qkv",
+                "gemm fc1",
+                "gemm patch_embed",
+                "gemm class_head.0",
+                "gemm bbox_head.0"
+            ]
+        );
     }
 }
