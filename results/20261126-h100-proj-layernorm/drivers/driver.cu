@@ -85,7 +85,9 @@ template <typename F> static void timeit(const char* name, F f, double flops) {
     printf("TIME %-28s %7.2f us  %6.1f TFLOP/s (%s)\n", name, us, flops / us * 1e-6, cudaGetErrorString(cudaGetLastError()));
 }
 
-template <int K> static void shape(decltype(&proj_ln_k384) kern) {
+typedef decltype(&proj_ln_k384) KT;
+struct Variant { const char* name; KT kern; int cl; };
+template <int K> static void shape(std::vector<Variant> vs) {
     const int M = 3401, N = 384; const float eps = 1e-12f;
     printf("== M %d N %d K %d\n", M, N, K);
     std::vector<unsigned short> A((size_t)M * K), W((size_t)N * K), B(N);
@@ -105,12 +107,19 @@ template <int K> static void shape(decltype(&proj_ln_k384) kern) {
     CK(cudaMemcpy(dB, B.data(), N * 2, cudaMemcpyHostToDevice)); CK(cudaMemcpy(dR, R.data(), R.size() * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dG, G.data(), N * 4, cudaMemcpyHostToDevice)); CK(cudaMemcpy(dBe, Be.data(), N * 4, cudaMemcpyHostToDevice));
     Gemm g = make_gemm(M, N, K, dW, dA, dDelta, dB);
-    TmaMap am = map2(dA, K, M, 64), wm = map2(dW, K, N, 128);
+    TmaMap am = map2(dA, K, M, 64);
     const int SM = (3 * (64 * 64 * 2 + 384 * 64 * 2) + 1024);
-    CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, SM));
     auto base = [&](float* r, bf16_t* o, int post) { g.run(); add_layernorm_bf16<<<(M + 3) / 4, 128>>>(r, dDelta, dG, dBe, o, M, N, eps, post); };
-    auto fused = [&](float* r, bf16_t* o, int post) { kern<<<(M + 63) / 64, 512, SM>>>(am, wm, dB, r, dG, dBe, o, M, eps, post); };
+    for (auto& vr : vs) CK(cudaFuncSetAttribute(vr.kern, cudaFuncAttributeMaxDynamicSharedMemorySize, SM));
+    std::vector<TmaMap> wms;
+    for (auto& vr : vs) wms.push_back(map2(dW, K, N, vr.cl == 1 ? 128 : N / vr.cl));
+    auto fused_v = [&](int i, float* r, bf16_t* o, int post) {
+        const int cl = vs[i].cl, blocks = ((M + 63) / 64 + cl - 1) / cl * cl;
+        vs[i].kern<<<blocks, 512, SM>>>(am, wms[i], dB, r, dG, dBe, o, M, eps, post);
+    };
+    for (size_t vi = 0; vi < vs.size(); vi++)
     for (int post = 0; post < 2; post++) {
+        auto fused = [&](float* r, bf16_t* o, int p) { fused_v(vi, r, o, p); };
         CK(cudaMemcpy(dR1, dR, R.size() * 4, cudaMemcpyDeviceToDevice)); CK(cudaMemcpy(dR2, dR, R.size() * 4, cudaMemcpyDeviceToDevice));
         base(dR1, dOut1, post); fused(dR2, dOut2, post); CK(cudaDeviceSynchronize());
         std::vector<unsigned short> o1((size_t)M * N), o2((size_t)M * N); std::vector<float> r1(R.size()), r2(R.size());
@@ -135,21 +144,21 @@ template <int K> static void shape(decltype(&proj_ln_k384) kern) {
                 same += o1[x] == o2[x];
             }
         }
-        printf("ACC K=%d post=%d: out rel err cuBLASLt+LN %.3e, fused %.3e; resid rel err %.3e, %.3e; %zu of %zu outputs identical\n",
-               K, post, sqrt(n1 / d2), sqrt(n2 / d2), sqrt(rn1 / rd), sqrt(rn2 / rd), same, o1.size());
+        printf("ACC %s K=%d post=%d: out rel err cuBLASLt+LN %.3e, fused %.3e; resid rel err %.3e, %.3e; %zu of %zu outputs identical\n",
+               vs[vi].name, K, post, sqrt(n1 / d2), sqrt(n2 / d2), sqrt(rn1 / rd), sqrt(rn2 / rd), same, o1.size());
     }
     const double fl = 2.0 * M * N * K;
     for (int rep = 0; rep < 5; rep++) {
         timeit("cuBLASLt product", [&] { g.run(); }, fl);
         timeit("add_layernorm_bf16", [&] { add_layernorm_bf16<<<(M + 3) / 4, 128>>>(dR1, dDelta, dG, dBe, dOut1, M, N, eps, 0); }, 0);
         timeit("product + layer norm", [&] { base(dR1, dOut1, 0); }, fl);
-        timeit("fused", [&] { fused(dR2, dOut2, 0); }, fl);
+        for (size_t vi = 0; vi < vs.size(); vi++) timeit(vs[vi].name, [&] { fused_v(vi, dR2, dOut2, 0); }, fl);
     }
 }
 
 int main() {
     srand(5);
-    shape<384>(proj_ln_k384);
-    shape<1536>(proj_ln_k1536);
+    shape<384>({{"fused", proj_ln_k384, 1}, {"fused, clusters of 2", proj_ln_k384_c2, 2}, {"fused, clusters of 4", proj_ln_k384_c4, 4}});
+    shape<1536>({{"fused", proj_ln_k1536, 1}, {"fused, clusters of 2", proj_ln_k1536_c2, 2}, {"fused, clusters of 4", proj_ln_k1536_c4, 4}});
     return 0;
 }

@@ -13,7 +13,30 @@ __device__ __forceinline__ void tma_load2(void* dst, const TmaMap* map, u32 bar,
                  ::"r"(smem_u32(dst)), "l"((unsigned long long)map), "r"(bar), "r"(c0), "r"(c1) : "memory");
 }
 
-template <int K, int ST>
+// The same box, written to the same offset in every block of the cluster in `mask`, each
+// completing on its own `bar` (same offset).
+__device__ __forceinline__ void tma_load2_mc(void* dst, const TmaMap* map, u32 bar, int c0, int c1, unsigned short mask) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;\n"
+                 ::"r"(smem_u32(dst)), "l"((unsigned long long)map), "r"(bar), "r"(c0), "r"(c1), "h"(mask) : "memory");
+}
+__device__ __forceinline__ u32 cluster_rank() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// Arrives on the barrier at shared address `bar` of block `cta` of the cluster.
+__device__ __forceinline__ void mbar_arrive_cluster(u32 bar, u32 cta) {
+    asm volatile("{\n.reg .b32 r;\nmapa.shared::cluster.u32 r, %0, %1;\nmbarrier.arrive.release.cluster.shared::cluster.b64 _, [r];\n}\n"
+                 ::"r"(bar), "r"(cta) : "memory");
+}
+
+// CL > 1: the blocks of a cluster of CL (consecutive row bands) share each W chunk: block r
+// loads rows r·384/CL.. of it by TMA multicast into all of them, and a stage is free again
+// only when the consumers of every block in the cluster have arrived on its `empty`.
+template <int K, int ST, int CL = 1>
 __device__ __forceinline__ void proj_ln(const TmaMap& amap, const TmaMap& wmap, const bf16_t* __restrict__ bias,
                                         float* __restrict__ resid, const float* __restrict__ gamma,
                                         const float* __restrict__ beta, bf16_t* __restrict__ out, int rows, float eps,
@@ -30,11 +53,15 @@ __device__ __forceinline__ void proj_ln(const TmaMap& amap, const TmaMap& wmap, 
     if (tid == 0) {
         for (int s = 0; s < ST; s++) {
             mbar_init(full + 8 * s, 1);
-            mbar_init(empty + 8 * s, NC * 4);
+            mbar_init(empty + 8 * s, NC * 4 * CL);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    __syncthreads();
+    if (CL > 1)
+        cluster_sync();
+    else
+        __syncthreads();
+    const u32 rank = CL > 1 ? cluster_rank() : 0;
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
         if (tid == 0) {
@@ -44,9 +71,15 @@ __device__ __forceinline__ void proj_ln(const TmaMap& amap, const TmaMap& wmap, 
                 unsigned char* st = sm + s * STAGE;
                 mbar_expect_tx(full + 8 * s, STAGE);
                 tma_load2(st, &amap, full + 8 * s, ch * KC, row0);
-                for (int j = 0; j < 3; j++) tma_load2(st + ATILE + j * (WTILE / 3), &wmap, full + 8 * s, ch * KC, 128 * j);
+                if (CL == 1) {
+                    for (int j = 0; j < 3; j++) tma_load2(st + ATILE + j * (WTILE / 3), &wmap, full + 8 * s, ch * KC, 128 * j);
+                } else {
+                    tma_load2_mc(st + ATILE + rank * (WTILE / CL), &wmap, full + 8 * s, ch * KC, rank * (N / CL),
+                                 (unsigned short)((1 << CL) - 1));
+                }
             }
         }
+        if (CL > 1) cluster_sync(); // no block leaves while a peer may still arrive on its barriers
         return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n" ::: "memory");
@@ -62,7 +95,13 @@ __device__ __forceinline__ void proj_ln(const TmaMap& amap, const TmaMap& wmap, 
         for (int kk = 0; kk < KC / 16; kk++) wgmma_ss_n128(&acc[0][0], da + 2 * kk, dw + 2 * kk, ch > 0 || kk > 0);
         wgmma_commit();
         wgmma_wait0();
-        if (lane == 0) mbar_arrive(empty + 8 * s);
+        if (lane == 0) {
+            if (CL == 1) {
+                mbar_arrive(empty + 8 * s);
+            } else {
+                for (int p = 0; p < CL; p++) mbar_arrive_cluster(empty + 8 * s, p);
+            }
+        }
     }
     // Epilogue: this thread holds rows r0 and r0 + 8 (of the block's 64), columns
     // 128c + 8nt + 2(lane % 4) + {0, 1}.
@@ -123,8 +162,8 @@ __device__ __forceinline__ void proj_ln(const TmaMap& amap, const TmaMap& wmap, 
             *(float2*)(resid + (long)gb * N + col) = post ? make_float2(n2, n3) : make_float2(acc[nt][2], acc[nt][3]);
         }
     }
+    if (CL > 1) cluster_sync();
 }
-
 extern "C" __global__ void __launch_bounds__(512, 1)
 proj_ln_k384(const __grid_constant__ TmaMap amap, const __grid_constant__ TmaMap wmap, const bf16_t* bias, float* resid,
              const float* gamma, const float* beta, bf16_t* out, int rows, float eps, int post) {
@@ -134,4 +173,24 @@ extern "C" __global__ void __launch_bounds__(512, 1)
 proj_ln_k1536(const __grid_constant__ TmaMap amap, const __grid_constant__ TmaMap wmap, const bf16_t* bias,
               float* resid, const float* gamma, const float* beta, bf16_t* out, int rows, float eps, int post) {
     proj_ln<1536, 3>(amap, wmap, bias, resid, gamma, beta, out, rows, eps, post);
+}
+extern "C" __global__ void __launch_bounds__(512, 1) __cluster_dims__(2, 1, 1)
+proj_ln_k384_c2(const __grid_constant__ TmaMap amap, const __grid_constant__ TmaMap wmap, const bf16_t* bias,
+                float* resid, const float* gamma, const float* beta, bf16_t* out, int rows, float eps, int post) {
+    proj_ln<384, 3, 2>(amap, wmap, bias, resid, gamma, beta, out, rows, eps, post);
+}
+extern "C" __global__ void __launch_bounds__(512, 1) __cluster_dims__(2, 1, 1)
+proj_ln_k1536_c2(const __grid_constant__ TmaMap amap, const __grid_constant__ TmaMap wmap, const bf16_t* bias,
+                 float* resid, const float* gamma, const float* beta, bf16_t* out, int rows, float eps, int post) {
+    proj_ln<1536, 3, 2>(amap, wmap, bias, resid, gamma, beta, out, rows, eps, post);
+}
+extern "C" __global__ void __launch_bounds__(512, 1) __cluster_dims__(4, 1, 1)
+proj_ln_k384_c4(const __grid_constant__ TmaMap amap, const __grid_constant__ TmaMap wmap, const bf16_t* bias,
+                float* resid, const float* gamma, const float* beta, bf16_t* out, int rows, float eps, int post) {
+    proj_ln<384, 3, 4>(amap, wmap, bias, resid, gamma, beta, out, rows, eps, post);
+}
+extern "C" __global__ void __launch_bounds__(512, 1) __cluster_dims__(4, 1, 1)
+proj_ln_k1536_c4(const __grid_constant__ TmaMap amap, const __grid_constant__ TmaMap wmap, const bf16_t* bias,
+                 float* resid, const float* gamma, const float* beta, bf16_t* out, int rows, float eps, int post) {
+    proj_ln<1536, 3, 4>(amap, wmap, bias, resid, gamma, beta, out, rows, eps, post);
 }
