@@ -476,20 +476,10 @@ impl CudaModel {
     }
 
     fn capture(&mut self) -> Result<()> {
-        let what = "capturing the forward pass as a CUDA graph";
         let stream = self.rt.gpu().stream().clone();
-        stream
-            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-            .map_err(cuda_error(what))?;
-        let enqueued = self.run_eager();
-        let graph = stream
-            .end_capture(CUgraphInstantiate_flags(0))
-            .map_err(cuda_error(what))?;
-        enqueued?;
-        if let Some(g) = &graph {
-            g.upload().map_err(cuda_error(what))?;
-        }
-        self.graph = graph;
+        self.graph = capture_graph(&stream, "capturing the forward pass as a CUDA graph", || {
+            self.run_eager()
+        })?;
         Ok(())
     }
 
@@ -531,7 +521,12 @@ impl CudaModel {
         self.flops
     }
 
-    /// Times every step separately (eagerly, `runs` times each, events around each).
+    /// Times every step separately, `runs` times each, events around each. Where the pass
+    /// runs as a graph, so do the runs: one graph of `runs` launches of the step, timed on
+    /// the GPU alone. Enqueued one by one instead, a step shorter than its own launch on the
+    /// host (a product of a few µs through cuBLASLt) is timed by the host: a stalled host
+    /// thread made whole categories read 10-40% high in some runs
+    /// (results/20261126-h100-split-clocks).
     pub fn time_steps(&mut self, runs: usize) -> Result<Vec<StepTiming>> {
         let what = "timing steps";
         let stream = self.rt.gpu().stream().clone();
@@ -539,11 +534,24 @@ impl CudaModel {
         let start = self.rt.gpu().timing_event()?;
         let end = self.rt.gpu().timing_event()?;
         for i in 0..self.steps.len() {
-            let step = &mut self.steps[i];
-            self.rt.run(step)?;
+            self.rt.run(&mut self.steps[i])?;
+            let graph = match self.graph {
+                Some(_) => capture_graph(&stream, what, || {
+                    (0..runs).try_for_each(|_| self.rt.run(&mut self.steps[i]))
+                })?,
+                None => None,
+            };
+            if let Some(g) = &graph {
+                g.launch().map_err(cuda_error(what))?;
+            }
             start.record(&stream).map_err(cuda_error(what))?;
-            for _ in 0..runs {
-                self.rt.run(&mut self.steps[i])?;
+            match &graph {
+                Some(g) => g.launch().map_err(cuda_error(what))?,
+                None => {
+                    for _ in 0..runs {
+                        self.rt.run(&mut self.steps[i])?;
+                    }
+                }
             }
             end.record(&stream).map_err(cuda_error(what))?;
             end.synchronize().map_err(cuda_error(what))?;
@@ -558,4 +566,24 @@ impl CudaModel {
         }
         Ok(out)
     }
+}
+
+/// Captures what `enqueue` puts on `stream` as a CUDA graph, instantiated and uploaded.
+fn capture_graph(
+    stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+    what: &str,
+    enqueue: impl FnOnce() -> Result<()>,
+) -> Result<Option<CudaGraph>> {
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .map_err(cuda_error(what))?;
+    let enqueued = enqueue();
+    let graph = stream
+        .end_capture(CUgraphInstantiate_flags(0))
+        .map_err(cuda_error(what))?;
+    enqueued?;
+    if let Some(g) = &graph {
+        g.upload().map_err(cuda_error(what))?;
+    }
+    Ok(graph)
 }
