@@ -523,9 +523,10 @@ impl CudaModel {
 
     /// Times every step separately, `runs` times each, events around each. Where the pass
     /// runs as a graph, so do the runs: one graph of `runs` launches of the step, timed on
-    /// the GPU alone. Enqueued one by one instead, a step shorter than its own launch on the
-    /// host (a product of a few µs through cuBLASLt) is timed by the host: a stalled host
-    /// thread made whole categories read 10-40% high in some runs
+    /// the GPU alone. Enqueued one by one instead, the short steps (products of a few µs
+    /// through cuBLASLt, layer norms) carry the host's enqueue cost: on an H100 they read
+    /// 16-18% higher that way, above the whole inference in sum, and the projection's share
+    /// spread over 24% between runs against 12% as graphs
     /// (results/20261126-h100-split-clocks).
     pub fn time_steps(&mut self, runs: usize) -> Result<Vec<StepTiming>> {
         let what = "timing steps";
