@@ -536,11 +536,12 @@ impl CudaModel {
         let end = self.rt.gpu().timing_event()?;
         for i in 0..self.steps.len() {
             self.rt.run(&mut self.steps[i])?;
-            let graph = match self.graph {
-                Some(_) => capture_graph(&stream, what, || {
+            let graph = if self.graph.is_some() {
+                capture_graph(&stream, what, || {
                     (0..runs).try_for_each(|_| self.rt.run(&mut self.steps[i]))
-                })?,
-                None => None,
+                })?
+            } else {
+                None
             };
             if let Some(g) = &graph {
                 g.launch().map_err(cuda_error(what))?;
