@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use cudarc::driver::result::DriverError;
-use cudarc::driver::sys::{CUdevice_attribute, CUdeviceptr, CUresult};
-use cudarc::driver::{CudaContext, CudaStream, result};
+use cudarc::driver::sys::{CUdevice_attribute, CUdeviceptr, CUgraphInstantiate_flags, CUresult, CUstreamCaptureMode};
+use cudarc::driver::{CudaContext, CudaGraph, CudaStream, result};
 
 use crate::error::{Result, WorkloadError};
 
@@ -308,4 +308,26 @@ impl Drop for DeviceBuffer {
         let _ = unsafe { result::free_sync(self.ptr) };
         self.allocated.fetch_sub(self.bytes, Ordering::Relaxed);
     }
+}
+
+/// Captures what `enqueue` puts on `stream` as a CUDA graph, instantiated and uploaded
+/// (`None` when nothing was captured). Serves the forward pass, the split's per-step
+/// timing and the product tuner's.
+pub fn capture_graph(
+    stream: &Arc<CudaStream>,
+    what: &str,
+    enqueue: impl FnOnce() -> Result<()>,
+) -> Result<Option<CudaGraph>> {
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .map_err(cuda_error(what))?;
+    let enqueued = enqueue();
+    let graph = stream
+        .end_capture(CUgraphInstantiate_flags(0))
+        .map_err(cuda_error(what))?;
+    enqueued?;
+    if let Some(g) = &graph {
+        g.upload().map_err(cuda_error(what))?;
+    }
+    Ok(graph)
 }

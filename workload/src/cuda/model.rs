@@ -5,10 +5,9 @@
 use std::time::Duration;
 
 use cudarc::driver::CudaGraph;
-use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 
 use super::gemm::{Epilogue, GemmShape};
-use super::gpu::{DeviceBuffer, Gpu, cuda_error};
+use super::gpu::{DeviceBuffer, Gpu, capture_graph, cuda_error};
 use super::kernels::Dtype;
 use super::ops::{CudaRuntime, Step, StepKind, act_dtype, attention_math};
 use crate::config::{Embedding, ModelConfig, NormPlacement, Precision};
@@ -568,24 +567,4 @@ impl CudaModel {
         }
         Ok(out)
     }
-}
-
-/// Captures what `enqueue` puts on `stream` as a CUDA graph, instantiated and uploaded.
-fn capture_graph(
-    stream: &std::sync::Arc<cudarc::driver::CudaStream>,
-    what: &str,
-    enqueue: impl FnOnce() -> Result<()>,
-) -> Result<Option<CudaGraph>> {
-    stream
-        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-        .map_err(cuda_error(what))?;
-    let enqueued = enqueue();
-    let graph = stream
-        .end_capture(CUgraphInstantiate_flags(0))
-        .map_err(cuda_error(what))?;
-    enqueued?;
-    if let Some(g) = &graph {
-        g.upload().map_err(cuda_error(what))?;
-    }
-    Ok(graph)
 }
