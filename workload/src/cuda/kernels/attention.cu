@@ -605,6 +605,20 @@ ATTENTION_ENTRY(f32, float, 64, 256)
 //  - without setmaxnreg (126 registers for all; 4 stages, products issued together): 60.4;
 //  - a stream-K split over 132 blocks (wsk3 there): 46.1-48.0, and its partial rows are not
 //    folded right when the keys are masked or the blocks outnumber the SMs; not pursued.
+// Since (results/20261126-h100-attention-bound, the driver there, H100s): the kernel is
+// bound per SM. 18 blocks take as long as 108, and 24 more blocks of work as long again.
+// Nsight Compute: issue slots 35% busy, the special-function pipe 57%, 0.83 eligible warps
+// per scheduler; the tensor and special-function pipes add rather than overlap.
+//  - FlashAttention-3's intra-warpgroup overlap proper (S(j) and P·V(j-1) in flight, the
+//    softmax of S(j) while P·V runs): bit-identical, up to 1.5 µs faster.
+//  - Row sums on the tensor core (P·V on m64n72k16 with 8 columns of ones): 0.65-1.7 µs
+//    faster in the driver, but no faster built by NVRTC (criterion, the inference), so
+//    not kept.
+//  - Both together, and exp2 by polynomial on the FMA pipe for 1/8 to 1/2 of the scores:
+//    slower.
+//  - Stream-K over 132 blocks (correct at every grid, the owner of each row block folding
+//    its pieces): its key tiles took ~10% less, but its structure cost ~3 µs even unsplit;
+//    43.3-44.2 µs at best against 43.0-44.2.
 // Earlier, for the one-warpgroup kernel (results/20261125-h100-attention-tiles128,
 // results/20261126-h200-attention-experiments): 128-key tiles beat 64 (54.4 against 61.7
 // µs); FlashAttention-4's exp2 on the FMA pipe, lazy rescaling, row sums on the tensor
