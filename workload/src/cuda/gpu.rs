@@ -244,8 +244,7 @@ impl Gpu {
         Ok(out)
     }
 
-    /// Waits for the stream, then fills `out` from the start of `buf` (no allocation:
-    /// this is on the inference loop's path).
+    /// Waits for the stream, then fills `out` from the start of `buf` (no allocation).
     pub fn download_f32_into(&self, buf: &DeviceBuffer, out: &mut [f32]) -> Result<()> {
         assert!(
             std::mem::size_of_val(out) <= buf.bytes,
@@ -254,6 +253,38 @@ impl Gpu {
         self.synchronize()?;
         // SAFETY: bounds checked above; the stream is idle.
         unsafe { result::memcpy_dtoh_sync(out, buf.ptr) }.map_err(cuda_error("downloading results"))
+    }
+
+    /// Page-locked host memory for `len` f32 results, zeroed, freed on drop.
+    pub fn alloc_pinned_f32(&self, len: usize, what: &str) -> Result<PinnedF32> {
+        self.ctx.bind_to_thread().map_err(cuda_error(what))?;
+        // SAFETY: plain page-locked memory (flags 0: not write-combined, which the host reads
+        // slowly), at least one value's worth; zeroed below before anyone reads it.
+        let ptr =
+            unsafe { result::malloc_host(len.max(1) * std::mem::size_of::<f32>(), 0) }.map_err(cuda_error(what))?;
+        let ptr = ptr.cast::<f32>();
+        // SAFETY: `ptr` holds `len` f32s, just allocated.
+        unsafe { std::ptr::write_bytes(ptr, 0, len) };
+        Ok(PinnedF32 {
+            ptr,
+            len,
+            ctx: self.ctx.clone(),
+        })
+    }
+
+    /// Copies `out.len()` f32 values back once the stream's work is done: one DMA enqueued
+    /// behind that work, then one wait. (A pageable destination costs a wait, then a copy the
+    /// driver stages through its own pinned buffer.)
+    pub fn download_f32_pinned(&self, buf: &DeviceBuffer, out: &mut PinnedF32) -> Result<()> {
+        assert!(
+            out.len * std::mem::size_of::<f32>() <= buf.bytes,
+            "read past the end of a device buffer"
+        );
+        // SAFETY: bounds checked above; `out` is page-locked and not read until the wait below
+        // returns; the copy is ordered after the stream's earlier work.
+        unsafe { result::memcpy_dtoh_async(out.as_mut_slice(), buf.ptr, self.stream.cu_stream()) }
+            .map_err(cuda_error("downloading results"))?;
+        self.synchronize()
     }
 
     /// Waits for the stream, then copies `n` bf16 values back as f32.
@@ -276,6 +307,40 @@ impl Gpu {
     /// Blocks until the stream is idle, reporting any asynchronous kernel fault.
     pub fn synchronize(&self) -> Result<()> {
         self.stream.synchronize().map_err(cuda_error("waiting for the GPU"))
+    }
+}
+
+/// Page-locked host memory holding f32 values (see [`Gpu::alloc_pinned_f32`]).
+#[derive(Debug)]
+pub struct PinnedF32 {
+    ptr: *mut f32,
+    len: usize,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: the buffer is owned, not aliased, and freed once; moving it between threads or
+// reading it from several is no different from a Vec<f32>.
+unsafe impl Send for PinnedF32 {}
+unsafe impl Sync for PinnedF32 {}
+
+impl PinnedF32 {
+    /// The values.
+    pub fn as_slice(&self) -> &[f32] {
+        // SAFETY: `ptr` holds `len` initialised f32s for the life of `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [f32] {
+        // SAFETY: as above, and `&mut self` makes this the only reference.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for PinnedF32 {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: allocated by malloc_host, freed once; any copy into it has been waited for.
+        let _ = unsafe { result::free_host(self.ptr.cast()) };
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use cudarc::driver::CudaGraph;
 
 use super::gemm::{Epilogue, GemmShape};
-use super::gpu::{DeviceBuffer, Gpu, capture_graph, cuda_error};
+use super::gpu::{DeviceBuffer, Gpu, PinnedF32, capture_graph, cuda_error};
 use super::kernels::Dtype;
 use super::ops::{CudaRuntime, Step, StepKind, act_dtype, attention_math};
 use crate::config::{Embedding, ModelConfig, NormPlacement, Precision};
@@ -85,7 +85,7 @@ pub struct StepTiming {
 pub struct CudaModel {
     graph: Option<CudaGraph>,
     steps: Vec<Step>,
-    output_host: Vec<f32>,
+    output_host: PinnedF32,
     output: DeviceBuffer,
     _activations: Vec<DeviceBuffer>,
     _weights: Vec<DeviceBuffer>,
@@ -449,7 +449,7 @@ impl CudaModel {
         let mut model = Self {
             graph: None,
             steps,
-            output_host: vec![0.0; output_len],
+            output_host: rt.gpu().alloc_pinned_f32(output_len, "the output's host copy")?,
             output,
             _activations: acts,
             _weights: wbufs,
@@ -488,13 +488,13 @@ impl CudaModel {
             Some(g) => g.launch().map_err(cuda_error("launching the forward graph"))?,
             None => self.run_eager()?,
         }
-        self.rt.gpu().download_f32_into(&self.output, &mut self.output_host)?;
-        Ok(&self.output_host)
+        self.rt.gpu().download_f32_pinned(&self.output, &mut self.output_host)?;
+        Ok(self.output_host.as_slice())
     }
 
     /// The last output.
     pub fn output(&self) -> &[f32] {
-        &self.output_host
+        self.output_host.as_slice()
     }
 
     /// Allocates and touches `bytes` more device memory, kept until the process ends
