@@ -70,6 +70,8 @@ pub struct Lt {
     handle: sys::cublasLtHandle_t,
     workspace: DeviceBuffer,
     tuned: HashMap<(GemmShape, Epilogue, Precision), sys::cublasLtMatmulAlgo_t>,
+    /// Whether the pass replays a CUDA graph, so candidates are timed as graphs too.
+    graphs: bool,
 }
 
 impl Lt {
@@ -88,7 +90,14 @@ impl Lt {
             handle,
             workspace,
             tuned: HashMap::new(),
+            graphs: true,
         })
+    }
+
+    /// Times candidates as the pass will run: as graphs (the default) or enqueued one by
+    /// one (`--no-graph`).
+    pub fn set_graphs(&mut self, graphs: bool) {
+        self.graphs = graphs;
     }
 }
 
@@ -186,9 +195,9 @@ impl GemmPlan {
     }
 
     /// Picks the algorithm: cuBLASLt's heuristic proposes up to [`CANDIDATES`], and the fastest
-    /// on these very buffers wins: after a warm-up run, each candidate's [`TIMED_RUNS`] runs
-    /// are captured as one CUDA graph, whose launch is timed with events [`TIMED_ROUNDS`]
-    /// times (the fastest counts).
+    /// on these very buffers wins. After a warm-up run, each candidate's [`TIMED_RUNS`] runs
+    /// are timed with events [`TIMED_ROUNDS`] times (the fastest counts): captured as one
+    /// CUDA graph where the pass replays one, enqueued one by one where it does not.
     /// Results are cached per shape, epilogue and precision.
     pub fn tune(
         &mut self,
@@ -253,21 +262,29 @@ impl GemmPlan {
             let start = gpu.timing_event()?;
             let end = gpu.timing_event()?;
             let stream = gpu.stream().clone();
+            let runs = |plan: &Self| (0..TIMED_RUNS).try_for_each(|_| plan.enqueue(gpu, lt, weight, input, out));
             for algo in &candidates {
                 self.algo = *algo;
                 self.enqueue(gpu, lt, weight, input, out)?;
-                // The runs as one graph, as the pass runs them: timed on the GPU alone, not
-                // with the host's cost of enqueueing each, which is of the order of a short
-                // product's run (results/20261126-h100-split-clocks).
-                let graph = capture_graph(&stream, what, || {
-                    (0..TIMED_RUNS).try_for_each(|_| self.enqueue(gpu, lt, weight, input, out))
-                })?;
+                // As the pass runs them: where it replays a graph, the runs as one graph, timed
+                // on the GPU alone, not with the host's cost of enqueueing each, which is of the
+                // order of a short product's run (results/20261126-h100-split-clocks). A
+                // candidate that cannot be captured is passed over, unless the context is lost.
+                let graph = if lt.graphs {
+                    match capture_graph(&stream, what, || runs(self)) {
+                        Ok(Some(g)) => Some(g),
+                        Ok(None) | Err(WorkloadError::Cuda { .. }) => continue,
+                        Err(e) => return Err(e),
+                    }
+                } else {
+                    None
+                };
                 let mut ms = f32::INFINITY;
                 for _ in 0..TIMED_ROUNDS {
                     start.record(&stream).map_err(cuda_error(what))?;
                     match &graph {
                         Some(g) => g.launch().map_err(cuda_error(what))?,
-                        None => (0..TIMED_RUNS).try_for_each(|_| self.enqueue(gpu, lt, weight, input, out))?,
+                        None => runs(self)?,
                     }
                     end.record(&stream).map_err(cuda_error(what))?;
                     end.synchronize().map_err(cuda_error(what))?;

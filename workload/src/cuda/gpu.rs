@@ -280,11 +280,18 @@ impl Gpu {
             out.len * std::mem::size_of::<f32>() <= buf.bytes,
             "read past the end of a device buffer"
         );
+        // Binding first surfaces any error cudarc holds back from an earlier drop, before a
+        // copy is in flight.
+        self.ctx.bind_to_thread().map_err(cuda_error("downloading results"))?;
         // SAFETY: bounds checked above; `out` is page-locked and not read until the wait below
         // returns; the copy is ordered after the stream's earlier work.
         unsafe { result::memcpy_dtoh_async(out.as_mut_slice(), buf.ptr, self.stream.cu_stream()) }
             .map_err(cuda_error("downloading results"))?;
-        self.synchronize()
+        // The driver's own wait, not cudarc's (which may return a held-back error without
+        // waiting): when it returns, the copy is done, or the context is lost and no copy
+        // will run; either way `out` may be read or freed.
+        // SAFETY: the stream is live for as long as `self`.
+        unsafe { result::stream::synchronize(self.stream.cu_stream()) }.map_err(cuda_error("downloading results"))
     }
 
     /// Waits for the stream, then copies `n` bf16 values back as f32.
@@ -375,9 +382,11 @@ impl Drop for DeviceBuffer {
     }
 }
 
-/// Captures what `enqueue` puts on `stream` as a CUDA graph, instantiated and uploaded
-/// (`None` when nothing was captured). Serves the forward pass, the split's per-step
-/// timing and the product tuner's.
+/// Captures what `enqueue` puts on `stream` as a CUDA graph, instantiated and uploaded.
+/// (cudarc's `Option`: the driver gives a graph for every capture that ends without
+/// error.) Serves the forward pass, the split's per-step timing and the product tuner's.
+/// An error of `enqueue` is reported before one of ending the capture, which it may have
+/// caused.
 pub fn capture_graph(
     stream: &Arc<CudaStream>,
     what: &str,
@@ -387,10 +396,9 @@ pub fn capture_graph(
         .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
         .map_err(cuda_error(what))?;
     let enqueued = enqueue();
-    let graph = stream
-        .end_capture(CUgraphInstantiate_flags(0))
-        .map_err(cuda_error(what))?;
+    let ended = stream.end_capture(CUgraphInstantiate_flags(0));
     enqueued?;
+    let graph = ended.map_err(cuda_error(what))?;
     if let Some(g) = &graph {
         g.upload().map_err(cuda_error(what))?;
     }

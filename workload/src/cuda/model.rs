@@ -459,6 +459,7 @@ impl CudaModel {
             rt,
         };
         // The eager pass tunes every product and surfaces any kernel fault now.
+        model.rt.tune_for_graphs(use_graph);
         model.run_eager()?;
         model.rt.gpu().synchronize()?;
         if use_graph {

@@ -129,6 +129,11 @@ impl CudaRuntime {
         &self.gpu
     }
 
+    /// Whether the products are tuned for a pass replayed as a CUDA graph.
+    pub fn tune_for_graphs(&mut self, graphs: bool) {
+        self.lt.set_graphs(graphs);
+    }
+
     /// Enqueues a step; a product is tuned on its first run (then run once more).
     pub fn run(&mut self, step: &mut Step) -> Result<()> {
         match &mut step.action {
