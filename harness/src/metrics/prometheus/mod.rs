@@ -104,6 +104,30 @@ mod tests {
     }
 
     #[test]
+    fn one_query_splits_by_metric_name() {
+        let s = |name: &str, v: f64| VectorSample {
+            metric: [("__name__".to_string(), name.to_string())].into_iter().collect(),
+            time: 100.0,
+            value: v,
+        };
+        let names = ["b", "s", "c", "t", "e", "i"].map(String::from);
+        let all = vec![
+            s("c", 4.0),
+            s("b", 1.0),
+            s("other", 9.0),
+            s("b", 3.0),
+            s("t", 98.0),
+            s("i", 1.0),
+        ];
+        let [b, sums, c, t, e, i] = source::split_by_name(all, &names);
+        assert_eq!(b.iter().map(|x| x.value).collect::<Vec<_>>(), vec![1.0, 3.0]);
+        assert_eq!(
+            (sums.len(), c[0].value, t[0].value, e.len(), i.len()),
+            (0, 4.0, 98.0, 0, 1)
+        );
+    }
+
+    #[test]
     fn config_scrapes_every_second_from_a_file() {
         let odd = server::server_config(std::path::Path::new("/r/a\"b\\c/targets.json"));
         assert!(odd.contains(r#"files: ["/r/a\"b\\c/targets.json"]"#), "{odd}");

@@ -106,6 +106,24 @@ pub fn raw(metric: &str, sel: &Selector) -> String {
     format!("{metric}{}", sel.render())
 }
 
+/// The raw series of several metrics and the scrape time of one, in **one** query: what a
+/// single evaluation sees, and Prometheus's head isolation lets one query see a scrape
+/// whole or not at all. (Separate queries, even at one evaluation time, can straddle a
+/// scrape being ingested, whose samples carry its start time.) The scrape times come back
+/// as series named `time_name` (`timestamp` drops the metric name; `label_replace` sets it).
+pub fn raw_with_time(metrics: &[&str], timed: &str, time_name: &str, sel: &Selector) -> String {
+    let names: Vec<String> = metrics.iter().map(|m| escape_regex(m)).collect();
+    let inner = sel.render();
+    let inner = &inner[1..inner.len() - 1];
+    let sep = if inner.is_empty() { "" } else { "," };
+    format!(
+        "{{__name__=~\"{}\"{sep}{inner}}} or label_replace(timestamp({timed}{}), \"__name__\", \"{}\", \"\", \"\")",
+        escape_value(&names.join("|")),
+        sel.render(),
+        escape_value(time_name)
+    )
+}
+
 /// When each series of a metric was last scraped (seconds since the epoch).
 pub fn sample_time(metric: &str, sel: &Selector) -> String {
     format!("timestamp({metric}{})", sel.render())
@@ -153,6 +171,14 @@ mod tests {
             "sum(increase(inference_errors_total{}[5s]))"
         );
         assert_eq!(sample_time("up", &Selector::default()), "timestamp(up{})");
+        assert_eq!(
+            raw_with_time(&["m_bucket", "m_count", "a.b"], "m_count", "m_count_scraped", &sel()),
+            r#"{__name__=~"m_bucket|m_count|a\\.b",strategy="mps",pod=~"pod-0|pod-1"} or label_replace(timestamp(m_count{strategy="mps",pod=~"pod-0|pod-1"}), "__name__", "m_count_scraped", "", "")"#
+        );
+        assert_eq!(
+            raw_with_time(&["x"], "x", "t", &Selector::default()),
+            r#"{__name__=~"x"} or label_replace(timestamp(x{}), "__name__", "t", "", "")"#
+        );
     }
 
     #[test]

@@ -40,6 +40,22 @@ pub struct Series<'a> {
     pub info: &'a [VectorSample],
 }
 
+/// The name the snapshot query gives the count's scrape times.
+const SCRAPED: &str = "gpushare_bench_scraped_at";
+
+/// Splits one query's samples by metric name into `names`' order (pure); samples of
+/// other names are dropped.
+pub fn split_by_name(samples: Vec<VectorSample>, names: &[String; 6]) -> [Vec<VectorSample>; 6] {
+    let mut out: [Vec<VectorSample>; 6] = Default::default();
+    for s in samples {
+        let name = s.metric.get("__name__").map(String::as_str).unwrap_or_default();
+        if let Some(k) = names.iter().position(|n| n == name) {
+            out[k].push(s);
+        }
+    }
+    out
+}
+
 /// Builds per-instance snapshots from the raw series (pure): buckets, sums, counts,
 /// errors and the load seed by `instance`, and each instance's last scrape time.
 pub fn snapshots_from_series(series: Series<'_>, now_epoch: f64, now: Instant) -> HashMap<String, PodSnapshot> {
@@ -186,26 +202,20 @@ impl MetricsSource for PrometheusSource {
             one_of: Some(("instance".into(), targets.iter().map(|t| instance_of(&t.url)).collect())),
         };
         let m = &self.metric;
-        let q = [
-            promql::raw(&format!("{m}_bucket"), &sel),
-            promql::raw(&format!("{m}_sum"), &sel),
-            promql::raw(&format!("{m}_count"), &sel),
-            promql::sample_time(&format!("{m}_count"), &sel),
-            promql::raw("inference_errors_total", &sel),
-            promql::raw(crate::metrics::INFO_METRIC, &sel),
+        let names = [
+            format!("{m}_bucket"),
+            format!("{m}_sum"),
+            format!("{m}_count"),
+            SCRAPED.to_string(),
+            "inference_errors_total".to_string(),
+            crate::metrics::INFO_METRIC.to_string(),
         ];
-        // One evaluation time for every series: queried concurrently without it, the
-        // buckets, sum and count could come from two different scrapes.
+        let raw: Vec<&str> = [0, 1, 2, 4, 5].iter().map(|&i| names[i].as_str()).collect();
+        // Every series in one query, so that they all come from one scrape of each pod.
+        let q = promql::raw_with_time(&raw, &names[2], SCRAPED, &sel);
         let at = epoch_now();
-        let (b, s, c, t, e, i) = tokio::join!(
-            self.client.query(&q[0], Some(at)),
-            self.client.query(&q[1], Some(at)),
-            self.client.query(&q[2], Some(at)),
-            self.client.query(&q[3], Some(at)),
-            self.client.query(&q[4], Some(at)),
-            self.client.query(&q[5], Some(at)),
-        );
-        let (b, s, c, t, e, i) = (b?, s?, c?, t?, e?, i?);
+        let all = self.client.query(&q, Some(at)).await?;
+        let [b, s, c, t, e, i] = split_by_name(all, &names);
         let series = Series {
             buckets: &b,
             sums: &s,
@@ -243,20 +253,24 @@ mod evaluation_time_tests {
     use super::*;
 
     #[tokio::test]
-    async fn every_series_of_a_snapshot_is_read_at_one_evaluation_time() {
+    async fn a_snapshot_is_one_query_at_one_evaluation_time() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
-        let times: Arc<Mutex<Vec<Option<String>>>> = Arc::default();
-        let seen = times.clone();
+        // (query, evaluation time) of each request
+        type Asked = Vec<(Option<String>, Option<String>)>;
+        let asked: Arc<Mutex<Asked>> = Arc::default();
+        let seen = asked.clone();
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 let seen = seen.clone();
                 tokio::spawn(async move {
                     let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                        let time = form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes())
-                            .find(|(k, _)| k == "time")
-                            .map(|(_, v)| v.into_owned());
-                        seen.lock().expect("lock").push(time);
+                        let pairs: Vec<(String, String)> =
+                            form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes())
+                                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                                .collect();
+                        let get = |key: &str| pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
+                        seen.lock().expect("lock").push((get("query"), get("time")));
                         async {
                             Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(Bytes::from_static(
                                 br#"{"status":"success","data":{"resultType":"vector","result":[]}}"#,
@@ -276,12 +290,19 @@ mod evaluation_time_tests {
         }];
         let snaps = source.snapshot(&targets).await.expect("the source answers");
         assert!(snaps[0].1.is_err(), "no series for the pod is a per-pod error");
-        let times = times.lock().expect("lock").clone();
-        assert_eq!(
-            times.len(),
-            6,
-            "buckets, sum, count, sample time, errors, workload_info"
-        );
-        assert!(times[0].is_some() && times.iter().all(|t| *t == times[0]), "{times:?}");
+        let asked = asked.lock().expect("lock").clone();
+        // Separate queries, even at one evaluation time, can straddle a scrape being
+        // ingested; one query sees each scrape whole or not at all.
+        assert_eq!(asked.len(), 1, "one query for every series: {asked:?}");
+        let (query, time) = &asked[0];
+        assert!(time.is_some(), "an evaluation time is given");
+        let query = query.as_deref().unwrap_or_default();
+        for part in [
+            "inference_time_seconds_bucket|inference_time_seconds_sum|inference_time_seconds_count|inference_errors_total|workload_info",
+            "instance=~\"127\\\\.0\\\\.0\\\\.1:9\"",
+            "label_replace(timestamp(inference_time_seconds_count{",
+        ] {
+            assert!(query.contains(part), "{part} in {query}");
+        }
     }
 }
