@@ -110,14 +110,17 @@ pub fn raw(metric: &str, sel: &Selector) -> String {
 /// single evaluation sees, and Prometheus's head isolation lets one query see a scrape
 /// whole or not at all. (Separate queries, even at one evaluation time, can straddle a
 /// scrape being ingested, whose samples carry its start time.) The scrape times come back
-/// as series named `time_name` (`timestamp` drops the metric name; `label_replace` sets it).
+/// as series named `time_name` (`timestamp` drops the metric name; `label_replace` sets
+/// it). `or` matches on every label but the name unless told otherwise, which would drop
+/// each time series beside its count's: `on(__name__)` matches on the name alone, which
+/// no left-hand series shares (promql/engine.go, `VectorOr` and `signatureFunc`).
 pub fn raw_with_time(metrics: &[&str], timed: &str, time_name: &str, sel: &Selector) -> String {
     let names: Vec<String> = metrics.iter().map(|m| escape_regex(m)).collect();
     let inner = sel.render();
     let inner = &inner[1..inner.len() - 1];
     let sep = if inner.is_empty() { "" } else { "," };
     format!(
-        "{{__name__=~\"{}\"{sep}{inner}}} or label_replace(timestamp({timed}{}), \"__name__\", \"{}\", \"\", \"\")",
+        "{{__name__=~\"{}\"{sep}{inner}}} or on(__name__) label_replace(timestamp({timed}{}), \"__name__\", \"{}\", \"\", \"\")",
         escape_value(&names.join("|")),
         sel.render(),
         escape_value(time_name)
@@ -173,11 +176,11 @@ mod tests {
         assert_eq!(sample_time("up", &Selector::default()), "timestamp(up{})");
         assert_eq!(
             raw_with_time(&["m_bucket", "m_count", "a.b"], "m_count", "m_count_scraped", &sel()),
-            r#"{__name__=~"m_bucket|m_count|a\\.b",strategy="mps",pod=~"pod-0|pod-1"} or label_replace(timestamp(m_count{strategy="mps",pod=~"pod-0|pod-1"}), "__name__", "m_count_scraped", "", "")"#
+            r#"{__name__=~"m_bucket|m_count|a\\.b",strategy="mps",pod=~"pod-0|pod-1"} or on(__name__) label_replace(timestamp(m_count{strategy="mps",pod=~"pod-0|pod-1"}), "__name__", "m_count_scraped", "", "")"#
         );
         assert_eq!(
             raw_with_time(&["x"], "x", "t", &Selector::default()),
-            r#"{__name__=~"x"} or label_replace(timestamp(x{}), "__name__", "t", "", "")"#
+            r#"{__name__=~"x"} or on(__name__) label_replace(timestamp(x{}), "__name__", "t", "", "")"#
         );
     }
 

@@ -300,7 +300,7 @@ mod evaluation_time_tests {
         for part in [
             "inference_time_seconds_bucket|inference_time_seconds_sum|inference_time_seconds_count|inference_errors_total|workload_info",
             "instance=~\"127\\\\.0\\\\.0\\\\.1:9\"",
-            "label_replace(timestamp(inference_time_seconds_count{",
+            "or on(__name__) label_replace(timestamp(inference_time_seconds_count{",
         ] {
             assert!(query.contains(part), "{part} in {query}");
         }
