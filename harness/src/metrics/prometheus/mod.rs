@@ -95,12 +95,21 @@ mod tests {
             info: &[info, closed],
         };
         let snaps = snapshots_from_series(series, 100.0, now);
-        let a = &snaps["a:1"];
+        let a = snaps["a:1"].as_ref().expect("a:1");
         assert_eq!(a.latency.buckets, vec![(0.1, 3.0), (f64::INFINITY, 4.0)]);
         assert_eq!((a.latency.sum, a.latency.count, a.errors), (0.2, 4.0, 3.0));
         assert_eq!(now - a.at, Duration::from_secs(2), "dated by the scrape, 2 s ago");
-        assert_eq!(snaps["b:2"].latency.buckets[0], (0.1, 1.0));
-        assert_eq!((a.load_seed, snaps["b:2"].load_seed), (Some(42), None));
+        assert_eq!(a.load_seed, Some(42));
+        // b:2 has no scrape time: an error, not a snapshot dated by the query.
+        let b = snaps["b:2"].as_ref().expect_err("b:2 has no scrape time");
+        assert!(b.contains("no scrape time"), "{b}");
+        let mut with_time = series;
+        let times = [s("a:1", None, 98.0), s("b:2", None, 99.0)];
+        with_time.times = &times;
+        let snaps = snapshots_from_series(with_time, 100.0, now);
+        let b = snaps["b:2"].as_ref().expect("b:2 with its scrape time");
+        assert_eq!(b.latency.buckets[0], (0.1, 1.0));
+        assert_eq!(b.load_seed, None);
     }
 
     #[test]

@@ -57,8 +57,13 @@ pub fn split_by_name(samples: Vec<VectorSample>, names: &[String; 6]) -> [Vec<Ve
 }
 
 /// Builds per-instance snapshots from the raw series (pure): buckets, sums, counts,
-/// errors and the load seed by `instance`, and each instance's last scrape time.
-pub fn snapshots_from_series(series: Series<'_>, now_epoch: f64, now: Instant) -> HashMap<String, PodSnapshot> {
+/// errors and the load seed by `instance`, each dated by its last scrape (an instance with
+/// buckets but no scrape time is an error, not dated by the query).
+pub fn snapshots_from_series(
+    series: Series<'_>,
+    now_epoch: f64,
+    now: Instant,
+) -> HashMap<String, std::result::Result<PodSnapshot, String>> {
     let Series {
         buckets,
         sums,
@@ -78,14 +83,16 @@ pub fn snapshots_from_series(series: Series<'_>, now_epoch: f64, now: Instant) -
     for (instance, mut bk) in by {
         bk.sort_by(|a, b| a.0.total_cmp(&b.0));
         let find = |v: &[VectorSample]| v.iter().filter(|s| inst(s) == instance).map(|s| s.value).sum::<f64>();
-        let sampled = times
-            .iter()
-            .find(|s| inst(s) == instance)
-            .map_or(now_epoch, |s| s.value);
+        // A snapshot is dated by its scrape; without that time it would be dated by the
+        // query, and the rates over it would be wrong by up to a scrape interval.
+        let Some(sampled) = times.iter().find(|s| inst(s) == instance).map(|s| s.value) else {
+            out.insert(instance, Err("buckets but no scrape time for them".to_string()));
+            continue;
+        };
         let age = Duration::from_secs_f64((now_epoch - sampled).max(0.0));
         out.insert(
             instance.clone(),
-            PodSnapshot {
+            Ok(PodSnapshot {
                 at: now.checked_sub(age).unwrap_or(now),
                 latency: Histogram {
                     buckets: bk,
@@ -97,7 +104,7 @@ pub fn snapshots_from_series(series: Series<'_>, now_epoch: f64, now: Instant) -
                     .iter()
                     .filter(|s| inst(s) == instance)
                     .find_map(|s| crate::metrics::load_seed(s.metric.get("load_seed").map(String::as_str))),
-            },
+            }),
         );
     }
     out
@@ -228,13 +235,17 @@ impl MetricsSource for PrometheusSource {
         Ok(targets
             .iter()
             .map(|t| {
-                let r = snaps
-                    .get(&instance_of(&t.url))
-                    .cloned()
-                    .ok_or_else(|| BenchError::MetricsContract {
-                        source_name: format!("{} via {}", t.pod, self.client.base()),
-                        reason: format!("no {m}_bucket series for this pod (is {m} a histogram it exports?)"),
-                    });
+                let fail = |reason: String| BenchError::MetricsContract {
+                    source_name: format!("{} via {}", t.pod, self.client.base()),
+                    reason,
+                };
+                let r = match snaps.get(&instance_of(&t.url)) {
+                    Some(Ok(snap)) => Ok(snap.clone()),
+                    Some(Err(reason)) => Err(fail(format!("{m}: {reason}"))),
+                    None => Err(fail(format!(
+                        "no {m}_bucket series for this pod (is {m} a histogram it exports?)"
+                    ))),
+                };
                 (t.pod.clone(), r)
             })
             .collect())
