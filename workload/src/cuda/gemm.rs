@@ -14,7 +14,7 @@ use cudarc::cublaslt::result as lt;
 use cudarc::cublaslt::sys;
 use cudarc::driver::sys::CUdeviceptr;
 
-use super::gpu::{DeviceBuffer, Gpu, capture_graph, cuda_error};
+use super::gpu::{DeviceBuffer, Gpu, capture_graph, time_min_ms};
 use crate::config::Precision;
 use crate::error::{Result, WorkloadError};
 
@@ -279,17 +279,14 @@ impl GemmPlan {
                 } else {
                     None
                 };
-                let mut ms = f32::INFINITY;
-                for _ in 0..TIMED_ROUNDS {
-                    start.record(&stream).map_err(cuda_error(what))?;
-                    match &graph {
-                        Some(g) => g.launch().map_err(cuda_error(what))?,
-                        None => runs(self)?,
-                    }
-                    end.record(&stream).map_err(cuda_error(what))?;
-                    end.synchronize().map_err(cuda_error(what))?;
-                    ms = ms.min(start.elapsed_ms(&end).map_err(cuda_error(what))?);
-                }
+                let ms = time_min_ms(
+                    &stream,
+                    (&start, &end),
+                    what,
+                    graph.as_ref(),
+                    || runs(self),
+                    TIMED_ROUNDS,
+                )?;
                 if ms < best.0 {
                     best = (ms, *algo);
                 }

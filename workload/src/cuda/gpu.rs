@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use cudarc::driver::result::DriverError;
 use cudarc::driver::sys::{CUdevice_attribute, CUdeviceptr, CUgraphInstantiate_flags, CUresult, CUstreamCaptureMode};
-use cudarc::driver::{CudaContext, CudaGraph, CudaStream, result};
+use cudarc::driver::{CudaContext, CudaEvent, CudaGraph, CudaStream, result};
 
 use crate::error::{Result, WorkloadError};
 
@@ -239,20 +239,12 @@ impl Gpu {
 
     /// Waits for the stream, then copies the first `n` f32 values back.
     pub fn download_f32(&self, buf: &DeviceBuffer, n: usize) -> Result<Vec<f32>> {
-        let mut out = vec![0.0f32; n];
-        self.download_f32_into(buf, &mut out)?;
-        Ok(out)
-    }
-
-    /// Waits for the stream, then fills `out` from the start of `buf` (no allocation).
-    pub fn download_f32_into(&self, buf: &DeviceBuffer, out: &mut [f32]) -> Result<()> {
-        assert!(
-            std::mem::size_of_val(out) <= buf.bytes,
-            "read past the end of a device buffer"
-        );
+        assert!(n * 4 <= buf.bytes, "read past the end of a device buffer");
         self.synchronize()?;
+        let mut out = vec![0.0f32; n];
         // SAFETY: bounds checked above; the stream is idle.
-        unsafe { result::memcpy_dtoh_sync(out, buf.ptr) }.map_err(cuda_error("downloading results"))
+        unsafe { result::memcpy_dtoh_sync(&mut out, buf.ptr) }.map_err(cuda_error("downloading results"))?;
+        Ok(out)
     }
 
     /// Page-locked host memory for `len` f32 results, zeroed, freed on drop.
@@ -403,4 +395,29 @@ pub fn capture_graph(
         g.upload().map_err(cuda_error(what))?;
     }
     Ok(graph)
+}
+
+/// The fastest of `rounds` timings, by the events `start` and `end` on `stream`, of one
+/// launch of `graph` or, without one, of what `eager` enqueues: on the GPU alone, milliseconds.
+/// Serves the split's per-step timing and the product tuner's.
+pub fn time_min_ms(
+    stream: &Arc<CudaStream>,
+    (start, end): (&CudaEvent, &CudaEvent),
+    what: &str,
+    graph: Option<&CudaGraph>,
+    mut eager: impl FnMut() -> Result<()>,
+    rounds: usize,
+) -> Result<f32> {
+    let mut ms = f32::INFINITY;
+    for _ in 0..rounds {
+        start.record(stream).map_err(cuda_error(what))?;
+        match graph {
+            Some(g) => g.launch().map_err(cuda_error(what))?,
+            None => eager()?,
+        }
+        end.record(stream).map_err(cuda_error(what))?;
+        end.synchronize().map_err(cuda_error(what))?;
+        ms = ms.min(start.elapsed_ms(end).map_err(cuda_error(what))?);
+    }
+    Ok(ms)
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use cudarc::driver::CudaGraph;
 
 use super::gemm::{Epilogue, GemmShape};
-use super::gpu::{DeviceBuffer, Gpu, PinnedF32, capture_graph, cuda_error};
+use super::gpu::{DeviceBuffer, Gpu, PinnedF32, capture_graph, cuda_error, time_min_ms};
 use super::kernels::Dtype;
 use super::ops::{CudaRuntime, Step, StepKind, act_dtype, attention_math};
 use crate::config::{Embedding, ModelConfig, NormPlacement, Precision};
@@ -546,18 +546,9 @@ impl CudaModel {
             if let Some(g) = &graph {
                 g.launch().map_err(cuda_error(what))?;
             }
-            start.record(&stream).map_err(cuda_error(what))?;
-            match &graph {
-                Some(g) => g.launch().map_err(cuda_error(what))?,
-                None => {
-                    for _ in 0..runs {
-                        self.rt.run(&mut self.steps[i])?;
-                    }
-                }
-            }
-            end.record(&stream).map_err(cuda_error(what))?;
-            end.synchronize().map_err(cuda_error(what))?;
-            let ms = start.elapsed_ms(&end).map_err(cuda_error(what))? as f64 / runs as f64;
+            let (rt, step) = (&mut self.rt, &mut self.steps[i]);
+            let eager = || (0..runs).try_for_each(|_| rt.run(step));
+            let ms = time_min_ms(&stream, (&start, &end), what, graph.as_ref(), eager, 1)? as f64 / runs as f64;
             let s = &self.steps[i];
             out.push(StepTiming {
                 name: s.name.clone(),
