@@ -36,6 +36,17 @@ fn every_family_compiles_for_sm90_and_defines_its_entries() {
     }
 }
 
+/// Every kernel waits for the prior grid (programmatic dependent launch) with
+/// `griddepcontrol.wait`, a PTX instruction of sm_90 on: on the GPUs before (A100, sm_80,
+/// the oldest the mma.sync kernels target) it must compile away, or ptxas rejects it.
+#[test]
+fn the_prior_grid_wait_is_hopper_only() {
+    for family in Family::ALL {
+        let old = compile_family(family, "sm_80", true).unwrap_or_else(|e| panic!("sm_80: {e}"));
+        assert!(old.image.starts_with(b"\x7fELF"), "{} for sm_80", family.file());
+    }
+}
+
 #[test]
 fn hopper_builds_add_the_wgmma_attention_without_spills() {
     assert_eq!(target_arch((9, 0)), "sm_90a", "H100 and H200 get the wgmma build");

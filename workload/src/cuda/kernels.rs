@@ -8,8 +8,10 @@ use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_void};
 use std::sync::Arc;
 
-use cudarc::driver::sys::{CUdeviceptr, CUfunction_attribute_enum, CUtensorMap};
-use cudarc::driver::{CudaFunction, CudaModule, result};
+use cudarc::driver::sys::{
+    self, CUdeviceptr, CUfunction_attribute_enum, CUlaunchAttribute, CUlaunchAttributeID, CUlaunchConfig, CUtensorMap,
+};
+use cudarc::driver::{CudaFunction, CudaModule};
 use cudarc::nvrtc::Ptx;
 
 use super::gpu::{Gpu, cuda_error};
@@ -434,28 +436,54 @@ impl Launch {
     }
 }
 
-/// Enqueues `f` on the GPU's stream.
+/// Enqueues `f` on the GPU's stream. On compute capability 9.0 and later it goes with
+/// programmatic stream serialization ([`programmatic_launch`]): the kernel may be
+/// scheduled while the kernel before it drains, and waits for it in its first
+/// instruction (`wait_prior_grid` in `prelude.cuh`, which every entry point calls).
 pub fn launch(gpu: &Gpu, f: &CudaFunction, cfg: Launch, args: &Args, name: &str) -> Result<()> {
     let mut params: Vec<*mut c_void> = args
         .starts
         .iter()
         .map(|&i| &args.slots[i] as *const u64 as *mut c_void)
         .collect();
+    let mut attrs = [programmatic_attribute()];
+    let pdl = programmatic_launch(gpu.info().compute_capability);
+    let config = CUlaunchConfig {
+        gridDimX: cfg.grid.0,
+        gridDimY: cfg.grid.1,
+        gridDimZ: cfg.grid.2,
+        blockDimX: cfg.block.0,
+        blockDimY: cfg.block.1,
+        blockDimZ: cfg.block.2,
+        sharedMemBytes: cfg.smem,
+        hStream: gpu.stream().cu_stream(),
+        attrs: attrs.as_mut_ptr(),
+        numAttrs: u32::from(pdl),
+    };
     // SAFETY: `f` belongs to a module held by the KernelCache, alive for the call; each
-    // parameter points at a slot that lives until cuLaunchKernel returns (it copies
-    // them); the kernel's signature matches the Args built by its one caller in
-    // `ops.rs`, which also checks every buffer's size against the launch's extent.
-    unsafe {
-        result::launch_kernel(
-            f.cu_function(),
-            cfg.grid,
-            cfg.block,
-            cfg.smem,
-            gpu.stream().cu_stream(),
-            &mut params,
-        )
-    }
-    .map_err(cuda_error(format!("launching {name}")))
+    // parameter points at a slot that lives until cuLaunchKernelEx returns (it copies
+    // them), and so do `config` and the attribute it points at; the kernel's signature
+    // matches the Args built by its one caller in `ops.rs`, which also checks every
+    // buffer's size against the launch's extent.
+    unsafe { sys::cuLaunchKernelEx(&config, f.cu_function(), params.as_mut_ptr(), std::ptr::null_mut()) }
+        .result()
+        .map_err(cuda_error(format!("launching {name}")))
+}
+
+/// Whether kernels on a GPU of this compute capability are launched with programmatic
+/// stream serialization: from Hopper (9.0), where `griddepcontrol.wait` exists.
+pub fn programmatic_launch(compute_capability: (i32, i32)) -> bool {
+    compute_capability.0 >= 9
+}
+
+/// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, allowed.
+fn programmatic_attribute() -> CUlaunchAttribute {
+    // SAFETY: CUlaunchAttribute is plain C data (an id, padding, a union of integers and
+    // plain structs), for which all-zero bytes are a valid value.
+    let mut a: CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    a.id = CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    a.value.programmaticStreamSerializationAllowed = 1;
+    a
 }
 
 #[cfg(test)]
@@ -467,6 +495,20 @@ mod tests {
         assert_eq!(Kernel::AddLayerNorm(Dtype::Bf16).entry(), "add_layernorm_bf16");
         assert_eq!(Kernel::Attention(AttentionMath::Tf32, 64).entry(), "attention_tf32_d64");
         assert_eq!(Kernel::Im2col(Dtype::F32).family(), Family::Elementwise);
+    }
+
+    #[test]
+    fn programmatic_launch_starts_at_hopper() {
+        assert!(!programmatic_launch((8, 9)));
+        assert!(programmatic_launch((9, 0)));
+        assert!(programmatic_launch((10, 0)));
+        let a = programmatic_attribute();
+        assert_eq!(
+            a.id,
+            CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        );
+        // SAFETY: the field was the one written.
+        assert_eq!(unsafe { a.value.programmaticStreamSerializationAllowed }, 1);
     }
 
     #[test]

@@ -556,6 +556,7 @@ __device__ void attention_f32(const float* __restrict__ qkv, float* __restrict__
 #define ATTENTION_ENTRY(KIND, T, D, THREADS)                                                                \
     extern "C" __global__ void __launch_bounds__(THREADS, 1) attention_##KIND##_d##D(const T* qkv, T* out, const int* lens, \
                                                                               int seq, int heads, float scale_log2) { \
+        wait_prior_grid();                                                                                  \
         attention_##KIND<D>(qkv, out, lens, seq, heads, scale_log2);                                         \
     }
 ATTENTION_ENTRY(bf16, bf16_t, 32, 128)
@@ -686,6 +687,7 @@ __device__ __forceinline__ void tma_load(void* dst, const TmaMap* map, u32 bar, 
 extern "C" __global__ void __launch_bounds__(512, 1)
 attention_wgmma_bf16_d64(const __grid_constant__ TmaMap map, bf16_t* __restrict__ out, const int* __restrict__ lens,
                          int seq, int heads, float scale_log2) {
+    wait_prior_grid();
     constexpr int D = 64, NC = 3, BQ = 64 * NC, BK = 128, NT = BK / 8, ST = 6;
     constexpr int QTILE = 64 * D * 2, TILE = BK * D * 2; // bytes
     extern __shared__ unsigned char smem_raw[];
@@ -837,6 +839,7 @@ __device__ __forceinline__ void wgmma_tf32_ss_n128(float* d, u64 da, u64 db, int
 extern "C" __global__ void __launch_bounds__(512, 1)
 attention_wgmma_tf32_d64(const __grid_constant__ TmaMap map, float* __restrict__ out, const int* __restrict__ lens,
                          int seq, int heads, float scale_log2) {
+    wait_prior_grid();
     constexpr int D = 64, NC = 3, BQ = 64 * NC, BK = 128, NT = BK / 8, ST = 2, TW = 3; // TW: transposing warps
     constexpr int QTILE = 64 * D * 4, TILE = BK * D * 4, ATOM = TILE / 2;               // bytes
     extern __shared__ unsigned char smem_raw[];

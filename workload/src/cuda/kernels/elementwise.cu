@@ -20,9 +20,11 @@ __device__ void im2col(const float* __restrict__ px, T* __restrict__ out, int ba
     }
 }
 extern "C" __global__ void im2col_f32(const float* px, float* out, int batch, int C, int H, int W, int p, int ph, int pw) {
+    wait_prior_grid();
     im2col<float>(px, out, batch, C, H, W, p, ph, pw);
 }
 extern "C" __global__ void im2col_bf16(const float* px, bf16_t* out, int batch, int C, int H, int W, int p, int ph, int pw) {
+    wait_prior_grid();
     im2col<bf16_t>(px, out, batch, C, H, W, p, ph, pw);
 }
 
@@ -47,10 +49,12 @@ __device__ void assemble_vision(const T* __restrict__ patch_out, const float* __
 }
 extern "C" __global__ void assemble_vision_f32(const float* patch_out, const float* cls, const float* det, const float* pos,
                                                float* x, int batch, int np, int ndet, int hidden) {
+    wait_prior_grid();
     assemble_vision<float>(patch_out, cls, det, pos, x, batch, np, ndet, hidden);
 }
 extern "C" __global__ void assemble_vision_bf16(const bf16_t* patch_out, const float* cls, const float* det, const float* pos,
                                                 float* x, int batch, int np, int ndet, int hidden) {
+    wait_prior_grid();
     assemble_vision<bf16_t>(patch_out, cls, det, pos, x, batch, np, ndet, hidden);
 }
 
@@ -58,6 +62,7 @@ extern "C" __global__ void assemble_vision_bf16(const bf16_t* patch_out, const f
 extern "C" __global__ void embed_text_f32(const int* __restrict__ ids, const float* __restrict__ word,
                                           const float* __restrict__ pos, const float* __restrict__ type0,
                                           float* __restrict__ x, int rows, int seq, int hidden) {
+    wait_prior_grid();
     const long total = (long)rows * hidden;
     GRID_STRIDE(i, total) {
         int d = (int)(i % hidden);
@@ -79,9 +84,11 @@ __device__ void gather_rows(const T* __restrict__ src, T* __restrict__ dst, int 
     }
 }
 extern "C" __global__ void gather_rows_f32(const float* src, float* dst, int batch, int rps, int first, int count, int cols) {
+    wait_prior_grid();
     gather_rows<float>(src, dst, batch, rps, first, count, cols);
 }
 extern "C" __global__ void gather_rows_bf16(const bf16_t* src, bf16_t* dst, int batch, int rps, int first, int count, int cols) {
+    wait_prior_grid();
     gather_rows<bf16_t>(src, dst, batch, rps, first, count, cols);
 }
 
@@ -102,10 +109,12 @@ __device__ void vision_output(const T* __restrict__ logits, const T* __restrict_
 }
 extern "C" __global__ void vision_output_f32(const float* logits, const float* boxes, float* out, int rows, int classes,
                                              int logit_stride, int box_stride) {
+    wait_prior_grid();
     vision_output<float>(logits, boxes, out, rows, classes, logit_stride, box_stride);
 }
 extern "C" __global__ void vision_output_bf16(const bf16_t* logits, const bf16_t* boxes, float* out, int rows,
                                               int classes, int logit_stride, int box_stride) {
+    wait_prior_grid();
     vision_output<bf16_t>(logits, boxes, out, rows, classes, logit_stride, box_stride);
 }
 
@@ -117,13 +126,16 @@ __device__ void gelu(T* __restrict__ x, long n) {
         Act<T>::store(x, i, 0.5f * v * (1.0f + erff(v * 0.70710678118654752f)));
     }
 }
-extern "C" __global__ void gelu_f32(float* x, long n) { gelu<float>(x, n); }
-extern "C" __global__ void gelu_bf16(bf16_t* x, long n) { gelu<bf16_t>(x, n); }
+extern "C" __global__ void gelu_f32(float* x, long n) {
+    wait_prior_grid(); gelu<float>(x, n); }
+extern "C" __global__ void gelu_bf16(bf16_t* x, long n) {
+    wait_prior_grid(); gelu<bf16_t>(x, n); }
 
 // Sentence embeddings: masked mean over tokens, then L2 normalisation. One block per
 // sentence, one thread per hidden dimension (blockDim.x >= hidden, a multiple of 32).
 extern "C" __global__ void mean_pool_normalize_f32(const float* __restrict__ x, const int* __restrict__ lens,
                                                    float* __restrict__ out, int seq, int hidden) {
+    wait_prior_grid();
     __shared__ float partial[32];
     const int b = blockIdx.x, d = threadIdx.x;
     const int n = lens[b];

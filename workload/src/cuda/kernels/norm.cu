@@ -119,9 +119,11 @@ __device__ void add_layernorm(float* __restrict__ resid, const T* __restrict__ d
 }
 extern "C" __global__ void add_layernorm_f32(float* resid, const float* delta, const float* gamma, const float* beta,
                                              float* out, int rows, int cols, float eps, int post) {
+    wait_prior_grid();
     add_layernorm<float>(resid, delta, gamma, beta, out, rows, cols, eps, post);
 }
 extern "C" __global__ void add_layernorm_bf16(float* resid, const bf16_t* delta, const float* gamma, const float* beta,
                                               bf16_t* out, int rows, int cols, float eps, int post) {
+    wait_prior_grid();
     add_layernorm<bf16_t>(resid, delta, gamma, beta, out, rows, cols, eps, post);
 }

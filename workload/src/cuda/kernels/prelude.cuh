@@ -43,4 +43,17 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
+// Programmatic dependent launch (Hopper on): every kernel is launched with
+// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, so its blocks may be scheduled
+// once the kernel before it in the stream has let its blocks go, before that kernel has
+// finished and flushed its writes. Each kernel therefore waits here, first of all, until
+// the prior grid has completed and its memory is visible; nothing is read or written
+// before. Without the attribute (older GPUs, or a prior operation that is not a kernel)
+// the wait returns at once.
+__device__ __forceinline__ void wait_prior_grid() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 #define GRID_STRIDE(i, n) for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < (n); i += (long)gridDim.x * blockDim.x)
