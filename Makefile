@@ -163,7 +163,7 @@ bench-kernels: ## criterion benches of the kernels: CPU anywhere, GPU (FLOP/s, b
 	else $(GPU_ENV) $(CARGO) bench --locked -p gpushare-workload --bench kernels; fi
 
 .PHONY: bench-peer
-bench-peer: ## (GPU machine) our yolos-small against PyTorch eager, same GPU, same command
+bench-peer: ## (GPU machine) our yolos-small against PyTorch, eager and CUDA-graphed, same GPU, same command
 	@if [ ! -x $(WORKLOAD_BIN) ]; then $(CARGO) build --release --locked; fi
 	mkdir -p $(BUNDLE)
 	$(GPU_ENV) $(WORKLOAD_BIN) bench --models yolos-small --precisions fp32,tf32,bf16 --iters 200 --json $(BUNDLE)/ours.jsonl

@@ -1,0 +1,81 @@
+//! `make bench-peer`'s comparison script (workload/scripts/compare_peer.py), run with
+//! python3 on hand-written JSON lines: the ratios it prints, the spread over PyTorch's
+//! rounds, the CUDA-graph column, files from before the graph runner, and bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/compare_peer.py")
+}
+
+fn compare(ours: &str, theirs: &str) -> Output {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (a, b) = (dir.path().join("ours.jsonl"), dir.path().join("pytorch.jsonl"));
+    std::fs::write(&a, ours).expect("write ours.jsonl");
+    std::fs::write(&b, theirs).expect("write pytorch.jsonl");
+    Command::new("python3")
+        .arg(script())
+        .arg(&a)
+        .arg(&b)
+        .output()
+        .expect("python3 runs")
+}
+
+const OURS: &str = r#"{"model":"yolos-small","device":"cuda","device_name":"NVIDIA H100 80GB HBM3","precision":"bf16","batch":1,"mean_ms":1.2}
+{"model":"yolos-small","device":"cuda","device_name":"NVIDIA H100 80GB HBM3","precision":"tf32","batch":1,"mean_ms":2.0}
+"#;
+
+#[test]
+fn ratios_rounds_and_the_graphed_column() {
+    let theirs = r#"{"runner":"pytorch-eager","model":"yolos-small","precision":"bf16","batch":1,"mean_ms":4.0,"round_means_ms":[3.0,4.0,6.0]}
+{"runner":"pytorch-cuda-graph","model":"yolos-small","precision":"bf16","batch":1,"mean_ms":2.4,"round_means_ms":[2.4]}
+{"runner":"pytorch-eager","model":"yolos-small","precision":"tf32","batch":1,"mean_ms":10.0,"round_means_ms":[10.0]}
+{"runner":"pytorch-cuda-graph","model":"yolos-small","precision":"tf32","batch":1,"error":"operation not permitted when stream is capturing"}
+"#;
+    let out = compare(OURS, theirs);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).expect("UTF-8 output");
+    let row = |p: &str| {
+        text.lines()
+            .find(|l| l.starts_with(p))
+            .unwrap_or_else(|| panic!("no {p} row in\n{text}"))
+            .split_whitespace()
+            .take(7)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    // bf16: 1.2 / 4.0; rounds 1.2/6.0 .. 1.2/3.0; graphed 1.2 / 2.4.
+    assert_eq!(row("bf16"), "bf16 1.200 4.000 0.300 0.200-0.400 2.400 0.500");
+    assert_eq!(row("tf32"), "tf32 2.000 10.000 0.200 0.200-0.200 - -");
+    assert!(
+        text.contains("pytorch-cuda-graph tf32: operation not permitted"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_file_from_before_the_graph_runner_still_compares() {
+    let theirs = r#"{"runner":"pytorch-eager","model":"yolos-small","precision":"bf16","batch":1,"iters":200,"mean_ms":4.137}
+"#;
+    let out = compare(OURS, theirs);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).expect("UTF-8 output");
+    assert!(
+        text.lines().any(|l| l.split_whitespace().collect::<Vec<_>>()
+            == [
+                "bf16", "1.200", "4.137", "0.290", "-", "-", "-", "NVIDIA", "H100", "80GB", "HBM3"
+            ]),
+        "{text}"
+    );
+    assert!(!text.contains("tf32"), "tf32 has no PyTorch line: {text}");
+}
+
+#[test]
+fn a_line_that_is_not_json_is_one_error_naming_file_and_line() {
+    let out = compare(OURS, "{\"runner\":\"pytorch-eager\"}\nnot json\n");
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).expect("UTF-8 errors");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("pytorch.jsonl line 2: not JSON"), "{err}");
+}
