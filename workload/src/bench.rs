@@ -88,7 +88,7 @@ pub fn measure(plan: &ModelPlan, warmup: usize, iters: usize, split: bool) -> Re
 /// One step's share of a pass, as the split table sums it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepShare {
-    /// The step's name, e.g. `layer3.fc1` (site `fc1`) or `bbox_head.0` (its own site).
+    /// The step's name, e.g. `layer3.fc1` (site `fc1`) or `head.0` (its own site).
     pub name: String,
     /// Its category, e.g. `gemm`.
     pub kind: &'static str,

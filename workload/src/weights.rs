@@ -61,6 +61,56 @@ impl Linear {
         self.weight.shape[1]
     }
 
+    /// One layer computing every part's outputs from the same input, side by side:
+    /// weight rows stacked in order (`[Σ out, in]`), biases concatenated. The parts must
+    /// share their input width.
+    pub fn stack_outputs(parts: &[&Linear]) -> Self {
+        let inp = parts.first().map_or(0, |p| p.in_features());
+        debug_assert!(parts.iter().all(|p| p.in_features() == inp));
+        let out = parts.iter().map(|p| p.out_features()).sum();
+        Self {
+            weight: Tensor {
+                shape: vec![out, inp],
+                data: parts.iter().flat_map(|p| p.weight.data.iter().copied()).collect(),
+            },
+            bias: Tensor {
+                shape: vec![out],
+                data: parts.iter().flat_map(|p| p.bias.data.iter().copied()).collect(),
+            },
+        }
+    }
+
+    /// Two layers applied side by side to the two halves of one input `[x_a | x_b]`,
+    /// as one layer with a block-diagonal weight: outputs `[y_a, 0 … (to a_width), y_b]`.
+    /// The zero blocks add exact zeros to every sum, so each output is `a`'s or `b`'s own
+    /// up to the order of summation.
+    pub fn block_diagonal(a: &Linear, a_width: usize, b: &Linear) -> Self {
+        let (ao, ai, bo, bi) = (a.out_features(), a.in_features(), b.out_features(), b.in_features());
+        debug_assert!(a_width >= ao);
+        let (out, inp) = (a_width + bo, ai + bi);
+        let mut weight = vec![0.0; out * inp];
+        let mut bias = vec![0.0; out];
+        for r in 0..ao {
+            weight[r * inp..r * inp + ai].copy_from_slice(&a.weight.data[r * ai..(r + 1) * ai]);
+            bias[r] = a.bias.data[r];
+        }
+        for r in 0..bo {
+            let row = (a_width + r) * inp + ai;
+            weight[row..row + bi].copy_from_slice(&b.weight.data[r * bi..(r + 1) * bi]);
+            bias[a_width + r] = b.bias.data[r];
+        }
+        Self {
+            weight: Tensor {
+                shape: vec![out, inp],
+                data: weight,
+            },
+            bias: Tensor {
+                shape: vec![out],
+                data: bias,
+            },
+        }
+    }
+
     /// Seeded layer with PyTorch's default scale (uniform, std 1/√in) and small biases.
     fn seeded(out: usize, inp: usize, rng: &mut SplitMix64) -> Self {
         let scale = (3.0 / inp as f32).sqrt();
@@ -500,6 +550,46 @@ pub fn vision_shape(config: &ModelConfig) -> Option<VisionShape> {
 mod tests {
     use super::*;
     use crate::config::Preset;
+
+    /// The detection heads' fused layers compute exactly what the separate layers do.
+    #[test]
+    fn stacked_and_block_diagonal_layers_equal_their_parts() {
+        use crate::cpu::ops::linear;
+        let mut rng = SplitMix64::new(7);
+        let rows = 3;
+        let (a0, b0) = (Linear::seeded(5, 4, &mut rng), Linear::seeded(3, 4, &mut rng));
+        let (a1, b1) = (Linear::seeded(6, 5, &mut rng), Linear::seeded(2, 3, &mut rng));
+        let x = Tensor::uniform(&[rows, 4], 1.0, &mut rng).data;
+        let close = |got: &[f32], want: &[f32]| {
+            assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(want) {
+                assert!((g - w).abs() <= 1e-6 * w.abs().max(1.0), "{got:?} against {want:?}");
+            }
+        };
+        let run = |l: &Linear, x: &[f32]| {
+            let mut y = vec![0.0; rows * l.out_features()];
+            linear(x, rows, l, &mut y);
+            y
+        };
+        let (ya, yb) = (run(&a0, &x), run(&b0, &x));
+        let stacked = Linear::stack_outputs(&[&a0, &b0]);
+        assert_eq!(stacked.weight.shape, vec![8, 4]);
+        let y = run(&stacked, &x);
+        for r in 0..rows {
+            assert_eq!(y[r * 8..r * 8 + 5], ya[r * 5..r * 5 + 5]);
+            assert_eq!(y[r * 8 + 5..r * 8 + 8], yb[r * 3..r * 3 + 3]);
+        }
+        // [y_a | y_b] through a1 and b1 side by side, a1's outputs padded to 8.
+        let (za, zb) = (run(&a1, &ya), run(&b1, &yb));
+        let diag = Linear::block_diagonal(&a1, 8, &b1);
+        assert_eq!(diag.weight.shape, vec![10, 8]);
+        let z = run(&diag, &y);
+        for r in 0..rows {
+            close(&z[r * 10..r * 10 + 6], &za[r * 6..r * 6 + 6]);
+            assert_eq!(z[r * 10 + 6..r * 10 + 8], [0.0, 0.0], "the padding is zero");
+            close(&z[r * 10 + 8..r * 10 + 10], &zb[r * 2..r * 2 + 2]);
+        }
+    }
 
     #[test]
     fn seeded_weights_are_deterministic_and_shaped() {

@@ -376,24 +376,25 @@ fn elementwise_kernels_match_cpu() {
             0.0,
         );
 
+        // One head output row per token: logits at column 0, then (after padding) the 4
+        // box values at column box_col, as the fused heads write them.
         let rows = batch * v.det_tokens;
-        let (logits, boxes) = (
-            maybe_round(random(rows * v.classes, 4.0, 27), dt),
-            maybe_round(random(rows * 4, 4.0, 28), dt),
-        );
-        let (l_d, b_d, o_d) = (
-            c.up(&logits, dt),
-            c.up(&boxes, dt),
-            c.out(rows * (v.classes + 4), Dtype::F32),
-        );
+        let box_col = v.classes.next_multiple_of(8);
+        let stride = box_col + 8;
+        let head = maybe_round(random(rows * stride, 4.0, 27), dt);
+        let (h_d, o_d) = (c.up(&head, dt), c.out(rows * (v.classes + 4), Dtype::F32));
         let step =
-            c.rt.vision_output(dt, &l_d, &b_d, &o_d, rows, v.classes, v.classes, 4)
+            c.rt.vision_output(dt, &h_d, &o_d, rows, v.classes, stride, box_col)
                 .expect("step");
         c.run(step);
         let mut cpu = Vec::new();
         for r in 0..rows {
-            cpu.extend_from_slice(&logits[r * v.classes..(r + 1) * v.classes]);
-            cpu.extend(boxes[r * 4..r * 4 + 4].iter().map(|x| ops::sigmoid(*x)));
+            cpu.extend_from_slice(&head[r * stride..r * stride + v.classes]);
+            cpu.extend(
+                head[r * stride + box_col..r * stride + box_col + 4]
+                    .iter()
+                    .map(|x| ops::sigmoid(*x)),
+            );
         }
         check(
             &format!("vision_output {dt:?}"),

@@ -465,36 +465,34 @@ impl CudaRuntime {
         )
     }
 
-    /// Detection output: logits and sigmoid boxes as f32 `[rows, classes + 4]`, from
-    /// head outputs whose rows are `logit_stride` and `box_stride` wide.
+    /// Detection output: logits and sigmoid boxes as f32 `[rows, classes + 4]`, from the
+    /// heads' output rows, `stride` wide: the logits at column 0, the 4 box values at
+    /// column `box_col`.
     #[allow(clippy::too_many_arguments)]
     pub fn vision_output(
         &mut self,
         dt: Dtype,
-        logits: &DeviceBuffer,
-        boxes: &DeviceBuffer,
+        head: &DeviceBuffer,
         out: &DeviceBuffer,
         rows: usize,
         classes: usize,
-        logit_stride: usize,
-        box_stride: usize,
+        stride: usize,
+        box_col: usize,
     ) -> Result<Step> {
-        if logit_stride < classes || box_stride < 4 {
-            return Err(WorkloadError::BadArgument(
-                "head output rows narrower than their values".into(),
-            ));
+        if box_col < classes || box_col + 4 > stride {
+            return Err(WorkloadError::BadArgument(format!(
+                "head output rows of {stride} cannot hold {classes} logits and 4 box values at column {box_col}"
+            )));
         }
-        need(logits, rows * logit_stride * dt.size(), "class logits")?;
-        need(boxes, rows * box_stride * dt.size(), "boxes")?;
+        need(head, rows * stride * dt.size(), "head outputs")?;
         need(out, rows * (classes + 4) * 4, "output")?;
         let args = Args::new()
-            .ptr(logits.ptr())
-            .ptr(boxes.ptr())
+            .ptr(head.ptr())
             .ptr(out.ptr())
             .i32(i32_arg(rows, "rows")?)
             .i32(classes as i32)
-            .i32(logit_stride as i32)
-            .i32(box_stride as i32);
+            .i32(stride as i32)
+            .i32(box_col as i32);
         let cfg = self.elementwise(rows * (classes + 4));
         self.kernel_step(
             "vision_output",

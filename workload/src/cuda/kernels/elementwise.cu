@@ -93,29 +93,29 @@ extern "C" __global__ void gather_rows_bf16(const bf16_t* src, bf16_t* dst, int 
 }
 
 // Detection output: class logits as they are, sigmoid of the box coordinates, as f32.
-// The head products write rows padded to a multiple of 8 (cuBLASLt's alignment), so
-// each input has its own row stride.
+// The heads write one row of `stride` values per detection token (padded to a multiple
+// of 8, cuBLASLt's alignment): the logits from column 0, the 4 box values from `box_col`.
 template <typename T>
-__device__ void vision_output(const T* __restrict__ logits, const T* __restrict__ boxes, float* __restrict__ out,
-                              int rows, int classes, int logit_stride, int box_stride) {
+__device__ void vision_output(const T* __restrict__ head, float* __restrict__ out, int rows, int classes, int stride,
+                              int box_col) {
     const int width = classes + 4;
     const long total = (long)rows * width;
     GRID_STRIDE(i, total) {
         int c = (int)(i % width);
         long r = i / width;
-        if (c < classes) out[i] = Act<T>::load(logits, r * logit_stride + c);
-        else out[i] = 1.0f / (1.0f + expf(-Act<T>::load(boxes, r * box_stride + c - classes)));
+        if (c < classes) out[i] = Act<T>::load(head, r * stride + c);
+        else out[i] = 1.0f / (1.0f + expf(-Act<T>::load(head, r * stride + box_col + c - classes)));
     }
 }
-extern "C" __global__ void vision_output_f32(const float* logits, const float* boxes, float* out, int rows, int classes,
-                                             int logit_stride, int box_stride) {
+extern "C" __global__ void vision_output_f32(const float* head, float* out, int rows, int classes, int stride,
+                                             int box_col) {
     wait_prior_grid();
-    vision_output<float>(logits, boxes, out, rows, classes, logit_stride, box_stride);
+    vision_output<float>(head, out, rows, classes, stride, box_col);
 }
-extern "C" __global__ void vision_output_bf16(const bf16_t* logits, const bf16_t* boxes, float* out, int rows,
-                                              int classes, int logit_stride, int box_stride) {
+extern "C" __global__ void vision_output_bf16(const bf16_t* head, float* out, int rows, int classes, int stride,
+                                              int box_col) {
     wait_prior_grid();
-    vision_output<bf16_t>(logits, boxes, out, rows, classes, logit_stride, box_stride);
+    vision_output<bf16_t>(head, out, rows, classes, stride, box_col);
 }
 
 // Exact GELU, x·Φ(x), in place (the f32 path; tf32 and bf16 use cuBLASLt's epilogue).
