@@ -131,3 +131,33 @@ fn hopper_builds_add_the_wgmma_attention_without_spills() {
         );
     }
 }
+
+/// Every kernel is launched with programmatic stream serialization on Hopper, so every
+/// entry point must wait for the prior grid before it touches memory: its body starts
+/// with `wait_prior_grid();` (macro bodies included). A kernel without it would race
+/// with the kernel before it.
+#[test]
+fn every_entry_point_waits_for_the_prior_grid_first() {
+    let mut entries = 0;
+    for family in Family::ALL {
+        let src = family.source();
+        for (at, _) in src.match_indices("extern \"C\" __global__") {
+            let body = &src[at..][src[at..].find('{').expect("a body") + 1..];
+            let first: String = body
+                .chars()
+                .filter(|c| !c.is_whitespace() && *c != '\\')
+                .take(18)
+                .collect();
+            let head = &src[at..at + 120.min(src.len() - at)];
+            assert_eq!(
+                first,
+                "wait_prior_grid();",
+                "{}: `{head}…` does not wait first",
+                family.file()
+            );
+            entries += 1;
+        }
+    }
+    // 3 attention definitions (one a macro of six), 13 element-wise, 2 norms.
+    assert!(entries >= 18, "found only {entries} entry points");
+}

@@ -358,7 +358,8 @@ impl CudaModel {
                 // first layers stacked (h → 2h), then block-diagonal layers over the two
                 // halves (2h → 2h, then 2h → the logits padded to a multiple of 8 and
                 // the 4 box values padded to 8). Three products of 100 rows instead of
-                // six: each takes a few µs whatever its width.
+                // six: each takes a few µs whatever its width. (`--split` counts the
+                // zero blocks in head.1's and head.2's FLOPs: twice the useful work.)
                 let (class_width, box_width) = (v.classes.next_multiple_of(8), 8);
                 let width = class_width + box_width;
                 let fused = [

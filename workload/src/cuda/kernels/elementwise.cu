@@ -160,4 +160,7 @@ extern "C" __global__ void mean_pool_normalize_f32(const float* __restrict__ x, 
 // --inject-fault-after: one thread writes through `address`, an address no allocation
 // has (the bottom page), so the launch ends in CUDA_ERROR_ILLEGAL_ADDRESS. The fault is
 // the process's own: its context is lost; the GPU needs no reset.
-extern "C" __global__ void inject_fault(unsigned long long address) { *reinterpret_cast<volatile int*>(address) = 1; }
+extern "C" __global__ void inject_fault(unsigned long long address) {
+    wait_prior_grid();
+    *reinterpret_cast<volatile int*>(address) = 1;
+}
