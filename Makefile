@@ -163,7 +163,7 @@ bench-kernels: ## criterion benches of the kernels: CPU anywhere, GPU (FLOP/s, b
 	else $(GPU_ENV) $(CARGO) bench --locked -p gpushare-workload --bench kernels; fi
 
 .PHONY: bench-peer
-bench-peer: ## (GPU machine) our yolos-small (one process per precision, as a server) against PyTorch, eager and CUDA-graphed, same GPU, same command
+bench-peer: ## (GPU machine) our yolos-small against PyTorch, eager and CUDA-graphed, one process per side and precision, same GPU
 	@if [ ! -x $(WORKLOAD_BIN) ]; then $(CARGO) build --release --locked; fi
 	mkdir -p $(BUNDLE)
 	: > $(BUNDLE)/ours.jsonl
@@ -171,5 +171,8 @@ bench-peer: ## (GPU machine) our yolos-small (one process per precision, as a se
 	  $(GPU_ENV) $(WORKLOAD_BIN) bench --models yolos-small --precisions $$p --iters 200 --json $(BUNDLE)/ours-$$p.jsonl \
 	    && cat $(BUNDLE)/ours-$$p.jsonl >> $(BUNDLE)/ours.jsonl && rm $(BUNDLE)/ours-$$p.jsonl || exit 1; \
 	done
-	$(PYTHON) workload/scripts/pytorch_peer.py --iters 200 > $(BUNDLE)/pytorch.jsonl
+	: > $(BUNDLE)/pytorch.jsonl
+	for p in fp32 tf32 bf16; do \
+	  $(PYTHON) workload/scripts/pytorch_peer.py --precisions $$p --iters 200 >> $(BUNDLE)/pytorch.jsonl || exit 1; \
+	done
 	$(PYTHON) workload/scripts/compare_peer.py $(BUNDLE)/ours.jsonl $(BUNDLE)/pytorch.jsonl

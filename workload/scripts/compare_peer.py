@@ -41,12 +41,15 @@ def table(ours, theirs):
     for p in PRECISIONS:
         mine = next((r for (_, q), r in ours.items() if q == p), None)
         eager = theirs.get(("pytorch-eager", p))
+        graphed = theirs.get(("pytorch-cuda-graph", p))
         if mine is None or eager is None or "mean_ms" not in eager:
+            for r in (eager, graphed):
+                if r is not None and "error" in r:
+                    errors.append(f"{r['runner']} {p}: {r['error']}")
             continue
         o, t = mine["mean_ms"], eager["mean_ms"]
         rounds = eager.get("round_means_ms") or []
         spread = f"{o / max(rounds):.3f}-{o / min(rounds):.3f}" if rounds else "-"
-        graphed = theirs.get(("pytorch-cuda-graph", p))
         if graphed is not None and "mean_ms" in graphed:
             g = graphed["mean_ms"]
             gcols = f"{g:>11.3f} {o / g:>6.3f}"
@@ -65,7 +68,11 @@ def main() -> None:
         ours, theirs = load(sys.argv[1]), load(sys.argv[2])
     except OSError as e:
         sys.exit(f"compare_peer: {e}")
-    print("\n".join(table(ours, theirs)))
+    try:
+        lines = table(ours, theirs)
+    except KeyError as e:
+        sys.exit(f"compare_peer: a record lacks the field {e}")
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":

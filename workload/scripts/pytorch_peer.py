@@ -108,7 +108,9 @@ def measure(precision: str, runner: str, iters: int, warmup: int, rounds: int) -
         try:
             run = eager(model, pixels) if runner == "eager" else cuda_graph(model, pixels)
         except RuntimeError as e:  # a forward that cannot be captured
-            line["error"] = str(e).splitlines()[0] if str(e) else type(e).__name__
+            # Ending a failed capture raises again; the first error is the cause.
+            first = e.__context__ if isinstance(e.__context__, Exception) else e
+            line["error"] = str(first).splitlines()[0] if str(first) else type(first).__name__
             return line
         line.update(summary(time_runs(run, iters, warmup), rounds))
     return line

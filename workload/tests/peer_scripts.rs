@@ -79,3 +79,21 @@ fn a_line_that_is_not_json_is_one_error_naming_file_and_line() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("pytorch.jsonl line 2: not JSON"), "{err}");
 }
+
+#[test]
+fn a_record_without_its_time_is_one_error_and_a_lone_graph_error_is_shown() {
+    let out = compare(
+        r#"{"model":"yolos-small","precision":"bf16","batch":1,"device_name":"x"}"#,
+        r#"{"runner":"pytorch-eager","model":"yolos-small","precision":"bf16","batch":1,"mean_ms":4.0}"#,
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).expect("UTF-8 errors");
+    assert_eq!(err.trim(), "compare_peer: a record lacks the field 'mean_ms'");
+    let out = compare(
+        OURS,
+        r#"{"runner":"pytorch-cuda-graph","model":"yolos-small","precision":"bf16","batch":1,"error":"capture failed"}"#,
+    );
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).expect("UTF-8 output");
+    assert!(text.contains("pytorch-cuda-graph bf16: capture failed"), "{text}");
+}
