@@ -1,7 +1,7 @@
 #!/bin/bash
 # GPU session 2026-11-26 (H100 asked for): the detection heads as three products instead
 # of six (new, `make gpu-bundle` at this folder's commit) against programmatic launch
-# alone (.gpu/pdl-all: results/20261126-h100-programmatic-launch's binary, f24a569) and
+# alone (.gpu/pdl-all: results/20261126-h100-programmatic-launch's binary, 463c878) and
 # stop 36's bundle (.gpu/prev36, 5310cf4). GPU tests; one precision per process, the
 # three alternated (bf16 5x, TF32 3x, 1000 inferences each); the split; `make bench-peer`.
 # Reads only.
