@@ -374,7 +374,7 @@ fn bert_from_reader(config: &ModelConfig, text: TextShape, r: &TensorReader<'_>)
         let k = r.linear(&format!("{p}.attention.self.key"), h, h)?;
         let v = r.linear(&format!("{p}.attention.self.value"), h, h)?;
         layers.push(LayerWeights {
-            qkv: fuse_rows(&[q, k, v]),
+            qkv: Linear::stack_outputs(&[&q, &k, &v]),
             out: r.linear(&format!("{p}.attention.output.dense"), h, h)?,
             ln1: r.layer_norm(&format!("{p}.attention.output.LayerNorm"), h)?,
             ln2: r.layer_norm(&format!("{p}.output.LayerNorm"), h)?,
@@ -388,28 +388,6 @@ fn bert_from_reader(config: &ModelConfig, text: TextShape, r: &TensorReader<'_>)
         layers,
         head: HeadWeights::Text,
     })
-}
-
-/// Stacks linear layers with the same input along the output dimension.
-fn fuse_rows(parts: &[Linear]) -> Linear {
-    let inp = parts[0].in_features();
-    let out: usize = parts.iter().map(Linear::out_features).sum();
-    let mut weight = Vec::with_capacity(out * inp);
-    let mut bias = Vec::with_capacity(out);
-    for p in parts {
-        weight.extend_from_slice(&p.weight.data);
-        bias.extend_from_slice(&p.bias.data);
-    }
-    Linear {
-        weight: Tensor {
-            shape: vec![out, inp],
-            data: weight,
-        },
-        bias: Tensor {
-            shape: vec![out],
-            data: bias,
-        },
-    }
 }
 
 /// Little-endian F32/F16/BF16 bytes to f32; `None` for other types.
@@ -619,10 +597,10 @@ mod tests {
     }
 
     #[test]
-    fn fuse_rows_stacks_q_k_v() {
+    fn stack_outputs_stacks_q_k_v() {
         let mut rng = SplitMix64::new(1);
         let parts: Vec<Linear> = (0..3).map(|_| Linear::seeded(2, 3, &mut rng)).collect();
-        let fused = fuse_rows(&parts);
+        let fused = Linear::stack_outputs(&parts.iter().collect::<Vec<_>>());
         assert_eq!(fused.weight.shape, vec![6, 3]);
         assert_eq!(&fused.weight.data[6..12], &parts[1].weight.data[..]);
         assert_eq!(&fused.bias.data[4..6], &parts[2].bias.data[..]);
