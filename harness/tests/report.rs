@@ -65,7 +65,7 @@ fn csv_and_markdown_match_their_golden_files() {
     assert_eq!(json["run"]["run_id"], "20261122-h100-yolos-bf16");
 }
 
-/// The H100 isolation run (issue 14): its matrix, latency and event tables as Markdown
+/// The H100 isolation run: its matrix, latency and event tables as Markdown
 /// and its records as CSV match their golden files; the HTML carries the matrix with
 /// its scenario rows and the victim-latency chart.
 #[test]
@@ -76,7 +76,7 @@ fn an_isolation_run_renders_its_matrix_and_exports_its_records() {
     golden("h100-isolation.csv", &csv);
     assert_eq!(csv.lines().count(), 29, "a header and 28 trials");
     let dir = tempfile::tempdir().expect("tempdir");
-    let index = report::write(&run, dir.path()).expect("write");
+    let index = report::write(&run, Some(dir.path())).expect("write");
     let html = std::fs::read_to_string(&index).expect("html");
     assert_eq!(count(&html, "<th>Scenario</th>"), 3, "three tables of scenarios");
     assert!(html.contains("victim failed (exit 5), p99 ×2.18, SLO 92.5%, 0/2 serving"));
@@ -156,7 +156,7 @@ fn a_cpu_run_is_labelled_on_every_table_and_chart() {
 fn rendering_a_16_cell_run_takes_under_a_second() {
     let dir = tempfile::tempdir().expect("tempdir");
     let t = Instant::now();
-    let index = report::write(&fixture("h100-run"), dir.path()).expect("write");
+    let index = report::write(&fixture("h100-run"), Some(dir.path())).expect("write");
     let took = t.elapsed();
     println!("rendered the 16-cell report in {:.1} ms", took.as_secs_f64() * 1e3);
     assert!(took.as_secs_f64() < 1.0, "{took:?}");
@@ -252,7 +252,7 @@ fn chromium_renders_the_report_without_console_errors() {
         })
         .expect("chromium is needed for this test: `make deps` installs Debian's chromium");
     let dir = tempfile::tempdir().expect("tempdir");
-    let index = report::write(&fixture("h100-run"), dir.path()).expect("write");
+    let index = report::write(&fixture("h100-run"), Some(dir.path())).expect("write");
     let shot = dir.path().join("shot.png");
     let profile = dir.path().join("profile");
     let out = Command::new(chromium)
@@ -295,14 +295,14 @@ fn chromium_renders_the_report_without_console_errors() {
     assert!(share > 0.01, "the screenshot is blank ({share})");
 }
 
-/// The committed GPU runs judge as they did on the GPU machine (issue 13): two runs of
+/// The committed GPU runs judge as they did on the GPU machine: two runs of
 /// the same binaries pass both ways, a planted 0.2 ms per inference (about 10% at one
 /// pod) fails, and the nightly direction of the two single-pass H100 sweeps no longer
 /// fails on a p99 bucket jump.
 #[test]
 fn the_committed_gpu_runs_compare_as_they_did_on_the_gpu_machine() {
-    let results = Path::new(env!("CARGO_MANIFEST_DIR")).join("../results");
-    let check = results.join("20261122-h100-compare-check");
+    let runs = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/runs");
+    let check = runs.join("20261122-h100-compare-check");
     let code = |a: &Path, b: &Path| {
         let out = Command::new(BENCH)
             .arg("compare")
@@ -327,8 +327,8 @@ fn the_committed_gpu_runs_compare_as_they_did_on_the_gpu_machine() {
         }
     }
     let (got, text) = code(
-        &results.join("20261122-h100-bench-all"),
-        &results.join("20261122-h100-yolos-bf16"),
+        &runs.join("20261122-h100-bench-all"),
+        &runs.join("20261122-h100-yolos-bf16"),
     );
     assert_eq!(got, Some(0), "{text}");
 }
@@ -337,10 +337,10 @@ fn the_committed_gpu_runs_compare_as_they_did_on_the_gpu_machine() {
 fn the_committed_h100_capacity_runs_give_the_readmes_answer() {
     use gpushare_bench::capacity::record::records;
     use gpushare_bench::domain::Strategy;
-    let results = Path::new(env!("CARGO_MANIFEST_DIR")).join("../results");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     for (run, want) in [
         (
-            "20261123-h100-capacity",
+            "../results/20261123-h100-capacity",
             vec![
                 (Strategy::Exclusive, Some(1), None),
                 (Strategy::TimeSlicing, Some(3), Some(4)),
@@ -349,14 +349,14 @@ fn the_committed_h100_capacity_runs_give_the_readmes_answer() {
             ],
         ),
         (
-            "20261123-h100-capacity-again",
+            "tests/fixtures/runs/20261123-h100-capacity-again",
             vec![
                 (Strategy::TimeSlicing, Some(3), Some(4)),
                 (Strategy::Mps, Some(2), Some(3)),
             ],
         ),
     ] {
-        let data = RunData::load(&results.join(run)).expect("committed run");
+        let data = RunData::load(&root.join(run)).expect("committed run");
         let got: Vec<_> = records(&data.run, &data.cells)
             .iter()
             .map(|r| (r.strategy, r.pods_fit, r.first_miss_pods))

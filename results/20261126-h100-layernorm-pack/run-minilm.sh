@@ -1,9 +1,0 @@
-#!/bin/bash
-# MiniLM's GPU test (post-norm BERT layers: the 4-column layer norm with post = 1) with
-# the binaries of this folder's commit.
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-cd "$(dirname "$0")/../.."
-nvidia-smi --query-gpu=name,uuid,driver_version,mig.mode.current,compute_mode,clocks.max.sm --format=csv > $OUT/gpu-minilm.csv
-cat $OUT/gpu-minilm.csv
-( time timeout 300 env GPUSHARE_MINILM_DIR=.gpu/minilm-bf16 .gpu/workload-gpu-tests --ignored --test-threads=1 --nocapture minilm ) > $OUT/test-gpu-minilm.log 2>&1; echo "exit $?" >> $OUT/test-gpu-minilm.log
-grep -E "test result|FAILED|panicked|^exit|real|minilm-l6" $OUT/test-gpu-minilm.log
