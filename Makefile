@@ -67,7 +67,7 @@ bench-pytorch: ## (GPU machine with PyTorch) the default sweep of the PyTorch ex
 	$(BENCH_BIN) report "$$dir"
 
 # compare-check: does `compare` cry wolf on this machine, and does it see a slowdown?
-COMPARE_CHECK_OUT ?= results/compare-check-$(shell date -u +%Y%m%dT%H%M%SZ)
+COMPARE_CHECK_OUT ?= runs/compare-check-$(shell date -u +%Y%m%dT%H%M%SZ)
 COMPARE_CHECK_FLAGS ?= --strategies exclusive,mps --pods 1,3 --repeat 2 --warmup 3s --window 2s --max-cell 12s --quiet
 PLANTED_LATENCY ?= 0.2ms
 
@@ -85,8 +85,8 @@ compare-check: ## two identical short sweeps and one with --add-latency $(PLANTE
 	test "$$exits" = "0 0 1 0 "
 
 .PHONY: report
-report: ## render a run: make report RUN=results/<run-id>
-	@if [ -z "$(RUN)" ]; then echo "usage: make report RUN=results/<run-id>" >&2; exit 2; fi
+report: ## render a run: make report RUN=runs/<run-id> (the report goes to runs/<run-id>/report/)
+	@if [ -z "$(RUN)" ]; then echo "usage: make report RUN=runs/<run-id>" >&2; exit 2; fi
 	@if [ ! -x $(BUNDLE)/gpushare-bench ] && [ ! -x target/release/gpushare-bench ]; then $(MAKE) --no-print-directory build; fi
 	$(BENCH_BIN) report "$(RUN)"
 

@@ -39,7 +39,7 @@ fn run_step(step: &Value, code: i32) -> i32 {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     }
-    std::fs::create_dir_all(dir.path().join("results/nightly-1")).expect("run dir");
+    std::fs::create_dir_all(dir.path().join("runs/nightly-1")).expect("run dir");
     let script = dir.path().join("step.sh");
     std::fs::write(&script, step["run"].as_str().expect("run")).expect("script");
     let args: Vec<&str> = match step["shell"].as_str() {
@@ -57,8 +57,7 @@ fn run_step(step: &Value, code: i32) -> i32 {
         .status()
         .expect("bash");
     assert!(
-        std::fs::read_to_string(dir.path().join("results/nightly-1/compare.txt"))
-            .is_ok_and(|t| t.contains("mean +9.8%")),
+        std::fs::read_to_string(dir.path().join("runs/nightly-1/compare.txt")).is_ok_and(|t| t.contains("mean +9.8%")),
         "the step keeps compare's output"
     );
     status.code().unwrap_or(-1)
