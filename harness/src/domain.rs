@@ -67,7 +67,7 @@ impl FromStr for Strategy {
 /// `api/nvidia.com/resource/v1beta1/sharing.go`), which it applies with `nvidia-smi
 /// compute-policy --set-timeslice` 0 to 3 at prepare and resets to 0 at unprepare. In
 /// records and on the command line spelled in lower case; the claim's config spells it
-/// as the driver does (`backend::k8s::dra`).
+/// as the driver does (`backend::k8s::dra_claims`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TimeSliceInterval {

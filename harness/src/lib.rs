@@ -14,9 +14,11 @@
 pub mod backend;
 pub mod capacity;
 pub mod client;
+pub mod clock;
 pub mod config;
 pub mod domain;
 pub mod error;
+pub mod files;
 pub mod isolation;
 pub mod metrics;
 pub mod process;

@@ -173,7 +173,7 @@ async fn run(cli: Cli, shutdown: &Shutdown) -> Result<u8> {
             let client = shutdown
                 .guard(async {
                     kube::Client::try_default().await.map_err(|e| {
-                        gpushare_bench::backend::k8s::backend::kube_error(
+                        gpushare_bench::backend::k8s::base::kube_error(
                             "connecting to the cluster (kubeconfig or in-cluster config)",
                             e,
                         )
@@ -227,7 +227,7 @@ async fn run(cli: Cli, shutdown: &Shutdown) -> Result<u8> {
         }
         Command::Report(args) => {
             let t = std::time::Instant::now();
-            let index = report::write(&args.run_dir, &args.out)?;
+            let index = report::write(&args.run_dir, args.out.as_deref())?;
             eprintln!("rendered in {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
             println!("report: {}", index.display());
             Ok(0)

@@ -1,4 +1,4 @@
-//! `gpushare-bench isolation` end to end on the CPU (issue 14): the scenarios through the
+//! `gpushare-bench isolation` end to end on the CPU: the scenarios through the
 //! binary — the fault as a process abort there, labelled — stopped by SIGINT after two
 //! trials and resumed, then the report's isolation matrix and the exports. The numbers
 //! are a CPU run's: the test checks the pipeline and the outcomes, not the latencies.

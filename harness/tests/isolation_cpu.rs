@@ -1,4 +1,4 @@
-//! Isolation groundwork on the CPU (issue 14): the local backend launches an isolation
+//! Isolation groundwork on the CPU: the local backend launches an isolation
 //! trial's pods as planned — each with its own name and workload arguments — and can
 //! start one again. The fault scenario on the CPU is a process abort (SIGABRT), labelled so by
 //! the workload; the victim keeps serving.

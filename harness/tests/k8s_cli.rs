@@ -9,12 +9,13 @@ use std::path::Path;
 use std::process::Command;
 
 use gpushare_bench::backend::Backend;
-use gpushare_bench::backend::k8s::backend::{KubeSettings, KubernetesBackend};
+use gpushare_bench::backend::k8s::base::KubeSettings;
+use gpushare_bench::backend::k8s::device_plugin::KubernetesBackend;
 use gpushare_bench::backend::k8s::objects::{self, WorkloadSpec};
-use gpushare_bench::backend::k8s::sim::rbac::{objects_from_yaml, with_rule_verbs};
-use gpushare_bench::backend::k8s::sim::{ClusterSpec, HARNESS_TOKEN, SimCluster};
 use gpushare_bench::domain::Strategy;
 use gpushare_bench::shutdown::Shutdown;
+use gpushare_k8s_sim::rbac::{objects_from_yaml, with_rule_verbs};
+use gpushare_k8s_sim::{ClusterSpec, HARNESS_TOKEN, SimCluster};
 use serde_json::Value;
 
 const SPEED: f64 = 200.0;
@@ -181,7 +182,7 @@ async fn doctor_kubernetes_passes_a_ready_cluster_and_names_what_is_missing() {
     // NVIDIA's DRA driver with its gates off (its chart's default), read with the DRA
     // overlay's RBAC: the doctor passes and says which gates DRA sharing needs.
     let mut spec = ClusterSpec::h100("gpu-1");
-    spec.dra = Some(gpushare_bench::backend::k8s::sim::dra::Gates::default());
+    spec.dra = Some(gpushare_k8s_sim::dra::Gates::default());
     let overlay = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/overlays/dra/rbac.yaml");
     let overlay = objects_from_yaml(&std::fs::read_to_string(overlay).expect("overlay")).expect("YAML");
     let dra = SimCluster::start(spec, &[rbac(), overlay].concat(), SPEED)

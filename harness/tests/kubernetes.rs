@@ -8,7 +8,7 @@ use serde_json::json;
 
 #[test]
 fn pod_states_from_real_pod_objects() {
-    use gpushare_bench::backend::k8s::backend::pod_state;
+    use gpushare_bench::backend::k8s::base::pod_state;
     let crash: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
         "metadata": { "name": "w-1" },
         "status": {

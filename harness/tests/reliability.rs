@@ -1,4 +1,4 @@
-//! Hostile use of the sweep on the CPU path, with real processes (issue 11): SIGKILL and
+//! Hostile use of the sweep on the CPU path, with real processes: SIGKILL and
 //! SIGHUP of the harness leave nothing running and `--resume` completes the run once;
 //! two resumes of one run cannot run together; a resume keeps the recorded backend; a
 //! run where nothing could be measured exits non-zero, loudly even with `--quiet`;

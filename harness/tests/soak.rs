@@ -1,4 +1,4 @@
-//! The long soak of issue 11 (`make soak`, not in CI: about 20 minutes): 100 sweeps of
+//! The long soak (`make soak`, not in CI: about 20 minutes): 100 sweeps of
 //! 2 cells on the CPU, each hit by a random signal (SIGINT, SIGTERM, SIGHUP or SIGKILL)
 //! at a random moment, then resumed. After each: no process of ours left, and every cell
 //! on disk exactly once. The seed is printed so a failure can be replayed

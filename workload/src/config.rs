@@ -322,7 +322,7 @@ mod tests {
         assert_eq!(v.patches_w(), 66);
         assert_eq!(v.tokens(), 3401);
         assert_eq!(c.head_dim(), 64);
-        // DESIGN.md: about 360 GFLOP per inference.
+        // docs/workload.md: about 360 GFLOP per inference.
         let gflop = c.flops_per_sample(v.tokens()) / 1e9;
         assert!((355.0..365.0).contains(&gflop), "{gflop}");
     }

@@ -1,5 +1,5 @@
 //! Typed errors of the workload, each mapped to the process exit code of the contract
-//! (DESIGN.md): 2 bad arguments or input files, 3 no GPU or driver, 4 out of GPU memory,
+//! (docs/metrics-contract.md): 2 bad arguments or input files, 3 no GPU or driver, 4 out of GPU memory,
 //! 1 anything else.
 
 use std::path::PathBuf;

@@ -1,4 +1,4 @@
-//! The metrics contract (DESIGN.md), the only coupling between workload and harness:
+//! The metrics contract (docs/metrics-contract.md), the only coupling between workload and harness:
 //! `inference_time_seconds` (histogram), `inference_errors_total{kind}`,
 //! `workload_info{...} 1`, `workload_gpu_memory_used_bytes`, `workload_ready`, all with
 //! constant labels `pod` and `strategy`.

@@ -1,4 +1,4 @@
-//! Capacity at an SLO (issue 15): at R requests/s per pod and a latency objective, how
+//! Capacity at an SLO: at R requests/s per pod and a latency objective, how
 //! many pods fit on one GPU under each strategy.
 //!
 //! Pure: [`search`] judges a measured pod count against the SLOs and picks the next

@@ -205,7 +205,7 @@ impl MetricsSource for RequestSource {
                     tasks.spawn(closed_loop(client, url, req, pod.clone()));
                 }
                 Some(rate) => {
-                    let seed = crate::backend::local::fresh_seed(index as u32);
+                    let seed = crate::client::fresh_seed(index as u32);
                     locked(&pod).seed = Some(seed);
                     tasks.spawn(open_loop(client, url, req, pod.clone(), Arrivals::new(seed, rate)));
                 }

@@ -5,16 +5,16 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::config::isolation::Scenario;
 use crate::config::options::SweepOptions;
 use crate::config::values::{DeviceChoice, List, Model, PodCount, Precision, Span};
-use crate::isolation::plan::Scenario;
 
 /// Measure what GPU sharing costs an inference workload.
 ///
 /// gpushare-bench runs the gpushare-workload inference server as 1, 3, 5 and 7 pods on
 /// one GPU under each sharing strategy (exclusive, time-slicing, MPS, MIG), reads their
 /// Prometheus latency histograms, and writes per-pod and per-cell results (mean, p50,
-/// p90, p99, throughput, fairness, GPU telemetry) to results/<run-id>/.
+/// p90, p99, throughput, fairness, GPU telemetry) to runs/<run-id>/ (--out).
 ///
 /// `isolation` measures what one misbehaving pod (busy, memory-hungry, faulting or
 /// killed) does to a victim pod beside it under each strategy, as an isolation matrix.
@@ -60,7 +60,7 @@ pub enum Command {
     /// crash how long until a new victim was warm and ready again. Exclusive is the reference (the
     /// aggressors stay pending); MIG runs on existing instances or is unavailable.
     ///
-    /// Results go to results/<run-id>/isolation.{jsonl,csv} after every trial;
+    /// Results go to runs/<run-id>/isolation.{jsonl,csv} after every trial;
     /// `report` renders the isolation matrix; --resume continues a broken run.
     /// Pods are made as in `sweep` (--backend, --model, --device, --workload-arg, …,
     /// also from --config). On Kubernetes (--backend kubernetes --node NODE) a trial is
@@ -99,7 +99,7 @@ pub enum Command {
     /// from --config); --resume continues a broken search. Exit codes as `sweep`.
     #[command(verbatim_doc_comment)]
     Capacity(Box<CapacityArgs>),
-    /// Render results/<run-id> as reports/<run-id>/index.html (+ one SVG per chart and summary.md).
+    /// Render a run as an HTML report (+ one SVG per chart, summary.md and CSV), in <RUN_DIR>/report/ or <out>/<run-id>/.
     Report(ReportArgs),
     /// Print a run as CSV, JSON or Markdown on stdout.
     Export(ExportArgs),
@@ -252,8 +252,8 @@ pub struct RestoreArgs {
     /// The run directory whose journal to use [default: the newest run under --out
     /// that still has changes to undo on NODE].
     pub run_dir: Option<PathBuf>,
-    /// Results directory searched when no run directory is given.
-    #[arg(long, default_value = "results")]
+    /// Runs directory searched when no run directory is given.
+    #[arg(long, default_value = crate::config::plan::DEFAULT_OUT)]
     pub out: PathBuf,
 }
 
@@ -281,8 +281,8 @@ pub struct OverheadArgs {
     /// Discarded time after the pod is ready.
     #[arg(long, default_value = "10s")]
     pub warmup: Span,
-    /// Results directory; the result goes to <out>/<run-id>/overhead.json.
-    #[arg(long, default_value = "results")]
+    /// Runs directory; the result goes to <out>/<run-id>/overhead.json.
+    #[arg(long, default_value = crate::config::plan::DEFAULT_OUT)]
     pub out: PathBuf,
     /// Run id [default: overhead-<UTC time>-<gpu>].
     #[arg(long)]
@@ -301,11 +301,12 @@ pub struct OverheadArgs {
 /// `report` flags.
 #[derive(Debug, Clone, Args)]
 pub struct ReportArgs {
-    /// The run directory, e.g. results/20261122-h100-yolos-bf16.
+    /// The run directory, e.g. runs/20261126T101500Z-h100.
     pub run_dir: PathBuf,
-    /// Where reports go; the report lands in <out>/<run-id>/.
-    #[arg(long, default_value = "reports")]
-    pub out: PathBuf,
+    /// Where reports go: the report lands in <out>/<run-id>/ [default: beside the run,
+    /// in <RUN_DIR>/report/].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 /// Export formats.

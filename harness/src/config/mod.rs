@@ -3,6 +3,8 @@
 //! uses. Pure: nothing here touches the machine.
 
 pub mod cli;
+pub mod isolation;
 pub mod options;
 pub mod plan;
+pub mod request;
 pub mod values;

@@ -15,7 +15,7 @@ use crate::config::values::{
 use crate::error::{BenchError, Result};
 
 /// Values a sweep can take from flags or the config file (all optional here; defaults
-/// and cross-checks come in [`crate::config::plan::SweepPlan::from_options`]).
+/// and cross-checks come in `SweepPlan::from_options`).
 #[derive(Debug, Clone, Default, PartialEq, Args, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SweepOptions {
@@ -62,7 +62,7 @@ pub struct SweepOptions {
     /// Longest wait for pods to become ready [default: 180s].
     #[arg(long)]
     pub ready_timeout: Option<Span>,
-    /// Results directory [default: results].
+    /// Directory for the run; the run lands in <out>/<run-id>/ [default: runs].
     #[arg(long, value_parser = utf8_path)]
     pub out: Option<PathBuf>,
     /// Name of the run's directory [default: <UTC time>-<gpu>].

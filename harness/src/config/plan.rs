@@ -27,6 +27,24 @@ pub struct MeasureSettings {
     pub tolerance: f64,
 }
 
+/// What a DRA sweep may set beyond the strategy (`--timeslice`, `--mps-thread-percentage`,
+/// `--mps-memory-limit`).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct DraSettings {
+    /// Time-slicing's intervals, each its own arm of the sweep (`--timeslice
+    /// default,short,long`; none: one shared claim without config).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timeslices: Vec<crate::domain::TimeSliceInterval>,
+    /// MPS: each client's share of the SMs, percent (None: 100 / the device plugin's
+    /// replicas for the cell, as `--sharing-api device-plugin` gives).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mps_thread_percentage: Option<u32>,
+    /// MPS: each client's pinned device memory, a quantity (None: the GPU's memory /
+    /// the replicas, when the ResourceSlice publishes it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mps_memory_limit: Option<String>,
+}
+
 /// A validated sweep.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SweepPlan {
@@ -72,7 +90,7 @@ pub struct SweepPlan {
     /// The readiness path, or `none`: ready at the histogram's first observation.
     pub ready_path: String,
     /// The harness's own requests to the user's server (`--request`, `--body`).
-    pub request: Option<crate::client::RequestPlan>,
+    pub request: Option<crate::config::request::RequestPlan>,
     /// Kubernetes node.
     pub node: Option<String>,
     /// Kubernetes namespace.
@@ -100,9 +118,9 @@ pub struct SweepPlan {
     /// Kubernetes: device plugin or DRA claims.
     pub sharing_api: crate::config::values::SharingApi,
     /// Kubernetes with DRA: the time-slice interval and MPS limits of the claims.
-    pub dra: crate::backend::k8s::dra::DraSettings,
+    pub dra: DraSettings,
     /// Set by the `isolation` command: its trials instead of the sweep's cells.
-    pub isolation: Option<crate::isolation::plan::IsolationPlan>,
+    pub isolation: Option<crate::config::isolation::IsolationPlan>,
     /// Set by the `capacity` command: the pod counts it may search (`plan.pods` is
     /// then 1 to its `max_pods`, the cells the search may measure).
     pub capacity: Option<crate::config::plan::CapacityPlan>,
@@ -123,6 +141,12 @@ pub const MIN_WINDOW: Duration = Duration::from_millis(500);
 pub const DEFAULT_READY_TIMEOUT: Duration = Duration::from_secs(180);
 /// The Kubernetes workload image.
 pub const DEFAULT_IMAGE: &str = "gpushare-workload:0.1.0";
+/// The most `--repeat` accepts.
+pub const MAX_REPEAT: u32 = 100;
+
+/// Where runs go unless `--out` says otherwise: a git-ignored directory, apart from the
+/// project's committed reference runs under `results/`.
+pub const DEFAULT_OUT: &str = "runs";
 
 /// Checks a Kubernetes name: an RFC 1123 label (namespaces: at most 63 characters) or
 /// subdomain (node names: at most 253, dots allowed), as the API server does
@@ -217,7 +241,12 @@ struct OwnWorkload {
 
 /// What [`own_workload`] settles: the command, the metric, the readiness path and the
 /// harness's requests.
-type OwnSettled = (Option<String>, String, String, Option<crate::client::RequestPlan>);
+type OwnSettled = (
+    Option<String>,
+    String,
+    String,
+    Option<crate::config::request::RequestPlan>,
+);
 
 impl SweepPlan {
     /// The sweep's arms in order: each strategy, time-slicing once per `--timeslice`
@@ -386,7 +415,7 @@ fn own_workload(
                 ));
             }
             Some(
-                crate::client::RequestPlan::new(url, o.body.as_deref())
+                crate::config::request::RequestPlan::new(url, o.body.as_deref())
                     .map_err(|(flag, value, reason)| BenchError::flag(flag, &value, reason))?,
             )
         }
@@ -428,11 +457,11 @@ impl SweepPlan {
             return Err(BenchError::flag("--batch", &batch.to_string(), "expected 1 to 4096"));
         }
         let repeat = o.repeat.unwrap_or(1);
-        if !(1..=crate::results::record::MAX_REPEAT).contains(&repeat) {
+        if !(1..=MAX_REPEAT).contains(&repeat) {
             return Err(BenchError::flag(
                 "--repeat",
                 &repeat.to_string(),
-                format!("expected 1 to {}", crate::results::record::MAX_REPEAT),
+                format!("expected 1 to {}", MAX_REPEAT),
             ));
         }
         let load = o.load.unwrap_or_default();
@@ -531,8 +560,7 @@ impl SweepPlan {
             validate_image(image)?;
         }
         for t in &o.tolerations {
-            crate::backend::k8s::objects::toleration(t)
-                .map_err(|reason| BenchError::flag("--toleration", t, reason))?;
+            crate::config::values::toleration(t).map_err(|reason| BenchError::flag("--toleration", t, reason))?;
         }
         for s in &o.image_pull_secrets {
             validate_k8s_name("--image-pull-secret", s, true)?;
@@ -614,7 +642,7 @@ impl SweepPlan {
                 stable_windows,
                 tolerance: 0.05,
             },
-            out: o.out.unwrap_or_else(|| PathBuf::from("results")),
+            out: o.out.unwrap_or_else(|| PathBuf::from(DEFAULT_OUT)),
             run_id: o.run_id,
             prometheus,
             workload_bin: o.workload_bin,
@@ -633,7 +661,7 @@ impl SweepPlan {
             image: o.server_image.or(o.image).unwrap_or_else(|| DEFAULT_IMAGE.into()),
             mig_layout: o.mig_layout,
             tolerations: if o.tolerations.is_empty() {
-                vec![crate::backend::k8s::objects::DEFAULT_TOLERATION.to_string()]
+                vec![crate::config::values::DEFAULT_TOLERATION.to_string()]
             } else {
                 o.tolerations
             },
@@ -660,7 +688,7 @@ fn sharing(
     mps_thread_percentage: Option<u32>,
     mps_memory_limit: Option<&crate::config::values::Quantity>,
     backend: BackendKind,
-) -> Result<(crate::config::values::SharingApi, crate::backend::k8s::dra::DraSettings)> {
+) -> Result<(crate::config::values::SharingApi, DraSettings)> {
     use crate::config::values::SharingApi;
     let api = api.unwrap_or_default();
     if api == SharingApi::Dra && backend != BackendKind::Kubernetes {
@@ -693,7 +721,7 @@ fn sharing(
     }
     Ok((
         api,
-        crate::backend::k8s::dra::DraSettings {
+        DraSettings {
             timeslices: timeslices
                 .map(|l| l.0.into_iter().map(|t| t.0).collect())
                 .unwrap_or_default(),
@@ -954,8 +982,8 @@ mod tests {
 
     #[test]
     fn dra_is_kubernetes_and_its_settings_need_it() {
-        use crate::backend::k8s::dra::TimeSliceInterval;
         use crate::config::values::SharingApi;
+        use crate::domain::TimeSliceInterval;
         let k8s = || SweepOptions {
             backend: Some(BackendKind::Kubernetes),
             node: Some("gpu-1".into()),

@@ -617,6 +617,37 @@ impl<'de, T: FromStr<Err = String> + PartialEq> Deserialize<'de> for List<T> {
     }
 }
 
+/// The toleration GPU nodes' usual taint needs (every GPU operator operand carries it).
+pub const DEFAULT_TOLERATION: &str = "nvidia.com/gpu:NoSchedule";
+
+/// A toleration from `key[=value][:Effect]` (pure): `Exists` without a value.
+pub fn toleration(spec: &str) -> std::result::Result<serde_json::Value, String> {
+    let (kv, effect) = match spec.rsplit_once(':') {
+        Some((kv, e)) => (kv, Some(e)),
+        None => (spec, None),
+    };
+    if let Some(e) = effect
+        && !matches!(e, "NoSchedule" | "PreferNoSchedule" | "NoExecute")
+    {
+        return Err(format!("effect {e:?} is not NoSchedule, PreferNoSchedule or NoExecute"));
+    }
+    let (key, value) = match kv.split_once('=') {
+        Some((k, v)) => (k, Some(v)),
+        None => (kv, None),
+    };
+    if key.is_empty() {
+        return Err("the key is empty (use KEY[=VALUE][:EFFECT])".into());
+    }
+    let mut t = match value {
+        Some(v) => serde_json::json!({ "key": key, "operator": "Equal", "value": v }),
+        None => serde_json::json!({ "key": key, "operator": "Exists" }),
+    };
+    if let Some(e) = effect {
+        t["effect"] = serde_json::json!(e);
+    }
+    Ok(t)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

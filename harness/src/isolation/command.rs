@@ -15,11 +15,12 @@ use crate::config::values::Load;
 use crate::domain::CellStatus;
 use crate::error::{BenchError, Result};
 use crate::isolation::plan::{
-    DEFAULT_AGGRESSORS, DEFAULT_EVENT_AFTER, DEFAULT_OBSERVE, DEFAULT_VICTIM_RATE, IsolationPlan, Scenario, trials,
+    DEFAULT_AGGRESSORS, DEFAULT_EVENT_AFTER, DEFAULT_OBSERVE, DEFAULT_VICTIM_RATE, IsolationPlan, IsolationSettings,
+    Scenario, trials,
 };
-use crate::isolation::record::IsolationRecord;
 use crate::isolation::runner::{TrialSettings, run_trials};
 use crate::metrics::MetricsSource;
+use crate::results::isolation::IsolationRecord;
 use crate::results::record::Unavailable;
 use crate::shutdown::Shutdown;
 use crate::sweep::progress::Progress;
@@ -207,7 +208,12 @@ impl<B: Backend> Work<B> for Trials {
             return Err(BenchError::flag("--resume", &run.run_id, kind.resume_hint()));
         };
         let memory = run.gpu_memory_bytes();
-        let trials = trials(&iso.settings(&run.plan.strategies, memory, run.plan.own_server()))?;
+        let trials = trials(&IsolationSettings::new(
+            &iso,
+            &run.plan.strategies,
+            memory,
+            run.plan.own_server(),
+        ))?;
         let settings = TrialSettings {
             ready_timeout: session.settings.ready_timeout,
             warmup: session.settings.warmup,

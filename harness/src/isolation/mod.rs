@@ -1,4 +1,4 @@
-//! Isolation (issue 14): what one misbehaving pod does to its neighbours under each
+//! Isolation: what one misbehaving pod does to its neighbours under each
 //! strategy. A victim serves an open-loop load; aggressors load the GPU, take its
 //! memory, fault (`gpushare-workload --inject-fault-after`) or are killed.
 //!
@@ -13,7 +13,6 @@
 //! Deployments, the victim's and the aggressors' (`backend::k8s::trial`).
 
 pub mod command;
-pub mod matrix;
 pub mod plan;
 pub mod record;
 pub mod runner;

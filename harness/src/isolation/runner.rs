@@ -13,10 +13,10 @@ use tokio::time::Instant;
 use crate::backend::{Backend, Pod, PodSpec, PodState, Prepared};
 use crate::domain::{CellStatus, Strategy};
 use crate::error::{BenchError, Result};
-use crate::isolation::matrix::outcome_text;
 use crate::isolation::plan::{Role, Scenario, Trial, mps_split};
-use crate::isolation::record::{IsolationRecord, Observed, Recovery, record};
+use crate::isolation::record::{Observed, Recovery, record};
 use crate::metrics::{MetricsSource, PodSnapshot, Release, Target};
+use crate::results::isolation::IsolationRecord;
 use crate::shutdown::Shutdown;
 use crate::sweep::progress::Progress;
 
@@ -73,10 +73,13 @@ pub async fn run_trials<B: Backend, S: MetricsSource>(
 ) -> Result<Vec<IsolationRecord>> {
     let mut prepared: HashMap<Strategy, Prepared> = HashMap::new();
     let mut out: Vec<IsolationRecord> = done.to_vec();
-    let on_disk = trials.iter().filter(|t| out.iter().any(|r| r.is_of(t))).count();
+    let on_disk = trials
+        .iter()
+        .filter(|t| out.iter().any(|r| crate::isolation::record::is_record_of(r, t)))
+        .count();
     progress.sweep_start(trials.len() as u64, on_disk as u64, "trials");
     for trial in trials {
-        if out.iter().any(|r| r.is_of(trial)) {
+        if out.iter().any(|r| crate::isolation::record::is_record_of(r, trial)) {
             continue;
         }
         if shutdown.is_requested() {
@@ -146,7 +149,7 @@ pub async fn run_trials<B: Backend, S: MetricsSource>(
             }
         };
         progress.cell_done(
-            &format!("{}: {}", trial.title(), outcome_text(&rec)),
+            &format!("{}: {}", trial.title(), rec.outcome_text()),
             rec.victim_status == CellStatus::Failed && rec.scenario == "alone",
         );
         save(&rec)?;

@@ -5,8 +5,8 @@ use std::time::Duration;
 use crate::backend::fake::{FakeBackend, PodScript};
 use crate::domain::{CellStatus, Strategy};
 use crate::isolation::plan::{IsolationSettings, Scenario, trials};
-use crate::isolation::record::IsolationRecord;
 use crate::isolation::runner::{TrialSettings, run_trials};
+use crate::results::isolation::IsolationRecord;
 use crate::shutdown::Shutdown;
 use crate::sweep::progress::Quiet;
 
@@ -175,7 +175,7 @@ async fn a_fault_next_door_is_recorded_per_strategy_against_the_victim_alone() {
     assert_eq!(launches, ["launch mps victim,aggressor-1"]);
     assert_eq!(resumed[3].recovery_s, mps.recovery_s, "the same trial, the same result");
     // The matrix reads it plainly.
-    let m = crate::isolation::matrix::matrix(&records);
+    let m = crate::report::isolation_matrix::matrix(&records);
     let fault = &m.table.rows[0].1;
     assert!(
         matches!(&fault[1], crate::report::tables::Cell::Value(v) if v.starts_with("victim failed (exit 5)") && v.ends_with("0/2 serving")),

@@ -109,15 +109,11 @@ fn tell(r: &mut Registry, line: &str) {
     }
 }
 
-/// Writes `value` as JSON to `path` through a temporary file and a rename, so a reader
-/// never sees half a file. (`results::store::write_atomic` sits above this module.)
+/// Writes `value` as JSON to `path` atomically, so a reader never sees half a file.
 fn replace_json(path: &Path, value: &impl Serialize) -> bool {
-    let tmp = path.with_extension("json.tmp");
     serde_json::to_vec_pretty(value)
         .ok()
-        .and_then(|bytes| std::fs::write(&tmp, bytes).ok())
-        .and_then(|()| std::fs::rename(&tmp, path).ok())
-        .is_some()
+        .is_some_and(|bytes| crate::files::write_atomic(path, &bytes).is_ok())
 }
 
 fn write_journal(r: &Registry) {

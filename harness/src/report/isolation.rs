@@ -6,15 +6,15 @@ use plotters::prelude::*;
 
 use crate::domain::{CellStatus, Strategy};
 use crate::error::Result;
-use crate::isolation::matrix::{cell, find, matrix, rows};
 use crate::isolation::plan::{
     AGGRESSOR_MEMORY, CPU_AGGRESSOR_BYTES, CPU_VICTIM_BYTES, Scenario, VICTIM_GROWS_AFTER, VICTIM_MEMORY,
     scenario_label,
 };
-use crate::isolation::record::IsolationRecord;
 use crate::report::RunData;
 use crate::report::charts::{draw_legend, draw_markers, err, legend_entry, look};
+use crate::report::isolation_matrix::{cell, find, matrix, rows};
 use crate::report::tables::{Cell, Table, Tables, note_number};
+use crate::results::isolation::IsolationRecord;
 
 /// A short axis label of a row.
 fn short_label(scenario: &str, aggressors: u32) -> String {

@@ -8,6 +8,7 @@ pub mod compare;
 pub mod export;
 pub mod html;
 pub mod isolation;
+pub mod isolation_matrix;
 pub mod parallel;
 pub mod tables;
 
@@ -16,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use crate::domain::{Arm, DeviceKind, Strategy};
 use crate::error::{BenchError, Result};
-use crate::isolation::record::{IsolationRecord, isolation_csv};
+use crate::results::isolation::{IsolationRecord, isolation_csv};
 use crate::results::record::{CellRecord, RunRecord, parse_cells_jsonl};
 use crate::results::repeats::{combine, interval};
 use crate::results::store::{read_isolation, read_run};
@@ -46,7 +47,7 @@ impl RunData {
         if !run_json.is_file() {
             return Err(BenchError::Results {
                 path: dir.to_path_buf(),
-                reason: "not a run directory (no run.json); give results/<run-id>".into(),
+                reason: "not a run directory (no run.json); give runs/<run-id>".into(),
             });
         }
         let run = read_run(&run_json)?;
@@ -81,7 +82,8 @@ impl RunData {
             return None;
         }
         if let Some(iso) = &self.run.isolation {
-            let planned = iso.settings(
+            let planned = crate::isolation::plan::IsolationSettings::new(
+                iso,
                 &self.run.plan.strategies,
                 self.run.gpu_memory_bytes(),
                 self.run.plan.own_server(),
@@ -293,8 +295,9 @@ pub fn render(data: &RunData) -> Result<Report> {
     })
 }
 
-/// Renders a run directory into `out/<run-id>/` and returns the index.html path.
-pub fn write(run_dir: &Path, out: &Path) -> Result<PathBuf> {
+/// Renders the run in `run_dir` into `<out>/<run-id>/`, or into `<run_dir>/report/` when
+/// `out` is `None`; returns the path of `index.html`.
+pub fn write(run_dir: &Path, out: Option<&Path>) -> Result<PathBuf> {
     let data = RunData::load(run_dir)?;
     // The id comes from a file someone else may have made: it must stay a plain name.
     crate::config::plan::validate_run_id(&data.run.run_id).map_err(|_| BenchError::Results {
@@ -305,17 +308,20 @@ pub fn write(run_dir: &Path, out: &Path) -> Result<PathBuf> {
         ),
     })?;
     let report = render(&data)?;
-    let dir = out.join(&data.run.run_id);
+    let dir = match out {
+        Some(out) => out.join(&data.run.run_id),
+        None => run_dir.join("report"),
+    };
     std::fs::create_dir_all(&dir).map_err(BenchError::io(format!("creating {}", dir.display())))?;
     for (name, svg) in &report.charts {
-        crate::results::store::write_atomic(&dir.join(name), svg.as_bytes())?;
+        crate::files::write_atomic(&dir.join(name), svg.as_bytes())?;
     }
-    crate::results::store::write_atomic(&dir.join("summary.md"), report.markdown.as_bytes())?;
+    crate::files::write_atomic(&dir.join("summary.md"), report.markdown.as_bytes())?;
     for (name, bytes) in &report.csv {
-        crate::results::store::write_atomic(&dir.join(name), bytes)?;
+        crate::files::write_atomic(&dir.join(name), bytes)?;
     }
     let index = dir.join("index.html");
-    crate::results::store::write_atomic(&index, report.html.as_bytes())?;
+    crate::files::write_atomic(&index, report.html.as_bytes())?;
     Ok(index)
 }
 

@@ -1,10 +1,9 @@
-//! One sweep per run directory: an advisory lock (`flock`) on `RUN_DIR/.lock`, held for
+//! One sweep per run directory: an advisory lock (`File::try_lock`, `flock` on Linux) on `RUN_DIR/.lock`, held for
 //! the whole sweep or resume, with the holder's pid written in the file so a second one
 //! is refused with a line that names it. The kernel drops the lock when the holder dies,
 //! however it dies, so a crash never leaves a run locked.
 
 use std::io::{Read, Seek, Write};
-use std::os::fd::AsRawFd;
 use std::path::Path;
 
 use crate::error::{BenchError, Result};
@@ -29,19 +28,26 @@ impl RunLock {
                 path: path.clone(),
                 reason: format!("cannot open the run's lock file: {e}"),
             })?;
-        // SAFETY: flock(2) on a descriptor this function owns; no memory is shared.
-        let taken = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
-        if !taken {
-            let mut holder = String::new();
-            let _ = file.read_to_string(&mut holder);
-            let holder = holder.trim();
-            return Err(BenchError::Results {
-                path: run_dir.to_path_buf(),
-                reason: format!(
-                    "in use by another gpushare-bench (pid {}); wait for it to end, or stop it",
-                    if holder.is_empty() { "unknown" } else { holder }
-                ),
-            });
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(BenchError::Results {
+                    path: path.clone(),
+                    reason: format!("cannot lock the run's lock file: {e}"),
+                });
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                let holder = holder.trim();
+                return Err(BenchError::Results {
+                    path: run_dir.to_path_buf(),
+                    reason: format!(
+                        "in use by another gpushare-bench (pid {}); wait for it to end, or stop it",
+                        if holder.is_empty() { "unknown" } else { holder }
+                    ),
+                });
+            }
         }
         let _ = file.set_len(0);
         let _ = file.rewind();

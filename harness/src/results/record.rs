@@ -8,9 +8,10 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::plan::{BackendKind, DeviceChoice, MeasureSettings, PrometheusSetting, SweepPlan};
+use crate::config::plan::{BackendKind, DeviceChoice, MAX_REPEAT, MeasureSettings, PrometheusSetting, SweepPlan};
 use crate::domain::{CellStatus, DeviceKind, Source, Strategy};
 use crate::error::{BenchError, Result};
+pub use crate::telemetry::environment::{Environment, GpuRecord};
 
 /// The label every CPU smoke run carries, in run.json, on the terminal and in reports.
 pub const CPU_SMOKE_LABEL: &str = "CPU SMOKE RUN: no usable GPU, so the tiny model ran on the CPU; these numbers test the pipeline and say nothing about GPU sharing";
@@ -155,9 +156,6 @@ fn first_repeat() -> u32 {
     1
 }
 
-/// The most `--repeat` accepts.
-pub const MAX_REPEAT: u32 = 100;
-
 impl CellRecord {
     /// A row that names its cell and pod and holds no measurement (every number empty,
     /// labels empty): what a sweep fills in, and the CSV header's probe.
@@ -234,70 +232,6 @@ impl CellRecord {
     }
 }
 
-/// A GPU as the run saw it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GpuRecord {
-    /// NVML index.
-    pub index: u32,
-    /// Name, e.g. "NVIDIA H100 80GB HBM3".
-    pub name: String,
-    /// GPU UUID.
-    pub uuid: String,
-    /// Memory, bytes.
-    pub memory_total_bytes: Option<u64>,
-    /// "Enabled", "Disabled", or None when the GPU has no MIG.
-    pub mig_mode: Option<String>,
-    /// Compute mode, e.g. "Default".
-    pub compute_mode: Option<String>,
-    /// MIG devices: "MIG 1g.10gb (UUID: MIG-...)".
-    pub mig_devices: Vec<String>,
-    /// PCI bus id, e.g. "00000000:19:00.0" (absent in runs before it was recorded).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pci_bus_id: Option<String>,
-}
-
-/// The machine and software a run measured.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Environment {
-    /// Host name.
-    pub hostname: String,
-    /// Operating system and kernel.
-    pub os: String,
-    /// CPU model.
-    pub cpu: String,
-    /// Logical CPUs.
-    pub cpus: usize,
-    /// GPUs (empty without NVML).
-    pub gpus: Vec<GpuRecord>,
-    /// NVIDIA driver version.
-    pub driver_version: Option<String>,
-    /// Highest CUDA version the driver supports, e.g. "13.0".
-    pub cuda_driver_version: Option<String>,
-    /// Whether NVML answered (telemetry available).
-    pub nvml: bool,
-    /// The MPS control binary used.
-    pub mps_control: Option<String>,
-    /// The workload binary and its version line.
-    pub workload: String,
-    /// The harness version and the commit it was built from (`git describe` at build
-    /// time; runs before this was recorded say the version alone).
-    pub harness: String,
-    /// `git describe` of the directory the harness ran in, when it is a checkout (not
-    /// necessarily the code of the binary: see `harness`).
-    pub git_revision: Option<String>,
-    /// Kubernetes with DRA: NVIDIA's DRA driver on the node, its image and feature gates
-    /// as its kubelet plugin's pod shows them (or why they could not be read).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dra_driver: Option<String>,
-    /// Local: this machine's other GPUs, not measured (`GPU 1: NAME (UUID, bus …)`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub other_gpus: Vec<String>,
-    /// Local: compute processes not the run's on the measured GPU when it started
-    /// (only with `--allow-busy-gpu`; otherwise the run refuses such a GPU).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub gpu_processes: Vec<String>,
-}
-
 /// A strategy that could not run, and why.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Unavailable {
@@ -366,13 +300,13 @@ pub struct PlanRecord {
     /// The harness's own requests to that server (`--request`, `--body`); the rows'
     /// source is then `client`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub request: Option<crate::client::RequestPlan>,
+    pub request: Option<crate::config::request::RequestPlan>,
     /// Kubernetes: how pods got their share (`--sharing-api`; absent: device-plugin).
     #[serde(default, skip_serializing_if = "is_device_plugin")]
     pub sharing_api: crate::config::values::SharingApi,
     /// Kubernetes with DRA: the claims' time-slice intervals and MPS limits as given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dra: Option<crate::backend::k8s::dra::DraSettings>,
+    pub dra: Option<crate::config::plan::DraSettings>,
     /// Local: the GPU asked for (`--gpu`; absent: GPU 0). The GPU measured is the one
     /// `environment.gpus` records.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -547,7 +481,7 @@ pub struct RunRecord {
     /// An isolation run's plan (`gpushare-bench isolation`); its records are in
     /// isolation.jsonl and its cells.jsonl stays empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub isolation: Option<crate::isolation::plan::IsolationPlan>,
+    pub isolation: Option<crate::config::isolation::IsolationPlan>,
     /// A capacity run's search (`gpushare-bench capacity`): its cells are those the
     /// search measured, a subset of the plan's pod counts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -571,7 +505,7 @@ impl RunRecord {
         RunRecord {
             run_id,
             state: "running".into(),
-            started_at: now_rfc3339(),
+            started_at: crate::clock::now_rfc3339(),
             finished_at: None,
             label,
             plan: PlanRecord::from_plan(plan, device, source),
@@ -1072,11 +1006,6 @@ pub fn cells_jsonl(cells: &[CellRecord]) -> Vec<u8> {
     out
 }
 
-/// Now, RFC 3339 in UTC with seconds.
-pub fn now_rfc3339() -> String {
-    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1124,7 +1053,7 @@ mod tests {
             ("plan.dra.timeslices: an interval is listed twice", |r| {
                 r.plan.backend = "kubernetes".into();
                 r.plan.sharing_api = crate::config::values::SharingApi::Dra;
-                r.plan.dra = Some(crate::backend::k8s::dra::DraSettings {
+                r.plan.dra = Some(crate::config::plan::DraSettings {
                     timeslices: vec![crate::domain::TimeSliceInterval::Short; 2],
                     ..Default::default()
                 });
@@ -1133,7 +1062,7 @@ mod tests {
                 r.plan.backend = "kubernetes".into();
                 r.plan.sharing_api = crate::config::values::SharingApi::Dra;
                 r.plan.strategies = vec![Strategy::Mps];
-                r.plan.dra = Some(crate::backend::k8s::dra::DraSettings {
+                r.plan.dra = Some(crate::config::plan::DraSettings {
                     timeslices: vec![crate::domain::TimeSliceInterval::Short],
                     ..Default::default()
                 });
@@ -1194,7 +1123,7 @@ mod tests {
                 r.plan.ready_path = "/a\tb".into()
             }),
             ("recorded with source client", |r| {
-                r.plan.request = Some(crate::client::RequestPlan {
+                r.plan.request = Some(crate::config::request::RequestPlan {
                     url: "http://127.0.0.1:{port}/i".into(),
                     body: None,
                     body_bytes: 0,
@@ -1223,7 +1152,7 @@ mod tests {
             r.plan.ready_path = "/healthz".into();
             r.plan.source = Source::Client;
             r.plan.load = crate::config::values::Load::PerPod(10.0);
-            r.plan.request = Some(crate::client::RequestPlan {
+            r.plan.request = Some(crate::config::request::RequestPlan {
                 url: "http://127.0.0.1:{port}/infer".into(),
                 body: None,
                 body_bytes: 0,
@@ -1280,8 +1209,8 @@ mod tests {
             }),
             ("plan.slos name a percentile each", |r| r.plan.slos.clear()),
             ("an isolation run or a capacity run, not both", |r| {
-                r.isolation = Some(crate::isolation::plan::IsolationPlan {
-                    scenarios: vec![crate::isolation::plan::Scenario::Crash],
+                r.isolation = Some(crate::config::isolation::IsolationPlan {
+                    scenarios: vec![crate::config::isolation::Scenario::Crash],
                     victim_rate: 50.0,
                     aggressors: vec![1],
                     event_after_s: 15.0,

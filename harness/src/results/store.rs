@@ -1,4 +1,4 @@
-//! The results directory of a run: `results/<run-id>/{run.json, cells.csv, cells.jsonl,
+//! The directory of a run: `<out>/<run-id>/{run.json, cells.csv, cells.jsonl,
 //! logs/}`. Every write goes to a temporary file that is renamed into place, and the
 //! cell files are rewritten after every cell, so a crash or Ctrl-C never leaves half a
 //! file and never loses a finished cell. `--resume` reopens a run and skips the cells
@@ -9,11 +9,10 @@ use std::path::{Path, PathBuf};
 use crate::config::plan::{SweepPlan, default_run_id, validate_run_id};
 use crate::domain::{Arm, DeviceKind};
 use crate::error::{BenchError, Result};
-use crate::isolation::record::{IsolationRecord, isolation_csv, isolation_jsonl, parse_isolation_jsonl};
+use crate::files::write_atomic;
+use crate::results::isolation::{IsolationRecord, isolation_csv, isolation_jsonl, parse_isolation_jsonl};
 use crate::results::lock::RunLock;
-use crate::results::record::{
-    CellRecord, Environment, RunRecord, cells_csv, cells_jsonl, now_rfc3339, parse_cells_jsonl,
-};
+use crate::results::record::{CellRecord, Environment, RunRecord, cells_csv, cells_jsonl, parse_cells_jsonl};
 
 /// An open run directory.
 #[derive(Debug)]
@@ -42,30 +41,13 @@ pub fn read_alone(dir: &Path, plan: &crate::results::record::PlanRecord) -> Resu
     read_cells_in(&dir.join(ALONE_FILE), Some(plan))
 }
 
-/// Writes `bytes` to `path` atomically (temporary file in the same directory, fsync, rename).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    use std::io::Write;
-    let tmp = path.with_extension(format!(
-        "{}.tmp",
-        path.extension().and_then(|e| e.to_str()).unwrap_or("")
-    ));
-    let err = |reason: String| BenchError::Results {
-        path: path.to_path_buf(),
-        reason,
-    };
-    let mut f = std::fs::File::create(&tmp).map_err(|e| err(format!("cannot create {}: {e}", tmp.display())))?;
-    f.write_all(bytes).map_err(|e| err(format!("cannot write: {e}")))?;
-    f.sync_all().map_err(|e| err(format!("cannot sync: {e}")))?;
-    std::fs::rename(&tmp, path).map_err(|e| err(format!("cannot rename into place: {e}")))
-}
-
 /// Reads `cells.jsonl`, checking every row ([`parse_cells_jsonl`]: numbers, duplicates,
 /// aggregate rows) and naming the line that is wrong.
 ///
 /// A missing file reads as no rows: this is `--resume`'s path, where a sweep that died
 /// between writing run.json and the first (empty) cells.jsonl has simply measured
 /// nothing yet, and measuring every cell again loses nothing. Reports need the file:
-/// [`crate::report::RunData::load`] refuses a run directory without one.
+/// `report::RunData::load` refuses a run directory without one.
 pub fn read_cells(path: &Path) -> Result<Vec<CellRecord>> {
     read_cells_in(path, None)
 }
@@ -202,7 +184,7 @@ impl RunStore {
                 validate_run_id(&id)?;
                 id
             }
-            None => default_run_id(&now_rfc3339(), short),
+            None => default_run_id(&crate::clock::now_rfc3339(), short),
         };
         Self::create(&plan.out, RunRecord::new(id, plan, device, environment()))
     }

@@ -7,10 +7,11 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::backend::PodState;
+use crate::clock::now_rfc3339;
 use crate::config::plan::{MeasureSettings, Slo};
 use crate::domain::{Arm, CellStatus, DeviceKind, Source};
 use crate::metrics::PodSnapshot;
-use crate::results::record::{ALL_PODS, CellRecord, now_rfc3339};
+use crate::results::record::{ALL_PODS, CellRecord};
 use crate::stats::{Histogram, WindowStat, jain_index, relative_spread, stable};
 use crate::telemetry::TelemetrySummary;
 
@@ -156,7 +157,7 @@ pub fn pod_status(state: &PodState, problem: &Option<String>) -> (CellStatus, Op
     }
 }
 
-/// The aggregate status of a cell (see DESIGN.md: any OOM or failure shows, pending
+/// The aggregate status of a cell (docs/methodology.md: any OOM or failure shows, pending
 /// alone is an expected outcome of the exclusive baseline).
 pub fn aggregate_status(statuses: &[CellStatus]) -> CellStatus {
     if statuses.contains(&CellStatus::Oom) {

@@ -9,10 +9,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::{Backend, Pod, PodState};
+use crate::clock::now_rfc3339;
 use crate::config::plan::MeasureSettings;
 use crate::error::Result;
 use crate::metrics::{MetricsSource, Target};
-use crate::results::record::{CellRecord, now_rfc3339};
+use crate::results::record::CellRecord;
 use crate::shutdown::Shutdown;
 use crate::stats::{Histogram, WindowStat, stable};
 use crate::sweep::cell::{CellLabels, Measured, Tracked, cell_rows};

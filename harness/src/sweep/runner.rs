@@ -9,13 +9,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::backend::{Backend, Prepared, Session};
 use crate::client::source::RequestSource;
+use crate::clock::now_rfc3339;
 use crate::config::plan::{MeasureSettings, PrometheusSetting};
 use crate::domain::{Arm, CellStatus};
 use crate::error::{BenchError, Result};
 use crate::metrics::MetricsSource;
 use crate::metrics::prometheus::PrometheusSource;
 use crate::metrics::scrape::ScrapeSource;
-use crate::results::record::{CellRecord, Unavailable, now_rfc3339};
+use crate::results::record::{CellRecord, Unavailable};
 use crate::results::store::RunStore;
 use crate::shutdown::Shutdown;
 use crate::sweep::SweepOutcome;

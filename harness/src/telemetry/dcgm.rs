@@ -80,7 +80,7 @@ impl Telemetry for DcgmTelemetry {
         let per_gpu = |m: &str| format!("sum(max by (UUID) (DCGM_FI_DEV_{m}{sel}))");
         self.handle.block_on(async {
             // DCGM_FI_DEV_GPU_UTIL is not supported on MIG instances (dcgm-exporter
-            // maintainers, NVIDIA/dcgm-exporter#216, UPSTREAM-RULES.md E8): there the
+            // maintainers, NVIDIA/dcgm-exporter#216, k8s-sim/UPSTREAM-RULES.md E8): there the
             // graphics-engine activity (a 0–1 ratio, in the operator's default
             // collectors) stands in for it.
             let util = match self.client.value(&q("GPU_UTIL", "avg")).await {

@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
-use crate::results::record::Environment;
 use crate::telemetry::GpuInventory;
+use crate::telemetry::environment::Environment;
 
 /// The first line a command prints on success (None when it fails or prints nothing).
 pub fn command_line(cmd: &str, args: &[&str]) -> Option<String> {

@@ -7,7 +7,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::results::record::GpuRecord;
+use crate::telemetry::environment::GpuRecord;
 
 /// One MIG device as `nvidia-smi -L` lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,6 +4,7 @@
 //! GPU setting.
 
 pub mod dcgm;
+pub mod environment;
 pub mod host;
 pub mod inventory;
 pub mod nvml;

@@ -13,7 +13,7 @@ use kube::{Api, Client};
 use serde_json::Value;
 
 use super::doctor::{Check, Verdict};
-use crate::backend::k8s::backend::{kube_error, operator_setup};
+use crate::backend::k8s::base::{kube_error, operator_setup};
 use crate::backend::k8s::objects::{self, PluginConfigMap};
 
 /// Where to look.
@@ -74,7 +74,7 @@ pub struct DraFacts {
     /// be listed, or the node's whole GPUs are of different products).
     pub gpus: Result<usize, String>,
     /// The driver's kubelet plugin on the node: image and feature gates.
-    pub driver: Result<crate::backend::k8s::dra_backend::DriverFacts, String>,
+    pub driver: Result<crate::backend::k8s::dra::DriverFacts, String>,
 }
 
 /// The permissions the sweep needs: the rules `manifests/base/rbac.yaml` grants the
@@ -283,7 +283,7 @@ pub fn checks(f: &Facts) -> Vec<Check> {
 
 /// The DRA lines (pure): warnings at worst, since only `--sharing-api dra` needs them.
 fn dra_checks(d: &DraFacts, node: &str) -> Vec<Check> {
-    use crate::backend::k8s::dra;
+    use crate::backend::k8s::dra_claims;
     let c = |name, verdict, detail: String| Check { name, verdict, detail };
     let only = "only --sharing-api dra needs it";
     match &d.class {
@@ -293,7 +293,7 @@ fn dra_checks(d: &DraFacts, node: &str) -> Vec<Check> {
                 Verdict::Warn,
                 format!(
                     "no DeviceClass {} ({only}): NVIDIA's DRA driver is not installed",
-                    dra::GPU_CLASS
+                    dra_claims::GPU_CLASS
                 ),
             )];
         }
@@ -301,13 +301,17 @@ fn dra_checks(d: &DraFacts, node: &str) -> Vec<Check> {
         Ok(true) => {}
     }
     let mut out = vec![match &d.gpus {
-        Ok(1) => c("DRA slices", Verdict::Ok, format!("1 GPU of {} on {node}", dra::DRIVER)),
+        Ok(1) => c(
+            "DRA slices",
+            Verdict::Ok,
+            format!("1 GPU of {} on {node}", dra_claims::DRIVER),
+        ),
         Ok(0) => c(
             "DRA slices",
             Verdict::Warn,
             format!(
                 "no GPU of {} published for {node}: is the driver's kubelet plugin running there?",
-                dra::DRIVER
+                dra_claims::DRIVER
             ),
         ),
         Ok(n) => c(
@@ -315,7 +319,7 @@ fn dra_checks(d: &DraFacts, node: &str) -> Vec<Check> {
             Verdict::Ok,
             format!(
                 "{n} GPUs of {} on {node}: the scheduler gives each cell's claims some of them, which its note names and its telemetry reads",
-                dra::DRIVER
+                dra_claims::DRIVER
             ),
         ),
         Err(e) => c("DRA slices", Verdict::Warn, e.clone()),
@@ -513,7 +517,7 @@ pub async fn gather(client: &Client, t: &Target) -> Facts {
 }
 
 async fn gather_dra(client: &Client, node: &str) -> DraFacts {
-    use crate::backend::k8s::{dra, dra_backend};
+    use crate::backend::k8s::{dra, dra_claims};
     use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
     let api = |kind: &str, plural: &str| {
         Api::<DynamicObject>::all_with(
@@ -521,10 +525,10 @@ async fn gather_dra(client: &Client, node: &str) -> DraFacts {
             &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("resource.k8s.io", "v1", kind), plural),
         )
     };
-    let class = match api("DeviceClass", "deviceclasses").get(dra::GPU_CLASS).await {
+    let class = match api("DeviceClass", "deviceclasses").get(dra_claims::GPU_CLASS).await {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
-        Err(e) => Err(kube_error(&format!("reading DeviceClass {}", dra::GPU_CLASS), e).to_string()),
+        Err(e) => Err(kube_error(&format!("reading DeviceClass {}", dra_claims::GPU_CLASS), e).to_string()),
     };
     let gpus = api("ResourceSlice", "resourceslices")
         .list(&ListParams::default())
@@ -532,19 +536,19 @@ async fn gather_dra(client: &Client, node: &str) -> DraFacts {
         .map_err(|e| kube_error("listing ResourceSlices", e).to_string())
         .and_then(|l| {
             let values: Vec<Value> = l.items.iter().filter_map(|o| serde_json::to_value(o).ok()).collect();
-            let inventory = dra_backend::inventory_from_slices(&values, node);
-            dra_backend::whole_gpu_product(&inventory, node).map_err(|e| e.to_string())?;
+            let inventory = dra::inventory_from_slices(&values, node);
+            dra::whole_gpu_product(&inventory, node).map_err(|e| e.to_string())?;
             Ok(inventory.gpus.len())
         });
-    let driver = dra_backend::read_driver(client, node).await;
+    let driver = dra::read_driver(client, node).await;
     DraFacts { class, gpus, driver }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::k8s::dra_backend::{DriverFacts, inventory_from_slices, whole_gpu_product};
-    use crate::backend::k8s::sim::dra::resource_slice;
+    use crate::backend::k8s::dra::{DriverFacts, inventory_from_slices, whole_gpu_product};
+    use gpushare_k8s_sim::dra::resource_slice;
 
     fn slices_check(gpus: Result<usize, String>) -> Check {
         let d = DraFacts {

@@ -96,7 +96,7 @@ pub async fn measure<B: Backend>(
     interval: Duration,
     shutdown: &Shutdown,
 ) -> Result<OverheadResult> {
-    let started_at = crate::results::record::now_rfc3339();
+    let started_at = crate::clock::now_rfc3339();
     let pods = backend.wait_ready(Duration::from_secs(180), shutdown).await?;
     let pod = pods
         .first()
@@ -209,12 +209,10 @@ pub async fn run(args: &OverheadArgs, shutdown: &Shutdown) -> Result<(OverheadRe
         .map(|g| g.name.clone())
         .filter(|_| device == DeviceKind::Cuda);
     let short = short_device_name(device, &inventory);
-    let id = args.run_id.clone().unwrap_or_else(|| {
-        format!(
-            "overhead-{}",
-            default_run_id(&crate::results::record::now_rfc3339(), &short)
-        )
-    });
+    let id = args
+        .run_id
+        .clone()
+        .unwrap_or_else(|| format!("overhead-{}", default_run_id(&crate::clock::now_rfc3339(), &short)));
     validate_run_id(&id)?;
     let dir = args.out.join(&id);
     std::fs::create_dir_all(dir.join("logs")).map_err(BenchError::io(format!("creating {}", dir.display())))?;
@@ -259,7 +257,7 @@ pub async fn run(args: &OverheadArgs, shutdown: &Shutdown) -> Result<(OverheadRe
         reason: e.to_string(),
     })?;
     let path = dir.join("overhead.json");
-    crate::results::store::write_atomic(&path, &json)?;
+    crate::files::write_atomic(&path, &json)?;
     Ok((result, path))
 }
 

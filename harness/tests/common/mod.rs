@@ -60,7 +60,7 @@ pub fn isolation_run(
     dir: &std::path::Path,
 ) -> (
     gpushare_bench::results::record::RunRecord,
-    Vec<gpushare_bench::isolation::record::IsolationRecord>,
+    Vec<gpushare_bench::results::isolation::IsolationRecord>,
 ) {
     use gpushare_bench::results::store::{read_isolation, read_run};
     let run = read_run(&dir.join("run.json")).expect("run.json");

@@ -24,7 +24,7 @@ Modes:
             so an inference on a new thread is several times slower, and under an
             open load every new connection is a new thread (measured on an H100
             at 40 requests/s: the first 63 inferences 42 ms each, later ones 7.5
-            ms; results/20261123-h100-pytorch-threads)
+            ms; results/20261123-h100-pytorch-threads at commit 6358458)
 
 Its labels `pod` and `strategy` come from POD and STRATEGY, which gpushare-bench sets
 for every pod it starts (else the host name and "none").

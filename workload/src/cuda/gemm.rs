@@ -268,7 +268,7 @@ impl GemmPlan {
                 self.enqueue(gpu, lt, weight, input, out)?;
                 // As the pass runs them: where it replays a graph, the runs as one graph, timed
                 // on the GPU alone, not with the host's cost of enqueueing each, which is of the
-                // order of a short product's run (results/20261126-h100-split-clocks). A
+                // order of a short product's run (results/20261126-h100-split-clocks at commit 6358458). A
                 // candidate that cannot be captured is passed over, unless the context is lost.
                 let graph = if lt.graphs {
                     match capture_graph(&stream, what, || runs(self)) {

@@ -513,7 +513,7 @@ impl CudaModel {
     /// through cuBLASLt, layer norms) carry the host's enqueue cost: on an H100 they read
     /// 16-18% higher that way, above the whole inference in sum, and the projection's share
     /// spread over 24% between runs against 12% as graphs
-    /// (results/20261126-h100-split-clocks).
+    /// (results/20261126-h100-split-clocks at commit 6358458).
     pub fn time_steps(&mut self, runs: usize) -> Result<Vec<StepTiming>> {
         let what = "timing steps";
         let stream = self.rt.gpu().stream().clone();

@@ -3,8 +3,7 @@
 //! the workload namespace, a cell's pods, deleting the workload and claims, the GPU
 //! operator's setup, and undoing a run's journal ([`restore_from_journal`]).
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -12,10 +11,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, Client};
-use serde_json::Value;
 use tokio::time::Instant;
 
-use super::journal::{self, Journal};
+use super::journal::{self};
 use super::objects::{self, PluginConfigMap, WorkloadSpec};
 use crate::backend::{Pod as CellPod, PodState};
 use crate::domain::Strategy;
@@ -184,6 +182,16 @@ pub fn pod_state(pod: &Pod) -> PodState {
     }
 }
 
+/// The node's allocatable count of an extended resource (pure).
+pub fn allocatable(node: &Node, resource: &str) -> Option<u32> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.allocatable.as_ref())
+        .and_then(|a| a.get(resource))
+        .and_then(|q| q.0.parse().ok())
+}
+
+/// The node's labels (none: empty).
 pub fn labels_of(node: &Node) -> BTreeMap<String, String> {
     node.metadata.labels.clone().unwrap_or_default()
 }
@@ -595,7 +603,7 @@ pub async fn restore_from_journal(
 
 /// Deploy labels mig-parted left paused (v0.13.1 `reconfigure.go`: after its first
 /// successful change a later failure no longer restores them, `NoRestartK8sDaemonsetsOnExit`).
-fn paused_note(labels: &BTreeMap<String, String>) -> String {
+pub fn paused_note(labels: &BTreeMap<String, String>) -> String {
     let paused: Vec<&str> = labels
         .iter()
         .filter(|(k, v)| k.starts_with("nvidia.com/gpu.deploy.") && v.as_str() == "paused-for-mig-change")

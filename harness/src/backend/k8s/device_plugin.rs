@@ -19,33 +19,24 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::journal::{self, Journal};
-use super::objects::{self, PluginConfigMap, WorkloadSpec};
+pub use super::base::allocatable;
 use super::base::{
-    self, KubeSettings, OperatorSetup, delete_workload, ensure_namespace, kube_error, labels_of, list_cell_pods,
-    mig_shown, operator_setup, pod_state,
+    KubeSettings, OperatorSetup, delete_workload, ensure_namespace, kube_error, labels_of, list_cell_pods, mig_shown,
+    operator_setup, paused_note, restore_from_journal,
 };
+use super::journal::{self, Journal};
+use super::objects::{self};
 use super::trial::{self, TrialCell, trial_cell_pods, trial_pods, wait_victim_bound};
 use crate::backend::{Backend, CellSetup, Pod as CellPod, PodSpec, PodState, Prepared};
 use crate::domain::Strategy;
 use crate::error::{BenchError, Result};
 use crate::shutdown::Shutdown;
-
-/// The node's allocatable count of an extended resource (pure).
-pub fn allocatable(node: &Node, resource: &str) -> Option<u32> {
-    node.status
-        .as_ref()
-        .and_then(|s| s.allocatable.as_ref())
-        .and_then(|a| a.get(resource))
-        .and_then(|q| q.0.parse().ok())
-}
 
 /// Whether the node serves a device-plugin entry (pure): GFD's labels for it
 /// ([`objects::expected_plugin_labels`]) and `gpus × replicas` allocatable GPUs.

@@ -14,13 +14,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{ListParams, Patch, PatchParams};
-use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, Client};
 use serde_json::Value;
 use tokio::time::Instant;
 
 use super::base::{self as k8s, CLAIM_KINDS, KubeSettings, delete_claim, kube_error, resource_api};
-use super::dra::{self, CellClaims, DraSettings};
+use super::dra_claims::{self, CellClaims, DraSettings};
 use super::journal::{self, Journal};
 use super::objects;
 use super::trial::{self, TrialCell};
@@ -146,7 +145,7 @@ pub fn inventory_from_slices(slices: &[Value], node: &str) -> GpuInventory {
 fn slice_devices<'a>(slices: &'a [Value], node: &'a str) -> impl Iterator<Item = &'a Value> {
     slices
         .iter()
-        .filter(move |s| s["spec"]["nodeName"] == node && s["spec"]["driver"] == dra::DRIVER)
+        .filter(move |s| s["spec"]["nodeName"] == node && s["spec"]["driver"] == dra_claims::DRIVER)
         .flat_map(|s| s["spec"]["devices"].as_array().into_iter().flatten())
 }
 
@@ -194,7 +193,7 @@ pub fn allocated_devices(claims: &[Value], pods: &[String], node: &str) -> Vec<S
                 .into_iter()
                 .flatten()
         })
-        .filter(|r| r["driver"] == dra::DRIVER && r["pool"] == node)
+        .filter(|r| r["driver"] == dra_claims::DRIVER && r["pool"] == node)
         .filter_map(|r| r["device"].as_str().map(str::to_string))
         .collect();
     out.sort();
@@ -385,7 +384,7 @@ pub struct DraBackend {
     /// MIG devices of the profile MIG cells ask for.
     mig_devices: u32,
     /// The GPU's memory and MIG profile, for the cells' claims.
-    node: dra::NodeDevices,
+    node: dra_claims::NodeDevices,
     /// The arm prepared last: its cells' claims carry its time-slice interval.
     arm: Option<Arm>,
     cell: Option<(Arm, u32)>,
@@ -423,7 +422,7 @@ impl DraBackend {
             scope: GpuScope::node(),
             allocated: Vec::new(),
             mig_devices: 0,
-            node: dra::NodeDevices::default(),
+            node: dra_claims::NodeDevices::default(),
             arm: None,
             cell: None,
             claims: None,
@@ -474,15 +473,15 @@ impl DraBackend {
     /// GPUs the node's ResourceSlices publish. Refuses clearly what is missing.
     pub async fn check_cluster(&mut self) -> Result<GpuInventory> {
         let classes = resource_api(&self.client, None, "DeviceClass", "deviceclasses");
-        match classes.get(dra::GPU_CLASS).await {
+        match classes.get(dra_claims::GPU_CLASS).await {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 404 => {
                 return Err(BenchError::kube(format!(
                     "no DeviceClass {}: is NVIDIA's DRA driver for GPUs installed (Kubernetes 1.34+, helm chart dra-driver-nvidia-gpu)?",
-                    dra::GPU_CLASS
+                    dra_claims::GPU_CLASS
                 )));
             }
-            Err(e) => return Err(kube_error(&format!("reading DeviceClass {}", dra::GPU_CLASS), e)),
+            Err(e) => return Err(kube_error(&format!("reading DeviceClass {}", dra_claims::GPU_CLASS), e)),
         }
         let slices = resource_api(&self.client, None, "ResourceSlice", "resourceslices")
             .list(&ListParams::default())
@@ -498,7 +497,7 @@ impl DraBackend {
             return Err(BenchError::kube(format!(
                 "node {} publishes no GPU in a {} ResourceSlice: is the DRA driver's kubelet plugin running there (a GPU in MIG mode without MIG instances publishes nothing)?",
                 self.s.node,
-                dra::DRIVER
+                dra_claims::DRIVER
             )));
         }
         // On a node with several GPUs a claim is allocated one of them (a shared claim,
@@ -509,7 +508,7 @@ impl DraBackend {
         self.device_gpus = device_gpus(&values, &self.s.node);
         let mig = mig_choice(inventory.gpus.iter().flat_map(|g| &g.mig_devices));
         self.mig_devices = mig.as_ref().map_or(0, |m| m.1);
-        self.node = dra::NodeDevices {
+        self.node = dra_claims::NodeDevices {
             memory_bytes: whole.and_then(|g| g.memory_total_bytes),
             mig_profile: mig.map(|m| m.0),
         };
@@ -621,12 +620,12 @@ impl DraBackend {
         match (strategy, &self.node.mig_profile) {
             (Strategy::Mig, None) => Prepared::Unavailable(format!(
                 "node {node}'s GPU publishes no MIG device ({}): the driver publishes them only for a GPU in MIG mode with instances already made, and the harness changes no GPU setting (make the instances, e.g. with nvidia-smi mig or mig-parted, then restart the driver's kubelet plugin: it lists devices at start)",
-                dra::MIG_CLASS
+                dra_claims::MIG_CLASS
             )),
             (Strategy::Mig, Some(_)) => Prepared::Ready,
             (_, _) if self.gpus == 0 => Prepared::Unavailable(format!(
                 "node {node}'s GPU is in MIG mode, so the driver publishes only its MIG devices and no claim can have the whole GPU ({}); the harness changes no GPU setting",
-                dra::GPU_CLASS
+                dra_claims::GPU_CLASS
             )),
             _ => Prepared::Ready,
         }
@@ -669,7 +668,7 @@ impl DraBackend {
         };
         let api = self.pods();
         match self.trial.as_mut() {
-            Some(t) => k8s::trial_cell_pods(&api, t).await,
+            Some(t) => trial::trial_cell_pods(&api, t).await,
             None => k8s::list_cell_pods(&api, arm, pods).await,
         }
     }
@@ -695,7 +694,7 @@ impl DraBackend {
         let ns = self.s.workload.namespace.clone();
         // The prepared arm's interval, for a cell of its strategy.
         let arm = self.arm.filter(|a| a.strategy == strategy).unwrap_or(Arm::of(strategy));
-        let claims = dra::cell_claims(arm, pods, &self.dra, &self.node);
+        let claims = dra_claims::cell_claims(arm, pods, &self.dra, &self.node);
         // This cell's row describes this cell's claims, even if their launch fails.
         self.claims = Some(claims.clone());
         self.pods_ready_s = None;
@@ -704,10 +703,10 @@ impl DraBackend {
             // Until the cell's devices are known, no other GPU's numbers.
             self.scope.set(Some(Vec::new()));
         }
-        let name = dra::claim_name(arm, pods);
+        let name = dra_claims::claim_name(arm, pods);
         let entry = journal_entry(&claims, &name);
         self.journal_change(|j| j.claims.insert(entry.clone()))?;
-        let object = dra::claim_object(&ns, arm, pods, &claims);
+        let object = dra_claims::claim_object(&ns, arm, pods, &claims);
         let (plural, kind) = claim_kind(&claims);
         resource_api(&self.client, Some(&ns), kind, plural)
             .patch(
@@ -716,7 +715,7 @@ impl DraBackend {
                 &Patch::Apply(object),
             )
             .await
-            .map_err(|e| kube_error(&format!("applying {entry} ({})", dra::describe(&claims)), e))?;
+            .map_err(|e| kube_error(&format!("applying {entry} ({})", dra_claims::describe(&claims)), e))?;
         self.cell = Some((arm, pods));
         Ok((arm, claims))
     }
@@ -739,7 +738,7 @@ impl DraBackend {
             true => !std::mem::replace(&mut j.deployment, true),
             false => j.deployments.insert(name.to_string()),
         })?;
-        dra::use_claim(&mut deployment, arm, pods, claims);
+        dra_claims::use_claim(&mut deployment, arm, pods, claims);
         let deps: Api<k8s_openapi::api::apps::v1::Deployment> =
             Api::namespaced(self.client.clone(), &self.s.workload.namespace);
         deps.patch(
@@ -766,7 +765,7 @@ impl DraBackend {
         }
         // The claims stay known until the next launch: the cell's row reads them after.
         if let (Some((arm, pods)), Some(claims)) = (self.cell.take(), self.claims.as_ref()) {
-            let entry = journal_entry(claims, &dra::claim_name(arm, pods));
+            let entry = journal_entry(claims, &dra_claims::claim_name(arm, pods));
             delete_claim(&self.client, &ns, &entry, self.s.poll, shutdown).await?;
         }
         Ok(())
@@ -806,10 +805,10 @@ impl Backend for DraBackend {
             mig_reconfigure_s: None,
             pods_ready_s: self.pods_ready_s,
             note: Some(match self.allocated.as_slice() {
-                [] => dra::describe(claims),
-                devices => format!("{}; on {}", dra::describe(claims), devices.join(", ")),
+                [] => dra_claims::describe(claims),
+                devices => format!("{}; on {}", dra_claims::describe(claims), devices.join(", ")),
             }),
-            mps_split: dra::mps_split(claims, self.cell.map_or(1, |c| c.1)),
+            mps_split: dra_claims::mps_split(claims, self.cell.map_or(1, |c| c.1)),
         })
     }
 
@@ -847,7 +846,7 @@ impl Backend for DraBackend {
         let resource = objects::pod_resource(strategy, None, None);
         for (i, part) in parts.iter().enumerate() {
             if i > 0 {
-                k8s::wait_victim_bound(&self.pods(), &self.s, Duration::from_secs(120), shutdown).await?;
+                trial::wait_victim_bound(&self.pods(), &self.s, Duration::from_secs(120), shutdown).await?;
             }
             let (name, object, what) = trial::part_deployment(&self.s, arm, &resource, part, pods);
             self.apply_workload(&name, object, &claims, &what).await?;
@@ -858,7 +857,7 @@ impl Backend for DraBackend {
     /// Nothing to start: the kubelet restarts an exited container in its pod, and a
     /// ReplicaSet replaces a failed pod (k8s-sim/UPSTREAM-RULES.md I2), whose claim stays.
     async fn relaunch_pod(&mut self, name: &str, shutdown: &Shutdown) -> Result<()> {
-        let list = shutdown.guard(k8s::trial_pods(&self.pods())).await?;
+        let list = shutdown.guard(trial::trial_pods(&self.pods())).await?;
         trial::relaunch(self.trial.as_mut(), name, &list)
     }
 
@@ -882,7 +881,7 @@ impl Backend for DraBackend {
             // also counts devices other tenants hold. A shared claim's pods all fit once
             // it is allocated, so their pending is a wait.
             let no_device = pods.iter().all(|p| match &p.state {
-                PodState::Pending(why) => why.contains(dra::NO_FREE_DEVICE),
+                PodState::Pending(why) => why.contains(dra_claims::NO_FREE_DEVICE),
                 _ => true,
             });
             let full = per_pod && (running >= self.devices() as usize || no_device);
@@ -940,7 +939,6 @@ impl Backend for DraBackend {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -979,7 +977,7 @@ mod tests {
         let w = facts.warnings(&[Strategy::TimeSlicing, Strategy::Mps], &plain);
         assert!(w.len() == 1 && w[0].contains("EXCLUSIVE_PROCESS"), "{w:?}");
         let long = DraSettings {
-            timeslices: vec![dra::TimeSliceInterval::Long],
+            timeslices: vec![dra_claims::TimeSliceInterval::Long],
             ..DraSettings::default()
         };
         let w = facts.warnings(&[Strategy::TimeSlicing], &long);
@@ -1005,12 +1003,7 @@ mod tests {
         );
         assert_eq!(mig_choice(&g.mig_devices), Some(("1g.10gb".to_string(), 2)));
         let whole = inventory_from_slices(
-            &[gpushare_k8s_sim::dra::resource_slice(
-                "gpu-1",
-                1,
-                "H100",
-                80 << 30,
-            )],
+            &[gpushare_k8s_sim::dra::resource_slice("gpu-1", 1, "H100", 80 << 30)],
             "gpu-1",
         );
         assert_eq!(
@@ -1036,7 +1029,7 @@ mod tests {
         let claim = |reserved: &[&str], devices: &[(&str, &str)]| {
             serde_json::json!({"status": {
                 "reservedFor": reserved.iter().map(|n| serde_json::json!({"resource": "pods", "name": n, "uid": "u"})).collect::<Vec<_>>(),
-                "allocation": {"devices": {"results": devices.iter().map(|(pool, d)| serde_json::json!({"request": "gpu", "driver": dra::DRIVER, "pool": pool, "device": d})).collect::<Vec<_>>()}}
+                "allocation": {"devices": {"results": devices.iter().map(|(pool, d)| serde_json::json!({"request": "gpu", "driver": dra_claims::DRIVER, "pool": pool, "device": d})).collect::<Vec<_>>()}}
             }})
         };
         let claims = [

@@ -21,6 +21,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+pub use crate::config::plan::DraSettings;
 pub use crate::domain::TimeSliceInterval;
 use crate::domain::{Arm, Strategy};
 
@@ -123,24 +124,6 @@ pub struct MpsConfig {
     /// quantity, e.g. `26Gi`; the driver rounds it down to whole MiB).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_pinned_device_memory_limit: Option<String>,
-}
-
-/// What a DRA sweep may set beyond the strategy (`--timeslice`, `--mps-thread-percentage`,
-/// `--mps-memory-limit`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct DraSettings {
-    /// Time-slicing's intervals, each its own arm of the sweep (`--timeslice
-    /// default,short,long`; none: one shared claim without config).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub timeslices: Vec<TimeSliceInterval>,
-    /// MPS: each client's share of the SMs, percent (None: 100 / the device plugin's
-    /// replicas for the cell, as `--sharing-api device-plugin` gives).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mps_thread_percentage: Option<u32>,
-    /// MPS: each client's pinned device memory, a quantity (None: the GPU's memory /
-    /// the replicas, when the ResourceSlice publishes it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mps_memory_limit: Option<String>,
 }
 
 /// How a cell's pods get their GPU through claims.

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{BenchError, Result};
-use crate::results::store::write_atomic;
+use crate::files::write_atomic;
 
 /// The journal's file name in a run directory.
 pub const FILE: &str = "kubernetes-journal.json";

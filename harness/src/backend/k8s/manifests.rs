@@ -157,22 +157,22 @@ pub fn files(image: &str) -> Vec<(String, String)> {
     // with the driver's GpuConfig MPS for 7 pods, the base Deployment's pods referencing
     // it instead of requesting nvidia.com/gpu (an inline JSON patch: a strategic-merge
     // patch cannot drop the base's resource, and only Kubernetes objects are *.yaml here).
-    let claims = super::dra::cell_claims(
+    let claims = super::dra_claims::cell_claims(
         Strategy::Mps,
         7,
-        &super::dra::DraSettings::default(),
+        &super::dra_claims::DraSettings::default(),
         &Default::default(),
     );
     out.push((
         "overlays/dra/rbac.yaml".into(),
-        yaml(&objects::dra_rbac(NAMESPACE, super::dra_backend::DRIVER_NAMESPACE)),
+        yaml(&objects::dra_rbac(NAMESPACE, super::dra::DRIVER_NAMESPACE)),
     ));
     out.push((
         "overlays/dra/resourceclaim.yaml".into(),
-        yaml(&[super::dra::claim_object(NAMESPACE, Strategy::Mps, 7, &claims)]),
+        yaml(&[super::dra_claims::claim_object(NAMESPACE, Strategy::Mps, 7, &claims)]),
     ));
     let mut dra_deployment = objects::deployment(&spec, Strategy::Mps, 7, "nvidia.com/gpu", &[]);
-    super::dra::use_claim(&mut dra_deployment, Strategy::Mps, 7, &claims);
+    super::dra_claims::use_claim(&mut dra_deployment, Strategy::Mps, 7, &claims);
     let pod = &dra_deployment["spec"]["template"]["spec"];
     let ops = json!([
         { "op": "replace", "path": "/spec/replicas", "value": 7 },
@@ -185,7 +185,7 @@ pub fn files(image: &str) -> Vec<(String, String)> {
             "# MPS through the NVIDIA DRA driver: no node label or ConfigMap; its feature gate MPSSupport must be on.\n\
              # The harness makes one claim per cell; this one: {}.\n\
              # (A sweep also limits pinned memory to the GPU's memory / 7, read from the node's ResourceSlice.)\n",
-            super::dra::describe(&claims)
+            super::dra_claims::describe(&claims)
         ) + &yaml(&[json!({
             "apiVersion": "kustomize.config.k8s.io/v1beta1",
             "kind": "Kustomization",
@@ -217,7 +217,7 @@ pub fn write(dir: &Path, image: &str, check: bool) -> Result<usize> {
             if let Some(parent) = path.parent() {
                 std::fs::create_dir_all(parent).map_err(BenchError::io(format!("creating {}", parent.display())))?;
             }
-            crate::results::store::write_atomic(&path, text.as_bytes())?;
+            crate::files::write_atomic(&path, text.as_bytes())?;
         }
     }
     Ok(files.len())

@@ -1,16 +1,19 @@
-//! Kubernetes: the objects and patches the harness applies (pure, `objects`), the
-//! backend that applies them to one GPU node (`backend`), and the port-forward to the
-//! cluster's Prometheus (`portforward`); `dra` the ResourceClaims of `--sharing-api dra`.
+//! Kubernetes: the objects and patches the harness applies (pure: [`objects`], and
+//! [`dra_claims`] for the ResourceClaims of `--sharing-api dra`), what both sharing paths
+//! stand on ([`base`]: the client settings, pod state, the workload, the journal's
+//! restore), the two paths beside each other ([`device_plugin`]: the GPU operator's
+//! device-plugin config; [`dra`]: DRA claims), the two Deployments of an isolation trial
+//! ([`trial`]), and the port-forward to the cluster's Prometheus ([`portforward`]).
 
-pub mod backend;
+pub mod base;
+pub mod device_plugin;
 pub mod dra;
-pub mod dra_backend;
+pub mod dra_claims;
 pub mod journal;
 pub mod manifests;
 pub mod objects;
 pub mod portforward;
 pub mod session;
-pub mod sim;
 #[cfg(test)]
 mod sim_tests;
 pub mod trial;

@@ -4,6 +4,7 @@
 
 use serde_json::{Value, json};
 
+pub use crate::config::values::{DEFAULT_TOLERATION, toleration};
 use crate::domain::Strategy;
 use crate::metrics::prometheus::query::{self as promql, Grouping, Selector};
 
@@ -160,7 +161,7 @@ pub fn default_mig_layout(product: &str) -> Option<&'static str> {
 
 /// Physical GPUs behind GFD's labels (pure): `nvidia.com/gpu.count`, or under the MIG
 /// `single` strategy (where it counts MIG devices: product `<GPU>-MIG-<profile>`) that
-/// count over [`mig_instances_per_gpu`] (UPSTREAM-RULES.md F6).
+/// count over [`mig_instances_per_gpu`] (k8s-sim/UPSTREAM-RULES.md F6).
 pub fn physical_gpus(labels: &std::collections::BTreeMap<String, String>) -> u32 {
     let count: u32 = labels.get(LABEL_GPU_COUNT).and_then(|c| c.parse().ok()).unwrap_or(0);
     let product = labels.get(LABEL_PRODUCT).map(String::as_str).unwrap_or("");
@@ -251,7 +252,7 @@ pub fn pod_resource(strategy: Strategy, mig_strategy: Option<&str>, mig_layout: 
 
 /// A merge patch of the ConfigMap's keys (`None` removes the key). A merge patch, not
 /// server-side apply: an apply that omits a key the same manager applied before removes
-/// it (UPSTREAM-RULES.md H1), and the harness touches only the keys it names.
+/// it (k8s-sim/UPSTREAM-RULES.md H1), and the harness touches only the keys it names.
 pub fn configmap_keys_patch(keys: &[(String, Option<String>)]) -> Value {
     let mut map = serde_json::Map::new();
     for (k, v) in keys {
@@ -317,37 +318,6 @@ pub enum ServerStart {
 /// does on the local backend (pure).
 pub fn literal(text: &str) -> String {
     text.replace('$', "$$")
-}
-
-/// The toleration GPU nodes' usual taint needs (every GPU operator operand carries it).
-pub const DEFAULT_TOLERATION: &str = "nvidia.com/gpu:NoSchedule";
-
-/// A toleration from `key[=value][:Effect]` (pure): `Exists` without a value.
-pub fn toleration(spec: &str) -> std::result::Result<Value, String> {
-    let (kv, effect) = match spec.rsplit_once(':') {
-        Some((kv, e)) => (kv, Some(e)),
-        None => (spec, None),
-    };
-    if let Some(e) = effect
-        && !matches!(e, "NoSchedule" | "PreferNoSchedule" | "NoExecute")
-    {
-        return Err(format!("effect {e:?} is not NoSchedule, PreferNoSchedule or NoExecute"));
-    }
-    let (key, value) = match kv.split_once('=') {
-        Some((k, v)) => (k, Some(v)),
-        None => (kv, None),
-    };
-    if key.is_empty() {
-        return Err("the key is empty (use KEY[=VALUE][:EFFECT])".into());
-    }
-    let mut t = match value {
-        Some(v) => json!({ "key": key, "operator": "Equal", "value": v }),
-        None => json!({ "key": key, "operator": "Exists" }),
-    };
-    if let Some(e) = effect {
-        t["effect"] = json!(e);
-    }
-    Ok(t)
 }
 
 /// The workload namespace.
@@ -554,7 +524,7 @@ pub fn pod_monitor(ns: &str) -> Value {
 /// ClusterPolicy; in the workload namespace manage its Deployments (the sweep's, and an isolation trial's victim and aggressors) and read pods; in
 /// the GPU operator's namespace edit the one device-plugin ConfigMap and list the
 /// operand pods; in the monitoring namespace port-forward to Prometheus. Verbs follow the
-/// API server's rules (UPSTREAM-RULES.md A1, A2, A4, H5, H6): a server-side apply that
+/// API server's rules (k8s-sim/UPSTREAM-RULES.md A1, A2, A4, H5, H6): a server-side apply that
 /// creates the Deployment is also a `create` (carrying its name, so resourceNames holds),
 /// and kube-rs's WebSocket port-forward is a `get` (plus `create` from Kubernetes 1.35).
 /// Last, kube-prometheus's Prometheus may discover pods in the workload namespace (its

@@ -7,7 +7,7 @@ use kube::api::ListParams;
 use kube::{Api, Client};
 use tokio::net::TcpListener;
 
-use super::backend::kube_error;
+use super::base::kube_error;
 use crate::error::{BenchError, Result};
 
 /// A running forward; stops when dropped.

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use std::path::Path;
 
-use super::backend::{KubeSettings, KubernetesBackend, RestoreReport, restore_from_journal};
+use super::base::{KubeSettings, RestoreReport, restore_from_journal};
+use super::device_plugin::KubernetesBackend;
 use super::journal;
 use super::objects::{self, PluginConfigMap, WorkloadSpec};
 use crate::backend::Session;
@@ -214,7 +215,7 @@ pub fn dry_run(plan: &SweepPlan) -> String {
 /// What a sweep through DRA claims would apply (pure): per cell, the claim or claim
 /// template and the Deployment whose pods reference it; nothing on the node changes.
 fn dry_run_dra(plan: &SweepPlan) -> String {
-    use super::dra;
+    use super::dra_claims as dra;
     let node = plan.node.clone().unwrap_or_else(|| "NODE".into());
     let record = PlanRecord::from_plan(plan, DeviceKind::Cuda, crate::domain::Source::Prometheus);
     let s = settings(plan, &node, record.workload_args());
@@ -309,10 +310,10 @@ pub async fn open_dra(
     plan: &SweepPlan,
     resume: Option<&str>,
     shutdown: &Shutdown,
-) -> Result<Session<super::dra_backend::DraBackend>> {
+) -> Result<Session<super::dra::DraBackend>> {
     let node = node_of(plan)?;
     let mut backend = shutdown
-        .guard(super::dra_backend::DraBackend::connect(
+        .guard(super::dra::DraBackend::connect(
             settings(plan, &node, Vec::new()),
             plan.dra.clone(),
         ))

@@ -11,11 +11,10 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::backend::{KubeSettings, KubernetesBackend, restore_from_journal};
+use super::base::{KubeSettings, restore_from_journal};
+use super::device_plugin::KubernetesBackend;
 use super::journal;
 use super::objects::{self, WorkloadSpec};
-use super::sim::rbac::with_rule_verbs;
-use super::sim::{ClusterSpec, SimCluster};
 use crate::backend::Session;
 use crate::config::options::SweepOptions;
 use crate::config::plan::{MeasureSettings, SweepPlan};
@@ -30,6 +29,8 @@ use crate::sweep::SweepOutcome;
 use crate::sweep::progress::Progress;
 use crate::sweep::runner::run_with_source;
 use crate::telemetry::NoTelemetry;
+use gpushare_k8s_sim::rbac::with_rule_verbs;
+use gpushare_k8s_sim::{ClusterSpec, SimCluster};
 
 /// Virtual seconds per wall-clock second.
 const SPEED: f64 = 200.0;
@@ -39,7 +40,7 @@ const SPEED: f64 = 200.0;
 fn manifest_rbac() -> Vec<Value> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/base/rbac.yaml");
     let text = std::fs::read_to_string(&path).expect("manifests/base/rbac.yaml");
-    super::sim::rbac::objects_from_yaml(&text).expect("YAML documents")
+    gpushare_k8s_sim::rbac::objects_from_yaml(&text).expect("YAML documents")
 }
 
 /// Every pod serves 100 inferences/s of 10 ms from its first scrape on.
@@ -610,7 +611,7 @@ async fn the_old_workload_role_cannot_create_the_deployment_by_server_side_apply
 
 #[test]
 fn kube_prometheus_can_discover_the_workload_pods_only_with_the_manifests_role() {
-    use super::sim::rbac::{Attributes, Authorizer, service_account_user};
+    use gpushare_k8s_sim::rbac::{Attributes, Authorizer, service_account_user};
     // kube-prometheus v0.18.0 grants prometheus-k8s these namespaces only
     // (manifests/prometheus-roleSpecificNamespaces.yaml, …RoleBindingSpecificNamespaces.yaml).
     let stock: Vec<Value> = ["default", "kube-system", "monitoring"]
@@ -704,7 +705,7 @@ fn mig_plan(dir: &Path, layout: Option<&str>) -> SweepPlan {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_h100_nvl_gets_its_own_layout_and_a_layout_that_matches_nothing_is_named() {
     let mut spec = ClusterSpec::h100("gpu-1");
-    spec.gpu = super::sim::gpu::GpuModel::h100_nvl();
+    spec.gpu = gpushare_k8s_sim::gpu::GpuModel::h100_nvl();
     // The default layout for NVIDIA-H100-NVL is all-1g.12gb (no all-1g.10gb entry matches 0x2321).
     let sim = start(spec.clone()).await;
     let before = state(&sim);
@@ -875,7 +876,7 @@ fn isolation_plan(dir: &Path) -> SweepPlan {
     p
 }
 
-async fn isolation(sim: &SimCluster, plan: &SweepPlan) -> Result<Vec<crate::isolation::record::IsolationRecord>> {
+async fn isolation(sim: &SimCluster, plan: &SweepPlan) -> Result<Vec<crate::results::isolation::IsolationRecord>> {
     isolation_with(sim, plan, settings(plan)).await
 }
 
@@ -884,7 +885,7 @@ async fn isolation_with(
     sim: &SimCluster,
     plan: &SweepPlan,
     k: KubeSettings,
-) -> Result<Vec<crate::isolation::record::IsolationRecord>> {
+) -> Result<Vec<crate::results::isolation::IsolationRecord>> {
     let shutdown = Shutdown::new();
     let s = session_with(sim, plan, false, k).await?;
     let trials = &mut crate::isolation::command::Trials;
@@ -1051,10 +1052,10 @@ fn trial_workload(ns: &str) -> WorkloadSpec {
 }
 
 /// Stores a Deployment as if applied (its controllers run on the next event).
-fn put_deployment(w: &mut super::sim::World, key: &super::sim::world::Key, value: Value) {
+fn put_deployment(w: &mut gpushare_k8s_sim::World, key: &gpushare_k8s_sim::world::Key, value: Value) {
     w.objects.insert(
         key.clone(),
-        super::sim::world::Object {
+        gpushare_k8s_sim::world::Object {
             value,
             managed: Default::default(),
         },
@@ -1074,7 +1075,7 @@ async fn a_crash_without_a_shared_process_namespace_is_the_workloads_exit_1() {
         let mut d = objects::role_deployment(&spec, Strategy::Exclusive, "nvidia.com/gpu", "aggressor", 1, 1, &args);
         assert_eq!(d["spec"]["template"]["spec"]["shareProcessNamespace"], true);
         d["spec"]["template"]["spec"]["shareProcessNamespace"] = serde_json::json!(shared);
-        let key = super::sim::world::Key::new("deployments", ns, "gpushare-workload-aggressor");
+        let key = gpushare_k8s_sim::world::Key::new("deployments", ns, "gpushare-workload-aggressor");
         let code = sim.with(|w| {
             put_deployment(w, &key, d);
             w.controllers();
@@ -1099,7 +1100,7 @@ async fn a_crash_without_a_shared_process_namespace_is_the_workloads_exit_1() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deployments_applied_together_may_give_an_exclusive_gpu_to_the_aggressor() {
-    // What the harness's wait for the victim's binding prevents (UPSTREAM-RULES.md I1):
+    // What the harness's wait for the victim's binding prevents (k8s-sim/UPSTREAM-RULES.md I1):
     // pods that reach the scheduler's queue together tie, and here the aggressor's name
     // sorts first, so it takes the node's one GPU and the victim stays Pending.
     let sim = start(ClusterSpec::h100("gpu-1")).await;
@@ -1108,7 +1109,7 @@ async fn deployments_applied_together_may_give_an_exclusive_gpu_to_the_aggressor
     let bound = sim.with(|w| {
         for role in objects::ROLES {
             let d = objects::role_deployment(&spec, Strategy::Exclusive, "nvidia.com/gpu", role, 1, 2, &[]);
-            let key = super::sim::world::Key::new("deployments", ns, &objects::role_deployment_name(role));
+            let key = gpushare_k8s_sim::world::Key::new("deployments", ns, &objects::role_deployment_name(role));
             put_deployment(w, &key, d);
         }
         w.controllers();
@@ -1139,7 +1140,7 @@ async fn deployments_applied_together_may_give_an_exclusive_gpu_to_the_aggressor
 }
 
 /// A capacity search on the simulated cluster: the operator's default MIG layout on an
-/// H100 has seven 1g.10gb instances (UPSTREAM-RULES F6), so an eighth pod stays pending
+/// H100 has seven 1g.10gb instances (k8s-sim/UPSTREAM-RULES.md F6), so an eighth pod stays pending
 /// and the walk ends there; the node ends as it began.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mig_capacity_search_fits_one_pod_per_instance_and_the_eighth_stays_pending() {
@@ -1172,12 +1173,12 @@ async fn a_mig_capacity_search_fits_one_pod_per_instance_and_the_eighth_stays_pe
     assert_eq!(state(&sim), before, "{}", sim.log());
 }
 
-// ---- Sharing through DRA claims (`--sharing-api dra`, UPSTREAM-RULES.md J) ----
+// ---- Sharing through DRA claims (`--sharing-api dra`, k8s-sim/UPSTREAM-RULES.md J) ----
 
 /// An H100 node with NVIDIA's DRA driver, its gates as given.
 fn dra_node(time_slicing: bool, mps: bool) -> ClusterSpec {
     let mut spec = ClusterSpec::h100("gpu-1");
-    spec.dra = Some(super::sim::dra::Gates { time_slicing, mps });
+    spec.dra = Some(gpushare_k8s_sim::dra::Gates { time_slicing, mps });
     spec
 }
 
@@ -1191,8 +1192,8 @@ fn dra_plan(dir: &Path, strategies: &str, pods: &str, more: &str) -> SweepPlan {
 }
 
 /// Opens a session as `k8s::session::open_dra` does, on the simulator's client.
-async fn dra_session(sim: &SimCluster, plan: &SweepPlan) -> Result<Session<super::dra_backend::DraBackend>> {
-    let mut backend = super::dra_backend::DraBackend::new(sim.client(), settings(plan), plan.dra.clone());
+async fn dra_session(sim: &SimCluster, plan: &SweepPlan) -> Result<Session<super::dra::DraBackend>> {
+    let mut backend = super::dra::DraBackend::new(sim.client(), settings(plan), plan.dra.clone());
     backend.check_cluster().await?;
     let store = RunStore::create(
         &plan.out,
@@ -1258,7 +1259,7 @@ async fn start_dra(spec: ClusterSpec) -> SimCluster {
     spec.timings.operator_reconcile = 1e9;
     spec.workload_time_scale = SPEED;
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/overlays/dra/rbac.yaml");
-    let overlay = super::sim::rbac::objects_from_yaml(&std::fs::read_to_string(path).expect("overlay rbac"))
+    let overlay = gpushare_k8s_sim::rbac::objects_from_yaml(&std::fs::read_to_string(path).expect("overlay rbac"))
         .expect("YAML documents");
     let sim = SimCluster::start(spec, &[manifest_rbac(), overlay].concat(), SPEED)
         .await
@@ -1345,21 +1346,21 @@ async fn a_dra_sweep_shares_one_gpu_through_claims_and_leaves_nothing() {
         for (cell, want) in [
             (
                 "time-slicing-long-3",
-                Some(super::sim::dra::Sharing::TimeSlicing("Long".into())),
+                Some(gpushare_k8s_sim::dra::Sharing::TimeSlicing("Long".into())),
             ),
             (
                 "time-slicing-default-3",
-                Some(super::sim::dra::Sharing::TimeSlicing("Default".into())),
+                Some(gpushare_k8s_sim::dra::Sharing::TimeSlicing("Default".into())),
             ),
             (
                 "mps-3",
-                Some(super::sim::dra::Sharing::Mps {
+                Some(gpushare_k8s_sim::dra::Sharing::Mps {
                     thread_percentage: Some(33),
                     pinned_limit: Some("27186Mi".into()),
                 }),
             ),
         ] {
-            let facts: Vec<&super::sim::PodFacts> = w.pod_facts.values().filter(|f| f.cell == cell).collect();
+            let facts: Vec<&gpushare_k8s_sim::PodFacts> = w.pod_facts.values().filter(|f| f.cell == cell).collect();
             assert_eq!(facts.len(), 3, "{cell}");
             assert!(
                 facts.iter().all(|f| f.claim == format!("gpushare-{cell}")),
@@ -1371,7 +1372,7 @@ async fn a_dra_sweep_shares_one_gpu_through_claims_and_leaves_nothing() {
             );
         }
         // A claim of its own per exclusive pod, made from the template.
-        let ex1: Vec<&super::sim::PodFacts> = w.pod_facts.values().filter(|f| f.cell == "exclusive-1").collect();
+        let ex1: Vec<&gpushare_k8s_sim::PodFacts> = w.pod_facts.values().filter(|f| f.cell == "exclusive-1").collect();
         assert!(
             ex1.len() == 1 && ex1[0].claim.starts_with("gpushare-workload-"),
             "{ex1:?}"
@@ -1464,7 +1465,7 @@ async fn a_dra_sweep_on_a_gpu_in_mig_mode_gives_each_pod_an_instance_of_one_prof
         .collect();
     assert_eq!(mig4.iter().filter(|r| r["status"] == "pending").count(), 1, "{mig4:?}");
     sim.with(|w| {
-        let facts: Vec<&super::sim::PodFacts> = w.pod_facts.values().filter(|f| f.cell == "mig-3").collect();
+        let facts: Vec<&gpushare_k8s_sim::PodFacts> = w.pod_facts.values().filter(|f| f.cell == "mig-3").collect();
         assert!(
             facts.len() == 3 && facts.iter().all(|f| f.mig && f.dra_sharing.is_none()),
             "{facts:?}"
@@ -1568,7 +1569,7 @@ async fn a_killed_dra_sweep_resumes_after_deleting_what_it_left() {
     }
     // The killed run's pods still reserve its claim; the resumed run deletes its
     // Deployment first, then the claim, and measures every cell.
-    let mut backend = super::dra_backend::DraBackend::new(sim.client(), settings(&p), p.dra.clone());
+    let mut backend = super::dra::DraBackend::new(sim.client(), settings(&p), p.dra.clone());
     backend.check_cluster().await.expect("cluster");
     let store = RunStore::open(&p.out, "sim").expect("run");
     backend.attach_journal(store.dir()).expect("journal");
@@ -1615,12 +1616,12 @@ async fn an_mps_claim_leaves_exclusive_process_for_a_later_plain_time_slicing_ce
 async fn claims_the_run_did_not_make_are_refused() {
     let sim = start_dra(dra_node(true, true)).await;
     // The claim `manifests/overlays/dra` makes, left in the namespace.
-    let claims = super::dra::cell_claims(Strategy::Mps, 7, &Default::default(), &Default::default());
-    let claim = super::dra::claim_object("gpushare-bench", Strategy::Mps, 7, &claims);
+    let claims = super::dra_claims::cell_claims(Strategy::Mps, 7, &Default::default(), &Default::default());
+    let claim = super::dra_claims::claim_object("gpushare-bench", Strategy::Mps, 7, &claims);
     sim.with(|w| {
         w.objects.insert(
-            super::sim::world::Key::new("resourceclaims", "gpushare-bench", "gpushare-mps-7"),
-            super::sim::world::Object {
+            gpushare_k8s_sim::world::Key::new("resourceclaims", "gpushare-bench", "gpushare-mps-7"),
+            gpushare_k8s_sim::world::Object {
                 value: claim,
                 managed: Default::default(),
             },
@@ -1666,8 +1667,8 @@ impl crate::telemetry::Telemetry for ScopeProbe {
 
 /// Another team's Deployment in namespace `tenant` whose pod holds a whole GPU through
 /// a claim of its own.
-fn tenant_on_a_gpu(w: &mut super::sim::world::World) {
-    use super::sim::world::{Key, Object};
+fn tenant_on_a_gpu(w: &mut gpushare_k8s_sim::world::World) {
+    use gpushare_k8s_sim::world::{Key, Object};
     let claim = serde_json::json!({
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
         "metadata": {"name": "team-a-gpu", "namespace": "tenant", "uid": "tenant-claim"},
@@ -1710,7 +1711,11 @@ async fn on_a_node_with_two_gpus_each_cell_is_measured_on_the_gpu_its_claims_wer
     sim.with(tenant_on_a_gpu);
     let tenant_device = sim.with(|w| {
         w.objects
-            .get(&super::sim::world::Key::new("resourceclaims", "tenant", "team-a-gpu"))
+            .get(&gpushare_k8s_sim::world::Key::new(
+                "resourceclaims",
+                "tenant",
+                "team-a-gpu",
+            ))
             .map(|o| o.value["status"]["allocation"]["devices"]["results"][0]["device"].clone())
     });
     assert_eq!(tenant_device, Some(serde_json::json!("gpu-0")), "{}", sim.log());
@@ -1751,7 +1756,7 @@ async fn on_a_node_with_two_gpus_each_cell_is_measured_on_the_gpu_its_claims_wer
     assert_eq!(pending, 2, "{rows:?}");
     sim.with(|w| {
         for cell in ["time-slicing-3", "mps-3"] {
-            let facts: Vec<&super::sim::PodFacts> = w.pod_facts.values().filter(|f| f.cell == cell).collect();
+            let facts: Vec<&gpushare_k8s_sim::PodFacts> = w.pod_facts.values().filter(|f| f.cell == cell).collect();
             assert!(
                 facts.len() == 3 && facts.iter().all(|f| f.gpu == Some(1)),
                 "{cell}: {facts:?}"
@@ -1764,7 +1769,7 @@ async fn on_a_node_with_two_gpus_each_cell_is_measured_on_the_gpu_its_claims_wer
     // reading both (the probe sums what the scope holds).
     sim.with(|w| {
         w.objects
-            .remove(&super::sim::world::Key::new("deployments", "tenant", "team-a"));
+            .remove(&gpushare_k8s_sim::world::Key::new("deployments", "tenant", "team-a"));
         w.controllers();
         w.settle(120.0);
     });
@@ -1845,7 +1850,7 @@ async fn isolation_trials_through_dra_claims_share_the_victims_claim_and_leave_n
             ("time-slicing-long-2", "gpushare-time-slicing-long-2"),
             ("mps-2", "gpushare-mps-2"),
         ] {
-            let facts: Vec<&super::sim::PodFacts> = w.pod_facts.values().filter(|f| f.cell == cell).collect();
+            let facts: Vec<&gpushare_k8s_sim::PodFacts> = w.pod_facts.values().filter(|f| f.cell == cell).collect();
             let roles: std::collections::BTreeSet<&str> = facts.iter().map(|f| f.role.as_str()).collect();
             assert!(
                 roles.contains("victim") && roles.contains("aggressor"),
@@ -1853,14 +1858,14 @@ async fn isolation_trials_through_dra_claims_share_the_victims_claim_and_leave_n
             );
             assert!(facts.iter().all(|f| f.claim == claim), "{cell}: {facts:?}");
         }
-        let ts: Vec<&super::sim::PodFacts> = w
+        let ts: Vec<&gpushare_k8s_sim::PodFacts> = w
             .pod_facts
             .values()
             .filter(|f| f.cell == "time-slicing-long-2")
             .collect();
         assert!(
             ts.iter()
-                .all(|f| f.dra_sharing == Some(super::sim::dra::Sharing::TimeSlicing("Long".into()))),
+                .all(|f| f.dra_sharing == Some(gpushare_k8s_sim::dra::Sharing::TimeSlicing("Long".into()))),
             "{ts:?}"
         );
     });

@@ -4,18 +4,23 @@
 //! time it is seen, so a name keeps meaning the same pod while the trial lasts.
 //!
 //! A container that exits (a fault, a crash, out of memory) is restarted in its pod by
-//! the kubelet (`restartPolicy: Always`, UPSTREAM-RULES.md I2), so the pod keeps its
+//! the kubelet (`restartPolicy: Always`, k8s-sim/UPSTREAM-RULES.md I2), so the pod keeps its
 //! name; its state shows the exit until the runner asks for the pod again, and from
 //! then on it is running once a new container is ready.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::ListParams;
+use tokio::time::Instant;
 
-use super::backend::pod_state;
+use super::base::{KubeSettings, kube_error, pod_state};
 use super::objects::{self, METRICS_PORT};
 use crate::backend::{Pod as CellPod, PodSpec, PodState};
 use crate::error::{BenchError, Result};
+use crate::shutdown::Shutdown;
 
 /// The trial launched on the node.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -138,7 +143,7 @@ fn state_after_restart(pod: &Pod, first: u32) -> PodState {
 /// object (what it runs: the run's pods, or gpushare-workload beside a server of the
 /// user's own), and how to name it in an error.
 pub fn part_deployment(
-    s: &super::backend::KubeSettings,
+    s: &KubeSettings,
     arm: crate::domain::Arm,
     resource: &str,
     part: &Part,
@@ -168,7 +173,7 @@ pub fn part_deployment(
 }
 
 /// Marks the trial's pod `name` as started again (pure): the kubelet restarts an exited
-/// container in its pod and a ReplicaSet replaces a failed pod (UPSTREAM-RULES.md I2),
+/// container in its pod and a ReplicaSet replaces a failed pod (k8s-sim/UPSTREAM-RULES.md I2),
 /// so from now on the pod counts as running only once a container of it is ready again.
 pub fn relaunch(trial: Option<&mut TrialCell>, name: &str, pods: &[Pod]) -> Result<()> {
     let Some(t) = trial.filter(|t| t.specs.iter().any(|s| s.name == name)) else {
@@ -263,6 +268,54 @@ impl TrialCell {
                 }
             })
             .collect()
+    }
+}
+
+/// An isolation trial's pods in `pods`' namespace, not terminating.
+pub async fn trial_pods(pods: &Api<Pod>) -> Result<Vec<Pod>> {
+    let selector = format!("{}={},{}", objects::APP_LABEL, objects::APP, objects::ROLE_LABEL);
+    let mut list = pods
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(|e| kube_error("listing the trial's pods", e))?
+        .items;
+    list.retain(|p| p.metadata.deletion_timestamp.is_none());
+    Ok(list)
+}
+
+/// The trial's pods by the trial's names (each Kubernetes pod named when first seen).
+pub async fn trial_cell_pods(pods: &Api<Pod>, t: &mut TrialCell) -> Result<Vec<CellPod>> {
+    let list = trial_pods(pods).await?;
+    t.name_pods(&list);
+    Ok(t.cell_pods(&list))
+}
+
+/// Waits until the victim's pod is bound to the node, or cannot be (unschedulable,
+/// rejected), at most `limit`: the scheduler takes pods of equal priority in the order
+/// they entered its queue, which is not the order the ReplicaSets create them
+/// (k8s-sim/UPSTREAM-RULES.md I1), so the aggressors are applied only after this.
+pub async fn wait_victim_bound(pods: &Api<Pod>, s: &KubeSettings, limit: Duration, shutdown: &Shutdown) -> Result<()> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let list = shutdown.guard(trial_pods(pods)).await?;
+        let decided = list.iter().any(|p| {
+            let bound = p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
+            bound || matches!(pod_state(p), PodState::Pending(_) | PodState::Exited { .. })
+        });
+        if decided {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(BenchError::Spawn {
+                pod: "victim".into(),
+                reason: format!(
+                    "its pod was not bound to node {} within {} s, so the aggressors were not started (the scheduler could give them the GPU first)",
+                    s.node,
+                    limit.as_secs()
+                ),
+            });
+        }
+        shutdown.sleep(s.poll).await?;
     }
 }
 

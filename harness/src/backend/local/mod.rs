@@ -278,21 +278,6 @@ async fn readiness(pod: &str, port: u16, path: &str, metric: &str) -> Readiness 
     }
 }
 
-/// A new random seed (std's per-process random hasher keys, the clock and the pod's
-/// index): different for every launch, recorded by the pod (`workload_info{load_seed}`)
-/// or by the harness's own request generator.
-pub(crate) fn fresh_seed(index: u32) -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u32(index);
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    h.finish()
-}
-
 impl LocalBackend {
     /// Spawns a cell's pods; `specs` (when given) name them and add their arguments,
     /// else every pod gets `args`.
@@ -349,7 +334,10 @@ impl LocalBackend {
             // repeats): a seed the pod reports back, unless the user fixed one.
             let given = |a: &[String]| a.iter().any(|x| x.starts_with("--load-seed"));
             if self.workload.runs_builtin(builtin) && !given(&self.workload.args) && !given(&args) {
-                args.extend(["--load-seed".to_string(), fresh_seed(p.index).to_string()]);
+                args.extend([
+                    "--load-seed".to_string(),
+                    crate::client::fresh_seed(p.index).to_string(),
+                ]);
             }
             let launch = PodLaunch {
                 strategy,

@@ -332,7 +332,7 @@ mod tests {
     }
 
     /// Lines of the server log of the H100 isolation run's MPS fault trial
-    /// (results/20261122-h100-isolation/mps/mps-2p/log/server.log).
+    /// (results/20261122-h100-isolation/mps/mps-2p/log/server.log at commit 6358458).
     const FAULT_LOG: &str =
         "[2026-11-22 21:46:20.314 Server  1132] Status of client {PID: 1127, Context ID: 1} is ACTIVE
 [2026-11-22 21:46:36.243 Server  1132] Client {PID: 1128, Context: 1} encountered a fatal GPU error.

@@ -47,9 +47,9 @@ impl PrometheusServer {
         let dir = run_dir.join("prometheus");
         std::fs::create_dir_all(dir.join("data")).map_err(BenchError::io(format!("creating {}", dir.display())))?;
         let targets_file = dir.join("targets.json");
-        crate::results::store::write_atomic(&targets_file, b"[]\n")?;
+        crate::files::write_atomic(&targets_file, b"[]\n")?;
         let config = dir.join("prometheus.yml");
-        crate::results::store::write_atomic(&config, server_config(&targets_file).as_bytes())?;
+        crate::files::write_atomic(&config, server_config(&targets_file).as_bytes())?;
         let port = process::free_port()?;
         let url = format!("http://127.0.0.1:{port}");
         let log_path = run_dir.join("logs").join("prometheus.log");
@@ -101,7 +101,7 @@ impl PrometheusServer {
     pub fn set_targets(&self, targets: &[Target]) -> Result<()> {
         let list: Vec<String> = targets.iter().map(|t| instance_of(&t.url)).collect();
         let json = serde_json::json!([{ "targets": list, "labels": {} }]);
-        crate::results::store::write_atomic(&self.targets_file, json.to_string().as_bytes())
+        crate::files::write_atomic(&self.targets_file, json.to_string().as_bytes())
     }
 
     /// Stops the server: SIGTERM, then SIGKILL after 5 s (at once on a forced stop).

@@ -30,7 +30,7 @@ impl Exporter for Csv {
     }
     fn export(&self, data: &RunData) -> Result<Vec<u8>> {
         if data.run.isolation.is_some() {
-            return crate::isolation::record::isolation_csv(&data.isolation);
+            return crate::results::isolation::isolation_csv(&data.isolation);
         }
         cells_csv(&data.cells)
     }

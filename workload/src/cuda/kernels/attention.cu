@@ -148,7 +148,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[NT][4], float (&o)[DT]
     // The row maximum of the raw scores, scaled once: rounding is monotonic and the scale
     // positive, so this equals the maximum of the scaled scores bit for bit, for one FMUL
     // per row instead of one per score pair (the bf16 wgmma kernel on an H200: 54.9-55.1
-    // against 55.4-55.6 µs, results/20261126-h200-attention-experiments).
+    // against 55.4-55.6 µs, results/20261126-h200-attention-experiments at commit 6358458).
     float mx0 = fmaxf(s[0][0], s[0][1]), mx1 = fmaxf(s[0][2], s[0][3]);
 #pragma unroll
     for (int nt = 1; nt < NT; nt++) {
@@ -223,10 +223,10 @@ __device__ __forceinline__ void finish_rows(const float (&o)[D / 8][4], float l0
 // `bar` of the warpgroup (t = its thread 0..127), stores whole 16-byte chunks, eight
 // threads to a 128-byte row. The bf16 wgmma kernel took 42.9-44.6 µs this way against
 // 44.6-44.7 with finish_rows's 4-byte stores at the yolos-small shape (H100, the driver of
-// results/20261126-h100-attention-tma). The TF32 wgmma kernels keep finish_rows: staged
+// results/20261126-h100-attention-tma at commit 6358458). The TF32 wgmma kernels keep finish_rows: staged
 // the same way (f32 rows of 256 bytes), the one-warpgroup kernel took 108.7 µs against
 // 107.8 (criterion, same run), and the warp-specialised one 78.4-78.9 against 77.8-78.6
-// (its driver on an H200, results/20261126-h100-tf32-warpspec/driver-2-rerun.log).
+// (its driver on an H200, results/20261126-h100-tf32-warpspec/driver-2-rerun.log at commit 6358458).
 __device__ __forceinline__ void finish_rows_staged(const float (&o)[8][4], float l0, float l1, unsigned char* tile,
                                                    int bar, bf16_t* __restrict__ out, int b, int h, int q0, int seq,
                                                    int heads, int t) {
@@ -590,7 +590,7 @@ ATTENTION_ENTRY(f32, float, 64, 256)
 // Shared memory: Q 3 × 8 KiB + 6 stages × (K + V) 32 KiB = 216 KiB, + 1 KiB to align:
 // one block per multiprocessor; a 3401-token, 6-head image is 108 blocks, one wave.
 // A standalone driver (nvcc, 300 launches timed by events, three rounds, this shape, an
-// H100; results/20261126-h100-attention-tma/driver.log) against the kernel this replaced,
+// H100; results/20261126-h100-attention-tma/driver.log at commit 6358458) against the kernel this replaced,
 // one warpgroup per block copying its own K/V tiles with cp.async, three blocks per SM:
 // 54.8-55.9 µs. Every variant's output but stream-K's is bit-identical to it:
 //  - that kernel with its K/V tiles loaded by TMA, issued by one of its threads: 48.9-50.7;
@@ -606,7 +606,7 @@ ATTENTION_ENTRY(f32, float, 64, 256)
 //  - without setmaxnreg (126 registers for all; 4 stages, products issued together): 60.4;
 //  - a stream-K split over 132 blocks (wsk3 there): 46.1-48.0, and its partial rows are not
 //    folded right when the keys are masked or the blocks outnumber the SMs; not pursued.
-// Since (results/20261126-h100-attention-bound, the driver there, H100s): the kernel is
+// Since (results/20261126-h100-attention-bound at commit 6358458, the driver there, H100s): the kernel is
 // bound per SM. 18 blocks take as long as 108, and 24 more blocks of work as long again.
 // Nsight Compute: issue slots 35% busy, the special-function pipe 57%, 0.83 eligible warps
 // per scheduler; the tensor and special-function pipes add rather than overlap.
@@ -620,8 +620,8 @@ ATTENTION_ENTRY(f32, float, 64, 256)
 //  - Stream-K over 132 blocks (correct at every grid, the owner of each row block folding
 //    its pieces): its key tiles took ~10% less, but its structure cost ~3 µs even unsplit;
 //    43.3-44.2 µs at best against 43.0-44.2.
-// Earlier, for the one-warpgroup kernel (results/20261125-h100-attention-tiles128,
-// results/20261126-h200-attention-experiments): 128-key tiles beat 64 (54.4 against 61.7
+// Earlier, for the one-warpgroup kernel (results/20261125-h100-attention-tiles128 at commit 6358458,
+// results/20261126-h200-attention-experiments at commit 6358458): 128-key tiles beat 64 (54.4 against 61.7
 // µs); FlashAttention-4's exp2 on the FMA pipe, lazy rescaling, row sums on the tensor
 // cores, byte-permute packing of P, a stream-K split and 64-key tiles at 3-5 blocks per SM
 // were each slower.
@@ -803,7 +803,7 @@ attention_wgmma_bf16_d64(const __grid_constant__ TmaMap map, bf16_t* __restrict_
 // p % 4 = i / 2, c = 2·((i / 2 + s) % 4) + c0, with s, c0, p / 4 and the dims' atom fixed).
 // Shared memory: Q 3 × 16 KiB + 2 stages × (K + Vᵀ) 64 KiB + V 32 KiB = 208 KiB, + 1 KiB to
 // align: one block per multiprocessor, 108 blocks for a 3401-token, 6-head image.
-// The standalone driver (results/20261126-h100-tf32-warpspec, 300 launches a round, five
+// The standalone driver (results/20261126-h100-tf32-warpspec at commit 6358458, 300 launches a round, five
 // rounds) against the one-warpgroup kernel this replaced (three 128-thread blocks per SM,
 // each copying its own K and V by cp.async and transposing V itself, 64-key tiles), on an
 // H100: 104.3-107.1 µs for it, 76.2-78.7 for this structure (driver3.log; the kept entry

@@ -46,7 +46,7 @@ __device__ __forceinline__ float pack_sum(const float (&v)[4]) { return (v[0] + 
 // One row, each lane moving W consecutive columns per step. Rows whose length is a
 // multiple of 4 take W = 4: a quarter of the loads and stores of W = 1, which took 6.8 µs
 // per yolos-small layer norm (3401 × 384) on an H100, 0.169 ms for the 25 of a bf16 pass
-// (results/20261125-h100-attention-tiles128/bench-workload.log).
+// (results/20261125-h100-attention-tiles128/bench-workload.log at commit 6358458).
 template <typename T, int W>
 __device__ __forceinline__ void add_layernorm_row(float* __restrict__ resid, const T* __restrict__ delta,
                                                   const float* __restrict__ gamma, const float* __restrict__ beta,

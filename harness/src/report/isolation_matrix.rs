@@ -5,8 +5,8 @@
 
 use crate::domain::{CellStatus, Strategy};
 use crate::isolation::plan::scenario_label;
-use crate::isolation::record::IsolationRecord;
 use crate::report::tables::{Cell, Table, note_number};
+use crate::results::isolation::IsolationRecord;
 
 /// The matrix and the notes its cells refer to.
 #[derive(Debug, Clone, PartialEq)]
@@ -15,30 +15,6 @@ pub struct Matrix {
     pub table: Table,
     /// (number, "Strategy — scenario: reason").
     pub notes: Vec<(usize, String)>,
-}
-
-/// What became of the victim, in the matrix's words: "victim failed (exit 5), p99 ×1.01,
-/// SLO 100.0%, 0/2 serving".
-pub fn outcome_text(r: &IsolationRecord) -> String {
-    if r.victim_status == CellStatus::Unavailable {
-        return format!("unavailable: {}", r.note);
-    }
-    let serving = format!("{}/{} serving", r.survivors, r.started);
-    let mut parts = Vec::new();
-    if r.victim_status != CellStatus::Ok {
-        parts.push(match r.victim_exit_code {
-            Some(c) => format!("victim {} (exit {c})", r.victim_status),
-            None => format!("victim {}", r.victim_status),
-        });
-    }
-    if let Some(x) = r.p99_inflation {
-        parts.push(format!("p99 ×{x:.2}"));
-    }
-    if let Some(a) = r.slo_attainment {
-        parts.push(format!("SLO {:.1}%", a * 100.0));
-    }
-    parts.push(serving);
-    parts.join(", ")
 }
 
 /// The scenario rows of a run's records, in trial order with the victim alone first:
@@ -96,7 +72,7 @@ pub fn matrix(records: &[IsolationRecord]) -> Matrix {
         .map(|(scenario, k)| {
             let cells = strategies
                 .iter()
-                .map(|&s| cell(records, &mut notes, (s, scenario, *k), |r| Some(outcome_text(r))))
+                .map(|&s| cell(records, &mut notes, (s, scenario, *k), |r| Some(r.outcome_text())))
                 .collect();
             (scenario_label(scenario, *k), cells)
         })
