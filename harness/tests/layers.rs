@@ -60,22 +60,70 @@ fn module_sources(root: &Path) -> BTreeMap<ModPath, String> {
             continue;
         }
         let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("reading {}: {e}", f.display()));
-        let code = match text.find("#[cfg(test)]") {
-            Some(i) => text[..i].to_string(),
-            None => text,
-        };
-        out.insert(path, code);
+        out.insert(path, non_test_code(&text));
     }
     out
 }
 
-/// The identifiers of a path written after `start` in `text`, e.g. `a::b::{c, d::e}` gives
+/// A module's code without its test module (everything from `#[cfg(test)]` on).
+fn non_test_code(text: &str) -> String {
+    match text.find("#[cfg(test)]") {
+        Some(i) => text[..i].to_string(),
+        None => text.to_string(),
+    }
+}
+
+/// The module paths a path text names, e.g. `a::b::{c, d::e}` gives
 /// `[a, b, c]` and `[a, b, d, e]`.
 fn expand(text: &str) -> Vec<Vec<String>> {
     let text = text.trim();
     let mut prefix = Vec::new();
     let mut rest = text;
     loop {
+        if let Some(group) = rest.strip_prefix('{') {
+            let mut depth = 1;
+            let mut close = group.len();
+            for (i, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            close = i;
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            let inner = &group[..close];
+            let mut items = Vec::new();
+            let (mut depth, mut from) = (0, 0);
+            for (i, c) in inner.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        items.push(&inner[from..i]);
+                        from = i + 1;
+                    }
+                    _ => {}
+                }
+            }
+            items.push(&inner[from..]);
+            let mut out = Vec::new();
+            for item in items.into_iter().map(str::trim).filter(|i| !i.is_empty()) {
+                let item = item.split(" as ").next().unwrap_or(item);
+                if item == "self" {
+                    out.push(prefix.clone());
+                    continue;
+                }
+                for tail in expand(item) {
+                    out.push(prefix.iter().cloned().chain(tail).collect());
+                }
+            }
+            return out;
+        }
         let end = rest
             .find(|c: char| !(c.is_alphanumeric() || c == '_'))
             .unwrap_or(rest.len());
@@ -85,54 +133,9 @@ fn expand(text: &str) -> Vec<Vec<String>> {
         }
         prefix.push(ident.to_string());
         rest = &rest[end..];
-        if let Some(r) = rest.strip_prefix("::") {
-            rest = r;
-            if let Some(group) = rest.strip_prefix('{') {
-                let mut depth = 1;
-                let mut close = group.len();
-                for (i, c) in group.char_indices() {
-                    match c {
-                        '{' => depth += 1,
-                        '}' => {
-                            depth -= 1;
-                            if depth == 0 {
-                                close = i;
-                                break;
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-                let inner = &group[..close];
-                let mut items = Vec::new();
-                let (mut depth, mut from) = (0, 0);
-                for (i, c) in inner.char_indices() {
-                    match c {
-                        '{' => depth += 1,
-                        '}' => depth -= 1,
-                        ',' if depth == 0 => {
-                            items.push(&inner[from..i]);
-                            from = i + 1;
-                        }
-                        _ => {}
-                    }
-                }
-                items.push(&inner[from..]);
-                let mut out = Vec::new();
-                for item in items.into_iter().map(str::trim).filter(|i| !i.is_empty()) {
-                    let item = item.split(" as ").next().unwrap_or(item);
-                    if item == "self" {
-                        out.push(prefix.clone());
-                        continue;
-                    }
-                    for tail in expand(item) {
-                        out.push(prefix.iter().cloned().chain(tail).collect());
-                    }
-                }
-                return out;
-            }
-        } else {
-            break;
+        match rest.strip_prefix("::") {
+            Some(r) => rest = r,
+            None => break,
         }
     }
     vec![prefix]
@@ -306,7 +309,7 @@ fn tree(files: &[(&str, &str)]) -> BTreeMap<ModPath, String> {
         .iter()
         .map(|(p, code)| {
             let path: ModPath = p.split("::").filter(|s| !s.is_empty()).map(String::from).collect();
-            (path, code.to_string())
+            (path, non_test_code(code))
         })
         .collect()
 }
@@ -319,7 +322,7 @@ fn an_upward_import_and_a_loop_are_caught() {
         ("domain", ""),
         ("backend", ""),
         ("backend::k8s", ""),
-        ("backend::k8s::objects", "use crate::config;"),
+        ("backend::k8s::objects", "use crate::domain::Strategy;"),
     ]);
     let v = violations(&up);
     assert_eq!(v.len(), 1, "{v:?}");
