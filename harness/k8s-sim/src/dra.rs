@@ -130,7 +130,7 @@ pub fn make_static_mig(slice: &mut Value, profiles: &[String]) {
 /// namespace `dra-driver-nvidia-gpu`): label `dra-driver-nvidia-gpu-component:
 /// kubelet-plugin`, container `gpus` with the driver's image and `FEATURE_GATES` rendered
 /// from the helm map (`K=v,` in key order; absent when no gate is set).
-pub fn kubelet_plugin_pod(node: &str, gates: &Gates) -> (super::world::Key, Value) {
+pub fn kubelet_plugin_pod(node: &str, gates: &Gates) -> (crate::key::Key, Value) {
     let ns = "dra-driver-nvidia-gpu";
     let name = "dra-driver-nvidia-gpu-kubelet-plugin-sim00";
     let set: Vec<String> = [("MPSSupport", gates.mps), ("TimeSlicingSettings", gates.time_slicing)]
@@ -144,7 +144,7 @@ pub fn kubelet_plugin_pod(node: &str, gates: &Gates) -> (super::world::Key, Valu
         json!([{"name": "FEATURE_GATES", "value": set.concat()}])
     };
     (
-        super::world::Key::new("pods", ns, name),
+        crate::key::Key::new("pods", ns, name),
         json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": ns, "labels": {

@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 
 use super::fields::Managed;
 use super::gpu::{self, GpuModel, GpuState, PluginConfig, Sharing};
+pub use crate::key::Key;
 
 /// Virtual seconds.
 pub type Secs = f64;
@@ -157,28 +158,6 @@ impl ClusterSpec {
             workload_time_scale: 1.0,
             dra: None,
             dra_mig: Vec::new(),
-        }
-    }
-}
-
-/// An object's key: resource (plural), namespace ("" for cluster-scoped), name.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Key {
-    /// Plural resource (`pods`).
-    pub resource: String,
-    /// Namespace, or "".
-    pub namespace: String,
-    /// Name.
-    pub name: String,
-}
-
-impl Key {
-    /// A key.
-    pub fn new(resource: &str, namespace: &str, name: &str) -> Self {
-        Self {
-            resource: resource.into(),
-            namespace: namespace.into(),
-            name: name.into(),
         }
     }
 }
