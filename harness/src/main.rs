@@ -162,37 +162,14 @@ async fn run(cli: Cli, shutdown: &Shutdown) -> Result<u8> {
         Command::Isolation(args) => run_isolation(*args, shutdown).await,
         Command::Capacity(args) => run_capacity(*args, shutdown).await,
         Command::Reap => Ok(0),
-        Command::Doctor(args) if args.kubernetes => {
-            use gpushare_bench::tools::k8s_doctor;
-            let target = k8s_doctor::Target {
-                node: args.node.clone().unwrap_or_default(),
-                operator_namespace: args.operator_namespace.clone(),
-                namespace: args.namespace.clone(),
-                monitoring_namespace: args.monitoring_namespace.clone(),
+        Command::Doctor(args) => {
+            let checks = if args.kubernetes {
+                gpushare_bench::tools::k8s_doctor::run(&args, shutdown).await?
+            } else {
+                doctor::checks(&doctor::gather())
             };
-            let client = shutdown
-                .guard(async {
-                    kube::Client::try_default().await.map_err(|e| {
-                        gpushare_bench::backend::k8s::base::kube_error(
-                            "connecting to the cluster (kubeconfig or in-cluster config)",
-                            e,
-                        )
-                    })
-                })
-                .await?;
-            let facts = shutdown
-                .guard(async { Ok(k8s_doctor::gather(&client, &target).await) })
-                .await?;
-            let checks = k8s_doctor::checks(&facts);
-            let text: String = checks.iter().map(|c| format!("{c}\n")).collect();
-            print_out(text.as_bytes())?;
-            Ok(u8::from(checks.iter().any(|c| c.verdict == doctor::Verdict::Fail)))
-        }
-        Command::Doctor(_) => {
-            let checks = doctor::checks(&doctor::gather());
-            let text: String = checks.iter().map(|c| format!("{c}\n")).collect();
-            print_out(text.as_bytes())?;
-            Ok(u8::from(checks.iter().any(|c| c.verdict == doctor::Verdict::Fail)))
+            print_out(doctor::render(&checks).as_bytes())?;
+            Ok(u8::from(doctor::any_failed(&checks)))
         }
         Command::Overhead(args) => {
             let (result, path) = overhead::run(&args, shutdown).await?;
@@ -202,17 +179,7 @@ async fn run(cli: Cli, shutdown: &Shutdown) -> Result<u8> {
         }
         Command::Restore(args) => {
             let report = gpushare_bench::backend::k8s::session::restore_node(&args, shutdown).await?;
-            let mut text = String::new();
-            for line in &report.undone {
-                text += &format!("undone: {line}\n");
-            }
-            for line in &report.notices {
-                text += &format!("left alone: {line}\n");
-            }
-            if report.undone.is_empty() && report.notices.is_empty() {
-                text += &format!("node {}: nothing to undo\n", args.node);
-            }
-            print_out(text.as_bytes())?;
+            print_out(report.render(&args.node).as_bytes())?;
             Ok(0)
         }
         Command::Manifests(args) => {
@@ -238,34 +205,17 @@ async fn run(cli: Cli, shutdown: &Shutdown) -> Result<u8> {
             Ok(0)
         }
         Command::Compare(args) => {
-            let threshold = compare::parse_threshold(&args.threshold)?;
-            let base = RunData::load(&args.baseline)?;
-            let cand = RunData::load(&args.candidate)?;
-            let cmp = compare::compare_runs(&base, &cand, threshold)?;
+            let cmp = compare::compare_dirs(&args.baseline, &args.candidate, &args.threshold)?;
             for notice in &cmp.notices {
                 eprintln!("gpushare-bench: {notice}");
             }
-            let rows = cmp.rows;
-            if rows.is_empty() {
-                return Err(BenchError::Results {
-                    path: args.candidate.clone(),
-                    reason: format!("shares no cell with {}", args.baseline.display()),
-                });
-            }
-            print_out(compare::render(&rows).as_bytes())?;
-            let regressed = rows
-                .iter()
-                .filter(|r| r.verdict == compare::Verdict::Regression)
-                .count();
-            let missing = rows.iter().filter(|r| r.verdict == compare::Verdict::Missing).count();
-            if regressed + missing > 0 {
-                eprintln!(
-                    "gpushare-bench: {regressed} of {} cells regressed, {missing} missing from the candidate",
-                    rows.len()
-                );
-                Ok(1)
-            } else {
-                Ok(0)
+            print_out(compare::render(&cmp.rows).as_bytes())?;
+            match cmp.failure_summary() {
+                Some(summary) => {
+                    eprintln!("gpushare-bench: {summary}");
+                    Ok(1)
+                }
+                None => Ok(0),
             }
         }
     }

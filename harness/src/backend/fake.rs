@@ -15,7 +15,7 @@ use crate::backend::{Backend, Pod, PodSpec, PodState, Prepared};
 use crate::domain::{Source, Strategy};
 use crate::error::{BenchError, Result};
 use crate::metrics::{MetricsSource, PodSnapshot, Target};
-use crate::shutdown::Shutdown;
+use crate::shutdown::{EndsOn, Shutdown, Unmet};
 use crate::stats::Histogram;
 
 /// What one pod of a cell does, measured from the cell's launch.
@@ -250,13 +250,17 @@ impl Backend for FakeBackend {
     }
 
     async fn wait_ready(&mut self, timeout: Duration, shutdown: &Shutdown) -> Result<Vec<Pod>> {
-        let deadline = Instant::now() + timeout;
+        let mut wait = shutdown.poll(EndsOn::Request, Duration::from_millis(100), timeout);
         loop {
             let pods = self.pods_now();
-            if pods.iter().all(|p| p.state != PodState::Starting) || Instant::now() > deadline {
+            if pods.iter().all(|p| p.state != PodState::Starting) {
                 return Ok(pods);
             }
-            shutdown.sleep(Duration::from_millis(100)).await?;
+            match wait.next().await {
+                Ok(()) => {}
+                Err(Unmet::TimedOut) => return Ok(pods),
+                Err(Unmet::Stopped) => return Err(shutdown.interrupted()),
+            }
         }
     }
 

@@ -205,12 +205,11 @@ impl OwnedChild {
             ..
         }) = &self.entry
         {
-            let deadline = tokio::time::Instant::now() + limit;
+            let mut wait = crate::shutdown::Poll::unstoppable(Duration::from_millis(20), limit);
             while !procfs::live_group_members(*pgid, *start_ticks, token.as_deref()).is_empty() {
-                if tokio::time::Instant::now() >= deadline {
+                if wait.next().await.is_err() {
                     return;
                 }
-                tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
         self.forget();

@@ -16,6 +16,7 @@
 //! models, precisions, batches, devices or GPUs are not compared at all.
 
 use std::ops::Deref;
+use std::path::Path;
 
 use crate::domain::{Arm, CellStatus};
 use crate::error::{BenchError, Result};
@@ -116,6 +117,34 @@ impl Comparison {
     pub fn failures(&self) -> usize {
         self.rows.iter().filter(|r| r.is_failure()).count()
     }
+
+    /// When a row fails, the line that says how many regressed and how many are missing.
+    pub fn failure_summary(&self) -> Option<String> {
+        let regressed = self.rows.iter().filter(|r| r.verdict == Verdict::Regression).count();
+        let missing = self.rows.iter().filter(|r| r.verdict == Verdict::Missing).count();
+        (regressed + missing > 0).then(|| {
+            format!(
+                "{regressed} of {} cells regressed, {missing} missing from the candidate",
+                self.rows.len()
+            )
+        })
+    }
+}
+
+/// `compare BASELINE CANDIDATE --threshold T`: loads both run directories and compares
+/// them; runs that share no cell are an error naming both.
+pub fn compare_dirs(baseline: &Path, candidate: &Path, threshold: &str) -> Result<Comparison> {
+    let threshold = parse_threshold(threshold)?;
+    let base = RunData::load(baseline)?;
+    let cand = RunData::load(candidate)?;
+    let cmp = compare_runs(&base, &cand, threshold)?;
+    if cmp.rows.is_empty() {
+        return Err(BenchError::Results {
+            path: candidate.to_path_buf(),
+            reason: format!("shares no cell with {}", baseline.display()),
+        });
+    }
+    Ok(cmp)
 }
 
 impl Deref for Comparison {

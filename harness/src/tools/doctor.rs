@@ -38,6 +38,16 @@ impl std::fmt::Display for Check {
     }
 }
 
+/// What `doctor` prints: one line per check.
+pub fn render(checks: &[Check]) -> String {
+    checks.iter().map(|c| format!("{c}\n")).collect()
+}
+
+/// Whether a check failed (`doctor` then exits 1).
+pub fn any_failed(checks: &[Check]) -> bool {
+    checks.iter().any(|c| c.verdict == Verdict::Fail)
+}
+
 fn dl_present(name: &str) -> bool {
     let Ok(c) = std::ffi::CString::new(name) else {
         return false;

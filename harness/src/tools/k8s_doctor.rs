@@ -398,6 +398,29 @@ async fn may(client: &Client, r: &(String, String, String, String, String, Strin
     Permission { what, allowed }
 }
 
+/// `doctor --kubernetes`: connects with the kubeconfig (or in-cluster config) and checks
+/// every prerequisite of a run on `--node`.
+pub async fn run(
+    args: &crate::config::cli::DoctorArgs,
+    shutdown: &crate::shutdown::Shutdown,
+) -> crate::error::Result<Vec<Check>> {
+    let target = Target {
+        node: args.node.clone().unwrap_or_default(),
+        operator_namespace: args.operator_namespace.clone(),
+        namespace: args.namespace.clone(),
+        monitoring_namespace: args.monitoring_namespace.clone(),
+    };
+    let client = shutdown
+        .guard(async {
+            Client::try_default()
+                .await
+                .map_err(|e| kube_error("connecting to the cluster (kubeconfig or in-cluster config)", e))
+        })
+        .await?;
+    let facts = shutdown.guard(async { Ok(gather(&client, &target).await) }).await?;
+    Ok(checks(&facts))
+}
+
 /// Gathers the facts (each failure is a fact, not an error).
 pub async fn gather(client: &Client, t: &Target) -> Facts {
     let err = |what: &str, e: kube::Error| kube_error(what, e).to_string();

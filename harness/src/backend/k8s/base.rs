@@ -11,14 +11,13 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, Client};
-use tokio::time::Instant;
 
 use super::journal::{self};
 use super::objects::{self, PluginConfigMap, WorkloadSpec};
 use crate::backend::{Pod as CellPod, PodState};
 use crate::domain::Strategy;
 use crate::error::{BenchError, Result};
-use crate::shutdown::Shutdown;
+use crate::shutdown::{EndsOn, Shutdown, Unmet};
 
 /// How the backend talks to the cluster.
 #[derive(Debug, Clone, PartialEq)]
@@ -356,7 +355,7 @@ pub async fn delete_workload(
         }
     }
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut wait = shutdown.poll(EndsOn::Force, poll, Duration::from_secs(120));
     loop {
         let left = pods
             .list(&ListParams::default().labels(&format!("{}={}", objects::APP_LABEL, objects::APP)))
@@ -365,19 +364,21 @@ pub async fn delete_workload(
         if left.items.is_empty() {
             return Ok(());
         }
-        if Instant::now() > deadline {
-            return Err(BenchError::kube(format!(
-                "{} workload pods still exist 120 s after deletion",
-                left.items.len()
-            )));
+        match wait.next().await {
+            Ok(()) => {}
+            Err(Unmet::TimedOut) => {
+                return Err(BenchError::kube(format!(
+                    "{} workload pods still exist 120 s after deletion",
+                    left.items.len()
+                )));
+            }
+            Err(Unmet::Stopped) => {
+                return Err(BenchError::kube(format!(
+                    "forced stop: {} workload pods were still terminating",
+                    left.items.len()
+                )));
+            }
         }
-        if shutdown.is_forced() {
-            return Err(BenchError::kube(format!(
-                "forced stop: {} workload pods were still terminating",
-                left.items.len()
-            )));
-        }
-        shutdown.grace(poll).await;
     }
 }
 
@@ -388,6 +389,24 @@ pub struct RestoreReport {
     pub undone: Vec<String>,
     /// Things left alone, and why.
     pub notices: Vec<String>,
+}
+
+impl RestoreReport {
+    /// What `restore` prints: one line per change undone and per thing left alone, or
+    /// that there was nothing to undo on `node`.
+    pub fn render(&self, node: &str) -> String {
+        let mut text = String::new();
+        for line in &self.undone {
+            text += &format!("undone: {line}\n");
+        }
+        for line in &self.notices {
+            text += &format!("left alone: {line}\n");
+        }
+        if text.is_empty() {
+            text = format!("node {node}: nothing to undo\n");
+        }
+        text
+    }
 }
 
 /// Undoes what a run's journal says the harness changed, and nothing else: deletes the
@@ -543,7 +562,7 @@ pub async fn restore_from_journal(
             .unwrap_or_default();
         // GPUs already in the layout (the harness's change never took): nothing restarts.
         let already = mig_shown(&node, &layout, &mig_strategy);
-        let deadline = Instant::now() + s.mig_timeout;
+        let mut wait = shutdown.poll(EndsOn::Force, s.poll, s.mig_timeout);
         let mut saw_pending = false;
         loop {
             let n = nodes
@@ -574,24 +593,26 @@ pub async fn restore_from_journal(
                 ));
                 break;
             }
-            if Instant::now() > deadline {
-                problems.push(format!(
-                    "node {} has not finished going back to MIG layout {layout} after {} s (state {}){}",
-                    j.node,
-                    s.mig_timeout.as_secs(),
-                    state.unwrap_or("absent"),
-                    paused_note(&l)
-                ));
-                break;
+            match wait.next().await {
+                Ok(()) => {}
+                Err(Unmet::TimedOut) => {
+                    problems.push(format!(
+                        "node {} has not finished going back to MIG layout {layout} after {} s (state {}){}",
+                        j.node,
+                        s.mig_timeout.as_secs(),
+                        state.unwrap_or("absent"),
+                        paused_note(&l)
+                    ));
+                    break;
+                }
+                Err(Unmet::Stopped) => {
+                    problems.push(format!(
+                        "forced stop while node {} was going back to MIG layout {layout}",
+                        j.node
+                    ));
+                    break;
+                }
             }
-            if shutdown.is_forced() {
-                problems.push(format!(
-                    "forced stop while node {} was going back to MIG layout {layout}",
-                    j.node
-                ));
-                break;
-            }
-            shutdown.grace(s.poll).await;
         }
     }
     if problems.is_empty() {
@@ -665,25 +686,25 @@ pub async fn delete_claim(client: &Client, ns: &str, entry: &str, poll: Duration
         Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
         Err(e) => return Err(kube_error(&format!("deleting {entry} in namespace {ns}"), e)),
     }
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut wait = shutdown.poll(EndsOn::Force, poll, Duration::from_secs(120));
     loop {
-        match api.get(name).await {
+        let reserved = match api.get(name).await {
             Err(kube::Error::Api(s)) if s.code == 404 => return Ok(true),
             Err(e) => return Err(kube_error(&format!("reading {entry} in namespace {ns}"), e)),
-            Ok(o) => {
-                if Instant::now() > deadline {
-                    let reserved = o.data["status"]["reservedFor"].as_array().map_or(0, Vec::len);
-                    return Err(BenchError::kube(format!(
-                        "{entry} in namespace {ns} still exists 120 s after deletion ({reserved} pods reserve it)"
-                    )));
-                }
+            Ok(o) => o.data["status"]["reservedFor"].as_array().map_or(0, Vec::len),
+        };
+        match wait.next().await {
+            Ok(()) => {}
+            Err(Unmet::TimedOut) => {
+                return Err(BenchError::kube(format!(
+                    "{entry} in namespace {ns} still exists 120 s after deletion ({reserved} pods reserve it)"
+                )));
+            }
+            Err(Unmet::Stopped) => {
+                return Err(BenchError::kube(format!(
+                    "forced stop: {entry} in namespace {ns} was still being deleted"
+                )));
             }
         }
-        if shutdown.is_forced() {
-            return Err(BenchError::kube(format!(
-                "forced stop: {entry} in namespace {ns} was still being deleted"
-            )));
-        }
-        shutdown.grace(poll).await;
     }
 }

@@ -36,7 +36,7 @@ use super::trial::{self, TrialCell, trial_cell_pods, trial_pods, wait_victim_bou
 use crate::backend::{Backend, CellSetup, Pod as CellPod, PodSpec, PodState, Prepared};
 use crate::domain::Strategy;
 use crate::error::{BenchError, Result};
-use crate::shutdown::Shutdown;
+use crate::shutdown::{EndsOn, Poll, Shutdown, Unmet};
 
 /// Whether the node serves a device-plugin entry (pure): GFD's labels for it
 /// ([`objects::expected_plugin_labels`]) and `gpus × replicas` allocatable GPUs.
@@ -194,24 +194,23 @@ impl KubernetesBackend {
         self.setup = Some(setup);
         // GFD's labels are gone while GFD is down (a MIG change pauses it; NFD drops the
         // labels of a GFD that exited): wait for them while that is why.
-        let deadline = Instant::now() + self.s.mig_timeout;
+        let mut wait = Poll::unstoppable(self.s.poll, self.s.mig_timeout);
         let labels = loop {
             let labels = labels_of(&self.read_node().await?);
             let gfd_paused = labels
                 .get("nvidia.com/gpu.deploy.gpu-feature-discovery")
                 .is_some_and(|v| v == "paused-for-mig-change");
             let mig_pending = labels.get(objects::LABEL_MIG_STATE).is_some_and(|v| v == "pending");
-            if labels.contains_key(objects::LABEL_GPU_COUNT)
-                || !(gfd_paused || mig_pending)
-                || Instant::now() > deadline
-            {
+            if labels.contains_key(objects::LABEL_GPU_COUNT) || !(gfd_paused || mig_pending) {
                 break labels;
             }
             tracing::info!(
                 "node {}: a MIG change is under way; waiting for GPU feature discovery's labels",
                 self.s.node
             );
-            tokio::time::sleep(self.s.poll).await;
+            if wait.next().await.is_err() {
+                break labels;
+            }
         };
         let gpus = objects::physical_gpus(&labels);
         if gpus > 1 {
@@ -409,7 +408,7 @@ impl KubernetesBackend {
     where
         F: AsyncFnMut(&Node) -> Result<bool>,
     {
-        let start = Instant::now();
+        let mut wait = shutdown.poll(EndsOn::Request, self.s.poll, timeout);
         let mut held_since: Option<Instant> = None;
         loop {
             let node = shutdown.guard(self.read_node()).await?;
@@ -421,7 +420,10 @@ impl KubernetesBackend {
             } else {
                 held_since = None;
             }
-            if start.elapsed() > timeout {
+            if let Err(unmet) = wait.next().await {
+                if unmet == Unmet::Stopped {
+                    return Err(shutdown.interrupted());
+                }
                 let labels = labels_of(&node);
                 let shown: Vec<String> = labels
                     .iter()
@@ -437,7 +439,6 @@ impl KubernetesBackend {
                     shown.join(", ")
                 )));
             }
-            shutdown.sleep(self.s.poll).await?;
         }
     }
 
@@ -838,7 +839,7 @@ impl Backend for KubernetesBackend {
 
     async fn wait_ready(&mut self, timeout: Duration, shutdown: &Shutdown) -> Result<Vec<CellPod>> {
         let want = self.cell.map_or(0, |c| c.1) as usize;
-        let deadline = Instant::now() + timeout;
+        let mut wait = shutdown.poll(EndsOn::Request, self.s.poll, timeout);
         loop {
             let pods = shutdown.guard(self.cell_pods()).await?;
             // A pending pod keeps waiting while the node has room for it (the scheduler
@@ -865,7 +866,10 @@ impl Backend for KubernetesBackend {
                 }
                 return Ok(pods);
             }
-            if Instant::now() > deadline {
+            if let Err(unmet) = wait.next().await {
+                if unmet == Unmet::Stopped {
+                    return Err(shutdown.interrupted());
+                }
                 return Ok(pods
                     .into_iter()
                     .map(|mut p| {
@@ -879,7 +883,6 @@ impl Backend for KubernetesBackend {
                     })
                     .collect());
             }
-            shutdown.sleep(self.s.poll).await?;
         }
     }
 

@@ -26,7 +26,7 @@ use super::trial::{self, TrialCell};
 use crate::backend::{Backend, CellSetup, Pod as CellPod, PodState, Prepared};
 use crate::domain::{Arm, Strategy};
 use crate::error::{BenchError, Result};
-use crate::shutdown::Shutdown;
+use crate::shutdown::{EndsOn, Shutdown, Unmet};
 use crate::telemetry::dcgm::GpuScope;
 use crate::telemetry::inventory::{GpuInfo, GpuInventory, MigDevice};
 
@@ -49,7 +49,7 @@ fn journal_entry(claims: &CellClaims, name: &str) -> String {
 /// the next cell's pods would read "cannot allocate all claims" that is not theirs.
 pub async fn wait_generated_claims_gone(client: &Client, ns: &str, poll: Duration, shutdown: &Shutdown) -> Result<()> {
     let api = resource_api(client, Some(ns), "ResourceClaim", "resourceclaims");
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut wait = shutdown.poll(EndsOn::Force, poll, Duration::from_secs(120));
     loop {
         let list = api
             .list(&ListParams::default())
@@ -64,18 +64,16 @@ pub async fn wait_generated_claims_gone(client: &Client, ns: &str, poll: Duratio
         if left.is_empty() {
             return Ok(());
         }
-        if Instant::now() > deadline || shutdown.is_forced() {
+        if let Err(unmet) = wait.next().await {
             return Err(BenchError::kube(format!(
                 "the claims made for the cell's pods ({}) in namespace {ns} were still there {} after the pods",
                 left.join(", "),
-                if shutdown.is_forced() {
-                    "at a forced stop"
-                } else {
-                    "120 s"
+                match unmet {
+                    Unmet::Stopped => "at a forced stop",
+                    Unmet::TimedOut => "120 s",
                 }
             )));
         }
-        shutdown.grace(poll).await;
     }
 }
 
@@ -864,7 +862,7 @@ impl Backend for DraBackend {
     async fn wait_ready(&mut self, timeout: Duration, shutdown: &Shutdown) -> Result<Vec<CellPod>> {
         let want = self.cell.map_or(0, |c| c.1) as usize;
         let per_pod = matches!(self.claims, Some(CellClaims::PerPod | CellClaims::Mig(_)));
-        let deadline = Instant::now() + timeout;
+        let mut wait = shutdown.poll(EndsOn::Request, self.s.poll, timeout);
         loop {
             let pods = shutdown.guard(self.cell_pods()).await?;
             let decided = pods.iter().all(|p| {
@@ -892,7 +890,10 @@ impl Backend for DraBackend {
                 self.read_allocation(&pods).await;
                 return Ok(pods);
             }
-            if Instant::now() > deadline {
+            if let Err(unmet) = wait.next().await {
+                if unmet == Unmet::Stopped {
+                    return Err(shutdown.interrupted());
+                }
                 let mut out = Vec::new();
                 for mut p in pods {
                     if p.state == PodState::Starting {
@@ -910,7 +911,6 @@ impl Backend for DraBackend {
                 self.read_allocation(&out).await;
                 return Ok(out);
             }
-            shutdown.sleep(self.s.poll).await?;
         }
     }
 

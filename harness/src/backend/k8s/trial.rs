@@ -14,13 +14,12 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
-use tokio::time::Instant;
 
 use super::base::{KubeSettings, kube_error, pod_state};
 use super::objects::{self, METRICS_PORT};
 use crate::backend::{Pod as CellPod, PodSpec, PodState};
 use crate::error::{BenchError, Result};
-use crate::shutdown::Shutdown;
+use crate::shutdown::{EndsOn, Shutdown, Unmet};
 
 /// The trial launched on the node.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -295,7 +294,7 @@ pub async fn trial_cell_pods(pods: &Api<Pod>, t: &mut TrialCell) -> Result<Vec<C
 /// they entered its queue, which is not the order the ReplicaSets create them
 /// (k8s-sim/UPSTREAM-RULES.md I1), so the aggressors are applied only after this.
 pub async fn wait_victim_bound(pods: &Api<Pod>, s: &KubeSettings, limit: Duration, shutdown: &Shutdown) -> Result<()> {
-    let deadline = Instant::now() + limit;
+    let mut wait = shutdown.poll(EndsOn::Request, s.poll, limit);
     loop {
         let list = shutdown.guard(trial_pods(pods)).await?;
         let decided = list.iter().any(|p| {
@@ -305,17 +304,20 @@ pub async fn wait_victim_bound(pods: &Api<Pod>, s: &KubeSettings, limit: Duratio
         if decided {
             return Ok(());
         }
-        if Instant::now() > deadline {
-            return Err(BenchError::Spawn {
-                pod: "victim".into(),
-                reason: format!(
-                    "its pod was not bound to node {} within {} s, so the aggressors were not started (the scheduler could give them the GPU first)",
-                    s.node,
-                    limit.as_secs()
-                ),
-            });
+        match wait.next().await {
+            Ok(()) => {}
+            Err(Unmet::Stopped) => return Err(shutdown.interrupted()),
+            Err(Unmet::TimedOut) => {
+                return Err(BenchError::Spawn {
+                    pod: "victim".into(),
+                    reason: format!(
+                        "its pod was not bound to node {} within {} s, so the aggressors were not started (the scheduler could give them the GPU first)",
+                        s.node,
+                        limit.as_secs()
+                    ),
+                });
+            }
         }
-        shutdown.sleep(s.poll).await?;
     }
 }
 

@@ -11,7 +11,7 @@ pub mod session;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::process::Command;
 
@@ -21,7 +21,7 @@ use crate::backend::{Backend, Pod, PodSpec, PodState, Prepared};
 use crate::domain::{DeviceKind, Strategy};
 use crate::error::{BenchError, Result};
 use crate::process::{OwnedChild, free_port, last_error_line};
-use crate::shutdown::Shutdown;
+use crate::shutdown::{EndsOn, Shutdown, Unmet};
 use crate::telemetry::GpuInventory;
 
 /// How to start workload pods.
@@ -219,15 +219,14 @@ impl LocalBackend {
                 c.terminate();
             }
         }
-        let deadline = Instant::now() + POD_GRACE;
+        let mut wait = shutdown.poll(EndsOn::Force, Duration::from_millis(50), POD_GRACE);
         loop {
             for p in &mut self.pods {
                 p.reap();
             }
-            if self.pods.iter().all(|p| p.child.is_none()) || Instant::now() > deadline || shutdown.is_forced() {
+            if self.pods.iter().all(|p| p.child.is_none()) || wait.next().await.is_err() {
                 break;
             }
-            shutdown.grace(Duration::from_millis(50)).await;
         }
         for p in &mut self.pods {
             if let Some(mut child) = p.child.take()
@@ -485,7 +484,7 @@ impl Backend for LocalBackend {
     }
 
     async fn wait_ready(&mut self, timeout: Duration, shutdown: &Shutdown) -> Result<Vec<Pod>> {
-        let deadline = Instant::now() + timeout;
+        let mut wait = shutdown.poll(EndsOn::Request, Duration::from_millis(100), timeout);
         let mut last_seen: std::collections::HashMap<usize, String> = std::collections::HashMap::new();
         loop {
             for (i, p) in self.pods.iter_mut().enumerate() {
@@ -524,7 +523,10 @@ impl Backend for LocalBackend {
             if !self.pods.iter().any(|p| p.state == PodState::Starting) {
                 break;
             }
-            if Instant::now() > deadline {
+            if let Err(unmet) = wait.next().await {
+                if unmet == Unmet::Stopped {
+                    return Err(shutdown.interrupted());
+                }
                 for (i, p) in self.pods.iter_mut().enumerate() {
                     if p.state == PodState::Starting {
                         p.state = PodState::Exited {
@@ -538,7 +540,6 @@ impl Backend for LocalBackend {
                 }
                 break;
             }
-            shutdown.sleep(Duration::from_millis(100)).await?;
         }
         Ok(self.pods.iter().map(PodProcess::pod).collect())
     }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::backend::local::strategy::MpsDirs;
 use crate::error::{BenchError, Result};
 use crate::process::supervisor::{self, Entry};
-use crate::shutdown::Shutdown;
+use crate::shutdown::{EndsOn, Shutdown, Unmet};
 
 /// The variable that names a daemon's pipe directory (and so tells our daemons apart).
 const PIPE_ENV: &str = "CUDA_MPS_PIPE_DIRECTORY";
@@ -122,17 +122,19 @@ impl MpsDaemon {
             running: true,
         };
         let pipe = Path::new(&dirs.pipe).join("control");
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut wait = shutdown.poll(EndsOn::Request, Duration::from_millis(50), Duration::from_secs(10));
         while !pipe.exists() {
-            if Instant::now() > deadline {
-                // Dropping `daemon` sends quit, in case it came up late.
-                return Err(BenchError::mps(format!(
-                    "no control pipe at {} after 10 s",
-                    pipe.display()
-                )));
+            // Dropping `daemon` on either error sends quit, in case it came up late.
+            match wait.next().await {
+                Ok(()) => {}
+                Err(Unmet::Stopped) => return Err(shutdown.interrupted()),
+                Err(Unmet::TimedOut) => {
+                    return Err(BenchError::mps(format!(
+                        "no control pipe at {} after 10 s",
+                        pipe.display()
+                    )));
+                }
             }
-            // On a stop request `daemon` is dropped here, which sends quit.
-            shutdown.sleep(Duration::from_millis(50)).await?;
         }
         Ok(daemon)
     }

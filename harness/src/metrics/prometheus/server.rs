@@ -3,14 +3,14 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::error::{BenchError, Result};
 use crate::metrics::Target;
 use crate::metrics::http::{http_client, http_get};
 use crate::metrics::prometheus::query::instance_of;
 use crate::process::{self, OwnedChild};
-use crate::shutdown::Shutdown;
+use crate::shutdown::{EndsOn, Shutdown};
 
 /// The `prometheus` binary, from PATH or Debian's location.
 pub fn find_binary() -> Option<PathBuf> {
@@ -75,13 +75,13 @@ impl PrometheusServer {
             targets_file,
         };
         let http = http_client();
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut wait = shutdown.poll(EndsOn::Request, Duration::from_millis(200), Duration::from_secs(30));
         loop {
             if let Ok((200, _)) = http_get(&http, &format!("{}/-/ready", server.url), Duration::from_secs(1)).await {
                 return Ok(server);
             }
-            let exited = server.child.try_wait();
-            if exited.is_some() || Instant::now() > deadline || shutdown.is_requested() {
+            let exited = server.child.try_wait().is_some();
+            if exited || wait.next().await.is_err() {
                 let tail = std::fs::read_to_string(&log_path).unwrap_or_default();
                 let last = tail.lines().last().unwrap_or("").to_string();
                 server.stop(shutdown).await;
@@ -93,7 +93,6 @@ impl PrometheusServer {
                     reason: format!("did not become ready (see {}): {last}", log_path.display()),
                 });
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
 

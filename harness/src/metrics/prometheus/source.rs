@@ -14,7 +14,7 @@ use crate::metrics::prometheus::client::{PromClient, VectorSample};
 use crate::metrics::prometheus::query::{self as promql, Selector, instance_of};
 use crate::metrics::prometheus::server::PrometheusServer;
 use crate::metrics::{MetricsSource, PodSnapshot, Target};
-use crate::shutdown::Shutdown;
+use crate::shutdown::{EndsOn, Shutdown, Unmet};
 use crate::stats::Histogram;
 
 fn epoch_now() -> f64 {
@@ -170,7 +170,7 @@ impl MetricsSource for PrometheusSource {
             s.set_targets(targets)?;
         }
         // The first scrape of a new target can take ~10 s (file discovery + interval).
-        let deadline = Instant::now() + self.up_timeout;
+        let mut wait = shutdown.poll(EndsOn::Request, Duration::from_millis(500), self.up_timeout);
         loop {
             let health = shutdown.guard(self.client.targets()).await?;
             let missing: Vec<String> = targets
@@ -189,14 +189,17 @@ impl MetricsSource for PrometheusSource {
             if missing.is_empty() {
                 return Ok(());
             }
-            if Instant::now() > deadline {
-                return Err(self.client.fail(format!(
-                    "does not scrape {} after {} s; with an existing server, add the pods to its scrape configuration (fixed ports: --base-port), or use --prometheus spawn",
-                    missing.join(", "),
-                    self.up_timeout.as_secs()
-                )));
+            match wait.next().await {
+                Ok(()) => {}
+                Err(Unmet::Stopped) => return Err(shutdown.interrupted()),
+                Err(Unmet::TimedOut) => {
+                    return Err(self.client.fail(format!(
+                        "does not scrape {} after {} s; with an existing server, add the pods to its scrape configuration (fixed ports: --base-port), or use --prometheus spawn",
+                        missing.join(", "),
+                        self.up_timeout.as_secs()
+                    )));
+                }
             }
-            shutdown.sleep(Duration::from_millis(500)).await?;
         }
     }
 
