@@ -17,7 +17,7 @@ pub const NAMESPACE: &str = "gpushare-bench";
 /// Namespace of kube-prometheus.
 pub const MONITORING: &str = "monitoring";
 /// Placeholder for the GPU node in static manifests.
-pub const NODE_PLACEHOLDER: &str = "REPLACE-WITH-THE-GPU-NODE";
+pub const NODE_PLACEHOLDER: &str = "replace-with-the-gpu-node";
 
 fn yaml(docs: &[Value]) -> String {
     let mut out =

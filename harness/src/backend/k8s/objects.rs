@@ -649,7 +649,7 @@ pub fn harness_job(ns: &str, image: &str) -> Value {
                         "command": ["gpushare-bench"],
                         "args": ["sweep", "--backend", "kubernetes", "--node", "$(GPU_NODE)", "--namespace", ns,
                                  "--prometheus", "http://prometheus-k8s.monitoring.svc:9090", "--out", "/results", "--quiet"],
-                        "env": [{ "name": "GPU_NODE", "value": "REPLACE-WITH-THE-GPU-NODE" }],
+                        "env": [{ "name": "GPU_NODE", "value": "replace-with-the-gpu-node" }],
                         "volumeMounts": [{ "name": "results", "mountPath": "/results" }],
                         "securityContext": { "allowPrivilegeEscalation": false, "capabilities": { "drop": ["ALL"] } }
                     }],
