@@ -58,3 +58,23 @@ if [ ! -x "$DEPS/kv/bin/kubernetes-validate" ]; then
   echo "deps: installing kubernetes-validate (PyPI) into $DEPS/kv"
   python3 -m pip install --quiet --disable-pip-version-check --target "$DEPS/kv" kubernetes-validate==1.37.0
 fi
+
+# Kubernetes' control plane for the Kubernetes tests: etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler and kubectl of Kubernetes v1.34.4, built from
+# their Go modules (harness/k8s-sim/controlplane, pinned by its go.mod and go.sum) into
+# $DEPS/k8s/bin. Rebuilt only when that module changes; Go's own caches keep a rebuild short.
+cp_src=harness/k8s-sim/controlplane
+cp_bin="$PWD/$DEPS/k8s/bin"
+if ! command -v go >/dev/null 2>&1; then
+  echo "deps: ERROR: the Go toolchain (go) is needed to build Kubernetes' control plane for the tests" >&2
+  exit 1
+fi
+cp_stamp=$( (cd "$cp_src" && cat go.mod go.sum $(find cmd -name '*.go' | sort); go version) | sha256sum | cut -c1-16)
+if [ "$(cat "$cp_bin/.stamp" 2>/dev/null)" != "$cp_stamp" ]; then
+  echo "deps: building Kubernetes v1.34.4's control plane and kubectl from their Go modules into $DEPS/k8s/bin (a cold build takes several minutes)"
+  mkdir -p "$cp_bin"
+  start=$(date +%s)
+  (cd "$cp_src" && CGO_ENABLED=0 go build -mod=readonly -buildvcs=false -trimpath -ldflags=-s -o "$cp_bin/" ./cmd/...)
+  echo "$cp_stamp" > "$cp_bin/.stamp"
+  echo "deps: control plane built in $(( $(date +%s) - start )) s"
+fi

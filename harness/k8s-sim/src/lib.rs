@@ -13,11 +13,16 @@
 //!
 //! **This is a test double.** Each rule cites the upstream file and version it
 //! reproduces (UPSTREAM-RULES.md); nothing here was observed on a real cluster.
+//!
+//! [`control_plane`] is the other way to test: Kubernetes' own API server, controllers
+//! and scheduler (v1.34, built from their Go modules) on loopback.
 
 pub mod api;
+pub mod control_plane;
 pub mod dra;
 pub mod fields;
 pub mod gpu;
+pub mod key;
 pub mod kubelet;
 pub mod rbac;
 pub mod world;

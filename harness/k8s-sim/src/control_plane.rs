@@ -1,0 +1,274 @@
+//! Kubernetes' own control plane on loopback, for tests: etcd, kube-apiserver (RBAC,
+//! service-account tokens, default admission), kube-controller-manager and kube-scheduler
+//! of Kubernetes v1.34, built from their upstream Go modules by `.ci/deps.sh` into
+//! `.deps/k8s/bin` (`harness/k8s-sim/controlplane`). Nothing here answers an API request:
+//! every answer is the real API server's.
+//!
+//! Each [`ControlPlane`] has its own directory (certificates from `gen-pki`, etcd's data,
+//! the components' logs) and its own ports; its processes die with it (dropped, or the
+//! test process killed: they get SIGKILL when their parent dies).
+
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Where the control plane's binaries are: `$GPUSHARE_K8S_BIN`, else the workspace's
+/// `.deps/k8s/bin`.
+pub fn bin_dir() -> PathBuf {
+    match std::env::var_os("GPUSHARE_K8S_BIN") {
+        Some(dir) => PathBuf::from(dir),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.deps/k8s/bin"),
+    }
+}
+
+/// A running control plane; stopped when dropped.
+#[derive(Debug)]
+pub struct ControlPlane {
+    dir: PathBuf,
+    bin: PathBuf,
+    /// The API server's URL, `https://127.0.0.1:PORT`.
+    pub server: String,
+    children: Vec<(String, Child)>,
+}
+
+fn free_port() -> Result<u16, String> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("no free loopback port: {e}"))
+}
+
+impl ControlPlane {
+    /// Starts etcd, the API server, the controller manager and the scheduler with their
+    /// state in `dir`, and waits until the API server is ready and the `default`
+    /// namespace's service account exists (the controllers are working).
+    pub fn start(dir: &Path) -> Result<Self, String> {
+        let bin = bin_dir();
+        for b in [
+            "etcd",
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "kubectl",
+            "gen-pki",
+        ] {
+            if !bin.join(b).is_file() {
+                return Err(format!(
+                    "{} is missing: build the control plane with `make deps` (.ci/deps.sh)",
+                    bin.join(b).display()
+                ));
+            }
+        }
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        let (etcd_port, peer_port, api_port) = (free_port()?, free_port()?, free_port()?);
+        let server = format!("https://127.0.0.1:{api_port}");
+        let pki = dir.join("pki");
+        let out = Command::new(bin.join("gen-pki"))
+            .args(["--dir", &pki.to_string_lossy(), "--server", &server])
+            .output()
+            .map_err(|e| format!("running gen-pki: {e}"))?;
+        if !out.status.success() {
+            return Err(format!("gen-pki: {}", String::from_utf8_lossy(&out.stderr)));
+        }
+        let mut cp = Self {
+            dir: dir.to_path_buf(),
+            bin,
+            server,
+            children: Vec::new(),
+        };
+        let p = |name: &str| pki.join(name).to_string_lossy().into_owned();
+        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        cp.spawn(
+            "etcd",
+            &[
+                "--name=test",
+                &format!("--data-dir={}", dir.join("etcd").display()),
+                &format!("--listen-client-urls={etcd_url}"),
+                &format!("--advertise-client-urls={etcd_url}"),
+                &format!("--listen-peer-urls={peer_url}"),
+                &format!("--initial-advertise-peer-urls={peer_url}"),
+                &format!("--initial-cluster=test={peer_url}"),
+                "--unsafe-no-fsync=true",
+            ],
+        )?;
+        cp.spawn(
+            "kube-apiserver",
+            &[
+                &format!("--etcd-servers={etcd_url}"),
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                &format!("--secure-port={api_port}"),
+                &format!("--cert-dir={}", dir.join("apiserver").display()),
+                &format!("--tls-cert-file={}", p("apiserver.crt")),
+                &format!("--tls-private-key-file={}", p("apiserver.key")),
+                &format!("--client-ca-file={}", p("ca.crt")),
+                "--authorization-mode=RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                &format!("--service-account-key-file={}", p("sa.pub")),
+                &format!("--service-account-signing-key-file={}", p("sa.key")),
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--profiling=false",
+            ],
+        )?;
+        cp.wait_ready(Duration::from_secs(120))?;
+        cp.spawn(
+            "kube-controller-manager",
+            &[
+                &format!("--kubeconfig={}", p("controller-manager.kubeconfig")),
+                "--leader-elect=false",
+                "--secure-port=0",
+                "--use-service-account-credentials=true",
+                &format!("--service-account-private-key-file={}", p("sa.key")),
+                &format!("--root-ca-file={}", p("ca.crt")),
+                "--profiling=false",
+            ],
+        )?;
+        cp.spawn(
+            "kube-scheduler",
+            &[
+                &format!("--kubeconfig={}", p("scheduler.kubeconfig")),
+                "--leader-elect=false",
+                "--secure-port=0",
+                "--profiling=false",
+            ],
+        )?;
+        cp.wait_for(Duration::from_secs(120), "the default service account", || {
+            cp.kubectl(&["get", "serviceaccount", "default", "-n", "default", "-o", "name"])
+                .status
+                .success()
+        })?;
+        Ok(cp)
+    }
+
+    fn spawn(&mut self, name: &str, args: &[&str]) -> Result<(), String> {
+        let log = std::fs::File::create(self.dir.join(format!("{name}.log")))
+            .map_err(|e| format!("creating {name}.log: {e}"))?;
+        let err = log.try_clone().map_err(|e| format!("{name}.log: {e}"))?;
+        let mut cmd = Command::new(self.bin.join(name));
+        cmd.args(args).stdin(Stdio::null()).stdout(log).stderr(err);
+        // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and touches no memory of
+        // the parent; it makes the component die with the test process.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().map_err(|e| format!("starting {name}: {e}"))?;
+        self.children.push((name.to_string(), child));
+        Ok(())
+    }
+
+    /// Polls `done` every 200 ms until it holds; fails after `limit`, or when a
+    /// component has exited, with the tail of that component's log.
+    fn wait_for(&self, limit: Duration, what: &str, mut done: impl FnMut() -> bool) -> Result<(), String> {
+        let start = Instant::now();
+        loop {
+            if done() {
+                return Ok(());
+            }
+            if let Some(name) = self.exited() {
+                return Err(format!(
+                    "{name} exited while waiting for {what}: {}",
+                    self.log_tail(&name)
+                ));
+            }
+            if start.elapsed() > limit {
+                return Err(format!(
+                    "no {what} after {} s; kube-apiserver's log: {}",
+                    limit.as_secs(),
+                    self.log_tail("kube-apiserver")
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn wait_ready(&self, limit: Duration) -> Result<(), String> {
+        self.wait_for(limit, "ready API server", || {
+            let out = self.kubectl(&["get", "--raw", "/readyz"]);
+            out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "ok"
+        })
+    }
+
+    fn exited(&self) -> Option<String> {
+        self.children.iter().find_map(|(name, c)| {
+            // A component is ours alone; its status is read without reaping others.
+            let pid = c.id() as libc::pid_t;
+            let mut status = 0;
+            // SAFETY: waitpid with WNOHANG on our own child's pid.
+            let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG | libc::WNOWAIT) };
+            (r == pid).then(|| name.clone())
+        })
+    }
+
+    /// The last lines of a component's log.
+    pub fn log_tail(&self, name: &str) -> String {
+        let text = std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(15)..].join("\n")
+    }
+
+    /// The administrator's kubeconfig (group `system:masters`).
+    pub fn admin_kubeconfig(&self) -> PathBuf {
+        self.dir.join("pki/admin.kubeconfig")
+    }
+
+    /// Runs kubectl as the administrator.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        Command::new(self.bin.join("kubectl"))
+            .arg(format!("--kubeconfig={}", self.admin_kubeconfig().display()))
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| Output {
+                status: std::os::unix::process::ExitStatusExt::from_raw(127 << 8),
+                stdout: Vec::new(),
+                stderr: format!("cannot run kubectl: {e}").into_bytes(),
+            })
+    }
+
+    /// A kubeconfig that authenticates as service account `name` of namespace `ns`
+    /// with a token from the API server's TokenRequest (`kubectl create token`), so
+    /// every answer to it, 403s included, is the API server's RBAC.
+    pub fn service_account_kubeconfig(&self, ns: &str, name: &str) -> Result<PathBuf, String> {
+        let out = self.kubectl(&["create", "token", name, "-n", ns, "--duration=2h"]);
+        if !out.status.success() {
+            return Err(format!(
+                "kubectl create token {name} -n {ns}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let ca = self.dir.join("pki/ca.crt");
+        let path = self.dir.join(format!("{ns}-{name}.kubeconfig"));
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {}\n    certificate-authority: {}\nusers:\n- name: {name}\n  user:\n    token: {token}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: {name}\n    namespace: {ns}\ncurrent-context: test\n",
+            self.server,
+            ca.display()
+        );
+        std::fs::write(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        Ok(path)
+    }
+
+    /// A kube-rs client from a kubeconfig file of this control plane.
+    pub async fn client(&self, kubeconfig: &Path) -> Result<kube::Client, String> {
+        let kc = kube::config::Kubeconfig::read_from(kubeconfig).map_err(|e| e.to_string())?;
+        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        kube::Client::try_from(config).map_err(|e| e.to_string())
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        // The scheduler and controllers first, etcd last.
+        for (_, c) in self.children.iter_mut().rev() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! Kubernetes' own control plane (v1.34.4: etcd, kube-apiserver, kube-controller-manager,
+//! kube-scheduler and kubectl, built from their Go modules by `make deps`) on loopback,
+//! with the manifests applied the way the docs tell users to: every answer here is
+//! Kubernetes', not a simulation's.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use gpushare_k8s_sim::control_plane::ControlPlane;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::Api;
+use kube::api::ListParams;
+
+fn ok(out: &std::process::Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_control_plane_schedules_serves_dra_and_enforces_the_harness_rbac() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let cp = ControlPlane::start(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+
+    // DRA's API is served at v1, as Kubernetes 1.34 serves it by default.
+    let groups = ok(
+        &cp.kubectl(&["api-resources", "--api-group=resource.k8s.io", "-o", "name"]),
+        "api-resources",
+    );
+    for r in [
+        "resourceclaims",
+        "resourceclaimtemplates",
+        "resourceslices",
+        "deviceclasses",
+    ] {
+        assert!(groups.contains(&format!("{r}.resource.k8s.io")), "{groups}");
+    }
+
+    // The namespaces of the GPU operator and kube-prometheus exist on a real cluster;
+    // then the base manifests go on with kubectl, as the docs say.
+    for ns in ["gpu-operator", "monitoring"] {
+        ok(&cp.kubectl(&["create", "namespace", ns]), "create namespace");
+    }
+    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/base");
+    for f in ["namespace.yaml", "rbac.yaml", "deployment.yaml"] {
+        ok(
+            &cp.kubectl(&["apply", "-f", &base.join(f).to_string_lossy()]),
+            &format!("kubectl apply -f {f}"),
+        );
+    }
+
+    // The Deployment and ReplicaSet controllers make the pods; with no node, the
+    // scheduler says they cannot be scheduled.
+    let admin = cp.client(&cp.admin_kubeconfig()).await.expect("admin client");
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "gpushare-bench");
+    let start = Instant::now();
+    let unschedulable = loop {
+        let list = pods.list(&ListParams::default()).await.expect("list pods");
+        let reasons: Vec<String> = list
+            .items
+            .iter()
+            .filter_map(|p| {
+                let c = p.status.as_ref()?.conditions.as_ref()?;
+                c.iter()
+                    .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+                    .and_then(|c| c.reason.clone())
+            })
+            .collect();
+        if !reasons.is_empty() {
+            break reasons;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "no pod marked unschedulable; controller-manager: {}\nscheduler: {}",
+            cp.log_tail("kube-controller-manager"),
+            cp.log_tail("kube-scheduler")
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert!(unschedulable.iter().all(|r| r == "Unschedulable"), "{unschedulable:?}");
+
+    // As the harness's service account (manifests/base/rbac.yaml), with a token from the
+    // API server: its own namespace may be read, another may not, and no namespace may be
+    // deleted. Each 403 is the real RBAC authorizer's.
+    let sa = cp
+        .service_account_kubeconfig("gpushare-bench", "gpushare-bench")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let harness = cp.client(&sa).await.expect("service-account client");
+    let namespaces: Api<Namespace> = Api::all(harness);
+    assert!(
+        namespaces.get("gpushare-bench").await.is_ok(),
+        "resourceNames grants it"
+    );
+    for (what, result) in [
+        ("get namespace default", namespaces.get("default").await.map(|_| ())),
+        (
+            "delete namespace gpushare-bench",
+            namespaces
+                .delete("gpushare-bench", &Default::default())
+                .await
+                .map(|_| ()),
+        ),
+    ] {
+        match result {
+            Err(kube::Error::Api(s)) => assert_eq!(s.code, 403, "{what}: {s:?}"),
+            other => panic!("{what}: want the API server's 403, got {other:?}"),
+        }
+    }
+}
