@@ -83,6 +83,53 @@ async fn the_real_control_plane_schedules_serves_dra_and_enforces_the_harness_rb
     };
     assert!(unschedulable.iter().all(|r| r == "Unschedulable"), "{unschedulable:?}");
 
+    // Every Deployment, ResourceClaim and ResourceClaimTemplate a default sweep would
+    // server-side apply, on both sharing paths (from --dry-run), passes the real API
+    // server's validation (a server-side dry run: nothing is stored). The harness applies
+    // with force: the Deployment's fields belong to kubectl's client-side apply above.
+    for api in ["device-plugin", "dra"] {
+        let plan = std::process::Command::new(env!("CARGO_BIN_EXE_gpushare-bench"))
+            .args([
+                "sweep",
+                "--backend",
+                "kubernetes",
+                "--node",
+                "gpu-node-1",
+                "--sharing-api",
+                api,
+                "--dry-run",
+            ])
+            .output()
+            .expect("gpushare-bench");
+        let text = ok(&plan, "sweep --dry-run");
+        let objects: Vec<String> = text
+            .split("\n---")
+            .filter(|doc| {
+                let v: serde_yaml_ng::Value = serde_yaml_ng::from_str(doc).unwrap_or_default();
+                matches!(
+                    v.get("kind").and_then(|k| k.as_str()),
+                    Some("Deployment" | "ResourceClaim" | "ResourceClaimTemplate")
+                )
+            })
+            .map(str::to_string)
+            .collect();
+        assert!(objects.len() >= 16, "{api}: {} objects in\n{text}", objects.len());
+        let file = dir.path().join(format!("{api}.yaml"));
+        std::fs::write(&file, objects.join("\n---\n")).expect("write");
+        ok(
+            &cp.kubectl(&[
+                "apply",
+                "--server-side",
+                "--dry-run=server",
+                "--force-conflicts",
+                "--field-manager=gpushare-bench",
+                "-f",
+                &file.to_string_lossy(),
+            ]),
+            &format!("{api}: the sweep's objects against the API server"),
+        );
+    }
+
     // As the harness's service account (manifests/base/rbac.yaml), with a token from the
     // API server: its own namespace may be read, another may not, and no namespace may be
     // deleted. Each 403 is the real RBAC authorizer's.
