@@ -12,7 +12,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, Client};
 
-use super::journal::{self};
+use super::journal::{self, Journal};
 use super::objects::{self, PluginConfigMap, WorkloadSpec};
 use crate::backend::{Pod as CellPod, PodState};
 use crate::domain::Strategy;
@@ -458,7 +458,38 @@ pub async fn restore_from_journal(
         .get(&j.node)
         .await
         .map_err(|e| kube_error(&format!("reading node {}", j.node), e))?;
-    let labels = labels_of(&node);
+    let mig_back = restore_labels(&nodes, &node, &j, &mut report).await?;
+    let cm_ns = remove_added_keys(client, &j, &mut report, &mut problems).await;
+    if let Some(layout) = mig_back {
+        wait_mig_back(
+            client,
+            cm_ns,
+            &node,
+            &layout,
+            &j,
+            s,
+            shutdown,
+            &mut report,
+            &mut problems,
+        )
+        .await?;
+    }
+    if problems.is_empty() {
+        j.restored = true;
+        journal::write(path, &j)?;
+    }
+    finish(report, problems, &j.node)
+}
+
+/// Puts back each label the journal says the harness set and still holds its value;
+/// returns the MIG layout going back, if the MIG label is one of them.
+async fn restore_labels(
+    nodes: &Api<Node>,
+    node: &Node,
+    j: &Journal,
+    report: &mut RestoreReport,
+) -> Result<Option<String>> {
+    let labels = labels_of(node);
     let mut patch: Vec<(&str, Option<String>)> = Vec::new();
     let mut mig_back: Option<String> = None;
     for (key, set) in &j.labels_set {
@@ -491,6 +522,17 @@ pub async fn restore_from_journal(
             .await
             .map_err(|e| kube_error(&format!("restoring the labels of node {}", j.node), e))?;
     }
+    Ok(mig_back)
+}
+
+/// Removes the ConfigMap keys the harness added that still hold what it added; returns
+/// the operator's namespace (the ConfigMap's).
+async fn remove_added_keys<'j>(
+    client: &Client,
+    j: &'j Journal,
+    report: &mut RestoreReport,
+    problems: &mut Vec<String>,
+) -> &'j str {
     // ConfigMap keys the harness added, still as it added them.
     let (cm_ns, cm_name) = j
         .configmap
@@ -533,93 +575,103 @@ pub async fn restore_from_journal(
         Err(kube::Error::Api(st)) if st.code == 404 => {}
         Err(e) => problems.push(kube_error(&format!("reading ConfigMap {}", j.configmap), e).to_string()),
     }
-    // A MIG layout going back is done when mig-parted says so *after* seeing it (a
-    // `success` or `failed` left from before is stale), GFD shows it and a device-plugin
-    // pod started after the change serves it.
-    if let Some(layout) = mig_back {
-        let mig_strategy = operator_setup(client.clone(), cm_ns)
+    cm_ns
+}
+
+/// A MIG layout going back is done when mig-parted says so *after* seeing it (a
+/// `success` or `failed` left from before is stale), GFD shows it and a device-plugin
+/// pod started after the change serves it.
+#[allow(clippy::too_many_arguments)]
+async fn wait_mig_back(
+    client: &Client,
+    cm_ns: &str,
+    node: &Node,
+    layout: &str,
+    j: &Journal,
+    s: &KubeSettings,
+    shutdown: &Shutdown,
+    report: &mut RestoreReport,
+    problems: &mut Vec<String>,
+) -> Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mig_strategy = operator_setup(client.clone(), cm_ns)
+        .await
+        .map(|o| o.mig_strategy)
+        .unwrap_or_else(|_| "single".into());
+    let fresh = |list: &[Pod]| -> Vec<String> {
+        list.iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(j.node.as_str()))
+            .filter(|p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+            .filter_map(|p| p.metadata.uid.clone())
+            .collect()
+    };
+    let operands: Api<Pod> = Api::namespaced(client.clone(), cm_ns);
+    let plugin_pods = ListParams::default().labels(&format!("app={}", objects::APP_PLUGIN));
+    let before: Vec<String> = operands
+        .list(&plugin_pods)
+        .await
+        .map(|l| fresh(&l.items))
+        .unwrap_or_default();
+    // GPUs already in the layout (the harness's change never took): nothing restarts.
+    let already = mig_shown(node, layout, &mig_strategy);
+    let mut wait = shutdown.poll(EndsOn::Force, s.poll, s.mig_timeout);
+    let mut saw_pending = false;
+    loop {
+        let n = nodes
+            .get(&j.node)
             .await
-            .map(|o| o.mig_strategy)
-            .unwrap_or_else(|_| "single".into());
-        let fresh = |list: &[Pod]| -> Vec<String> {
-            list.iter()
-                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(j.node.as_str()))
-                .filter(|p| {
-                    p.status
-                        .as_ref()
-                        .and_then(|s| s.conditions.as_ref())
-                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-                })
-                .filter_map(|p| p.metadata.uid.clone())
-                .collect()
-        };
-        let operands: Api<Pod> = Api::namespaced(client.clone(), cm_ns);
-        let plugin_pods = ListParams::default().labels(&format!("app={}", objects::APP_PLUGIN));
-        let before: Vec<String> = operands
-            .list(&plugin_pods)
-            .await
-            .map(|l| fresh(&l.items))
-            .unwrap_or_default();
-        // GPUs already in the layout (the harness's change never took): nothing restarts.
-        let already = mig_shown(&node, &layout, &mig_strategy);
-        let mut wait = shutdown.poll(EndsOn::Force, s.poll, s.mig_timeout);
-        let mut saw_pending = false;
-        loop {
-            let n = nodes
-                .get(&j.node)
+            .map_err(|e| kube_error(&format!("reading node {}", j.node), e))?;
+        let l = labels_of(&n);
+        let state = l.get(objects::LABEL_MIG_STATE).map(String::as_str);
+        saw_pending |= state == Some("pending");
+        if state == Some("success") && mig_shown(&n, layout, &mig_strategy) {
+            let now: Vec<String> = operands
+                .list(&plugin_pods)
                 .await
-                .map_err(|e| kube_error(&format!("reading node {}", j.node), e))?;
-            let l = labels_of(&n);
-            let state = l.get(objects::LABEL_MIG_STATE).map(String::as_str);
-            saw_pending |= state == Some("pending");
-            if state == Some("success") && mig_shown(&n, &layout, &mig_strategy) {
-                let now: Vec<String> = operands
-                    .list(&plugin_pods)
-                    .await
-                    .map(|l| fresh(&l.items))
-                    .unwrap_or_default();
-                if already || now.iter().any(|u| !before.contains(u)) {
-                    report
-                        .undone
-                        .push(format!("node {}: MIG layout {layout} applied again", j.node));
-                    break;
-                }
+                .map(|l| fresh(&l.items))
+                .unwrap_or_default();
+            if already || now.iter().any(|u| !before.contains(u)) {
+                report
+                    .undone
+                    .push(format!("node {}: MIG layout {layout} applied again", j.node));
+                break;
             }
-            if state == Some("failed") && saw_pending {
+        }
+        if state == Some("failed") && saw_pending {
+            problems.push(format!(
+                "the MIG manager failed to put layout {layout} back on node {} (kubectl -n {cm_ns} logs -l app=nvidia-mig-manager){}",
+                j.node,
+                paused_note(&l)
+            ));
+            break;
+        }
+        match wait.next().await {
+            Ok(()) => {}
+            Err(Unmet::TimedOut) => {
                 problems.push(format!(
-                    "the MIG manager failed to put layout {layout} back on node {} (kubectl -n {cm_ns} logs -l app=nvidia-mig-manager){}",
+                    "node {} has not finished going back to MIG layout {layout} after {} s (state {}){}",
                     j.node,
+                    s.mig_timeout.as_secs(),
+                    state.unwrap_or("absent"),
                     paused_note(&l)
                 ));
                 break;
             }
-            match wait.next().await {
-                Ok(()) => {}
-                Err(Unmet::TimedOut) => {
-                    problems.push(format!(
-                        "node {} has not finished going back to MIG layout {layout} after {} s (state {}){}",
-                        j.node,
-                        s.mig_timeout.as_secs(),
-                        state.unwrap_or("absent"),
-                        paused_note(&l)
-                    ));
-                    break;
-                }
-                Err(Unmet::Stopped) => {
-                    problems.push(format!(
-                        "forced stop while node {} was going back to MIG layout {layout}",
-                        j.node
-                    ));
-                    break;
-                }
+            Err(Unmet::Stopped) => {
+                problems.push(format!(
+                    "forced stop while node {} was going back to MIG layout {layout}",
+                    j.node
+                ));
+                break;
             }
         }
     }
-    if problems.is_empty() {
-        j.restored = true;
-        journal::write(path, &j)?;
-    }
-    finish(report, problems, &j.node)
+    Ok(())
 }
 
 /// Deploy labels mig-parted left paused (v0.13.1 `reconfigure.go`: after its first
