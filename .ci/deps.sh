@@ -65,6 +65,10 @@ fi
 # $DEPS/k8s/bin. Rebuilt only when that module changes; Go's own caches keep a rebuild short.
 cp_src=harness/k8s-sim/controlplane
 cp_bin="$PWD/$DEPS/k8s/bin"
+# Go's default install place, for environments whose PATH leaves it out.
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+  export PATH="/usr/local/go/bin:$PATH"
+fi
 if ! command -v go >/dev/null 2>&1; then
   echo "deps: ERROR: the Go toolchain (go) is needed to build Kubernetes' control plane for the tests" >&2
   exit 1
