@@ -156,6 +156,20 @@ impl Poll {
         }
     }
 
+    /// [`Poll::next`] for a wait whose stop is the run's interruption: `Ok(true)` after
+    /// the pause (look again), `Ok(false)` once the limit has passed,
+    /// `Err(BenchError::Interrupted)` when its stop has come.
+    pub async fn keep_waiting(&mut self) -> Result<bool> {
+        match self.next().await {
+            Ok(()) => Ok(true),
+            Err(Unmet::TimedOut) => Ok(false),
+            Err(Unmet::Stopped) => Err(match &self.stop {
+                Some((s, _)) => s.interrupted(),
+                None => BenchError::Interrupted { signal: 0 },
+            }),
+        }
+    }
+
     /// How long the poll may last in all.
     pub fn limit(&self) -> Duration {
         self.limit
@@ -240,6 +254,10 @@ mod tests {
         assert_eq!(poll.next().await, Ok(()));
         s.force();
         assert_eq!(poll.next().await, Err(Unmet::Stopped));
+        // keep_waiting turns the stop into the run's interruption.
+        let mut poll = s.poll(EndsOn::Request, Duration::from_secs(1), Duration::from_secs(600));
+        let e = poll.keep_waiting().await.expect_err("stopped");
+        assert!(matches!(e, BenchError::Interrupted { .. }), "{e}");
         let mut forever = Poll::unstoppable(Duration::from_secs(1), Duration::from_secs(1));
         assert_eq!(forever.next().await, Ok(()));
         tokio::time::sleep(Duration::from_secs(1)).await;

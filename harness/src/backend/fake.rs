@@ -15,7 +15,7 @@ use crate::backend::{Backend, Pod, PodSpec, PodState, Prepared};
 use crate::domain::{Source, Strategy};
 use crate::error::{BenchError, Result};
 use crate::metrics::{MetricsSource, PodSnapshot, Target};
-use crate::shutdown::{EndsOn, Shutdown, Unmet};
+use crate::shutdown::{EndsOn, Shutdown};
 use crate::stats::Histogram;
 
 /// What one pod of a cell does, measured from the cell's launch.
@@ -256,10 +256,8 @@ impl Backend for FakeBackend {
             if pods.iter().all(|p| p.state != PodState::Starting) {
                 return Ok(pods);
             }
-            match wait.next().await {
-                Ok(()) => {}
-                Err(Unmet::TimedOut) => return Ok(pods),
-                Err(Unmet::Stopped) => return Err(shutdown.interrupted()),
+            if !wait.keep_waiting().await? {
+                return Ok(pods);
             }
         }
     }

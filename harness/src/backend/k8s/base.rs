@@ -286,6 +286,33 @@ pub async fn operator_setup(client: Client, operator_namespace: &str) -> Result<
     Ok(OperatorSetup { plugin, mig_strategy })
 }
 
+/// Where a cell's pods stand, as both sharing paths' readiness waits read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CellCount {
+    /// Every pod has come to a state: running, exited or pending.
+    pub decided: bool,
+    /// Pods pending.
+    pub pending: usize,
+    /// Pods running.
+    pub running: usize,
+}
+
+impl CellCount {
+    /// Counts `pods`.
+    pub fn of(pods: &[CellPod]) -> Self {
+        Self {
+            decided: pods.iter().all(|p| {
+                matches!(
+                    p.state,
+                    PodState::Running | PodState::Exited { .. } | PodState::Pending(_)
+                )
+            }),
+            pending: pods.iter().filter(|p| matches!(p.state, PodState::Pending(_))).count(),
+            running: pods.iter().filter(|p| p.state == PodState::Running).count(),
+        }
+    }
+}
+
 /// The workload namespace `ns` must exist: created when missing if the harness may.
 pub async fn ensure_namespace(client: &Client, ns: &str) -> Result<()> {
     let api: Api<Namespace> = Api::all(client.clone());

@@ -27,8 +27,8 @@ use tokio::time::Instant;
 
 pub use super::base::allocatable;
 use super::base::{
-    KubeSettings, OperatorSetup, delete_workload, ensure_namespace, kube_error, labels_of, list_cell_pods, mig_shown,
-    operator_setup, paused_note, restore_from_journal,
+    CellCount, KubeSettings, OperatorSetup, delete_workload, ensure_namespace, kube_error, labels_of, list_cell_pods,
+    mig_shown, operator_setup, paused_note, restore_from_journal,
 };
 use super::journal::{self, Journal};
 use super::objects::{self};
@@ -36,7 +36,7 @@ use super::trial::{self, TrialCell, trial_cell_pods, trial_pods, wait_victim_bou
 use crate::backend::{Backend, CellSetup, Pod as CellPod, PodSpec, PodState, Prepared};
 use crate::domain::Strategy;
 use crate::error::{BenchError, Result};
-use crate::shutdown::{EndsOn, Poll, Shutdown, Unmet};
+use crate::shutdown::{EndsOn, Poll, Shutdown};
 
 /// Whether the node serves a device-plugin entry (pure): GFD's labels for it
 /// ([`objects::expected_plugin_labels`]) and `gpus × replicas` allocatable GPUs.
@@ -420,10 +420,7 @@ impl KubernetesBackend {
             } else {
                 held_since = None;
             }
-            if let Err(unmet) = wait.next().await {
-                if unmet == Unmet::Stopped {
-                    return Err(shutdown.interrupted());
-                }
+            if !wait.keep_waiting().await? {
                 let labels = labels_of(&node);
                 let shown: Vec<String> = labels
                     .iter()
@@ -845,31 +842,21 @@ impl Backend for KubernetesBackend {
             // A pending pod keeps waiting while the node has room for it (the scheduler
             // retries when a restarting plugin re-registers); once the others hold every
             // allocatable device (exclusive × N) it stays pending, as the cell records.
-            let others_settled = pods.iter().all(|p| {
-                matches!(
-                    p.state,
-                    PodState::Running | PodState::Exited { .. } | PodState::Pending(_)
-                )
-            });
-            let pending = pods.iter().filter(|p| matches!(p.state, PodState::Pending(_))).count();
-            let full = if pending > 0 && others_settled {
+            let count = CellCount::of(&pods);
+            let full = if count.pending > 0 && count.decided {
                 let node = shutdown.guard(self.read_node()).await?;
-                let running = pods.iter().filter(|p| p.state == PodState::Running).count();
-                allocatable(&node, &self.resource).is_some_and(|n| running >= n as usize)
+                allocatable(&node, &self.resource).is_some_and(|n| count.running >= n as usize)
             } else {
                 false
             };
-            let settled = pods.len() >= want && others_settled && (pending == 0 || full);
+            let settled = pods.len() >= want && count.decided && (count.pending == 0 || full);
             if settled {
                 if let Some(t) = self.launched_at {
                     self.cost.pods_ready_s = Some(t.elapsed().as_secs_f64());
                 }
                 return Ok(pods);
             }
-            if let Err(unmet) = wait.next().await {
-                if unmet == Unmet::Stopped {
-                    return Err(shutdown.interrupted());
-                }
+            if !wait.keep_waiting().await? {
                 return Ok(pods
                     .into_iter()
                     .map(|mut p| {

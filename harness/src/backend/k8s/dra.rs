@@ -18,7 +18,7 @@ use kube::{Api, Client};
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::base::{self as k8s, CLAIM_KINDS, KubeSettings, delete_claim, kube_error, resource_api};
+use super::base::{self as k8s, CLAIM_KINDS, CellCount, KubeSettings, delete_claim, kube_error, resource_api};
 use super::dra_claims::{self, CellClaims, DraSettings};
 use super::journal::{self, Journal};
 use super::objects;
@@ -865,14 +865,7 @@ impl Backend for DraBackend {
         let mut wait = shutdown.poll(EndsOn::Request, self.s.poll, timeout);
         loop {
             let pods = shutdown.guard(self.cell_pods()).await?;
-            let decided = pods.iter().all(|p| {
-                matches!(
-                    p.state,
-                    PodState::Running | PodState::Exited { .. } | PodState::Pending(_)
-                )
-            });
-            let pending = pods.iter().filter(|p| matches!(p.state, PodState::Pending(_))).count();
-            let running = pods.iter().filter(|p| p.state == PodState::Running).count();
+            let count = CellCount::of(&pods);
             // A pod that cannot get a GPU of its own once the others hold every one the
             // node publishes stays pending: that is the cell's outcome, and so is the
             // scheduler's verdict that no free device is left for its claim (J4), which
@@ -882,18 +875,15 @@ impl Backend for DraBackend {
                 PodState::Pending(why) => why.contains(dra_claims::NO_FREE_DEVICE),
                 _ => true,
             });
-            let full = per_pod && (running >= self.devices() as usize || no_device);
-            if pods.len() >= want && decided && (pending == 0 || full) {
+            let full = per_pod && (count.running >= self.devices() as usize || no_device);
+            if pods.len() >= want && count.decided && (count.pending == 0 || full) {
                 if let Some(t) = self.launched_at {
                     self.pods_ready_s = Some(t.elapsed().as_secs_f64());
                 }
                 self.read_allocation(&pods).await;
                 return Ok(pods);
             }
-            if let Err(unmet) = wait.next().await {
-                if unmet == Unmet::Stopped {
-                    return Err(shutdown.interrupted());
-                }
+            if !wait.keep_waiting().await? {
                 let mut out = Vec::new();
                 for mut p in pods {
                     if p.state == PodState::Starting {

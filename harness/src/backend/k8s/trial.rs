@@ -19,7 +19,7 @@ use super::base::{KubeSettings, kube_error, pod_state};
 use super::objects::{self, METRICS_PORT};
 use crate::backend::{Pod as CellPod, PodSpec, PodState};
 use crate::error::{BenchError, Result};
-use crate::shutdown::{EndsOn, Shutdown, Unmet};
+use crate::shutdown::{EndsOn, Shutdown};
 
 /// The trial launched on the node.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -304,19 +304,15 @@ pub async fn wait_victim_bound(pods: &Api<Pod>, s: &KubeSettings, limit: Duratio
         if decided {
             return Ok(());
         }
-        match wait.next().await {
-            Ok(()) => {}
-            Err(Unmet::Stopped) => return Err(shutdown.interrupted()),
-            Err(Unmet::TimedOut) => {
-                return Err(BenchError::Spawn {
-                    pod: "victim".into(),
-                    reason: format!(
-                        "its pod was not bound to node {} within {} s, so the aggressors were not started (the scheduler could give them the GPU first)",
-                        s.node,
-                        limit.as_secs()
-                    ),
-                });
-            }
+        if !wait.keep_waiting().await? {
+            return Err(BenchError::Spawn {
+                pod: "victim".into(),
+                reason: format!(
+                    "its pod was not bound to node {} within {} s, so the aggressors were not started (the scheduler could give them the GPU first)",
+                    s.node,
+                    limit.as_secs()
+                ),
+            });
         }
     }
 }

@@ -21,7 +21,7 @@ use crate::backend::{Backend, Pod, PodSpec, PodState, Prepared};
 use crate::domain::{DeviceKind, Strategy};
 use crate::error::{BenchError, Result};
 use crate::process::{OwnedChild, free_port, last_error_line};
-use crate::shutdown::{EndsOn, Shutdown, Unmet};
+use crate::shutdown::{EndsOn, Shutdown};
 use crate::telemetry::GpuInventory;
 
 /// How to start workload pods.
@@ -523,10 +523,7 @@ impl Backend for LocalBackend {
             if !self.pods.iter().any(|p| p.state == PodState::Starting) {
                 break;
             }
-            if let Err(unmet) = wait.next().await {
-                if unmet == Unmet::Stopped {
-                    return Err(shutdown.interrupted());
-                }
+            if !wait.keep_waiting().await? {
                 for (i, p) in self.pods.iter_mut().enumerate() {
                     if p.state == PodState::Starting {
                         p.state = PodState::Exited {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::backend::local::strategy::MpsDirs;
 use crate::error::{BenchError, Result};
 use crate::process::supervisor::{self, Entry};
-use crate::shutdown::{EndsOn, Shutdown, Unmet};
+use crate::shutdown::{EndsOn, Shutdown};
 
 /// The variable that names a daemon's pipe directory (and so tells our daemons apart).
 const PIPE_ENV: &str = "CUDA_MPS_PIPE_DIRECTORY";
@@ -125,15 +125,11 @@ impl MpsDaemon {
         let mut wait = shutdown.poll(EndsOn::Request, Duration::from_millis(50), Duration::from_secs(10));
         while !pipe.exists() {
             // Dropping `daemon` on either error sends quit, in case it came up late.
-            match wait.next().await {
-                Ok(()) => {}
-                Err(Unmet::Stopped) => return Err(shutdown.interrupted()),
-                Err(Unmet::TimedOut) => {
-                    return Err(BenchError::mps(format!(
-                        "no control pipe at {} after 10 s",
-                        pipe.display()
-                    )));
-                }
+            if !wait.keep_waiting().await? {
+                return Err(BenchError::mps(format!(
+                    "no control pipe at {} after 10 s",
+                    pipe.display()
+                )));
             }
         }
         Ok(daemon)

@@ -14,7 +14,7 @@ use crate::metrics::prometheus::client::{PromClient, VectorSample};
 use crate::metrics::prometheus::query::{self as promql, Selector, instance_of};
 use crate::metrics::prometheus::server::PrometheusServer;
 use crate::metrics::{MetricsSource, PodSnapshot, Target};
-use crate::shutdown::{EndsOn, Shutdown, Unmet};
+use crate::shutdown::{EndsOn, Shutdown};
 use crate::stats::Histogram;
 
 fn epoch_now() -> f64 {
@@ -189,16 +189,12 @@ impl MetricsSource for PrometheusSource {
             if missing.is_empty() {
                 return Ok(());
             }
-            match wait.next().await {
-                Ok(()) => {}
-                Err(Unmet::Stopped) => return Err(shutdown.interrupted()),
-                Err(Unmet::TimedOut) => {
-                    return Err(self.client.fail(format!(
-                        "does not scrape {} after {} s; with an existing server, add the pods to its scrape configuration (fixed ports: --base-port), or use --prometheus spawn",
-                        missing.join(", "),
-                        self.up_timeout.as_secs()
-                    )));
-                }
+            if !wait.keep_waiting().await? {
+                return Err(self.client.fail(format!(
+                    "does not scrape {} after {} s; with an existing server, add the pods to its scrape configuration (fixed ports: --base-port), or use --prometheus spawn",
+                    missing.join(", "),
+                    self.up_timeout.as_secs()
+                )));
             }
         }
     }
