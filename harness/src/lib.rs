@@ -5,11 +5,14 @@
 //! One folder per concern. Pure (no I/O): [`config`] (options → validated plan),
 //! [`stats`], [`results::record`], [`report`], [`metrics::exposition`],
 //! [`metrics::prometheus::query`], [`backend::k8s::objects`], [`backend::local::strategy`],
-//! [`sweep::cell`], [`isolation::plan`], [`capacity::search`] and [`capacity::record`]. I/O happens in the [`sweep`] runner and the backend sessions
-//! ([`backend::local`], [`backend::k8s`]) and the adapters they call ([`metrics`],
-//! [`telemetry`], [`results::store`]). Dependencies point downwards:
-//! `tools` → `sweep` → `backend` → `metrics`/`telemetry`/`results` → `config`/`stats` →
-//! `domain`/`error`/`shutdown`/`process`; nothing points back up.
+//! [`sweep::cell`], [`isolation::plan`], [`capacity::search`] and [`capacity::record`].
+//! I/O happens in the [`sweep`] runner and the backend sessions ([`backend::local`],
+//! [`backend::k8s`]) and the adapters they call ([`metrics`], [`telemetry`],
+//! [`results::store`]). A module uses only its own layer and those below, bottom to top:
+//! `error`/`domain`/`shutdown`/`files`/`clock`/`stats` → `process` → `metrics` →
+//! `telemetry` → `config` → `client` → `results` → `backend` → `sweep` →
+//! `capacity`/`isolation` → `report` → `tools` (docs/architecture.md; held by
+//! `harness/tests/layers.rs`).
 
 pub mod backend;
 pub mod capacity;
