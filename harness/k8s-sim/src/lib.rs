@@ -18,12 +18,14 @@
 //! and scheduler (v1.34, built from their Go modules) on loopback.
 
 pub mod api;
+pub mod cluster;
 pub mod control_plane;
 pub mod dra;
 pub mod fields;
 pub mod gpu;
 pub mod key;
 pub mod kubelet;
+pub mod node;
 pub mod rbac;
 pub mod world;
 

@@ -183,7 +183,7 @@ pub enum OperandKind {
 }
 
 impl OperandKind {
-    fn app(self) -> &'static str {
+    pub(crate) fn app(self) -> &'static str {
         match self {
             Self::Plugin => "nvidia-device-plugin-daemonset",
             Self::Gfd => "gpu-feature-discovery",
@@ -192,7 +192,7 @@ impl OperandKind {
     }
 
     /// The main container's name (gpu-operator v25.10.1 assets, H14).
-    fn container(self) -> &'static str {
+    pub(crate) fn container(self) -> &'static str {
         match self {
             Self::Plugin => "nvidia-device-plugin",
             Self::Gfd => "gpu-feature-discovery",
@@ -200,7 +200,7 @@ impl OperandKind {
         }
     }
 
-    fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         self as usize
     }
 }
@@ -390,8 +390,8 @@ fn ms(t: Secs) -> u64 {
 
 /// The GPU operator's operand label values a MIG change pauses (mig-parted v0.13.1
 /// `reconfigure.go`, step 7).
-const PAUSED: &str = "paused-for-mig-change";
-const DEPLOY_PAUSED: [&str; 5] = [
+pub(crate) const PAUSED: &str = "paused-for-mig-change";
+pub(crate) const DEPLOY_PAUSED: [&str; 5] = [
     "nvidia.com/gpu.deploy.device-plugin",
     "nvidia.com/gpu.deploy.gpu-feature-discovery",
     "nvidia.com/gpu.deploy.dcgm-exporter",
@@ -400,7 +400,7 @@ const DEPLOY_PAUSED: [&str; 5] = [
 ];
 /// Labels the operator adds when absent (gpu-operator v25.10.1 `state_manager.go`
 /// `addGPUStateLabels`), with `mig-manager` on MIG-capable nodes.
-const DEPLOY_LABELS: [&str; 9] = [
+pub(crate) const DEPLOY_LABELS: [&str; 9] = [
     "nvidia.com/gpu.deploy.driver",
     "nvidia.com/gpu.deploy.gpu-feature-discovery",
     "nvidia.com/gpu.deploy.container-toolkit",
@@ -2202,7 +2202,7 @@ impl World {
 /// Whether a node label is one GFD publishes (k8s-device-plugin v0.18.1 `internal/lm`);
 /// GFD removes its features file on exit (`cmd/gpu-feature-discovery/main.go` `run`), so
 /// NFD drops them while GFD is down.
-fn is_gfd_label(k: &str) -> bool {
+pub(crate) fn is_gfd_label(k: &str) -> bool {
     (k.starts_with("nvidia.com/gpu.") && !k.starts_with("nvidia.com/gpu.deploy."))
         || k.starts_with("nvidia.com/mig-")
         || matches!(
@@ -2212,7 +2212,7 @@ fn is_gfd_label(k: &str) -> bool {
 }
 
 /// A workload flag's duration from a container's arguments (`15000ms`, `5s`).
-fn arg_duration(args: &Value, flag: &str) -> Option<Secs> {
+pub(crate) fn arg_duration(args: &Value, flag: &str) -> Option<Secs> {
     let args = args.as_array()?;
     let i = args.iter().position(|a| a == flag)?;
     let v = args.get(i + 1)?.as_str()?;
