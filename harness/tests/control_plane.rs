@@ -45,10 +45,10 @@ async fn the_real_control_plane_schedules_serves_dra_and_enforces_the_harness_rb
     for ns in ["gpu-operator", "monitoring"] {
         ok(&cp.kubectl(&["create", "namespace", ns]), "create namespace");
     }
-    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/base");
-    for f in ["namespace.yaml", "rbac.yaml", "deployment.yaml"] {
+    let manifests = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests");
+    for f in ["base/namespace.yaml", "base/rbac.yaml", "workload/deployment.yaml"] {
         ok(
-            &cp.kubectl(&["apply", "-f", &base.join(f).to_string_lossy()]),
+            &cp.kubectl(&["apply", "-f", &manifests.join(f).to_string_lossy()]),
             &format!("kubectl apply -f {f}"),
         );
     }

@@ -183,7 +183,7 @@ async fn doctor_kubernetes_passes_a_ready_cluster_and_names_what_is_missing() {
     // overlay's RBAC: the doctor passes and says which gates DRA sharing needs.
     let mut spec = ClusterSpec::h100("gpu-1");
     spec.dra = Some(gpushare_k8s_sim::dra::Gates::default());
-    let overlay = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/overlays/dra/rbac.yaml");
+    let overlay = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/dra/rbac.yaml");
     let overlay = objects_from_yaml(&std::fs::read_to_string(overlay).expect("overlay")).expect("YAML");
     let dra = SimCluster::start(spec, &[rbac(), overlay].concat(), SPEED)
         .await

@@ -184,7 +184,7 @@ impl Agent {
     /// The container runs (not ready yet) and the pod has an IP on loopback.
     fn start_pod(&mut self, key: &PodKey, pod: &Value, device: Option<(String, u32)>, facts: Option<PodFacts>) {
         self.ips += 1;
-        let ip = format!("127.0.{}.{}", 1 + self.ips / 250, 2 + self.ips % 250);
+        let ip = format!("10.244.{}.{}", self.ips / 250, 2 + self.ips % 250);
         let status = json!({
             "phase": "Running",
             "reason": null, "message": null,

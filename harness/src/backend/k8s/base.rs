@@ -3,7 +3,7 @@
 //! the workload namespace, a cell's pods, deleting the workload and claims, the GPU
 //! operator's setup, and undoing a run's journal ([`restore_from_journal`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -365,7 +365,10 @@ pub async fn list_cell_pods(api: &Api<Pod>, arm: impl Into<crate::domain::Arm>, 
 }
 
 /// Deletes the named workload Deployments in `ns` and waits (at most 120 s; a forced
-/// stop ends the wait) until every workload pod is gone.
+/// stop ends the wait) until every workload pod and the Deployments themselves are gone.
+/// Foreground deletion removes the Deployment only after its ReplicaSets and pods: an
+/// apply of the same name before then would land on the terminating object, which the
+/// Deployment controller no longer scales, and the next cell would get no pods.
 pub async fn delete_workload(
     client: &Client,
     ns: &str,
@@ -388,23 +391,93 @@ pub async fn delete_workload(
             .list(&ListParams::default().labels(&format!("{}={}", objects::APP_LABEL, objects::APP)))
             .await
             .map_err(|e| kube_error("listing workload pods", e))?;
-        if left.items.is_empty() {
+        let mut deployments = Vec::new();
+        for name in names {
+            if deps
+                .get_opt(name)
+                .await
+                .map_err(|e| kube_error(&format!("reading the workload Deployment {name}"), e))?
+                .is_some()
+            {
+                deployments.push(name.as_str());
+            }
+        }
+        if left.items.is_empty() && deployments.is_empty() {
             return Ok(());
+        }
+        let what = || {
+            let mut parts = Vec::new();
+            if !left.items.is_empty() {
+                parts.push(format!("{} workload pods", left.items.len()));
+            }
+            if !deployments.is_empty() {
+                parts.push(format!("Deployment {}", deployments.join(", ")));
+            }
+            parts.join(" and ")
+        };
+        match wait.next().await {
+            Ok(()) => {}
+            Err(Unmet::TimedOut) => {
+                return Err(BenchError::kube(format!("{} still exist 120 s after deletion", what())));
+            }
+            Err(Unmet::Stopped) => {
+                return Err(BenchError::kube(format!(
+                    "forced stop: {} were still terminating",
+                    what()
+                )));
+            }
+        }
+    }
+}
+
+/// Field managers that may have written a Deployment the harness applies: the harness
+/// itself and the Deployment controller (its revision annotation).
+const OWN_MANAGERS: [&str; 2] = [objects::FIELD_MANAGER, "kube-controller-manager"];
+
+/// Makes sure the harness may apply the workload Deployment `name`: one being deleted is
+/// waited out (at most 120 s), and one whose spec another manager wrote (say
+/// `kubectl apply -k` of a Deployment by the same name) is refused. Server-side apply
+/// removes only fields the same manager applied before (structured-merge-diff
+/// `merge/update.go`), so the other manager's fields would stay in the harness's pods (a
+/// `nvidia.com/gpu` request beside a DRA claim), and the Deployment is not the harness's
+/// to delete.
+pub async fn ready_to_apply(client: &Client, ns: &str, name: &str, poll: Duration, shutdown: &Shutdown) -> Result<()> {
+    let deps: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let mut wait = shutdown.poll(EndsOn::Force, poll, Duration::from_secs(120));
+    loop {
+        let Some(d) = deps
+            .get_opt(name)
+            .await
+            .map_err(|e| kube_error(&format!("reading the workload Deployment {name}"), e))?
+        else {
+            return Ok(());
+        };
+        if d.metadata.deletion_timestamp.is_none() {
+            let foreign: BTreeSet<String> = d
+                .metadata
+                .managed_fields
+                .iter()
+                .flatten()
+                .filter(|m| m.subresource.as_deref().unwrap_or_default().is_empty())
+                .filter_map(|m| m.manager.clone())
+                .filter(|m| !OWN_MANAGERS.contains(&m.as_str()))
+                .collect();
+            if foreign.is_empty() {
+                return Ok(());
+            }
+            return Err(BenchError::kube(format!(
+                "Deployment {ns}/{name} exists with fields written by {} (kubectl apply of a workload Deployment, say): the harness makes and deletes this Deployment itself and would not own those fields, so its pods would keep them; delete it first (kubectl delete deployment -n {ns} {name})",
+                foreign.into_iter().collect::<Vec<_>>().join(", ")
+            )));
         }
         match wait.next().await {
             Ok(()) => {}
             Err(Unmet::TimedOut) => {
                 return Err(BenchError::kube(format!(
-                    "{} workload pods still exist 120 s after deletion",
-                    left.items.len()
+                    "Deployment {ns}/{name} is still being deleted after 120 s"
                 )));
             }
-            Err(Unmet::Stopped) => {
-                return Err(BenchError::kube(format!(
-                    "forced stop: {} workload pods were still terminating",
-                    left.items.len()
-                )));
-            }
+            Err(Unmet::Stopped) => return Err(shutdown.interrupted()),
         }
     }
 }

@@ -654,7 +654,8 @@ impl KubernetesBackend {
     }
 
     /// Applies one workload Deployment by server-side apply, journaled first.
-    async fn apply_deployment(&mut self, name: &str, object: Value, what: &str) -> Result<()> {
+    async fn apply_deployment(&mut self, name: &str, object: Value, what: &str, shutdown: &Shutdown) -> Result<()> {
+        super::base::ready_to_apply(&self.client, &self.s.workload.namespace, name, self.s.poll, shutdown).await?;
         let j = self.journal().await?;
         let sweep = name == objects::APP;
         let known = if sweep {
@@ -796,7 +797,7 @@ impl Backend for KubernetesBackend {
         let resource = self.begin_cell(strategy, pods, shutdown).await?;
         self.trial = None;
         let object = objects::deployment(&self.s.workload, strategy, pods, &resource, args);
-        self.apply_deployment(objects::APP, object, &format!("{} × {pods}", strategy.name()))
+        self.apply_deployment(objects::APP, object, &format!("{} × {pods}", strategy.name()), shutdown)
             .await?;
         self.cell = Some((strategy, pods));
         self.launched_at = Some(Instant::now());
@@ -821,7 +822,7 @@ impl Backend for KubernetesBackend {
                 wait_victim_bound(&self.pods(), &self.s, Duration::from_secs(120), shutdown).await?;
             }
             let (name, object, what) = trial::part_deployment(&self.s, strategy.into(), &resource, part, pods);
-            self.apply_deployment(&name, object, &what).await?;
+            self.apply_deployment(&name, object, &what, shutdown).await?;
         }
         self.cell_pods().await
     }

@@ -601,7 +601,7 @@ impl DraBackend {
         }
         if !foreign.is_empty() {
             return Err(BenchError::kube(format!(
-                "namespace {ns} already holds claims of gpushare-bench that this run did not make ({}): delete them (kubectl delete -k manifests/overlays/dra, or gpushare-bench restore --node {} RUN_DIR of the run that made them)",
+                "namespace {ns} already holds claims of gpushare-bench that this run did not make ({}): delete them (kubectl delete -k manifests/overlays/dra, which deletes only the Deployment and claim it made, or gpushare-bench restore --node {} RUN_DIR of the run that made them)",
                 foreign.join(", "),
                 self.s.node
             )));
@@ -726,7 +726,9 @@ impl DraBackend {
         mut deployment: Value,
         claims: &CellClaims,
         what: &str,
+        shutdown: &Shutdown,
     ) -> Result<()> {
+        k8s::ready_to_apply(&self.client, &self.s.workload.namespace, name, self.s.poll, shutdown).await?;
         let Some((arm, pods)) = self.cell else {
             return Err(BenchError::kube(
                 "internal: a workload Deployment without its cell's claim",
@@ -815,14 +817,15 @@ impl Backend for DraBackend {
         strategy: Strategy,
         pods: u32,
         args: &[String],
-        _shutdown: &Shutdown,
+        shutdown: &Shutdown,
     ) -> Result<Vec<CellPod>> {
         let (arm, claims) = self.apply_claim(strategy, pods).await?;
         self.trial = None;
         let resource = objects::pod_resource(strategy, None, None);
         let deployment = objects::deployment(&self.s.workload, strategy, pods, &resource, args);
         let what = format!("{} × {pods}", arm.name());
-        self.apply_workload(objects::APP, deployment, &claims, &what).await?;
+        self.apply_workload(objects::APP, deployment, &claims, &what, shutdown)
+            .await?;
         self.launched_at = Some(Instant::now());
         self.cell_pods().await
     }
@@ -847,7 +850,7 @@ impl Backend for DraBackend {
                 trial::wait_victim_bound(&self.pods(), &self.s, Duration::from_secs(120), shutdown).await?;
             }
             let (name, object, what) = trial::part_deployment(&self.s, arm, &resource, part, pods);
-            self.apply_workload(&name, object, &claims, &what).await?;
+            self.apply_workload(&name, object, &claims, &what, shutdown).await?;
         }
         self.cell_pods().await
     }

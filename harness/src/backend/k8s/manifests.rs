@@ -50,8 +50,11 @@ pub fn files(image: &str) -> Vec<(String, String)> {
             "base/namespace.yaml".to_string(),
             yaml(&[objects::namespace(NAMESPACE)]),
         ),
+        // The workload Deployment for running it by hand, without the harness (which
+        // makes and deletes its own, cell by cell): apart from the base, so that applying
+        // the base leaves the harness's Deployment to the harness.
         (
-            "base/deployment.yaml".into(),
+            "workload/deployment.yaml".into(),
             yaml(&[objects::deployment(
                 &spec,
                 Strategy::Exclusive,
@@ -59,6 +62,16 @@ pub fn files(image: &str) -> Vec<(String, String)> {
                 "nvidia.com/gpu",
                 &[],
             )]),
+        ),
+        (
+            "workload/kustomization.yaml".into(),
+            "# The workload by hand (no harness): kubectl apply -k manifests/workload, after manifests/base.\n"
+                .to_string()
+                + &yaml(&[json!({
+                    "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                    "kind": "Kustomization",
+                    "resources": ["deployment.yaml"]
+                })]),
         ),
         ("base/service.yaml".into(), yaml(&[objects::service(NAMESPACE)])),
         ("base/podmonitor.yaml".into(), yaml(&[objects::pod_monitor(NAMESPACE)])),
@@ -75,7 +88,7 @@ pub fn files(image: &str) -> Vec<(String, String)> {
             yaml(&[json!({
                 "apiVersion": "kustomize.config.k8s.io/v1beta1",
                 "kind": "Kustomization",
-                "resources": ["namespace.yaml", "rbac.yaml", "deployment.yaml", "service.yaml", "podmonitor.yaml"]
+                "resources": ["namespace.yaml", "rbac.yaml", "service.yaml", "podmonitor.yaml"]
             })]),
         ),
         (
@@ -115,7 +128,7 @@ pub fn files(image: &str) -> Vec<(String, String)> {
                 + &yaml(&[json!({
                     "apiVersion": "kustomize.config.k8s.io/v1beta1",
                     "kind": "Kustomization",
-                    "resources": ["../../base"],
+                    "resources": ["../../workload"],
                     "patches": [{ "path": "deployment-patch.yaml" }]
                 })]),
         ));
@@ -149,7 +162,7 @@ pub fn files(image: &str) -> Vec<(String, String)> {
             + &yaml(&[json!({
                 "apiVersion": "kustomize.config.k8s.io/v1beta1",
                 "kind": "Kustomization",
-                "resources": ["../../base"],
+                "resources": ["../../workload"],
                 "patches": [{ "path": "deployment-patch.yaml" }]
             })]),
     ));
@@ -163,9 +176,20 @@ pub fn files(image: &str) -> Vec<(String, String)> {
         &super::dra_claims::DraSettings::default(),
         &Default::default(),
     );
+    // What `--sharing-api dra` needs besides the base: reading the driver's pods.
     out.push((
-        "overlays/dra/rbac.yaml".into(),
+        "dra/rbac.yaml".into(),
         yaml(&objects::dra_rbac(NAMESPACE, super::dra::DRIVER_NAMESPACE)),
+    ));
+    out.push((
+        "dra/kustomization.yaml".into(),
+        "# What a run with --sharing-api dra needs besides manifests/base: kubectl apply -k manifests/dra.\n"
+            .to_string()
+            + &yaml(&[json!({
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": ["rbac.yaml"]
+            })]),
     ));
     out.push((
         "overlays/dra/resourceclaim.yaml".into(),
@@ -189,7 +213,7 @@ pub fn files(image: &str) -> Vec<(String, String)> {
         ) + &yaml(&[json!({
             "apiVersion": "kustomize.config.k8s.io/v1beta1",
             "kind": "Kustomization",
-            "resources": ["../../base", "rbac.yaml", "resourceclaim.yaml"],
+            "resources": ["../../workload", "resourceclaim.yaml"],
             "patches": [{
                 "target": { "kind": "Deployment", "name": objects::APP },
                 "patch": serde_json::to_string(&ops).unwrap_or_default()

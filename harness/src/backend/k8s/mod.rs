@@ -6,6 +6,8 @@
 //! ([`trial`]), and the port-forward to the cluster's Prometheus ([`portforward`]).
 
 pub mod base;
+#[cfg(test)]
+mod cluster_tests;
 pub mod device_plugin;
 pub mod dra;
 pub mod dra_claims;

@@ -610,7 +610,7 @@ pub fn rbac(ns: &str, cm: &PluginConfigMap, monitoring_ns: &str) -> Vec<Value> {
 
 /// With `--sharing-api dra`, the harness reads the DRA driver's kubelet-plugin pods (its
 /// image and feature gates) in the driver's namespace: a Role there, bound to the
-/// harness's ServiceAccount in `ns` (`manifests/overlays/dra/rbac.yaml`; the base does not
+/// harness's ServiceAccount in `ns` (`manifests/dra/rbac.yaml`; the base does not
 /// carry it, since that namespace exists only where the driver is installed).
 pub fn dra_rbac(ns: &str, driver_ns: &str) -> Vec<Value> {
     let name = "gpushare-bench-dra-driver";

@@ -1253,12 +1253,12 @@ fn dra_leftovers(sim: &SimCluster) -> Vec<String> {
 }
 
 /// A simulated cluster with the DRA driver and the RBAC of the base and the DRA overlay
-/// (`manifests/overlays/dra/rbac.yaml`, which a test keeps equal to `objects::dra_rbac`).
+/// (`manifests/dra/rbac.yaml`, which a test keeps equal to `objects::dra_rbac`).
 async fn start_dra(spec: ClusterSpec) -> SimCluster {
     let mut spec = spec;
     spec.timings.operator_reconcile = 1e9;
     spec.workload_time_scale = SPEED;
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/overlays/dra/rbac.yaml");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/dra/rbac.yaml");
     let overlay = gpushare_k8s_sim::rbac::objects_from_yaml(&std::fs::read_to_string(path).expect("overlay rbac"))
         .expect("YAML documents");
     let sim = SimCluster::start(spec, &[manifest_rbac(), overlay].concat(), SPEED)
