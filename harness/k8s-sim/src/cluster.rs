@@ -78,8 +78,9 @@ impl TestCluster {
     /// The node's log and the control plane's components' log tails, for a failing
     /// test's message.
     pub fn log(&self) -> String {
+        let pods = self.kubectl(&["get", "pods", "-A", "-o", "wide"]).unwrap_or_else(|e| e);
         format!(
-            "--- node ---\n{}\n--- kube-controller-manager ---\n{}\n--- kube-scheduler ---\n{}",
+            "--- pods ---\n{pods}\n--- node ---\n{}\n--- kube-controller-manager ---\n{}\n--- kube-scheduler ---\n{}",
             self.node.log(),
             self.cp.log_tail("kube-controller-manager"),
             self.cp.log_tail("kube-scheduler")

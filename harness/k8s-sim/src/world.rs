@@ -336,6 +336,8 @@ pub struct PodFacts {
     pub claim: String,
     /// What NVIDIA's DRA driver applied when it prepared that claim (J5).
     pub dra_sharing: Option<super::dra::Sharing>,
+    /// The extended resources (`nvidia.com/…`) its container's limits ask for.
+    pub gpu_resources: Vec<String>,
 }
 
 /// The whole simulated cluster.
@@ -1868,6 +1870,7 @@ impl World {
             self.allocations.insert(key.name.clone(), (resource.clone(), gpu));
             let (command, args) = super::kubelet::command_and_args(&obj.value);
             let facts = PodFacts {
+                gpu_resources: Vec::new(),
                 command,
                 args,
                 claim: String::new(),
@@ -1997,6 +2000,7 @@ impl World {
         };
         let label = |l: &str| pod["metadata"]["labels"][l].as_str().unwrap_or_default().to_string();
         let facts = PodFacts {
+            gpu_resources: Vec::new(),
             gpu: Some(gpu),
             plugin_replicas: None,
             mps_enforced: mps,

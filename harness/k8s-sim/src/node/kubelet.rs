@@ -66,12 +66,16 @@ impl Agent {
             };
             let uid = p["metadata"]["uid"].as_str().unwrap_or_default().to_string();
             listed.push(key.clone());
+            if self.gone.contains(&uid) {
+                continue; // deleted; waiting for its finalizers
+            }
             let deleting = !p["metadata"]["deletionTimestamp"].is_null();
             let known = self.pods.get(&key).map(|r| (r.uid == uid, r.terminating));
             match known {
                 None | Some((false, _)) if !deleting => self.admit(&key, p).await?,
                 None | Some((false, _)) => {
                     // Never started here: nothing to stop.
+                    self.gone.insert(uid.clone());
                     self.writes.push(Write::DeletePod {
                         ns: key.ns.clone(),
                         name: key.name.clone(),
@@ -171,7 +175,12 @@ impl Agent {
     fn base_facts(&self, pod: &Value) -> PodFacts {
         let label = |l: &str| pod["metadata"]["labels"][l].as_str().unwrap_or_default().to_string();
         let (command, args) = crate::kubelet::command_and_args(pod);
+        let gpu_resources = pod["spec"]["containers"][0]["resources"]["limits"]
+            .as_object()
+            .map(|m| m.keys().filter(|k| k.starts_with("nvidia.com/")).cloned().collect())
+            .unwrap_or_default();
         PodFacts {
+            gpu_resources,
             cell: label("gpushare.dev/cell"),
             role: label("gpushare.dev/role"),
             image: image(pod),
@@ -523,9 +532,27 @@ impl Agent {
         self.at(d, Due::PodReady(key.clone(), start));
     }
 
-    /// A terminating pod's containers have stopped: unprepare its claims, delete it.
+    /// A terminating pod's containers have stopped: the kubelet reports the pod terminal
+    /// (all containers exited after SIGTERM: `Succeeded`, kubernetes
+    /// `pkg/kubelet/kubelet_pods.go` `getPhase` with `podIsTerminal`), unprepares its
+    /// claims and deletes it. The phase matters: the resourceclaim controller releases a
+    /// claim only from a pod that is done (`pkg/controller/resourceclaim/controller.go`
+    /// `isPodDone`), and a pod deleted in the foreground waits for its claims.
     pub(super) fn pod_gone(&mut self, key: &PodKey) {
-        let Some(run) = self.pods.remove(key) else { return };
+        let Some(mut run) = self.pods.remove(key) else { return };
+        self.gone.insert(run.uid.clone());
+        let name = container_name(&run.pod);
+        run.status["phase"] = json!("Succeeded");
+        set_condition(&mut run.status, "ContainersReady", false);
+        set_condition(&mut run.status, "Ready", false);
+        run.status["containerStatuses"] = json!([{"name": name, "image": image(&run.pod), "imageID": "", "ready": false,
+            "restartCount": run.status["containerStatuses"][0]["restartCount"].clone(), "started": false,
+            "state": {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": super::setup::rfc3339_now()}}}]);
+        self.writes.push(Write::PodStatus {
+            ns: key.ns.clone(),
+            name: key.name.clone(),
+            status: run.status.clone(),
+        });
         // Unprepare: with TimeSlicingSettings on, the driver resets the GPU's compute
         // mode and time slice to their defaults once no pod holds the claim (J5).
         let facts = self.facts_of(key);

@@ -219,6 +219,8 @@ pub(crate) struct Agent {
     mig_no_restart: bool,
     mig_seq: u64,
     pods: BTreeMap<PodKey, PodRun>,
+    /// Pods the kubelet has deleted (by UID): they may linger for their finalizers.
+    gone: BTreeSet<String>,
     /// Operand pods' UIDs (for the kubelet's final delete).
     operand_uids: BTreeMap<String, String>,
     /// GPUs the DRA driver left in compute mode EXCLUSIVE_PROCESS (J5).
@@ -255,6 +257,7 @@ impl Agent {
             mig_seq: 0,
             pods: BTreeMap::new(),
             operand_uids: BTreeMap::new(),
+            gone: BTreeSet::new(),
             exclusive_process: BTreeSet::new(),
             writes: Vec::new(),
             ips: 0,

@@ -434,6 +434,46 @@ pub async fn delete_workload(
 /// itself and the Deployment controller (its revision annotation).
 const OWN_MANAGERS: [&str; 2] = [objects::FIELD_MANAGER, "kube-controller-manager"];
 
+/// The managers other than the harness's own that wrote a Deployment's spec or metadata.
+fn foreign_managers(d: &Deployment) -> BTreeSet<String> {
+    d.metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| m.subresource.as_deref().unwrap_or_default().is_empty())
+        .filter_map(|m| m.manager.clone())
+        .filter(|m| !OWN_MANAGERS.contains(&m.as_str()))
+        .collect()
+}
+
+fn foreign_refusal(ns: &str, name: &str, managers: BTreeSet<String>) -> BenchError {
+    BenchError::kube(format!(
+        "Deployment {ns}/{name} exists with fields written by {} (kubectl apply -k manifests/workload or an overlay, say): the harness makes and deletes this Deployment itself and would not own those fields, so its pods would keep them; delete it first (kubectl delete deployment -n {ns} {name})",
+        managers.into_iter().collect::<Vec<_>>().join(", ")
+    ))
+}
+
+/// Refuses, before any change, a workload Deployment of one of the harness's names that
+/// another manager wrote (see [`ready_to_apply`]).
+pub async fn check_workload_deployments(client: &Client, ns: &str) -> Result<()> {
+    let deps: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let names = std::iter::once(objects::APP.to_string())
+        .chain(objects::ROLES.iter().map(|r| objects::role_deployment_name(r)));
+    for name in names {
+        if let Some(d) = deps
+            .get_opt(&name)
+            .await
+            .map_err(|e| kube_error(&format!("reading the workload Deployment {name}"), e))?
+        {
+            let foreign = foreign_managers(&d);
+            if !foreign.is_empty() {
+                return Err(foreign_refusal(ns, &name, foreign));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Makes sure the harness may apply the workload Deployment `name`: one being deleted is
 /// waited out (at most 120 s), and one whose spec another manager wrote (say
 /// `kubectl apply -k` of a Deployment by the same name) is refused. Server-side apply
@@ -453,22 +493,11 @@ pub async fn ready_to_apply(client: &Client, ns: &str, name: &str, poll: Duratio
             return Ok(());
         };
         if d.metadata.deletion_timestamp.is_none() {
-            let foreign: BTreeSet<String> = d
-                .metadata
-                .managed_fields
-                .iter()
-                .flatten()
-                .filter(|m| m.subresource.as_deref().unwrap_or_default().is_empty())
-                .filter_map(|m| m.manager.clone())
-                .filter(|m| !OWN_MANAGERS.contains(&m.as_str()))
-                .collect();
+            let foreign = foreign_managers(&d);
             if foreign.is_empty() {
                 return Ok(());
             }
-            return Err(BenchError::kube(format!(
-                "Deployment {ns}/{name} exists with fields written by {} (kubectl apply of a workload Deployment, say): the harness makes and deletes this Deployment itself and would not own those fields, so its pods would keep them; delete it first (kubectl delete deployment -n {ns} {name})",
-                foreign.into_iter().collect::<Vec<_>>().join(", ")
-            )));
+            return Err(foreign_refusal(ns, name, foreign));
         }
         match wait.next().await {
             Ok(()) => {}

@@ -320,3 +320,246 @@ async fn the_default_sweep_in_both_directions_leaves_the_node_as_it_began() {
         assert!(j.restored && !j.has_changes());
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workload_deployment_applied_by_kubectl_is_refused_before_any_change_and_left_alone() {
+    // The user ran the workload by hand before (`kubectl apply -k manifests/workload`,
+    // as `manifests/base` itself did in earlier versions): kubectl's client-side apply
+    // owns its fields, among them the `nvidia.com/gpu` request.
+    let c = start(ClusterSpec::h100("gpu-1")).await;
+    c.apply_manifests("workload").unwrap_or_else(|e| panic!("{e}"));
+    let before = state(&c).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = plan(dir.path(), "time-slicing", "1");
+    let err = match sweep(&c, &p, false).await {
+        Ok(o) => panic!("the sweep ran over the user's Deployment: {o:?}\n{}", c.log()),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains(
+            "Deployment gpushare-bench/gpushare-workload exists with fields written by kubectl-client-side-apply"
+        ) && err.contains("kubectl delete deployment -n gpushare-bench gpushare-workload"),
+        "{err}"
+    );
+    assert_eq!(state(&c).await, before, "refused before any change\n{}", c.log());
+    c.kubectl(&["get", "deployment", "-n", "gpushare-bench", "gpushare-workload"])
+        .unwrap_or_else(|e| panic!("the user's Deployment is gone: {e}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cells_follow_each_other_without_landing_on_a_deployment_being_deleted() {
+    // Each cell deletes the Deployment in the foreground and applies the next one; the
+    // Deployment outlives its pods there, and an apply that lands on it is never scaled.
+    let c = start(ClusterSpec::h100("gpu-1")).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = plan(dir.path(), "time-slicing", "1,2,3,4,5,6,7");
+    let outcome = sweep(&c, &p, false)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
+    let rows = sim_rows(dir.path());
+    let bad: Vec<&Value> = rows
+        .iter()
+        .filter(|r| r["pod"] == "all" && r["status"] != "ok")
+        .collect();
+    assert_eq!((outcome.measured, outcome.failed), (7, 0), "{bad:#?}\n{}", c.log());
+}
+
+fn dra_node(time_slicing: bool, mps: bool) -> ClusterSpec {
+    let mut spec = ClusterSpec::h100("gpu-1");
+    spec.dra = Some(gpushare_k8s_sim::dra::Gates { time_slicing, mps });
+    spec
+}
+
+fn dra_plan(dir: &Path, strategies: &str, pods: &str, more: &str) -> SweepPlan {
+    let o: SweepOptions = toml::from_str(&format!(
+        "backend = \"kubernetes\"\nnode = \"gpu-1\"\nsharing_api = \"dra\"\nstrategies = \"{strategies}\"\npods = \"{pods}\"\nrun_id = \"sim\"\nout = \"{}\"\n{more}",
+        dir.display()
+    ))
+    .expect("options");
+    SweepPlan::from_options(o).expect("plan")
+}
+
+/// Opens a session as `k8s::session::open_dra` does, as the harness's service account.
+async fn dra_session(c: &TestCluster, plan: &SweepPlan) -> Result<Session<super::dra::DraBackend>> {
+    let client = c.harness_client().await.expect("the harness's service account");
+    let mut backend = super::dra::DraBackend::new(client, settings(plan), plan.dra.clone());
+    backend.check_cluster().await?;
+    let store = RunStore::create(
+        &plan.out,
+        RunRecord::new("sim".into(), plan, DeviceKind::Cuda, Environment::default()),
+    )?;
+    backend.attach_journal(store.dir())?;
+    Ok(Session {
+        backend,
+        settings: sim_measure(),
+        metrics: crate::config::plan::PrometheusSetting::Off,
+        store,
+        telemetry: Arc::new(NoTelemetry),
+        notes: Vec::new(),
+        keep_alive: Vec::new(),
+    })
+}
+
+/// The rows of the run `sim` under `dir`.
+fn sim_rows(dir: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(dir.join("sim/cells.jsonl")).expect("cells");
+    text.lines().map(|l| serde_json::from_str(l).expect("row")).collect()
+}
+
+/// The arm a row read back as JSON belongs to (`time-slicing-long`).
+fn arm_of(r: &Value) -> String {
+    let s = r["strategy"].as_str().unwrap_or_default();
+    match r["timeslice"].as_str() {
+        Some(t) => format!("{s}-{t}"),
+        None => s.to_string(),
+    }
+}
+
+/// The aggregate row of `arm` (a strategy, or `time-slicing-long`) × `pods` among `rows`.
+fn agg_row(rows: &[Value], strategy: &str, pods: u64) -> Value {
+    rows.iter()
+        .find(|r| r["pod"] == "all" && arm_of(r) == strategy && r["pods"] == pods)
+        .cloned()
+        .unwrap_or_else(|| panic!("{strategy} × {pods} missing: {rows:?}"))
+}
+
+/// The workload namespace's claims, claim templates, Deployments and pods, once the
+/// controllers have had time to finish deleting.
+async fn dra_leftovers(c: &TestCluster) -> Vec<String> {
+    c.node.settle(100.0).await;
+    let out = c
+        .kubectl(&[
+            "get",
+            "resourceclaims,resourceclaimtemplates,deployments,pods",
+            "-n",
+            "gpushare-bench",
+            "-o",
+            "name",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+    out.lines().map(str::to_string).collect()
+}
+
+/// A cluster with the DRA driver, where the user applied `manifests/base` and
+/// `manifests/dra` (the Role for reading the driver's pods).
+async fn start_dra(spec: ClusterSpec) -> TestCluster {
+    let c = start(spec).await;
+    c.apply_manifests("dra").unwrap_or_else(|e| panic!("{e}"));
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dra_sweep_shares_one_gpu_through_claims_and_leaves_nothing() {
+    let c = start_dra(dra_node(true, true)).await;
+    let before = state(&c).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = dra_plan(
+        dir.path(),
+        "exclusive,time-slicing,mps,mig",
+        "1,3",
+        "timeslice = \"default,long\"\n",
+    );
+    let s = dra_session(&c, &p).await.unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
+    let outcome = run_with_source(s, &SteadyMetrics::default(), &Quiet, &Shutdown::new())
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
+    let rows = sim_rows(dir.path());
+    let agg = |s: &str, n: u64| agg_row(&rows, s, n);
+    // Exclusive, time-slicing once per interval, MPS: 4 arms × 2 counts; MIG unavailable.
+    assert_eq!(
+        (outcome.measured, outcome.unavailable),
+        (8, 2),
+        "{rows:#?}\n{}",
+        c.log()
+    );
+    for (s, n, note) in [
+        ("exclusive", 1, "DRA: a claim (and a GPU) per pod"),
+        ("time-slicing-default", 1, "GpuConfig TimeSlicing interval Default"),
+        ("time-slicing-default", 3, "GpuConfig TimeSlicing interval Default"),
+        ("time-slicing-long", 1, "GpuConfig TimeSlicing interval Long"),
+        ("time-slicing-long", 3, "GpuConfig TimeSlicing interval Long"),
+        (
+            "mps",
+            3,
+            "GpuConfig MPS (33% of the threads, pinned memory 27186Mi per client)",
+        ),
+    ] {
+        let r = agg(s, n);
+        assert!(r["note"].as_str().is_some_and(|t| t.contains(note)), "{r}");
+        assert!(n == 1 || s == "exclusive" || r["speedup_vs_1pod"].is_number(), "{r}");
+    }
+    // One GPU: exclusive × 3 gives one pod a claim's GPU; the real scheduler's DRA
+    // allocator finds none for the other two claims.
+    let ex3: Vec<&Value> = rows
+        .iter()
+        .filter(|r| r["strategy"] == "exclusive" && r["pods"] == 3 && r["pod"] != "all")
+        .collect();
+    let pending: Vec<&&Value> = ex3.iter().filter(|r| r["status"] == "pending").collect();
+    assert_eq!(pending.len(), 2, "{ex3:#?}");
+    assert!(
+        pending[0]["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("cannot allocate all claims")),
+        "{:?}",
+        pending[0]
+    );
+    assert!(
+        agg("mig", 1)["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("publishes no MIG device (mig.nvidia.com)")),
+        "MIG off: unavailable, and the harness turns nothing on"
+    );
+    // What the driver applied to each shared cell's pods: one claim, one GPU, and no
+    // device-plugin resource beside it.
+    let facts = c.node.facts();
+    for (cell, want) in [
+        (
+            "time-slicing-long-3",
+            Some(gpushare_k8s_sim::dra::Sharing::TimeSlicing("Long".into())),
+        ),
+        (
+            "time-slicing-default-3",
+            Some(gpushare_k8s_sim::dra::Sharing::TimeSlicing("Default".into())),
+        ),
+        (
+            "mps-3",
+            Some(gpushare_k8s_sim::dra::Sharing::Mps {
+                thread_percentage: Some(33),
+                pinned_limit: Some("27186Mi".into()),
+            }),
+        ),
+    ] {
+        let of_cell: Vec<&gpushare_k8s_sim::PodFacts> = facts.values().filter(|f| f.cell == cell).collect();
+        assert_eq!(of_cell.len(), 3, "{cell}");
+        assert!(
+            of_cell.iter().all(|f| f.claim == format!("gpushare-{cell}")),
+            "{cell}: {of_cell:?}"
+        );
+        assert!(
+            of_cell.iter().all(|f| f.dra_sharing == want && f.gpu == Some(0)),
+            "{cell}: {of_cell:?}"
+        );
+    }
+    assert!(
+        facts.values().all(|f| f.gpu_resources.is_empty()),
+        "a DRA pod also asked for a device-plugin resource: {facts:#?}"
+    );
+    // A claim of its own per exclusive pod, made from the template by the resourceclaim
+    // controller.
+    let ex1: Vec<&gpushare_k8s_sim::PodFacts> = facts.values().filter(|f| f.cell == "exclusive-1").collect();
+    assert!(
+        ex1.len() == 1 && ex1[0].claim.starts_with("gpushare-workload-"),
+        "{ex1:?}"
+    );
+    let left = dra_leftovers(&c).await;
+    assert!(left.is_empty(), "{left:?}\n{}", c.log());
+    assert_eq!(state(&c).await, before, "nothing on the node changes\n{}", c.log());
+    let j = journal::read(&dir.path().join("sim").join(journal::FILE))
+        .expect("journal")
+        .expect("exists");
+    assert!(
+        j.restored && j.claims.contains("resourceclaims/gpushare-mps-3"),
+        "{j:?}"
+    );
+    assert!(j.labels_set.is_empty() && j.keys_added.is_empty(), "{j:?}");
+}

@@ -179,6 +179,7 @@ impl KubernetesBackend {
     /// ClusterPolicy's device-plugin ConfigMap (which must exist), and a node with
     /// exactly one GPU. Returns the node's labels.
     pub async fn check_cluster(&mut self) -> Result<BTreeMap<String, String>> {
+        super::base::check_workload_deployments(&self.client, &self.s.workload.namespace).await?;
         let setup = operator_setup(self.client.clone(), &self.s.operator_namespace).await?;
         let cms: Api<ConfigMap> = Api::namespaced(self.client.clone(), &setup.plugin.namespace);
         match cms.get(&setup.plugin.name).await {

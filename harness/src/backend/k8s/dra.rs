@@ -470,6 +470,7 @@ impl DraBackend {
     /// Reads what the sweep depends on: the driver's DeviceClass for whole GPUs and the
     /// GPUs the node's ResourceSlices publish. Refuses clearly what is missing.
     pub async fn check_cluster(&mut self) -> Result<GpuInventory> {
+        k8s::check_workload_deployments(&self.client, &self.s.workload.namespace).await?;
         let classes = resource_api(&self.client, None, "DeviceClass", "deviceclasses");
         match classes.get(dra_claims::GPU_CLASS).await {
             Ok(_) => {}
