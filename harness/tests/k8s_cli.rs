@@ -234,3 +234,52 @@ async fn doctor_kubernetes_passes_a_ready_cluster_and_names_what_is_missing() {
         "{out}"
     );
 }
+
+#[test]
+fn a_stalled_api_server_ends_the_command_with_a_timeout_instead_of_hanging() {
+    // An API server that accepts the connection and never answers (loopback, plain HTTP).
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let held = std::thread::spawn(move || {
+        let mut open = Vec::new();
+        while let Ok((conn, _)) = listener.accept() {
+            open.push(conn);
+            if open.len() > 8 {
+                break;
+            }
+        }
+    });
+    let tmp = tempfile::tempdir().expect("tmp");
+    let kc = kubeconfig(tmp.path(), &url);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gpushare-bench"))
+        .args(["doctor", "--kubernetes", "--node", "gpu-1"])
+        .env("KUBECONFIG", &kc)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run gpushare-bench");
+    let limit = gpushare_bench::backend::k8s::base::API_TIMEOUT + std::time::Duration::from_secs(20);
+    let start = std::time::Instant::now();
+    let code = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status.code();
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            panic!(
+                "doctor still waiting on a stalled API server after {} s",
+                limit.as_secs()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    let out = child.wait_with_output().expect("output");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert_ne!(code, Some(0), "{text}");
+    assert!(
+        text.contains("reaching the API server: no answer within 30 s: the API server is unreachable or stalled"),
+        "{text}"
+    );
+    drop(held);
+}

@@ -410,11 +410,14 @@ pub async fn run(
         namespace: args.namespace.clone(),
         monitoring_namespace: args.monitoring_namespace.clone(),
     };
-    let client = shutdown
+    let client = shutdown.guard(crate::backend::k8s::base::connect()).await?;
+    // A server that does not answer ends the check at once, not after a timeout per fact.
+    shutdown
         .guard(async {
-            Client::try_default()
+            client
+                .apiserver_version()
                 .await
-                .map_err(|e| kube_error("connecting to the cluster (kubeconfig or in-cluster config)", e))
+                .map_err(|e| kube_error("reaching the API server", e))
         })
         .await?;
     let facts = shutdown.guard(async { Ok(gather(&client, &target).await) }).await?;

@@ -102,6 +102,40 @@ impl KubeSettings {
     }
 }
 
+/// How long the harness waits for the API server's answer to one request: kube's client
+/// sets no read timeout by default, and one stalled request would hang a sweep.
+pub const API_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A client from the local kubeconfig or the in-cluster service account, each answer
+/// waited for at most [`API_TIMEOUT`].
+pub async fn connect() -> Result<Client> {
+    let config = kube::Config::infer().await.map_err(|e| BenchError::Kubernetes {
+        what: "connecting to the cluster (kubeconfig or in-cluster config)".into(),
+        detail: Some(e.to_string()),
+        source: None,
+    })?;
+    client_from(config, Some(API_TIMEOUT))
+}
+
+/// A client for the port-forward's stream, which may sit idle between scrapes longer
+/// than a request may take: no read timeout.
+pub async fn connect_streaming() -> Result<Client> {
+    let config = kube::Config::infer().await.map_err(|e| BenchError::Kubernetes {
+        what: "connecting to the cluster (kubeconfig or in-cluster config)".into(),
+        detail: Some(e.to_string()),
+        source: None,
+    })?;
+    client_from(config, None)
+}
+
+/// A client of `config` whose requests fail after `read_timeout` without an answer
+/// (counted from the request's last write, not from when its pooled connection went idle).
+pub fn client_from(mut config: kube::Config, read_timeout: Option<Duration>) -> Result<Client> {
+    config.read_timeout = read_timeout;
+    config.reset_reader_on_write = read_timeout.is_some();
+    Client::try_from(config).map_err(|e| kube_error("connecting to the cluster", e))
+}
+
 /// Turns a kube error into one line naming what was being done.
 pub fn kube_error(what: &str, e: kube::Error) -> BenchError {
     let detail = match &e {
@@ -111,7 +145,29 @@ pub fn kube_error(what: &str, e: kube::Error) -> BenchError {
         ),
         kube::Error::Api(s) if s.code == 404 => format!("not found: {}", s.message),
         kube::Error::Api(s) => format!("{} ({}): {}", s.code, s.reason, s.message),
-        other => other.to_string(),
+        other => {
+            // The causes say what happened (a refused connection, a timeout).
+            let mut chain = vec![other.to_string()];
+            let mut timed_out = false;
+            let mut cause = std::error::Error::source(other);
+            while let Some(c) = cause {
+                timed_out |= c
+                    .downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut);
+                chain.push(c.to_string());
+                cause = c.source();
+            }
+            chain.dedup();
+            if timed_out {
+                format!(
+                    "no answer within {} s: the API server is unreachable or stalled ({})",
+                    API_TIMEOUT.as_secs(),
+                    chain.join(": ")
+                )
+            } else {
+                chain.join(": ")
+            }
+        }
     };
     BenchError::Kubernetes {
         what: what.to_string(),

@@ -129,10 +129,7 @@ impl KubernetesBackend {
 
     /// Connects with the local kubeconfig or the in-cluster service account.
     pub async fn connect(s: KubeSettings) -> Result<Self> {
-        let client = Client::try_default()
-            .await
-            .map_err(|e| kube_error("connecting to the cluster (kubeconfig or in-cluster config)", e))?;
-        Ok(Self::new(client, s))
+        Ok(Self::new(super::base::connect().await?, s))
     }
 
     /// Sets the arguments of the workload pods.

@@ -435,10 +435,7 @@ impl DraBackend {
 
     /// Connects with the local kubeconfig or the in-cluster service account.
     pub async fn connect(s: KubeSettings, dra: DraSettings) -> Result<Self> {
-        let client = Client::try_default()
-            .await
-            .map_err(|e| kube_error("connecting to the cluster (kubeconfig or in-cluster config)", e))?;
-        Ok(Self::new(client, s, dra))
+        Ok(Self::new(k8s::connect().await?, s, dra))
     }
 
     /// The client (shared with the port-forward).

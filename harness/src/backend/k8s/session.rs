@@ -291,17 +291,8 @@ pub async fn open(plan: &SweepPlan, resume: Option<&str>, shutdown: &Shutdown) -
     if let Some(image) = recorded_aggressor_image(&store) {
         backend.set_aggressor_image(image);
     }
-    let client = backend.client();
     let scope = GpuScope::node();
-    finish_session(
-        backend,
-        client,
-        (plan, resume.is_some()),
-        store,
-        (&node, scope),
-        shutdown,
-    )
-    .await
+    finish_session(backend, (plan, resume.is_some()), store, (&node, scope), shutdown).await
 }
 
 /// Opens a sweep whose pods get their GPU through DRA claims (`--sharing-api dra`): the
@@ -343,17 +334,8 @@ pub async fn open_dra(
     if let Some(image) = recorded_aggressor_image(&store) {
         backend.set_aggressor_image(image);
     }
-    let client = backend.client();
     let scope = backend.gpu_scope();
-    let mut session = finish_session(
-        backend,
-        client,
-        (plan, resume.is_some()),
-        store,
-        (&node, scope),
-        shutdown,
-    )
-    .await?;
+    let mut session = finish_session(backend, (plan, resume.is_some()), store, (&node, scope), shutdown).await?;
     session.notes.extend(warnings);
     Ok(session)
 }
@@ -389,7 +371,6 @@ fn open_store(plan: &SweepPlan, resume: Option<&str>, node: &str, inventory: &Gp
 /// URL, or through a port-forward to its pod) for metrics and the DCGM exporter's series.
 async fn finish_session<B>(
     backend: B,
-    client: kube::Client,
     (plan, resumed): (&SweepPlan, bool),
     store: RunStore,
     (node, scope): (&str, GpuScope),
@@ -413,8 +394,10 @@ async fn finish_session<B>(
         PrometheusSetting::Url(u) => u,
         _ => {
             let (ns, selector) = &plan.prometheus_pod;
+            // The forward's stream idles between scrapes: a client without read timeout.
+            let streaming = shutdown.guard(super::base::connect_streaming()).await?;
             let f = shutdown
-                .guard(super::portforward::to_prometheus(client, ns, selector, 9090))
+                .guard(super::portforward::to_prometheus(streaming, ns, selector, 9090))
                 .await?;
             notes.push(format!("Prometheus: port-forward {} → pod ({selector}) in {ns}", f.url));
             let url = f.url.clone();
