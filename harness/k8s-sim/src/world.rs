@@ -130,6 +130,10 @@ pub struct ClusterSpec {
     /// DRA: MIG instances made on GPU 0 before the driver started, by profile (static
     /// MIG; empty: MIG off): the driver then publishes these and no whole GPU (J8).
     pub dra_mig: Vec<String>,
+    /// Whether NVIDIA's device plugin runs on the node (the GPU operator's default). A
+    /// node for NVIDIA's DRA driver has it off (`nvidia.com/gpu.deploy.device-plugin=false`):
+    /// the driver's chart refuses to install beside it.
+    pub device_plugin: bool,
     /// Virtual seconds per second of a workload's own flags (`--inject-fault-after`,
     /// `--crash-after`): the harness's wall-clock times and the pods' flags agree when
     /// this is the simulator's speed.
@@ -155,6 +159,7 @@ impl ClusterSpec {
             with_reboot: false,
             timings: Timings::default(),
             minor_version: 34,
+            device_plugin: true,
             workload_time_scale: 1.0,
             dra: None,
             dra_mig: Vec::new(),
@@ -479,6 +484,9 @@ impl World {
         }
         let mut labels: BTreeMap<String, String> = s.labels.clone();
         labels.insert("kubernetes.io/hostname".into(), s.node.clone());
+        if !s.device_plugin {
+            labels.insert("nvidia.com/gpu.deploy.device-plugin".into(), "false".into());
+        }
         let taints = if s.gpu_taint {
             json!([{"key": "nvidia.com/gpu", "effect": "NoSchedule"}])
         } else {

@@ -70,6 +70,7 @@ impl GpuNode {
         setup::create_all(&admin, &spec).await?;
         let shared = Arc::new(Mutex::new(Shared::default()));
         let name = spec.node.clone();
+        let plugin = spec.device_plugin;
         let agent = Agent::new(admin.clone(), spec, speed, shared.clone());
         let task = tokio::spawn(agent.run());
         let node = Self {
@@ -78,12 +79,12 @@ impl GpuNode {
             speed,
             name,
         };
-        node.wait_settled(&admin).await?;
+        node.wait_settled(&admin, plugin).await?;
         node.shared.lock().expect("node state").log.clear();
         Ok(node)
     }
 
-    async fn wait_settled(&self, admin: &Client) -> Result<(), String> {
+    async fn wait_settled(&self, admin: &Client, plugin: bool) -> Result<(), String> {
         let nodes: Api<Node> = Api::all(admin.clone());
         let start = Instant::now();
         loop {
@@ -96,7 +97,7 @@ impl GpuNode {
                 .status
                 .and_then(|s| s.allocatable)
                 .is_some_and(|a| a.keys().any(|k| k.starts_with("nvidia.com/")));
-            if advertised && labels.contains_key("nvidia.com/gpu.product") {
+            if (advertised || !plugin) && labels.contains_key("nvidia.com/gpu.product") {
                 return Ok(());
             }
             if start.elapsed() > Duration::from_secs(60) {

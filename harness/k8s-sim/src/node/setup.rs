@@ -197,6 +197,9 @@ pub async fn create_all(admin: &Client, s: &ClusterSpec) -> Result<(), String> {
     labels.insert("kubernetes.io/hostname".into(), s.node.clone());
     labels.insert("kubernetes.io/os".into(), "linux".into());
     labels.insert("kubernetes.io/arch".into(), "amd64".into());
+    if !s.device_plugin {
+        labels.insert("nvidia.com/gpu.deploy.device-plugin".into(), "false".into());
+    }
     let taints = if s.gpu_taint {
         json!([{"key": "nvidia.com/gpu", "effect": "NoSchedule"}])
     } else {

@@ -394,10 +394,31 @@ async fn a_workload_deployment_still_being_deleted_is_waited_out_before_the_next
     assert_eq!((outcome.measured, outcome.failed), (1, 0), "{rows:#?}\n{}", c.log());
 }
 
+/// A node with NVIDIA's DRA driver (its feature gates) and, as the driver's chart
+/// requires, without the device plugin.
 fn dra_node(time_slicing: bool, mps: bool) -> ClusterSpec {
     let mut spec = ClusterSpec::h100("gpu-1");
     spec.dra = Some(gpushare_k8s_sim::dra::Gates { time_slicing, mps });
+    spec.device_plugin = false;
     spec
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dra_run_on_a_node_where_the_device_plugin_also_hands_out_the_gpu_is_refused() {
+    let mut spec = dra_node(true, true);
+    spec.device_plugin = true;
+    let c = start_dra(spec).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = dra_plan(dir.path(), "mps", "1", "");
+    let err = match dra_session(&c, &p).await {
+        Ok(_) => panic!("a DRA run beside the device plugin was accepted\n{}", c.log()),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("node gpu-1 also has NVIDIA's device plugin, which advertises nvidia.com/gpu: 1")
+            && err.contains("nvidia.com/gpu.deploy.device-plugin=false"),
+        "{err}"
+    );
 }
 
 fn dra_plan(dir: &Path, strategies: &str, pods: &str, more: &str) -> SweepPlan {

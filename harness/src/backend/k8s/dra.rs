@@ -496,6 +496,7 @@ impl DraBackend {
                 dra_claims::DRIVER
             )));
         }
+        self.check_no_device_plugin().await?;
         // On a node with several GPUs a claim is allocated one of them (a shared claim,
         // one for all the cell's pods); the telemetry then reads that GPU's series.
         let whole = whole_gpu_product(&inventory, &self.s.node)?;
@@ -510,6 +511,43 @@ impl DraBackend {
         };
         self.driver = Some(read_driver(&self.client, &self.s.node).await);
         Ok(inventory)
+    }
+
+    /// Refuses a node where NVIDIA's device plugin also hands out the GPUs: its
+    /// `nvidia.com/…` allocatable, or its MPS control daemon (which puts the GPU in
+    /// EXCLUSIVE_PROCESS for everyone). The DRA driver's chart refuses to install beside
+    /// the plugin for this reason (dra-driver-nvidia-gpu v0.4.1
+    /// `deployments/helm/dra-driver-nvidia-gpu/templates/validation.yaml`, unless
+    /// `gpuResourcesEnabledOverride`): both would give the same GPU to different pods.
+    async fn check_no_device_plugin(&self) -> Result<()> {
+        let node = Api::<k8s_openapi::api::core::v1::Node>::all(self.client.clone())
+            .get(&self.s.node)
+            .await
+            .map_err(|e| kube_error(&format!("reading node {}", self.s.node), e))?;
+        let advertised: Vec<String> = node
+            .status
+            .as_ref()
+            .and_then(|s| s.allocatable.as_ref())
+            .into_iter()
+            .flatten()
+            .filter(|(r, _)| r.starts_with("nvidia.com/"))
+            .filter_map(|(r, q)| q.0.parse::<u32>().ok().filter(|n| *n > 0).map(|n| format!("{r}: {n}")))
+            .collect();
+        let labels = k8s::labels_of(&node);
+        let mps = labels.get("nvidia.com/mps.capable").is_some_and(|v| v == "true");
+        if advertised.is_empty() && !mps {
+            return Ok(());
+        }
+        let what = match (advertised.is_empty(), mps) {
+            (false, true) => format!("advertises {} and runs its MPS control daemon", advertised.join(", ")),
+            (false, false) => format!("advertises {}", advertised.join(", ")),
+            _ => "runs its MPS control daemon (nvidia.com/mps.capable=true), which holds the GPU in EXCLUSIVE_PROCESS"
+                .into(),
+        };
+        Err(BenchError::kube(format!(
+            "node {} also has NVIDIA's device plugin, which {what}: it would give the same GPU to pods the DRA driver does not know about (the driver's chart refuses to install beside it). Turn the device plugin off on this node for a --sharing-api dra run (label nvidia.com/gpu.deploy.device-plugin=false, or ClusterPolicy devicePlugin.enabled=false), or run without --sharing-api dra",
+            self.s.node
+        )))
     }
 
     /// The driver's image and gates, or why they could not be read (after

@@ -1179,6 +1179,7 @@ async fn a_mig_capacity_search_fits_one_pod_per_instance_and_the_eighth_stays_pe
 fn dra_node(time_slicing: bool, mps: bool) -> ClusterSpec {
     let mut spec = ClusterSpec::h100("gpu-1");
     spec.dra = Some(gpushare_k8s_sim::dra::Gates { time_slicing, mps });
+    spec.device_plugin = false;
     spec
 }
 
