@@ -158,3 +158,61 @@ async fn the_real_control_plane_schedules_serves_dra_and_enforces_the_harness_rb
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_an_overlay_removes_only_what_the_overlay_made() {
+    // The docs' order: the base (namespace, RBAC, Service, PodMonitor's CRD from
+    // kube-prometheus), the DRA Role, then the DRA overlay by hand; deleting the overlay
+    // (as the harness's message about leftover claims says) must leave the base alone.
+    let dir = tempfile::tempdir().expect("tmp");
+    let cp = ControlPlane::start(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    for ns in ["gpu-operator", "monitoring", "dra-driver-nvidia-gpu"] {
+        ok(&cp.kubectl(&["create", "namespace", ns]), "create namespace");
+    }
+    let crd = dir.path().join("podmonitor-crd.json");
+    std::fs::write(&crd, gpushare_k8s_sim::node::POD_MONITOR_CRD).expect("write");
+    ok(&cp.kubectl(&["apply", "-f", &crd.to_string_lossy()]), "PodMonitor CRD");
+    ok(
+        &cp.kubectl(&[
+            "wait",
+            "--for=condition=Established",
+            "crd/podmonitors.monitoring.coreos.com",
+        ]),
+        "CRD established",
+    );
+    let manifests = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests");
+    let kustomize = |verb: &str, dir: &str| {
+        let path = manifests.join(dir);
+        ok(
+            &cp.kubectl(&[verb, "-k", &path.to_string_lossy()]),
+            &format!("kubectl {verb} -k manifests/{dir}"),
+        )
+    };
+    kustomize("apply", "base");
+    kustomize("apply", "dra");
+    kustomize("apply", "overlays/dra");
+    let deleted = kustomize("delete", "overlays/dra");
+    assert!(
+        deleted.contains("deployment.apps \"gpushare-workload\" deleted")
+            && deleted.contains("resourceclaim.resource.k8s.io \"gpushare-mps-7\" deleted"),
+        "{deleted}"
+    );
+    for (kind, ns, name) in [
+        ("namespace", "", "gpushare-bench"),
+        ("serviceaccount", "gpushare-bench", "gpushare-bench"),
+        ("role", "gpushare-bench", "gpushare-bench-workload"),
+        ("role", "dra-driver-nvidia-gpu", "gpushare-bench-dra-driver"),
+        ("service", "gpushare-bench", "gpushare-workload"),
+    ] {
+        let mut args = vec!["get", kind, name];
+        if !ns.is_empty() {
+            args.extend(["-n", ns]);
+        }
+        let out = cp.kubectl(&args);
+        assert!(
+            out.status.success(),
+            "{kind} {ns}/{name} went with the overlay: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -33,7 +33,7 @@ use serde_json::{Value, json};
 use crate::gpu::GpuState;
 use crate::world::{ClusterSpec, OperandKind, PodFacts, Secs, WorkloadAct};
 
-pub use setup::CLUSTER_POLICY_CRD;
+pub use setup::{CLUSTER_POLICY_CRD, POD_MONITOR_CRD};
 
 /// How often the agent reads the API (wall clock).
 const TICK: Duration = Duration::from_millis(50);
