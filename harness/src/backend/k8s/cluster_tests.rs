@@ -614,3 +614,129 @@ async fn a_dra_sweep_shares_one_gpu_through_claims_and_leaves_nothing() {
     );
     assert!(j.labels_set.is_empty() && j.keys_added.is_empty(), "{j:?}");
 }
+
+async fn journal_shows(path: &Path, f: impl Fn(&journal::Journal) -> bool) {
+    loop {
+        if let Ok(Some(j)) = journal::read(path)
+            && f(&j)
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Runs a sweep until `when` holds for its journal, then drops it: no restore runs, as
+/// when the harness is killed with SIGKILL (the run directory's lock goes with it).
+async fn kill_when(c: &TestCluster, plan: &SweepPlan, when: impl Fn(&journal::Journal) -> bool) {
+    let path = plan.out.join("sim").join(journal::FILE);
+    tokio::select! {
+        r = sweep(c, plan, false) => panic!("the sweep ended before the kill: {r:?}\n{}", c.log()),
+        () = journal_shows(&path, when) => {}
+    }
+    // The label patch that follows the journal entry reaches the cluster or not; either
+    // way the node is mid-switch now.
+}
+
+/// A node whose user had chosen a device-plugin config entry of their own.
+fn user_labelled(spec: ClusterSpec) -> ClusterSpec {
+    let mut spec = spec;
+    spec.labels.insert(objects::LABEL_PLUGIN_CONFIG.into(), "any".into());
+    spec
+}
+
+async fn node_labels(c: &TestCluster) -> BTreeMap<String, String> {
+    let node = Api::<Node>::all(c.admin.clone()).get("gpu-1").await.expect("node");
+    node.metadata.labels.unwrap_or_default().into_iter().collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_mig_switch_then_resumed_restores_the_original_labels_from_the_journal() {
+    let c = start(user_labelled(ClusterSpec::h100("gpu-1"))).await;
+    let before = state(&c).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = plan(dir.path(), "time-slicing,mig,exclusive", "1,3");
+    kill_when(&c, &p, |j| j.labels_set.contains_key(objects::LABEL_MIG_CONFIG)).await;
+    let mid = node_labels(&c).await;
+    assert_ne!(mid.get(objects::LABEL_PLUGIN_CONFIG).map(String::as_str), Some("any"));
+    // Resume: the originals come from the journal, not from the node as it is now.
+    let outcome = sweep(&c, &p, true)
+        .await
+        .unwrap_or_else(|e| panic!("resume: {e}\n{}", c.log()));
+    assert_eq!(outcome.failed, 0, "{}", c.log());
+    check_cells(&c, dir.path(), 6);
+    assert_eq!(state(&c).await, before, "{}", c.log());
+    // `restore --node` afterwards has nothing left to do.
+    let path = dir.path().join("sim").join(journal::FILE);
+    let client = c.harness_client().await.expect("client");
+    let report = restore_from_journal(&client, &path, &settings(&p), &Shutdown::new())
+        .await
+        .expect("restore");
+    assert!(report.undone.is_empty(), "{report:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_mps_switch_then_restore_node_puts_back_only_what_the_harness_changed() {
+    let mut spec = user_labelled(ClusterSpec::h100("gpu-1"));
+    // The user had already installed manifests/device-plugin-config.yaml's exclusive key.
+    if let Some(cm) = spec.configmap.as_mut() {
+        cm.insert(
+            objects::config_entry_name(Strategy::Exclusive, 1),
+            objects::device_plugin_config(Strategy::Exclusive, 1),
+        );
+    }
+    let c = start(spec).await;
+    let before = state(&c).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = plan(dir.path(), "mps", "1,3");
+    kill_when(&c, &p, |j| {
+        j.labels_set
+            .get(objects::LABEL_PLUGIN_CONFIG)
+            .is_some_and(|v| v.last().map(String::as_str) == Some("gpushare-mps-3"))
+    })
+    .await;
+    let path = dir.path().join("sim").join(journal::FILE);
+    let j = journal::read(&path).expect("journal").expect("exists");
+    assert!(
+        !j.keys_added.contains_key("gpushare-exclusive"),
+        "a key the user had is not the harness's: {j:?}"
+    );
+    let client = c.harness_client().await.expect("client");
+    let report = restore_from_journal(&client, &path, &settings(&p), &Shutdown::new())
+        .await
+        .unwrap_or_else(|e| panic!("restore: {e}\n{}", c.log()));
+    assert!(!report.undone.is_empty());
+    assert_eq!(state(&c).await, before, "{}", c.log());
+    let again = restore_from_journal(&client, &path, &settings(&p), &Shutdown::new())
+        .await
+        .expect("second restore");
+    assert!(again.undone.is_empty(), "{again:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interrupted_then_resumed_restores_at_the_end_of_the_resumed_run() {
+    let c = start(user_labelled(ClusterSpec::h100("gpu-1"))).await;
+    let before = state(&c).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = plan(dir.path(), "time-slicing,mps", "1,3");
+    let shutdown = Shutdown::new();
+    let s = session(&c, &p, false).await.expect("session");
+    let result = run_with_source(
+        s,
+        &SteadyMetrics::default(),
+        &StopAfterFirst(shutdown.clone()),
+        &shutdown,
+    )
+    .await;
+    assert!(matches!(&result, Err(e) if e.is_interrupt()), "{result:?}");
+    assert_eq!(state(&c).await, before, "Ctrl-C restores\n{}", c.log());
+    // The resumed run changes the node again, and must put it back again.
+    sweep(&c, &p, true)
+        .await
+        .unwrap_or_else(|e| panic!("resume: {e}\n{}", c.log()));
+    assert_eq!(state(&c).await, before, "the resumed run restores\n{}", c.log());
+    let j = journal::read(&dir.path().join("sim").join(journal::FILE))
+        .expect("journal")
+        .expect("exists");
+    assert!(j.restored && !j.has_changes(), "{j:?}");
+}

@@ -172,21 +172,6 @@ async fn sweep(sim: &SimCluster, plan: &SweepPlan, resume: bool) -> Result<Sweep
     run_with_source(s, &SteadyMetrics::default(), &Quiet, &shutdown).await
 }
 
-/// Asks for a stop (Ctrl-C) when the first cell is done.
-struct StopAfterFirst(Shutdown);
-
-impl Progress for StopAfterFirst {
-    fn sweep_start(&self, _: u64, _: u64, _: &str) {}
-    fn cell_start(&self, _: &str) {}
-    fn phase(&self, _: &str) {}
-    fn window(&self, _: usize, _: f64, _: f64, _: bool) {}
-    fn cell_done(&self, _: &str, _: bool) {
-        self.0.request(libc::SIGINT);
-    }
-    fn message(&self, _: &str) {}
-    fn finish(&self) {}
-}
-
 /// The label mig-parted adds when a node without it goes through a MIG change: it
 /// pauses `nvidia.com/gpu.deploy.nvsm` and sets it back to `true` whatever it was, unless
 /// `false` (mig-parted v0.13.1 `pkg/mig/reconfigure/reconfigure.go` `maybeSetPaused`,
@@ -281,47 +266,6 @@ fn check_cells(sim: &SimCluster, dir: &Path, cells: usize) {
     // Keys were projected before the relabel: no config-manager ever missed its file.
     let log = sim.log();
     assert!(!log.contains("does not exist"), "{log}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_default_sweep_in_both_directions_leaves_the_node_as_it_began() {
-    for order in ["time-slicing,mps,mig,exclusive", "exclusive,mig,mps,time-slicing"] {
-        let sim = start(ClusterSpec::h100("gpu-1")).await;
-        let before = state(&sim);
-        let dir = tempfile::tempdir().expect("tmp");
-        let p = plan(dir.path(), order, "1,3,5,7");
-        let outcome = sweep(&sim, &p, false)
-            .await
-            .unwrap_or_else(|e| panic!("{order}: {e}\n{}", sim.log()));
-        assert_eq!((outcome.measured, outcome.failed), (16, 0), "{}", sim.log());
-        check_cells(&sim, dir.path(), 16);
-        let facts = sim.with(|w| w.pod_facts.clone());
-        assert!(facts.values().any(|f| f.mig) && facts.values().any(|f| f.mps_enforced.is_some()));
-        assert_eq!(
-            state(&sim),
-            before,
-            "{order}: node or ConfigMap not as they began\n{}",
-            sim.log()
-        );
-        let j = journal::read(&dir.path().join("sim").join(journal::FILE))
-            .expect("journal")
-            .expect("exists");
-        assert!(j.restored && !j.has_changes());
-        // The report shows what switching cost.
-        let data = crate::report::RunData::load(&dir.path().join("sim")).expect("run data");
-        let titles: Vec<String> = crate::report::tables::all(&data)
-            .tables
-            .into_iter()
-            .map(|t| t.title)
-            .collect();
-        for t in [
-            "Switch to the cell's configuration (Kubernetes)",
-            "MIG reconfiguration (Kubernetes)",
-            "Pods ready after launch",
-        ] {
-            assert!(titles.iter().any(|x| x == t), "{t} missing from {titles:?}");
-        }
-    }
 }
 
 /// Sweeps a server of the user's own (time-slicing and MPS × 1, 3) given by `server`
@@ -438,67 +382,6 @@ fn user_labelled(spec: ClusterSpec) -> ClusterSpec {
     let mut spec = spec;
     spec.labels.insert(objects::LABEL_PLUGIN_CONFIG.into(), "any".into());
     spec
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_mid_mig_switch_then_resumed_restores_the_original_labels_from_the_journal() {
-    let sim = start(user_labelled(ClusterSpec::h100("gpu-1"))).await;
-    let before = state(&sim);
-    let dir = tempfile::tempdir().expect("tmp");
-    let p = plan(dir.path(), "time-slicing,mig,exclusive", "1,3");
-    kill_when(&sim, &p, |j| j.labels_set.contains_key(objects::LABEL_MIG_CONFIG)).await;
-    let mid = sim.with(|w| w.node_labels());
-    assert_ne!(mid.get(objects::LABEL_PLUGIN_CONFIG).map(String::as_str), Some("any"));
-    // Resume: the originals come from the journal, not from the node as it is now.
-    let outcome = sweep(&sim, &p, true)
-        .await
-        .unwrap_or_else(|e| panic!("resume: {e}\n{}", sim.log()));
-    assert_eq!(outcome.failed, 0);
-    check_cells(&sim, dir.path(), 6);
-    assert_eq!(state(&sim), before, "{}", sim.log());
-    // `restore --node` afterwards has nothing left to do.
-    let path = dir.path().join("sim").join(journal::FILE);
-    let report = restore_from_journal(&sim.client(), &path, &settings(&p), &Shutdown::new())
-        .await
-        .expect("restore");
-    assert!(report.undone.is_empty(), "{report:?}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_mid_mps_switch_then_restore_node_puts_back_only_what_the_harness_changed() {
-    let mut spec = user_labelled(ClusterSpec::h100("gpu-1"));
-    // The user had already installed manifests/device-plugin-config.yaml's exclusive key.
-    if let Some(cm) = spec.configmap.as_mut() {
-        cm.insert(
-            objects::config_entry_name(Strategy::Exclusive, 1),
-            objects::device_plugin_config(Strategy::Exclusive, 1),
-        );
-    }
-    let sim = start(spec).await;
-    let before = state(&sim);
-    let dir = tempfile::tempdir().expect("tmp");
-    let p = plan(dir.path(), "mps", "1,3");
-    kill_when(&sim, &p, |j| {
-        j.labels_set
-            .get(objects::LABEL_PLUGIN_CONFIG)
-            .is_some_and(|v| v.last().map(String::as_str) == Some("gpushare-mps-3"))
-    })
-    .await;
-    let path = dir.path().join("sim").join(journal::FILE);
-    let j = journal::read(&path).expect("journal").expect("exists");
-    assert!(
-        !j.keys_added.contains_key("gpushare-exclusive"),
-        "a key the user had is not the harness's: {j:?}"
-    );
-    let report = restore_from_journal(&sim.client(), &path, &settings(&p), &Shutdown::new())
-        .await
-        .unwrap_or_else(|e| panic!("restore: {e}\n{}", sim.log()));
-    assert!(!report.undone.is_empty());
-    assert_eq!(state(&sim), before, "{}", sim.log());
-    let again = restore_from_journal(&sim.client(), &path, &settings(&p), &Shutdown::new())
-        .await
-        .expect("second restore");
-    assert!(again.undone.is_empty(), "{again:?}");
 }
 
 async fn open_error(sim: &SimCluster) -> String {
@@ -652,34 +535,6 @@ async fn a_port_forward_the_role_does_not_grant_fails_with_the_rbac_message() {
         err.contains("forbidden") && err.contains("cannot get resource \"pods/portforward\""),
         "{err}"
     );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn interrupted_then_resumed_restores_at_the_end_of_the_resumed_run() {
-    let sim = start(user_labelled(ClusterSpec::h100("gpu-1"))).await;
-    let before = state(&sim);
-    let dir = tempfile::tempdir().expect("tmp");
-    let p = plan(dir.path(), "time-slicing,mps", "1,3");
-    let shutdown = Shutdown::new();
-    let s = session(&sim, &p, false).await.expect("session");
-    let result = run_with_source(
-        s,
-        &SteadyMetrics::default(),
-        &StopAfterFirst(shutdown.clone()),
-        &shutdown,
-    )
-    .await;
-    assert!(matches!(&result, Err(e) if e.is_interrupt()), "{result:?}");
-    assert_eq!(state(&sim), before, "Ctrl-C restores\n{}", sim.log());
-    // The resumed run changes the node again, and must put it back again.
-    sweep(&sim, &p, true)
-        .await
-        .unwrap_or_else(|e| panic!("resume: {e}\n{}", sim.log()));
-    assert_eq!(state(&sim), before, "the resumed run restores\n{}", sim.log());
-    let j = journal::read(&dir.path().join("sim").join(journal::FILE))
-        .expect("journal")
-        .expect("exists");
-    assert!(j.restored && !j.has_changes(), "{j:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1267,158 +1122,6 @@ async fn start_dra(spec: ClusterSpec) -> SimCluster {
         .expect("simulator");
     sim.with(|w| w.add_namespace("gpushare-bench"));
     sim
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dra_sweep_shares_one_gpu_through_claims_and_leaves_nothing() {
-    // The claims made for exclusive × 1's pod outlive it by 30 virtual seconds (J7): the
-    // next cell's pods must not be judged while that claim still holds the GPU.
-    let mut spec = dra_node(true, true);
-    spec.timings.claim_gc = 30.0;
-    let sim = start_dra(spec).await;
-    let before = state(&sim);
-    let dir = tempfile::tempdir().expect("tmp");
-    let p = dra_plan(
-        dir.path(),
-        "exclusive,time-slicing,mps,mig",
-        "1,3",
-        "timeslice = \"default,long\"\n",
-    );
-    let s = dra_session(&sim, &p)
-        .await
-        .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
-    let outcome = run_with_source(s, &SteadyMetrics::default(), &Quiet, &Shutdown::new())
-        .await
-        .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
-    let rows = sim_rows(dir.path());
-    let agg = |s: &str, n: u64| agg_row(&rows, s, n);
-    // Exclusive, time-slicing once per interval, MPS: 4 arms × 2 counts; MIG unavailable.
-    assert_eq!(
-        (outcome.measured, outcome.unavailable),
-        (8, 2),
-        "{rows:?}\n{}",
-        sim.log()
-    );
-    for (s, n, note) in [
-        ("exclusive", 1, "DRA: a claim (and a GPU) per pod"),
-        ("time-slicing-default", 1, "GpuConfig TimeSlicing interval Default"),
-        ("time-slicing-default", 3, "GpuConfig TimeSlicing interval Default"),
-        ("time-slicing-long", 1, "GpuConfig TimeSlicing interval Long"),
-        ("time-slicing-long", 3, "GpuConfig TimeSlicing interval Long"),
-        (
-            "mps",
-            3,
-            "GpuConfig MPS (33% of the threads, pinned memory 27186Mi per client)",
-        ),
-    ] {
-        let r = agg(s, n);
-        assert!(r["note"].as_str().is_some_and(|t| t.contains(note)), "{r}");
-        // Each interval's 3-pod cell has its own 1-pod baseline.
-        assert!(n == 1 || s == "exclusive" || r["speedup_vs_1pod"].is_number(), "{r}");
-    }
-    assert!(
-        rows.iter()
-            .all(|r| r["strategy"] == "time-slicing" || r["timeslice"].is_null()),
-        "only time-slicing rows carry an interval"
-    );
-    // One GPU: exclusive × 3 gives one pod a claim's GPU; the scheduler finds none for
-    // the other two claims (J4).
-    let ex3: Vec<&Value> = rows
-        .iter()
-        .filter(|r| r["strategy"] == "exclusive" && r["pods"] == 3 && r["pod"] != "all")
-        .collect();
-    let pending: Vec<&&Value> = ex3.iter().filter(|r| r["status"] == "pending").collect();
-    assert_eq!(pending.len(), 2, "{ex3:?}");
-    assert!(
-        pending[0]["note"]
-            .as_str()
-            .is_some_and(|n| n.contains("0/1 nodes are available: 1 cannot allocate all claims.")),
-        "{:?}",
-        pending[0]
-    );
-    assert!(
-        agg("mig", 1)["note"]
-            .as_str()
-            .is_some_and(|n| n.contains("publishes no MIG device (mig.nvidia.com)")),
-        "MIG off: unavailable, and the harness turns nothing on"
-    );
-    // What the driver applied to each shared cell's pods: one claim, one GPU.
-    sim.with(|w| {
-        for (cell, want) in [
-            (
-                "time-slicing-long-3",
-                Some(gpushare_k8s_sim::dra::Sharing::TimeSlicing("Long".into())),
-            ),
-            (
-                "time-slicing-default-3",
-                Some(gpushare_k8s_sim::dra::Sharing::TimeSlicing("Default".into())),
-            ),
-            (
-                "mps-3",
-                Some(gpushare_k8s_sim::dra::Sharing::Mps {
-                    thread_percentage: Some(33),
-                    pinned_limit: Some("27186Mi".into()),
-                }),
-            ),
-        ] {
-            let facts: Vec<&gpushare_k8s_sim::PodFacts> = w.pod_facts.values().filter(|f| f.cell == cell).collect();
-            assert_eq!(facts.len(), 3, "{cell}");
-            assert!(
-                facts.iter().all(|f| f.claim == format!("gpushare-{cell}")),
-                "{cell}: {facts:?}"
-            );
-            assert!(
-                facts.iter().all(|f| f.dra_sharing == want && f.gpu == Some(0)),
-                "{cell}: {facts:?}"
-            );
-        }
-        // A claim of its own per exclusive pod, made from the template.
-        let ex1: Vec<&gpushare_k8s_sim::PodFacts> = w.pod_facts.values().filter(|f| f.cell == "exclusive-1").collect();
-        assert!(
-            ex1.len() == 1 && ex1[0].claim.starts_with("gpushare-workload-"),
-            "{ex1:?}"
-        );
-    });
-    assert!(
-        dra_leftovers(&sim).is_empty(),
-        "{:?}\n{}",
-        dra_leftovers(&sim),
-        sim.log()
-    );
-    assert_eq!(state(&sim), before, "nothing on the node changes\n{}", sim.log());
-    let j = journal::read(&dir.path().join("sim").join(journal::FILE))
-        .expect("journal")
-        .expect("exists");
-    assert!(
-        j.restored && j.claims.contains("resourceclaims/gpushare-mps-3"),
-        "{j:?}"
-    );
-    assert!(j.labels_set.is_empty() && j.keys_added.is_empty(), "{j:?}");
-    // The report says how the GPU was shared.
-    let data = crate::report::RunData::load(&dir.path().join("sim")).expect("run data");
-    let html = crate::report::render(&data).expect("report").html;
-    assert!(
-        html.contains("DRA: ResourceClaims with NVIDIA")
-            && html.contains("time-slice interval default,long, each its own rows"),
-        "no Sharing API row"
-    );
-    // Each interval is a row of the tables, with the reading that says what it is.
-    assert!(
-        html.contains("Time-slicing (default)") && html.contains("Time-slicing (long)"),
-        "no interval rows"
-    );
-    assert!(html.contains("nvidia-smi compute-policy --set-timeslice 0 to 3"));
-    let csv = std::fs::read_to_string(dir.path().join("sim/cells.csv")).expect("csv");
-    assert!(
-        csv.lines()
-            .next()
-            .is_some_and(|h| h.split(',').any(|c| c == "timeslice")),
-        "{csv}"
-    );
-    assert!(
-        csv.lines()
-            .any(|l| l.contains(",time-slicing,3,") && l.ends_with(",long,,"))
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
