@@ -740,3 +740,107 @@ async fn interrupted_then_resumed_restores_at_the_end_of_the_resumed_run() {
         .expect("exists");
     assert!(j.restored && !j.has_changes(), "{j:?}");
 }
+
+/// An isolation run's plan on the node: every scenario under exclusive, time-slicing and
+/// MPS, in wall-clock times (the node scales the pods' own flags to its clock).
+fn isolation_plan(dir: &Path) -> SweepPlan {
+    use crate::isolation::plan::{IsolationPlan, Scenario};
+    let iso = IsolationPlan {
+        scenarios: Scenario::ALL.to_vec(),
+        victim_rate: 50.0,
+        aggressors: vec![1, 3],
+        event_after_s: 0.3,
+        observe_s: 0.4,
+        slo_s: None,
+        aggressor_image: None,
+    };
+    let mut p = plan(dir, "exclusive,time-slicing,mps", "1");
+    p.pods = iso.pod_counts();
+    p.isolation = Some(iso);
+    p
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn isolation_trials_run_as_two_deployments_and_kubernetes_restarts_the_victim() {
+    let c = start(ClusterSpec::h100("gpu-1")).await;
+    let before = state(&c).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let plan = isolation_plan(dir.path());
+    let shutdown = Shutdown::new();
+    let s = session(&c, &plan, false)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
+    let trials = &mut crate::isolation::command::Trials;
+    let finished = crate::sweep::runner::run_work_with_source(s, trials, &SteadyMetrics::default(), &Quiet, &shutdown)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
+    let records = finished.store.isolation().to_vec();
+    assert_eq!(records.len(), 18, "{records:#?}");
+    let find = |s: Strategy, scenario: &str, k: u32| {
+        records
+            .iter()
+            .find(|r| r.strategy == s && r.scenario == scenario && r.aggressors == k)
+            .unwrap_or_else(|| panic!("{s} {scenario} × {k}: {records:#?}"))
+    };
+    for s in [Strategy::Exclusive, Strategy::TimeSlicing, Strategy::Mps] {
+        let alone = find(s, "alone", 0);
+        assert_eq!(
+            alone.victim_status,
+            crate::domain::CellStatus::Ok,
+            "{alone:?}\n{}",
+            c.log()
+        );
+        // The crash is the aggressor's own SIGKILL (shareProcessNamespace lets it
+        // land); the kubelet restarts it in its pod; the victim serves on.
+        if s != Strategy::Exclusive {
+            let crash = find(s, "crash", 1);
+            assert_eq!(crash.victim_status, crate::domain::CellStatus::Ok, "{crash:?}");
+            assert!(
+                crash.aggressor_outcome.contains("exit 137"),
+                "{}\n{}",
+                crash.aggressor_outcome,
+                c.log()
+            );
+        }
+    }
+    // Exclusive: the victim was bound first (the harness waits for its binding before
+    // it applies the aggressors) and holds the GPU; the aggressors wait.
+    let ex = find(Strategy::Exclusive, "noisy-neighbour", 3);
+    assert_eq!(ex.victim_status, crate::domain::CellStatus::Ok, "{ex:?}");
+    assert_eq!((ex.survivors, ex.started), (1, 1), "{ex:?}");
+    assert!(ex.aggressor_outcome.contains("pending"), "{ex:?}");
+    // Time-slicing: a fault ends the faulting container only.
+    let ts = find(Strategy::TimeSlicing, "fault", 1);
+    assert_eq!(ts.victim_status, crate::domain::CellStatus::Ok, "{ts:?}");
+    assert!(ts.aggressor_outcome.contains("exit 5"), "{ts:?}");
+    assert!(ts.recovery.starts_with("not needed"), "{ts:?}");
+    // MPS: one server for the node, one fault domain: the victim exits with the
+    // aggressor, and the kubelet's restart serves again.
+    let mps = find(Strategy::Mps, "fault", 1);
+    assert_eq!(mps.victim_exit_code, Some(5), "{mps:?}\n{}", c.log());
+    assert!(mps.recovery_s.is_some_and(|s| s > 0.0), "{mps:?}");
+    // Every pod ran under its trial's own configuration.
+    for (pod, f) in &c.node.facts() {
+        let (strategy, n) = f.cell.rsplit_once('-').expect("cell label");
+        let n: u32 = n.parse().expect("pods");
+        match strategy {
+            "mps" => assert_eq!(f.mps_enforced, Some(objects::sharing_replicas(n)), "{pod}"),
+            "time-slicing" => assert_eq!(f.plugin_replicas, Some(4), "{pod}"),
+            _ => assert_eq!(f.plugin_replicas, Some(1), "{pod}"),
+        }
+    }
+    let left = c
+        .kubectl(&["get", "deployments,pods", "-n", "gpushare-bench", "-o", "name"])
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(left.trim().is_empty(), "left behind: {left}");
+    let j = journal::read(&journal::path_in(&dir.path().join("sim")))
+        .expect("journal")
+        .expect("journal");
+    assert!(j.restored && j.deployments.len() == 2, "{j:?}");
+    assert_eq!(
+        state(&c).await,
+        before,
+        "node or ConfigMap not as they began\n{}",
+        c.log()
+    );
+}

@@ -731,10 +731,6 @@ fn isolation_plan(dir: &Path) -> SweepPlan {
     p
 }
 
-async fn isolation(sim: &SimCluster, plan: &SweepPlan) -> Result<Vec<crate::results::isolation::IsolationRecord>> {
-    isolation_with(sim, plan, settings(plan)).await
-}
-
 /// [`isolation`] with the backend's settings given.
 async fn isolation_with(
     sim: &SimCluster,
@@ -747,97 +743,6 @@ async fn isolation_with(
     let finished =
         crate::sweep::runner::run_work_with_source(s, trials, &SteadyMetrics::default(), &Quiet, &shutdown).await?;
     Ok(finished.store.isolation().to_vec())
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn isolation_trials_run_as_two_deployments_and_kubernetes_restarts_the_victim() {
-    // A slow scheduler queue (40 virtual s, 0.2 s of wall time): a harness that applied
-    // the aggressors without waiting for the victim's binding would lose the race.
-    let mut spec = ClusterSpec::h100("gpu-1");
-    spec.timings.scheduler_queue = 40.0;
-    let sim = start(spec).await;
-    let before = state(&sim);
-    let dir = tempfile::tempdir().expect("tmp");
-    let plan = isolation_plan(dir.path());
-    let records = isolation(&sim, &plan)
-        .await
-        .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
-    assert_eq!(records.len(), 18, "{records:#?}");
-    let find = |s: Strategy, scenario: &str, k: u32| {
-        records
-            .iter()
-            .find(|r| r.strategy == s && r.scenario == scenario && r.aggressors == k)
-            .unwrap_or_else(|| panic!("{s} {scenario} × {k}: {records:#?}"))
-    };
-    for s in [Strategy::Exclusive, Strategy::TimeSlicing, Strategy::Mps] {
-        let alone = find(s, "alone", 0);
-        assert_eq!(
-            alone.victim_status,
-            crate::domain::CellStatus::Ok,
-            "{alone:?}\n{}",
-            sim.log()
-        );
-        // The crash is the aggressor's own SIGKILL (shareProcessNamespace lets it
-        // land); the kubelet restarts it in its pod; the victim serves on.
-        if s != Strategy::Exclusive {
-            let crash = find(s, "crash", 1);
-            assert_eq!(crash.victim_status, crate::domain::CellStatus::Ok, "{crash:?}");
-            assert!(
-                crash.aggressor_outcome.contains("exit 137"),
-                "{}\n{}",
-                crash.aggressor_outcome,
-                sim.log()
-            );
-        }
-    }
-    // Exclusive: the victim was bound first and holds the GPU; the aggressors wait.
-    let ex = find(Strategy::Exclusive, "noisy-neighbour", 3);
-    assert_eq!(ex.victim_status, crate::domain::CellStatus::Ok, "{ex:?}");
-    assert_eq!((ex.survivors, ex.started), (1, 1), "{ex:?}");
-    assert!(ex.aggressor_outcome.contains("pending"), "{ex:?}");
-    // Time-slicing: a fault ends the faulting container only.
-    let ts = find(Strategy::TimeSlicing, "fault", 1);
-    assert_eq!(ts.victim_status, crate::domain::CellStatus::Ok, "{ts:?}");
-    assert!(ts.aggressor_outcome.contains("exit 5"), "{ts:?}");
-    assert!(ts.recovery.starts_with("not needed"), "{ts:?}");
-    // MPS: one server for the node, one fault domain: the victim exits with the
-    // aggressor, and the kubelet's restart serves again.
-    let mps = find(Strategy::Mps, "fault", 1);
-    assert_eq!(mps.victim_exit_code, Some(5), "{mps:?}\n{}", sim.log());
-    assert!(mps.recovery_s.is_some_and(|s| s > 0.0), "{mps:?}");
-    assert!(
-        mps.note.contains("2 MPS replicas") || mps.note.contains("gpushare-mps-2"),
-        "{mps:?}"
-    );
-    // Every pod ran under its trial's own configuration.
-    sim.with(|w| {
-        for (pod, f) in &w.pod_facts {
-            let (strategy, n) = f.cell.rsplit_once('-').expect("cell label");
-            let n: u32 = n.parse().expect("pods");
-            match strategy {
-                "mps" => assert_eq!(f.mps_enforced, Some(objects::sharing_replicas(n)), "{pod}"),
-                "time-slicing" => assert_eq!(f.plugin_replicas, Some(4), "{pod}"),
-                _ => assert_eq!(f.plugin_replicas, Some(1), "{pod}"),
-            }
-        }
-        let left: Vec<String> = w
-            .objects
-            .keys()
-            .filter(|k| k.namespace == "gpushare-bench" && matches!(k.resource.as_str(), "deployments" | "pods"))
-            .map(|k| k.name.clone())
-            .collect();
-        assert!(left.is_empty(), "left behind: {left:?}");
-    });
-    let j = journal::read(&journal::path_in(&dir.path().join("sim")))
-        .expect("journal")
-        .expect("journal");
-    assert!(j.restored && j.deployments.len() == 2, "{j:?}");
-    assert_eq!(
-        state(&sim),
-        before,
-        "node or ConfigMap not as they began\n{}",
-        sim.log()
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
