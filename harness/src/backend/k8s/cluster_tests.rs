@@ -5,30 +5,27 @@
 //! mid-switch, resume and restore, refused set-ups. Metrics are synthetic here: these
 //! tests are about what the harness does to the cluster, not about numbers.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::time::Instant;
 
 use super::base::{KubeSettings, restore_from_journal};
 use super::device_plugin::KubernetesBackend;
 use super::journal;
-use super::objects::{self, WorkloadSpec};
+use super::objects::{self};
+use super::test_support::{self, Quiet, SteadyMetrics, StopAfterFirst, plan};
 use crate::backend::Session;
 use crate::config::options::SweepOptions;
 use crate::config::plan::{MeasureSettings, SweepPlan};
-use crate::domain::{DeviceKind, Source, Strategy};
+use crate::domain::{DeviceKind, Strategy};
 use crate::error::Result;
-use crate::metrics::{MetricsSource, PodSnapshot, Target};
 use crate::results::record::{Environment, RunRecord};
 use crate::results::store::RunStore;
 use crate::shutdown::Shutdown;
-use crate::stats::Histogram;
 use crate::sweep::SweepOutcome;
-use crate::sweep::progress::Progress;
 use crate::sweep::runner::run_with_source;
 use crate::telemetry::NoTelemetry;
 use gpushare_k8s_sim::ClusterSpec;
@@ -39,80 +36,12 @@ use kube::Api;
 /// Node seconds per wall-clock second.
 const SPEED: f64 = 50.0;
 
-/// Every pod serves 100 inferences/s of 10 ms from its first scrape on.
-#[derive(Default)]
-struct SteadyMetrics {
-    first: Mutex<HashMap<String, Instant>>,
-}
-
-impl MetricsSource for SteadyMetrics {
-    fn kind(&self) -> Source {
-        Source::Scrape
-    }
-
-    async fn snapshot(&self, targets: &[Target]) -> Result<Vec<(String, Result<PodSnapshot>)>> {
-        let now = Instant::now();
-        let mut first = self.first.lock().expect("lock");
-        Ok(targets
-            .iter()
-            .map(|t| {
-                let t0 = *first.entry(t.pod.clone()).or_insert(now);
-                let count = ((now - t0).as_secs_f64() * 100.0).floor();
-                let latency = Histogram {
-                    buckets: vec![(0.01, count), (f64::INFINITY, count)],
-                    sum: count * 0.01,
-                    count,
-                };
-                (
-                    t.pod.clone(),
-                    Ok(PodSnapshot {
-                        at: now,
-                        latency,
-                        errors: 0.0,
-                        load_seed: None,
-                    }),
-                )
-            })
-            .collect())
-    }
-}
-
-struct Quiet;
-
-impl Progress for Quiet {
-    fn sweep_start(&self, _: u64, _: u64, _: &str) {}
-    fn cell_start(&self, _: &str) {}
-    fn phase(&self, _: &str) {}
-    fn window(&self, _: usize, _: f64, _: f64, _: bool) {}
-    fn cell_done(&self, _: &str, _: bool) {}
-    fn message(&self, _: &str) {}
-    fn finish(&self) {}
-}
-
-fn plan(dir: &Path, strategies: &str, pods: &str) -> SweepPlan {
-    let o: SweepOptions = toml::from_str(&format!(
-        "backend = \"kubernetes\"\nnode = \"gpu-1\"\nstrategies = \"{strategies}\"\npods = \"{pods}\"\nrun_id = \"sim\"\nout = \"{}\"\n",
-        dir.display()
-    ))
-    .expect("options");
-    SweepPlan::from_options(o).expect("plan")
-}
-
 fn settings(plan: &SweepPlan) -> KubeSettings {
-    let workload = WorkloadSpec {
-        namespace: plan.namespace.clone(),
-        image: plan.image.clone(),
-        node: "gpu-1".into(),
-        args: vec!["--model".into(), "yolos-small".into()],
-        tolerations: vec![objects::DEFAULT_TOLERATION.into()],
-        pull_secrets: Vec::new(),
-        server: None,
-    };
-    let mut s = KubeSettings::new("gpu-1", workload);
-    s.strategies = plan.strategies.clone();
-    s.pods = plan.pods.clone();
-    s.mig_layout = plan.mig_layout.clone();
-    s.faster(SPEED)
+    test_support::settings(plan, SPEED)
+}
+
+fn sim_measure() -> MeasureSettings {
+    test_support::measure(SPEED)
 }
 
 /// Opens a session as `k8s::session::open` does (check the cluster, create or reopen
@@ -151,37 +80,10 @@ async fn session_with(
     })
 }
 
-/// Cells measured in a fraction of a wall-clock second, ready within 600 virtual seconds.
-fn sim_measure() -> MeasureSettings {
-    MeasureSettings {
-        ready_timeout: Duration::from_secs_f64(600.0 / SPEED),
-        warmup: Duration::ZERO,
-        window: Duration::from_millis(30),
-        max_cell: Duration::from_millis(300),
-        stable_windows: 2,
-        tolerance: 0.5,
-    }
-}
-
 async fn sweep(c: &TestCluster, plan: &SweepPlan, resume: bool) -> Result<SweepOutcome> {
     let shutdown = Shutdown::new();
     let s = session(c, plan, resume).await?;
     run_with_source(s, &SteadyMetrics::default(), &Quiet, &shutdown).await
-}
-
-/// Asks for a stop (Ctrl-C) when the first cell is done.
-struct StopAfterFirst(Shutdown);
-
-impl Progress for StopAfterFirst {
-    fn sweep_start(&self, _: u64, _: u64, _: &str) {}
-    fn cell_start(&self, _: &str) {}
-    fn phase(&self, _: &str) {}
-    fn window(&self, _: usize, _: f64, _: f64, _: bool) {}
-    fn cell_done(&self, _: &str, _: bool) {
-        self.0.request(libc::SIGINT);
-    }
-    fn message(&self, _: &str) {}
-    fn finish(&self) {}
 }
 
 /// The label mig-parted adds when a node without it goes through a MIG change: it

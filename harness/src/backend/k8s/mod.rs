@@ -18,4 +18,6 @@ pub mod portforward;
 pub mod session;
 #[cfg(test)]
 mod sim_tests;
+#[cfg(test)]
+mod test_support;
 pub mod trial;

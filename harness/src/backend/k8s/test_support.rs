@@ -1,0 +1,126 @@
+//! What the Kubernetes backend's tests share: synthetic metrics, silent progress, a plan
+//! and the backend's settings on the test node `gpu-1`.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::base::KubeSettings;
+use super::objects::{self, WorkloadSpec};
+use crate::config::options::SweepOptions;
+use crate::config::plan::{MeasureSettings, SweepPlan};
+use crate::domain::Source;
+use crate::error::Result;
+use crate::metrics::{MetricsSource, PodSnapshot, Target};
+use crate::shutdown::Shutdown;
+use crate::stats::Histogram;
+use crate::sweep::progress::Progress;
+
+/// Every pod serves 100 inferences/s of 10 ms from its first scrape on.
+#[derive(Default)]
+pub struct SteadyMetrics {
+    first: Mutex<HashMap<String, Instant>>,
+}
+
+impl MetricsSource for SteadyMetrics {
+    fn kind(&self) -> Source {
+        Source::Scrape
+    }
+
+    async fn snapshot(&self, targets: &[Target]) -> Result<Vec<(String, Result<PodSnapshot>)>> {
+        let now = Instant::now();
+        let mut first = self.first.lock().expect("lock");
+        Ok(targets
+            .iter()
+            .map(|t| {
+                let t0 = *first.entry(t.pod.clone()).or_insert(now);
+                let count = ((now - t0).as_secs_f64() * 100.0).floor();
+                let latency = Histogram {
+                    buckets: vec![(0.01, count), (f64::INFINITY, count)],
+                    sum: count * 0.01,
+                    count,
+                };
+                (
+                    t.pod.clone(),
+                    Ok(PodSnapshot {
+                        at: now,
+                        latency,
+                        errors: 0.0,
+                        load_seed: None,
+                    }),
+                )
+            })
+            .collect())
+    }
+}
+
+/// Progress that prints nothing.
+pub struct Quiet;
+
+impl Progress for Quiet {
+    fn sweep_start(&self, _: u64, _: u64, _: &str) {}
+    fn cell_start(&self, _: &str) {}
+    fn phase(&self, _: &str) {}
+    fn window(&self, _: usize, _: f64, _: f64, _: bool) {}
+    fn cell_done(&self, _: &str, _: bool) {}
+    fn message(&self, _: &str) {}
+    fn finish(&self) {}
+}
+
+/// Asks for a stop (Ctrl-C) when the first cell is done.
+pub struct StopAfterFirst(pub Shutdown);
+
+impl Progress for StopAfterFirst {
+    fn sweep_start(&self, _: u64, _: u64, _: &str) {}
+    fn cell_start(&self, _: &str) {}
+    fn phase(&self, _: &str) {}
+    fn window(&self, _: usize, _: f64, _: f64, _: bool) {}
+    fn cell_done(&self, _: &str, _: bool) {
+        self.0.request(libc::SIGINT);
+    }
+    fn message(&self, _: &str) {}
+    fn finish(&self) {}
+}
+
+/// A Kubernetes sweep's plan on node `gpu-1`, its run `sim` under `dir`.
+pub fn plan(dir: &Path, strategies: &str, pods: &str) -> SweepPlan {
+    let o: SweepOptions = toml::from_str(&format!(
+        "backend = \"kubernetes\"\nnode = \"gpu-1\"\nstrategies = \"{strategies}\"\npods = \"{pods}\"\nrun_id = \"sim\"\nout = \"{}\"\n",
+        dir.display()
+    ))
+    .expect("options");
+    SweepPlan::from_options(o).expect("plan")
+}
+
+/// The backend's settings for `plan` on node `gpu-1`, its waits `speed` times shorter.
+pub fn settings(plan: &SweepPlan, speed: f64) -> KubeSettings {
+    let workload = WorkloadSpec {
+        namespace: plan.namespace.clone(),
+        image: plan.image.clone(),
+        node: "gpu-1".into(),
+        args: vec!["--model".into(), "yolos-small".into()],
+        tolerations: vec![objects::DEFAULT_TOLERATION.into()],
+        pull_secrets: Vec::new(),
+        server: None,
+    };
+    let mut s = KubeSettings::new("gpu-1", workload);
+    s.strategies = plan.strategies.clone();
+    s.pods = plan.pods.clone();
+    s.mig_layout = plan.mig_layout.clone();
+    s.faster(speed)
+}
+
+/// Cells measured in a fraction of a wall-clock second, ready within 600 node seconds.
+pub fn measure(speed: f64) -> MeasureSettings {
+    MeasureSettings {
+        ready_timeout: Duration::from_secs_f64(600.0 / speed),
+        warmup: Duration::ZERO,
+        window: Duration::from_millis(30),
+        max_cell: Duration::from_millis(300),
+        stable_windows: 2,
+        tolerance: 0.5,
+    }
+}
