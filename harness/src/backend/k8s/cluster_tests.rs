@@ -13,10 +13,10 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::base::{KubeSettings, restore_from_journal};
+use super::common_tests::{self, Quiet, SteadyMetrics, StopAfterFirst, plan};
 use super::device_plugin::KubernetesBackend;
 use super::journal;
 use super::objects::{self};
-use super::test_support::{self, Quiet, SteadyMetrics, StopAfterFirst, plan};
 use crate::backend::Session;
 use crate::config::options::SweepOptions;
 use crate::config::plan::{MeasureSettings, SweepPlan};
@@ -37,11 +37,11 @@ use kube::Api;
 const SPEED: f64 = 50.0;
 
 fn settings(plan: &SweepPlan) -> KubeSettings {
-    test_support::settings(plan, SPEED)
+    common_tests::settings(plan, SPEED)
 }
 
 fn sim_measure() -> MeasureSettings {
-    test_support::measure(SPEED)
+    common_tests::measure(SPEED)
 }
 
 /// Opens a session as `k8s::session::open` does (check the cluster, create or reopen
@@ -744,5 +744,26 @@ async fn isolation_trials_run_as_two_deployments_and_kubernetes_restarts_the_vic
         before,
         "node or ConfigMap not as they began\n{}",
         c.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_without_the_gpu_toleration_stay_pending_on_a_tainted_node() {
+    // The node carries `nvidia.com/gpu:NoSchedule`; the pods tolerate another taint only.
+    let c = start(ClusterSpec::h100("gpu-1")).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = plan(dir.path(), "exclusive", "1");
+    let mut st = settings(&p);
+    st.workload.tolerations = vec!["dedicated=ml:NoSchedule".into()];
+    let s = session_with(&c, &p, false, st).await.expect("session");
+    let outcome = run_with_source(s, &SteadyMetrics::default(), &Quiet, &Shutdown::new())
+        .await
+        .expect("sweep");
+    assert_eq!(outcome.measured, 1);
+    let rows = std::fs::read_to_string(dir.path().join("sim/cells.jsonl")).expect("cells");
+    // The real scheduler's reason.
+    assert!(
+        rows.contains("\"status\":\"pending\"") && rows.contains("untolerated taint"),
+        "{rows}"
     );
 }

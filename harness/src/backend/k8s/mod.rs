@@ -8,6 +8,8 @@
 pub mod base;
 #[cfg(test)]
 mod cluster_tests;
+#[cfg(test)]
+mod common_tests;
 pub mod device_plugin;
 pub mod dra;
 pub mod dra_claims;
@@ -18,6 +20,4 @@ pub mod portforward;
 pub mod session;
 #[cfg(test)]
 mod sim_tests;
-#[cfg(test)]
-mod test_support;
 pub mod trial;

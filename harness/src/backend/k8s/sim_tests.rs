@@ -11,10 +11,10 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::base::{KubeSettings, restore_from_journal};
+use super::common_tests::{self, Quiet, SteadyMetrics, plan};
 use super::device_plugin::KubernetesBackend;
 use super::journal;
 use super::objects::{self, WorkloadSpec};
-use super::test_support::{self, Quiet, SteadyMetrics, plan};
 use crate::backend::Session;
 use crate::config::options::SweepOptions;
 use crate::config::plan::{MeasureSettings, SweepPlan};
@@ -33,11 +33,11 @@ use gpushare_k8s_sim::{ClusterSpec, SimCluster};
 const SPEED: f64 = 200.0;
 
 fn settings(plan: &SweepPlan) -> KubeSettings {
-    test_support::settings(plan, SPEED)
+    common_tests::settings(plan, SPEED)
 }
 
 fn sim_measure() -> MeasureSettings {
-    test_support::measure(SPEED)
+    common_tests::measure(SPEED)
 }
 
 /// The RBAC objects of `manifests/base/rbac.yaml` (the committed file, which a test keeps
@@ -542,31 +542,6 @@ async fn killed_at_every_journaled_change_restore_puts_the_node_back() {
             .unwrap_or_else(|e| panic!("kill after change {k}: restore: {e}\n{}", sim.log()));
         assert_eq!(state(&sim), before, "kill after change {k} of {total}\n{}", sim.log());
     }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pods_without_the_gpu_toleration_stay_pending_on_a_tainted_node() {
-    let sim = start(ClusterSpec::h100("gpu-1")).await;
-    let dir = tempfile::tempdir().expect("tmp");
-    let p = plan(dir.path(), "exclusive", "1");
-    let mut s = session(&sim, &p, false).await.expect("session");
-    s.backend = {
-        let mut st = settings(&p);
-        st.workload.tolerations = vec!["dedicated=ml:NoSchedule".into()];
-        let mut b = KubernetesBackend::new(sim.client(), st);
-        b.check_cluster().await.expect("cluster");
-        b.attach_journal(s.store.dir()).expect("journal");
-        b
-    };
-    let outcome = run_with_source(s, &SteadyMetrics::default(), &Quiet, &Shutdown::new())
-        .await
-        .expect("sweep");
-    assert_eq!(outcome.measured, 1);
-    let rows = std::fs::read_to_string(dir.path().join("sim/cells.jsonl")).expect("cells");
-    assert!(
-        rows.contains("\"status\":\"pending\"") && rows.contains("untolerated taint"),
-        "{rows}"
-    );
 }
 
 /// The error of a port-forward to a running Prometheus pod in `monitoring` (empty if none).

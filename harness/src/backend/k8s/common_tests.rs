@@ -1,4 +1,4 @@
-//! What the Kubernetes backend's tests share: synthetic metrics, silent progress, a plan
+//! What the Kubernetes backend's test modules share: synthetic metrics, silent progress, a plan
 //! and the backend's settings on the test node `gpu-1`.
 
 use std::collections::HashMap;
