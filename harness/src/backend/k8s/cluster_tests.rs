@@ -767,3 +767,50 @@ async fn pods_without_the_gpu_toleration_stay_pending_on_a_tainted_node() {
         "{rows}"
     );
 }
+
+/// The error of opening a one-cell session on `c` ("(opened)" when it opens).
+async fn open_error(c: &TestCluster) -> String {
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = plan(dir.path(), "exclusive", "1");
+    match session(c, &p, false).await {
+        Ok(_) => String::from("(opened)"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_two_gpu_node_and_a_cluster_policy_without_a_config_name_are_refused() {
+    let mut spec = ClusterSpec::h100("gpu-1");
+    spec.gpus = 2;
+    let err = open_error(&start(spec).await).await;
+    assert!(err.contains("has 2 GPUs") && err.contains("distributedAlloc"), "{err}");
+    let mut spec = ClusterSpec::h100("gpu-1");
+    spec.plugin_config = (String::new(), String::new());
+    let err = open_error(&start(spec).await).await;
+    assert!(
+        err.contains("devicePlugin.config.name") && err.contains("does nothing"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_key_with_the_harness_name_and_other_content_is_refused_untouched() {
+    let mut spec = ClusterSpec::h100("gpu-1");
+    if let Some(cm) = spec.configmap.as_mut() {
+        cm.insert("gpushare-time-slicing-3".into(), "version: v1\n# mine\n".into());
+    }
+    let c = start(spec).await;
+    let before = state(&c).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = plan(dir.path(), "time-slicing", "1,3");
+    let err = sweep(&c, &p, false)
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        err.contains("gpushare-time-slicing-3") && err.contains("never changes a key"),
+        "{err}"
+    );
+    assert_eq!(state(&c).await, before);
+}

@@ -301,30 +301,6 @@ fn user_labelled(spec: ClusterSpec) -> ClusterSpec {
     spec
 }
 
-async fn open_error(sim: &SimCluster) -> String {
-    let dir = tempfile::tempdir().expect("tmp");
-    let p = plan(dir.path(), "exclusive", "1");
-    match session(sim, &p, false).await {
-        Ok(_) => String::from("(opened)"),
-        Err(e) => e.to_string(),
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_two_gpu_node_and_a_cluster_policy_without_a_config_name_are_refused() {
-    let mut spec = ClusterSpec::h100("gpu-1");
-    spec.gpus = 2;
-    let err = open_error(&start(spec).await).await;
-    assert!(err.contains("has 2 GPUs") && err.contains("distributedAlloc"), "{err}");
-    let mut spec = ClusterSpec::h100("gpu-1");
-    spec.plugin_config = (String::new(), String::new());
-    let err = open_error(&start(spec).await).await;
-    assert!(
-        err.contains("devicePlugin.config.name") && err.contains("does nothing"),
-        "{err}"
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_config_name_is_followed_when_rbac_allows_it() {
     let mut spec = ClusterSpec::h100("gpu-1");
@@ -360,28 +336,6 @@ async fn another_config_name_is_followed_when_rbac_allows_it() {
         .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
     check_cells(&sim, dir.path(), 4);
     assert_eq!(state(&sim), before, "{}", sim.log());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_user_key_with_the_harness_name_and_other_content_is_refused_untouched() {
-    let mut spec = ClusterSpec::h100("gpu-1");
-    if let Some(cm) = spec.configmap.as_mut() {
-        cm.insert("gpushare-time-slicing-3".into(), "version: v1\n# mine\n".into());
-    }
-    let sim = start(spec).await;
-    let before = state(&sim);
-    let dir = tempfile::tempdir().expect("tmp");
-    let p = plan(dir.path(), "time-slicing", "1,3");
-    let err = sweep(&sim, &p, false)
-        .await
-        .err()
-        .map(|e| e.to_string())
-        .unwrap_or_default();
-    assert!(
-        err.contains("gpushare-time-slicing-3") && err.contains("never changes a key"),
-        "{err}"
-    );
-    assert_eq!(state(&sim), before);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
