@@ -7,27 +7,24 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
 
 use super::base::{KubeSettings, restore_from_journal};
-use super::common_tests::{self, Quiet, SteadyMetrics, StopAfterFirst, plan};
+use super::common_tests::{self, SteadyMetrics, StopAfterFirst, plan};
 use super::device_plugin::KubernetesBackend;
 use super::journal;
 use super::objects::{self};
 use crate::backend::Session;
 use crate::config::options::SweepOptions;
 use crate::config::plan::{MeasureSettings, SweepPlan};
-use crate::domain::{DeviceKind, Strategy};
+use crate::domain::Strategy;
 use crate::error::Result;
-use crate::results::record::{Environment, RunRecord};
-use crate::results::store::RunStore;
 use crate::shutdown::Shutdown;
 use crate::sweep::SweepOutcome;
+use crate::sweep::progress::Quiet;
 use crate::sweep::runner::run_with_source;
-use crate::telemetry::NoTelemetry;
 use gpushare_k8s_sim::ClusterSpec;
 use gpushare_k8s_sim::cluster::TestCluster;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
@@ -60,24 +57,9 @@ async fn session_with(
     let client = c.harness_client().await.expect("the harness's service account");
     let mut backend = KubernetesBackend::new(client, settings);
     backend.check_cluster().await?;
-    let store = if resume {
-        RunStore::open(&plan.out, "sim")?
-    } else {
-        RunStore::create(
-            &plan.out,
-            RunRecord::new("sim".into(), plan, DeviceKind::Cuda, Environment::default()),
-        )?
-    };
+    let store = common_tests::run_store(plan, resume)?;
     backend.attach_journal(store.dir())?;
-    Ok(Session {
-        backend,
-        settings: sim_measure(),
-        metrics: crate::config::plan::PrometheusSetting::Off,
-        store,
-        telemetry: Arc::new(NoTelemetry),
-        notes: Vec::new(),
-        keep_alive: Vec::new(),
-    })
+    Ok(common_tests::session_of(backend, store, sim_measure()))
 }
 
 async fn sweep(c: &TestCluster, plan: &SweepPlan, resume: bool) -> Result<SweepOutcome> {
@@ -337,20 +319,9 @@ async fn dra_session(c: &TestCluster, plan: &SweepPlan) -> Result<Session<super:
     let client = c.harness_client().await.expect("the harness's service account");
     let mut backend = super::dra::DraBackend::new(client, settings(plan), plan.dra.clone());
     backend.check_cluster().await?;
-    let store = RunStore::create(
-        &plan.out,
-        RunRecord::new("sim".into(), plan, DeviceKind::Cuda, Environment::default()),
-    )?;
+    let store = common_tests::run_store(plan, false)?;
     backend.attach_journal(store.dir())?;
-    Ok(Session {
-        backend,
-        settings: sim_measure(),
-        metrics: crate::config::plan::PrometheusSetting::Off,
-        store,
-        telemetry: Arc::new(NoTelemetry),
-        notes: Vec::new(),
-        keep_alive: Vec::new(),
-    })
+    Ok(common_tests::session_of(backend, store, sim_measure()))
 }
 
 /// The rows of the run `sim` under `dir`.

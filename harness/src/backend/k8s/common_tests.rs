@@ -3,21 +3,25 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::base::KubeSettings;
 use super::objects::{self, WorkloadSpec};
+use crate::backend::Session;
 use crate::config::options::SweepOptions;
 use crate::config::plan::{MeasureSettings, SweepPlan};
-use crate::domain::Source;
+use crate::domain::{DeviceKind, Source};
 use crate::error::Result;
 use crate::metrics::{MetricsSource, PodSnapshot, Target};
+use crate::results::record::{Environment, RunRecord};
+use crate::results::store::RunStore;
 use crate::shutdown::Shutdown;
 use crate::stats::Histogram;
 use crate::sweep::progress::Progress;
+use crate::telemetry::NoTelemetry;
 
 /// Every pod serves 100 inferences/s of 10 ms from its first scrape on.
 #[derive(Default)]
@@ -55,19 +59,6 @@ impl MetricsSource for SteadyMetrics {
             })
             .collect())
     }
-}
-
-/// Progress that prints nothing.
-pub struct Quiet;
-
-impl Progress for Quiet {
-    fn sweep_start(&self, _: u64, _: u64, _: &str) {}
-    fn cell_start(&self, _: &str) {}
-    fn phase(&self, _: &str) {}
-    fn window(&self, _: usize, _: f64, _: f64, _: bool) {}
-    fn cell_done(&self, _: &str, _: bool) {}
-    fn message(&self, _: &str) {}
-    fn finish(&self) {}
 }
 
 /// Asks for a stop (Ctrl-C) when the first cell is done.
@@ -122,5 +113,31 @@ pub fn measure(speed: f64) -> MeasureSettings {
         max_cell: Duration::from_millis(300),
         stable_windows: 2,
         tolerance: 0.5,
+    }
+}
+
+/// The run `sim` of `plan`: created, or reopened to resume.
+pub fn run_store(plan: &SweepPlan, resume: bool) -> Result<RunStore> {
+    if resume {
+        RunStore::open(&plan.out, "sim")
+    } else {
+        RunStore::create(
+            &plan.out,
+            RunRecord::new("sim".into(), plan, DeviceKind::Cuda, Environment::default()),
+        )
+    }
+}
+
+/// A session of `backend` (its journal attached to `store`) with synthetic metrics
+/// and no telemetry, measuring as `measure` says.
+pub fn session_of<B>(backend: B, store: RunStore, measure: MeasureSettings) -> Session<B> {
+    Session {
+        backend,
+        settings: measure,
+        metrics: crate::config::plan::PrometheusSetting::Off,
+        store,
+        telemetry: Arc::new(NoTelemetry),
+        notes: Vec::new(),
+        keep_alive: Vec::new(),
     }
 }

@@ -11,19 +11,19 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::base::{KubeSettings, restore_from_journal};
-use super::common_tests::{self, Quiet, SteadyMetrics, plan};
+use super::common_tests::{self, SteadyMetrics, plan};
 use super::device_plugin::KubernetesBackend;
 use super::journal;
 use super::objects::{self, WorkloadSpec};
 use crate::backend::Session;
 use crate::config::options::SweepOptions;
 use crate::config::plan::{MeasureSettings, SweepPlan};
-use crate::domain::{DeviceKind, Strategy};
+use crate::domain::Strategy;
 use crate::error::Result;
-use crate::results::record::{Environment, RunRecord};
 use crate::results::store::RunStore;
 use crate::shutdown::Shutdown;
 use crate::sweep::SweepOutcome;
+use crate::sweep::progress::Quiet;
 use crate::sweep::runner::run_with_source;
 use crate::telemetry::NoTelemetry;
 use gpushare_k8s_sim::rbac::with_rule_verbs;
@@ -63,24 +63,9 @@ async fn session_with(
 ) -> Result<Session<KubernetesBackend>> {
     let mut backend = KubernetesBackend::new(sim.client(), settings);
     backend.check_cluster().await?;
-    let store = if resume {
-        RunStore::open(&plan.out, "sim")?
-    } else {
-        RunStore::create(
-            &plan.out,
-            RunRecord::new("sim".into(), plan, DeviceKind::Cuda, Environment::default()),
-        )?
-    };
+    let store = common_tests::run_store(plan, resume)?;
     backend.attach_journal(store.dir())?;
-    Ok(Session {
-        backend,
-        settings: sim_measure(),
-        metrics: crate::config::plan::PrometheusSetting::Off,
-        store,
-        telemetry: Arc::new(NoTelemetry),
-        notes: Vec::new(),
-        keep_alive: Vec::new(),
-    })
+    Ok(common_tests::session_of(backend, store, sim_measure()))
 }
 
 async fn sweep(sim: &SimCluster, plan: &SweepPlan, resume: bool) -> Result<SweepOutcome> {
@@ -802,20 +787,9 @@ fn dra_plan(dir: &Path, strategies: &str, pods: &str, more: &str) -> SweepPlan {
 async fn dra_session(sim: &SimCluster, plan: &SweepPlan) -> Result<Session<super::dra::DraBackend>> {
     let mut backend = super::dra::DraBackend::new(sim.client(), settings(plan), plan.dra.clone());
     backend.check_cluster().await?;
-    let store = RunStore::create(
-        &plan.out,
-        RunRecord::new("sim".into(), plan, DeviceKind::Cuda, Environment::default()),
-    )?;
+    let store = common_tests::run_store(plan, false)?;
     backend.attach_journal(store.dir())?;
-    Ok(Session {
-        backend,
-        settings: sim_measure(),
-        metrics: crate::config::plan::PrometheusSetting::Off,
-        store,
-        telemetry: Arc::new(NoTelemetry),
-        notes: Vec::new(),
-        keep_alive: Vec::new(),
-    })
+    Ok(common_tests::session_of(backend, store, sim_measure()))
 }
 
 /// The rows of the run `sim` under `dir`.
