@@ -533,11 +533,13 @@ impl Agent {
     }
 
     /// A terminating pod's containers have stopped: the kubelet reports the pod terminal
-    /// (all containers exited after SIGTERM: `Succeeded`, kubernetes
-    /// `pkg/kubelet/kubelet_pods.go` `getPhase` with `podIsTerminal`), unprepares its
+    /// (`Succeeded`: all containers exited on SIGTERM; the kubelet's `getPhase` in
+    /// `pkg/kubelet/kubelet_pods.go` was not read, the phase is assumed), unprepares its
     /// claims and deletes it. The phase matters: the resourceclaim controller releases a
     /// claim only from a pod that is done (`pkg/controller/resourceclaim/controller.go`
-    /// `isPodDone`), and a pod deleted in the foreground waits for its claims.
+    /// `isPodDone`: a terminal phase, or deleted and never scheduled; read at a release
+    /// still on `resource/v1alpha2`), and the v1.34.4 controller the tests run keeps a
+    /// DRA pod deleted in the foreground until then.
     pub(super) fn pod_gone(&mut self, key: &PodKey) {
         let Some(mut run) = self.pods.remove(key) else { return };
         self.gone.insert(run.uid.clone());

@@ -113,8 +113,8 @@ pub fn rfc3339_now() -> String {
     )
 }
 
-/// The kubelet's heartbeat (`pkg/kubelet/nodelease`): the node's Lease in
-/// `kube-node-lease`, renewed; the node-lifecycle controller reads it.
+/// The kubelet's heartbeat: the node's Lease in `kube-node-lease`, renewed (the
+/// documented node-heartbeat behaviour; `pkg/kubelet/nodelease` was not read).
 pub async fn renew_lease(admin: &Client, node: &str) -> Result<(), String> {
     let leases: Api<Lease> = Api::namespaced(admin.clone(), "kube-node-lease");
     let body = json!({
@@ -192,7 +192,9 @@ pub async fn create_all(admin: &Client, s: &ClusterSpec) -> Result<(), String> {
         )
         .await?;
     }
-    // The node as the kubelet registers it (`pkg/kubelet/kubelet_node_status.go`).
+    // The node as a kubelet registers it (the documented fields; the kubelet's
+    // `kubelet_node_status.go` was not read): what the scheduler and the node-lifecycle
+    // controller of the tests' v1.34.4 control plane accept as a ready node.
     let mut labels = s.labels.clone();
     labels.insert("kubernetes.io/hostname".into(), s.node.clone());
     labels.insert("kubernetes.io/os".into(), "linux".into());
