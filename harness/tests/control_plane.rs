@@ -45,6 +45,22 @@ async fn the_real_control_plane_schedules_serves_dra_and_enforces_the_harness_rb
     for ns in ["gpu-operator", "monitoring"] {
         ok(&cp.kubectl(&["create", "namespace", ns]), "create namespace");
     }
+    // kube-prometheus's prometheus-k8s may list pods only in the namespaces its own
+    // manifests name (v0.18.0 `prometheus-roleSpecificNamespaces.yaml`): the base's Role
+    // is what lets it discover the workload pods.
+    let prometheus_may_list_pods = || {
+        let out = cp.kubectl(&[
+            "auth",
+            "can-i",
+            "list",
+            "pods",
+            "-n",
+            "gpushare-bench",
+            "--as=system:serviceaccount:monitoring:prometheus-k8s",
+        ]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(prometheus_may_list_pods(), "no");
     let manifests = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests");
     for f in ["base/namespace.yaml", "base/rbac.yaml", "workload/deployment.yaml"] {
         ok(
@@ -52,6 +68,8 @@ async fn the_real_control_plane_schedules_serves_dra_and_enforces_the_harness_rb
             &format!("kubectl apply -f {f}"),
         );
     }
+
+    assert_eq!(prometheus_may_list_pods(), "yes");
 
     // The Deployment and ReplicaSet controllers make the pods; with no node, the
     // scheduler says they cannot be scheduled.

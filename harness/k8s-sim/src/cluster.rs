@@ -68,6 +68,18 @@ impl TestCluster {
         self.kubectl(&["apply", "-k", &path.to_string_lossy()])
     }
 
+    /// `kubectl apply -f` of `objects` (as a `List`), as the administrator: what another
+    /// team, or the user by hand, puts in the cluster.
+    pub fn apply_objects(&self, objects: &[serde_json::Value]) -> Result<String, String> {
+        let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects});
+        let file = tempfile::Builder::new()
+            .suffix(".json")
+            .tempfile()
+            .map_err(|e| format!("temporary file: {e}"))?;
+        std::fs::write(file.path(), list.to_string()).map_err(|e| format!("{}: {e}", file.path().display()))?;
+        self.kubectl(&["apply", "-f", &file.path().to_string_lossy()])
+    }
+
     /// A client that authenticates as the harness's service account
     /// (`gpushare-bench/gpushare-bench`, bound by `manifests/base/rbac.yaml`).
     pub async fn harness_client(&self) -> Result<Client, String> {

@@ -31,24 +31,24 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::Api;
 
 /// Node seconds per wall-clock second.
-const SPEED: f64 = 50.0;
+pub(super) const SPEED: f64 = 50.0;
 
-fn settings(plan: &SweepPlan) -> KubeSettings {
+pub(super) fn settings(plan: &SweepPlan) -> KubeSettings {
     common_tests::settings(plan, SPEED)
 }
 
-fn sim_measure() -> MeasureSettings {
+pub(super) fn sim_measure() -> MeasureSettings {
     common_tests::measure(SPEED)
 }
 
 /// Opens a session as `k8s::session::open` does (check the cluster, create or reopen
 /// the run, attach its journal) on the simulator's client.
-async fn session(c: &TestCluster, plan: &SweepPlan, resume: bool) -> Result<Session<KubernetesBackend>> {
+pub(super) async fn session(c: &TestCluster, plan: &SweepPlan, resume: bool) -> Result<Session<KubernetesBackend>> {
     session_with(c, plan, resume, settings(plan)).await
 }
 
 /// [`session`] with the backend's settings given.
-async fn session_with(
+pub(super) async fn session_with(
     c: &TestCluster,
     plan: &SweepPlan,
     resume: bool,
@@ -62,7 +62,7 @@ async fn session_with(
     Ok(common_tests::session_of(backend, store, sim_measure()))
 }
 
-async fn sweep(c: &TestCluster, plan: &SweepPlan, resume: bool) -> Result<SweepOutcome> {
+pub(super) async fn sweep(c: &TestCluster, plan: &SweepPlan, resume: bool) -> Result<SweepOutcome> {
     let shutdown = Shutdown::new();
     let s = session(c, plan, resume).await?;
     run_with_source(s, &SteadyMetrics::default(), &Quiet, &shutdown).await
@@ -75,7 +75,7 @@ async fn sweep(c: &TestCluster, plan: &SweepPlan, resume: bool) -> Result<SweepO
 const MIG_MANAGER_ADDS: &str = "nvidia.com/gpu.deploy.nvsm";
 
 /// The node's labels and the device-plugin ConfigMap, after the operator has settled.
-async fn state(c: &TestCluster) -> (BTreeMap<String, String>, Option<BTreeMap<String, String>>) {
+pub(super) async fn state(c: &TestCluster) -> (BTreeMap<String, String>, Option<BTreeMap<String, String>>) {
     c.node.settle(150.0).await;
     let node = Api::<Node>::all(c.admin.clone()).get("gpu-1").await.expect("node");
     let mut labels: BTreeMap<String, String> = node.metadata.labels.unwrap_or_default().into_iter().collect();
@@ -94,7 +94,7 @@ async fn state(c: &TestCluster) -> (BTreeMap<String, String>, Option<BTreeMap<St
 /// A cluster where the user ran `kubectl apply -k manifests/base`, as the docs say. The
 /// operator's periodic relabelling is off, so that a label the harness wrongly removed
 /// stays removed.
-async fn start(spec: ClusterSpec) -> TestCluster {
+pub(super) async fn start(spec: ClusterSpec) -> TestCluster {
     let mut spec = spec;
     spec.timings.operator_reconcile = 1e9;
     spec.workload_time_scale = SPEED;
@@ -104,7 +104,7 @@ async fn start(spec: ClusterSpec) -> TestCluster {
 }
 
 /// Checks every cell was measured (not pending or failed) and what the pods ran on.
-fn check_cells(c: &TestCluster, dir: &Path, cells: usize) {
+pub(super) fn check_cells(c: &TestCluster, dir: &Path, cells: usize) {
     let text = std::fs::read_to_string(dir.join("sim/cells.jsonl")).expect("cells");
     let rows: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).expect("row")).collect();
     let agg: Vec<&Value> = rows.iter().filter(|r| r["pod"] == "all").collect();
@@ -278,217 +278,13 @@ async fn a_workload_deployment_still_being_deleted_is_waited_out_before_the_next
     assert_eq!((outcome.measured, outcome.failed), (1, 0), "{rows:#?}\n{}", c.log());
 }
 
-/// A node with NVIDIA's DRA driver (its feature gates) and, as the driver's chart
-/// requires, without the device plugin.
-fn dra_node(time_slicing: bool, mps: bool) -> ClusterSpec {
-    let mut spec = ClusterSpec::h100("gpu-1");
-    spec.dra = Some(gpushare_k8s_sim::dra::Gates { time_slicing, mps });
-    spec.device_plugin = false;
-    spec
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dra_run_on_a_node_where_the_device_plugin_also_hands_out_the_gpu_is_refused() {
-    let mut spec = dra_node(true, true);
-    spec.device_plugin = true;
-    let c = start_dra(spec).await;
-    let dir = tempfile::tempdir().expect("tmp");
-    let p = dra_plan(dir.path(), "mps", "1", "");
-    let err = match dra_session(&c, &p).await {
-        Ok(_) => panic!("a DRA run beside the device plugin was accepted\n{}", c.log()),
-        Err(e) => e.to_string(),
-    };
-    assert!(
-        err.contains("node gpu-1 also has NVIDIA's device plugin, which advertises nvidia.com/gpu: 1")
-            && err.contains("nvidia.com/gpu.deploy.device-plugin=false"),
-        "{err}"
-    );
-}
-
-fn dra_plan(dir: &Path, strategies: &str, pods: &str, more: &str) -> SweepPlan {
-    let o: SweepOptions = toml::from_str(&format!(
-        "backend = \"kubernetes\"\nnode = \"gpu-1\"\nsharing_api = \"dra\"\nstrategies = \"{strategies}\"\npods = \"{pods}\"\nrun_id = \"sim\"\nout = \"{}\"\n{more}",
-        dir.display()
-    ))
-    .expect("options");
-    SweepPlan::from_options(o).expect("plan")
-}
-
-/// Opens a session as `k8s::session::open_dra` does, as the harness's service account.
-async fn dra_session(c: &TestCluster, plan: &SweepPlan) -> Result<Session<super::dra::DraBackend>> {
-    let client = c.harness_client().await.expect("the harness's service account");
-    let mut backend = super::dra::DraBackend::new(client, settings(plan), plan.dra.clone());
-    backend.check_cluster().await?;
-    let store = common_tests::run_store(plan, false)?;
-    backend.attach_journal(store.dir())?;
-    Ok(common_tests::session_of(backend, store, sim_measure()))
-}
-
 /// The rows of the run `sim` under `dir`.
-fn sim_rows(dir: &Path) -> Vec<Value> {
+pub(super) fn sim_rows(dir: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(dir.join("sim/cells.jsonl")).expect("cells");
     text.lines().map(|l| serde_json::from_str(l).expect("row")).collect()
 }
 
-/// The arm a row read back as JSON belongs to (`time-slicing-long`).
-fn arm_of(r: &Value) -> String {
-    let s = r["strategy"].as_str().unwrap_or_default();
-    match r["timeslice"].as_str() {
-        Some(t) => format!("{s}-{t}"),
-        None => s.to_string(),
-    }
-}
-
-/// The aggregate row of `arm` (a strategy, or `time-slicing-long`) × `pods` among `rows`.
-fn agg_row(rows: &[Value], strategy: &str, pods: u64) -> Value {
-    rows.iter()
-        .find(|r| r["pod"] == "all" && arm_of(r) == strategy && r["pods"] == pods)
-        .cloned()
-        .unwrap_or_else(|| panic!("{strategy} × {pods} missing: {rows:?}"))
-}
-
-/// The workload namespace's claims, claim templates, Deployments and pods, once the
-/// controllers have had time to finish deleting.
-async fn dra_leftovers(c: &TestCluster) -> Vec<String> {
-    c.node.settle(100.0).await;
-    let out = c
-        .kubectl(&[
-            "get",
-            "resourceclaims,resourceclaimtemplates,deployments,pods",
-            "-n",
-            "gpushare-bench",
-            "-o",
-            "name",
-        ])
-        .unwrap_or_else(|e| panic!("{e}"));
-    out.lines().map(str::to_string).collect()
-}
-
-/// A cluster with the DRA driver, where the user applied `manifests/base` and
-/// `manifests/dra` (the Role for reading the driver's pods).
-async fn start_dra(spec: ClusterSpec) -> TestCluster {
-    let c = start(spec).await;
-    c.apply_manifests("dra").unwrap_or_else(|e| panic!("{e}"));
-    c
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dra_sweep_shares_one_gpu_through_claims_and_leaves_nothing() {
-    let c = start_dra(dra_node(true, true)).await;
-    let before = state(&c).await;
-    let dir = tempfile::tempdir().expect("tmp");
-    let p = dra_plan(
-        dir.path(),
-        "exclusive,time-slicing,mps,mig",
-        "1,3",
-        "timeslice = \"default,long\"\n",
-    );
-    let s = dra_session(&c, &p).await.unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
-    let outcome = run_with_source(s, &SteadyMetrics::default(), &Quiet, &Shutdown::new())
-        .await
-        .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
-    let rows = sim_rows(dir.path());
-    let agg = |s: &str, n: u64| agg_row(&rows, s, n);
-    // Exclusive, time-slicing once per interval, MPS: 4 arms × 2 counts; MIG unavailable.
-    assert_eq!(
-        (outcome.measured, outcome.unavailable),
-        (8, 2),
-        "{rows:#?}\n{}",
-        c.log()
-    );
-    for (s, n, note) in [
-        ("exclusive", 1, "DRA: a claim (and a GPU) per pod"),
-        ("time-slicing-default", 1, "GpuConfig TimeSlicing interval Default"),
-        ("time-slicing-default", 3, "GpuConfig TimeSlicing interval Default"),
-        ("time-slicing-long", 1, "GpuConfig TimeSlicing interval Long"),
-        ("time-slicing-long", 3, "GpuConfig TimeSlicing interval Long"),
-        (
-            "mps",
-            3,
-            "GpuConfig MPS (33% of the threads, pinned memory 27186Mi per client)",
-        ),
-    ] {
-        let r = agg(s, n);
-        assert!(r["note"].as_str().is_some_and(|t| t.contains(note)), "{r}");
-        assert!(n == 1 || s == "exclusive" || r["speedup_vs_1pod"].is_number(), "{r}");
-    }
-    // One GPU: exclusive × 3 gives one pod a claim's GPU; the real scheduler's DRA
-    // allocator finds none for the other two claims.
-    let ex3: Vec<&Value> = rows
-        .iter()
-        .filter(|r| r["strategy"] == "exclusive" && r["pods"] == 3 && r["pod"] != "all")
-        .collect();
-    let pending: Vec<&&Value> = ex3.iter().filter(|r| r["status"] == "pending").collect();
-    assert_eq!(pending.len(), 2, "{ex3:#?}");
-    assert!(
-        pending[0]["note"]
-            .as_str()
-            .is_some_and(|n| n.contains("cannot allocate all claims")),
-        "{:?}",
-        pending[0]
-    );
-    assert!(
-        agg("mig", 1)["note"]
-            .as_str()
-            .is_some_and(|n| n.contains("publishes no MIG device (mig.nvidia.com)")),
-        "MIG off: unavailable, and the harness turns nothing on"
-    );
-    // What the driver applied to each shared cell's pods: one claim, one GPU, and no
-    // device-plugin resource beside it.
-    let facts = c.node.facts();
-    for (cell, want) in [
-        (
-            "time-slicing-long-3",
-            Some(gpushare_k8s_sim::dra::Sharing::TimeSlicing("Long".into())),
-        ),
-        (
-            "time-slicing-default-3",
-            Some(gpushare_k8s_sim::dra::Sharing::TimeSlicing("Default".into())),
-        ),
-        (
-            "mps-3",
-            Some(gpushare_k8s_sim::dra::Sharing::Mps {
-                thread_percentage: Some(33),
-                pinned_limit: Some("27186Mi".into()),
-            }),
-        ),
-    ] {
-        let of_cell: Vec<&gpushare_k8s_sim::PodFacts> = facts.values().filter(|f| f.cell == cell).collect();
-        assert_eq!(of_cell.len(), 3, "{cell}");
-        assert!(
-            of_cell.iter().all(|f| f.claim == format!("gpushare-{cell}")),
-            "{cell}: {of_cell:?}"
-        );
-        assert!(
-            of_cell.iter().all(|f| f.dra_sharing == want && f.gpu == Some(0)),
-            "{cell}: {of_cell:?}"
-        );
-    }
-    assert!(
-        facts.values().all(|f| f.gpu_resources.is_empty()),
-        "a DRA pod also asked for a device-plugin resource: {facts:#?}"
-    );
-    // A claim of its own per exclusive pod, made from the template by the resourceclaim
-    // controller.
-    let ex1: Vec<&gpushare_k8s_sim::PodFacts> = facts.values().filter(|f| f.cell == "exclusive-1").collect();
-    assert!(
-        ex1.len() == 1 && ex1[0].claim.starts_with("gpushare-workload-"),
-        "{ex1:?}"
-    );
-    let left = dra_leftovers(&c).await;
-    assert!(left.is_empty(), "{left:?}\n{}", c.log());
-    assert_eq!(state(&c).await, before, "nothing on the node changes\n{}", c.log());
-    let j = journal::read(&dir.path().join("sim").join(journal::FILE))
-        .expect("journal")
-        .expect("exists");
-    assert!(
-        j.restored && j.claims.contains("resourceclaims/gpushare-mps-3"),
-        "{j:?}"
-    );
-    assert!(j.labels_set.is_empty() && j.keys_added.is_empty(), "{j:?}");
-}
-
-async fn journal_shows(path: &Path, f: impl Fn(&journal::Journal) -> bool) {
+pub(super) async fn journal_shows(path: &Path, f: impl Fn(&journal::Journal) -> bool) {
     loop {
         if let Ok(Some(j)) = journal::read(path)
             && f(&j)
@@ -501,7 +297,7 @@ async fn journal_shows(path: &Path, f: impl Fn(&journal::Journal) -> bool) {
 
 /// Runs a sweep until `when` holds for its journal, then drops it: no restore runs, as
 /// when the harness is killed with SIGKILL (the run directory's lock goes with it).
-async fn kill_when(c: &TestCluster, plan: &SweepPlan, when: impl Fn(&journal::Journal) -> bool) {
+pub(super) async fn kill_when(c: &TestCluster, plan: &SweepPlan, when: impl Fn(&journal::Journal) -> bool) {
     let path = plan.out.join("sim").join(journal::FILE);
     tokio::select! {
         r = sweep(c, plan, false) => panic!("the sweep ended before the kill: {r:?}\n{}", c.log()),
@@ -512,13 +308,13 @@ async fn kill_when(c: &TestCluster, plan: &SweepPlan, when: impl Fn(&journal::Jo
 }
 
 /// A node whose user had chosen a device-plugin config entry of their own.
-fn user_labelled(spec: ClusterSpec) -> ClusterSpec {
+pub(super) fn user_labelled(spec: ClusterSpec) -> ClusterSpec {
     let mut spec = spec;
     spec.labels.insert(objects::LABEL_PLUGIN_CONFIG.into(), "any".into());
     spec
 }
 
-async fn node_labels(c: &TestCluster) -> BTreeMap<String, String> {
+pub(super) async fn node_labels(c: &TestCluster) -> BTreeMap<String, String> {
     let node = Api::<Node>::all(c.admin.clone()).get("gpu-1").await.expect("node");
     node.metadata.labels.unwrap_or_default().into_iter().collect()
 }
@@ -616,7 +412,7 @@ async fn interrupted_then_resumed_restores_at_the_end_of_the_resumed_run() {
 
 /// An isolation run's plan on the node: every scenario under exclusive, time-slicing and
 /// MPS, in wall-clock times (the node scales the pods' own flags to its clock).
-fn isolation_plan(dir: &Path) -> SweepPlan {
+pub(super) fn isolation_plan(dir: &Path) -> SweepPlan {
     use crate::isolation::plan::{IsolationPlan, Scenario};
     let iso = IsolationPlan {
         scenarios: Scenario::ALL.to_vec(),
@@ -784,4 +580,472 @@ async fn a_user_key_with_the_harness_name_and_other_content_is_refused_untouched
         "{err}"
     );
     assert_eq!(state(&c).await, before);
+}
+
+/// The workload namespace's Deployments and pods, once the controllers have had time to
+/// finish deleting.
+async fn workload_leftovers(c: &TestCluster) -> Vec<String> {
+    c.node.settle(100.0).await;
+    let out = c
+        .kubectl(&["get", "deployments,pods", "-n", "gpushare-bench", "-o", "name"])
+        .unwrap_or_else(|e| panic!("{e}"));
+    out.lines().map(str::to_string).collect()
+}
+
+/// Sweeps a server of the user's own (time-slicing and MPS × 1, 3) given by `server`
+/// (config-file lines) and returns the command and args its containers ran, as the
+/// kubelet received them from the API server; the node and ConfigMap end as they began
+/// and no workload object is left.
+async fn own_server_sweep(server: &str) -> (Vec<String>, Vec<String>) {
+    let c = start(ClusterSpec::h100("gpu-1")).await;
+    let before = state(&c).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let o: SweepOptions = toml::from_str(&format!(
+        "backend = \"kubernetes\"\nnode = \"gpu-1\"\nstrategies = \"time-slicing,mps\"\npods = \"1,3\"\n\
+         run_id = \"sim\"\nout = \"{}\"\n{server}\n\
+         metric = \"my_latency_seconds\"\nready_path = \"/ready\"\n",
+        dir.path().display()
+    ))
+    .expect("options");
+    let p = SweepPlan::from_options(o).expect("plan");
+    // The workload the real session makes from this plan (session::settings).
+    let own = super::session::workload_spec(&p, "gpu-1", Vec::new());
+    assert_eq!(own.server.as_ref().map(|o| o.ready_path.as_str()), Some("/ready"));
+    let mut k = settings(&p);
+    k.workload = own;
+    let s = session_with(&c, &p, false, k).await.expect("session");
+    let outcome = run_with_source(s, &SteadyMetrics::default(), &Quiet, &Shutdown::new())
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
+    assert_eq!((outcome.measured, outcome.failed), (4, 0), "{}", c.log());
+    let text = std::fs::read_to_string(dir.path().join("sim/cells.jsonl")).expect("cells");
+    assert!(text.lines().all(|l| l.contains("\"model\":\"custom\"")), "{text}");
+    let run = crate::results::store::read_run(&dir.path().join("sim/run.json")).expect("run.json");
+    assert_eq!(run.plan.server_args, p.server_args, "recorded for --resume");
+    assert_eq!(state(&c).await, before, "{}", c.log());
+    let left = workload_leftovers(&c).await;
+    assert!(left.is_empty(), "{left:?}");
+    let mut ran: Vec<(String, Vec<String>, Vec<String>)> = c
+        .node
+        .facts()
+        .into_values()
+        .map(|f| (f.image, f.command, f.args))
+        .collect();
+    ran.dedup();
+    assert_eq!(ran.len(), 1, "every pod ran the same: {ran:?}");
+    assert_eq!(ran[0].0, "me/yolos-pytorch:1");
+    (ran[0].1.clone(), ran[0].2.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_of_ones_own_is_swept_through_the_cluster_and_leaves_nothing() {
+    // `$(PORT)` and `$$` are the shell's: the kubelet would expand the first and halve
+    // the second were they not escaped (I6).
+    let (command, args) = own_server_sweep(
+        "image = \"me/yolos-pytorch:1\"\n\
+         workload_cmd = \"python3 /app/server.py --host 0.0.0.0 --port {port} --tag $(PORT)-$$\"",
+    )
+    .await;
+    assert_eq!(
+        command,
+        [
+            "/bin/sh",
+            "-c",
+            "python3 /app/server.py --host 0.0.0.0 --port 9400 --tag $(PORT)-$$"
+        ]
+    );
+    assert!(args.is_empty(), "{args:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_image_runs_its_entrypoint_with_the_workload_args() {
+    // --server-image: no command (the image's ENTRYPOINT), the --workload-arg values as
+    // args with {port} the metrics port, and `$(POD)` reaching the server as typed.
+    let (command, args) = own_server_sweep(
+        "server_image = \"me/yolos-pytorch:1\"\n\
+         workload_args = [\"--port={port}\", \"--precision\", \"bf16\", \"--tag=$(POD)\"]",
+    )
+    .await;
+    assert!(command.is_empty(), "{command:?}");
+    assert_eq!(args, ["--port=9400", "--precision", "bf16", "--tag=$(POD)"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_config_name_is_followed_when_rbac_allows_it() {
+    let mut spec = ClusterSpec::h100("gpu-1");
+    spec.plugin_config = ("time-slicing-config".into(), "any".into());
+    // The committed manifests grant device-plugin-config only: the API server's 403.
+    let c = start(spec).await;
+    let before = state(&c).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = plan(dir.path(), "exclusive,time-slicing", "1,3");
+    let err = sweep(&c, &p, false)
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        err.contains("time-slicing-config") && err.contains("forbidden"),
+        "{err}"
+    );
+    assert_eq!(state(&c).await, before, "refused before any change\n{}", c.log());
+    // RBAC written for that name (`objects::rbac` with the ClusterPolicy's ConfigMap).
+    let cm = objects::PluginConfigMap {
+        namespace: "gpu-operator".into(),
+        name: "time-slicing-config".into(),
+        default_key: "any".into(),
+    };
+    c.apply_objects(&objects::rbac("gpushare-bench", &cm, "monitoring"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = plan(dir.path(), "exclusive,time-slicing", "1,3");
+    sweep(&c, &p, false)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
+    check_cells(&c, dir.path(), 4);
+    assert_eq!(state(&c).await, before, "{}", c.log());
+}
+
+/// Sets the verbs of rule `rule` of Role `role` in `ns`, as an administrator editing the
+/// applied manifests would.
+fn set_role_verbs(c: &TestCluster, ns: &str, role: &str, rule: usize, verbs: &[&str]) {
+    let patch = serde_json::json!([{"op": "replace", "path": format!("/rules/{rule}/verbs"), "value": verbs}]);
+    c.kubectl(&["patch", "role", "-n", ns, role, "--type=json", "-p", &patch.to_string()])
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_old_workload_role_cannot_create_the_deployment_by_server_side_apply() {
+    // manifests/base/rbac.yaml before `create` was granted on deployments.
+    let c = start(ClusterSpec::h100("gpu-1")).await;
+    set_role_verbs(
+        &c,
+        "gpushare-bench",
+        "gpushare-bench-workload",
+        0,
+        &["get", "list", "patch", "delete"],
+    );
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = plan(dir.path(), "exclusive", "1");
+    // The cell fails with the API server's message in its row; the sweep goes on.
+    let outcome = sweep(&c, &p, false).await.expect("sweep");
+    assert_eq!(outcome.failed, 1, "{}", c.log());
+    let rows = std::fs::read_to_string(dir.path().join("sim/cells.jsonl")).expect("cells");
+    assert!(
+        rows.contains("deployments.apps \\\"gpushare-workload\\\" is forbidden") && rows.contains("cannot create"),
+        "{rows}"
+    );
+}
+
+/// A Prometheus pod of kube-prometheus's labels in `monitoring`, bound to the node and
+/// Running; the error of a port-forward to it as the harness (empty if none).
+async fn port_forward_error(c: &TestCluster) -> String {
+    let pod = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "prometheus-k8s-0", "namespace": "monitoring",
+                     "labels": {"app.kubernetes.io/name": "prometheus"}},
+        "spec": {"nodeName": "gpu-1", "containers": [{"name": "prometheus", "image": "quay.io/prometheus/prometheus:v3.5.0"}],
+                 "tolerations": [{"operator": "Exists"}]}
+    });
+    c.apply_objects(&[pod]).unwrap_or_else(|e| panic!("{e}"));
+    let running = "jsonpath={.status.phase}";
+    for _ in 0..200 {
+        let phase = c
+            .kubectl(&["get", "pod", "-n", "monitoring", "prometheus-k8s-0", "-o", running])
+            .unwrap_or_default();
+        if phase.trim() == "Running" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let client = c.harness_client().await.expect("client");
+    super::portforward::to_prometheus(client, "monitoring", "app.kubernetes.io/name=prometheus", 9090)
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_port_forward_the_role_does_not_grant_fails_with_the_rbac_message() {
+    let c = start(ClusterSpec::h100("gpu-1")).await;
+    // The committed Role passes the API server's authorization: what fails then is the
+    // node's streaming server, which the test node does not run.
+    let err = port_forward_error(&c).await;
+    assert!(!err.contains("forbidden") && !err.contains("no running"), "{err}");
+    // The Role before `get` was granted: `create` only, which kube-rs's WebSocket GET
+    // never uses.
+    set_role_verbs(&c, "monitoring", "gpushare-bench-prometheus", 1, &["create"]);
+    let err = port_forward_error(&c).await;
+    assert!(
+        err.contains("forbidden") && err.contains("cannot get resource \"pods/portforward\""),
+        "{err}"
+    );
+}
+
+fn mig_plan(dir: &Path, layout: Option<&str>) -> SweepPlan {
+    let layout = layout.map(|l| format!("mig_layout = \"{l}\"\n")).unwrap_or_default();
+    let o: SweepOptions = toml::from_str(&format!(
+        "backend = \"kubernetes\"\nnode = \"gpu-1\"\nstrategies = \"mig\"\npods = \"1,3\"\nrun_id = \"sim\"\nout = \"{}\"\n{layout}",
+        dir.display()
+    ))
+    .expect("options");
+    SweepPlan::from_options(o).expect("plan")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h100_nvl_gets_its_own_layout_and_a_layout_that_matches_nothing_is_named() {
+    let mut spec = ClusterSpec::h100("gpu-1");
+    spec.gpu = gpushare_k8s_sim::gpu::GpuModel::h100_nvl();
+    // The default layout for NVIDIA-H100-NVL is all-1g.12gb (no all-1g.10gb entry matches 0x2321).
+    let c = start(spec).await;
+    let before = state(&c).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = mig_plan(dir.path(), None);
+    sweep(&c, &p, false)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
+    check_cells(&c, dir.path(), 2);
+    assert_eq!(state(&c).await, before, "{}", c.log());
+    // all-1g.10gb on an NVL: mig-parted says success and changes nothing (F4).
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = mig_plan(dir.path(), Some("all-1g.10gb"));
+    let t = std::time::Instant::now();
+    let err = sweep(&c, &p, false)
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        err.contains("still whole") && err.contains("no entry of that layout matches"),
+        "{err}"
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs_f64(1800.0 / SPEED),
+        "named before the MIG timeout"
+    );
+    assert_eq!(state(&c).await, before, "restored after the failure\n{}", c.log());
+}
+
+/// Every change the journal records is a point where a SIGKILL can land: between the
+/// journal entry and its patch, or after the patch. Killed at each, then `restore --node`
+/// (its library function), the node ends as it began; one cluster carries on from each
+/// restore to the next kill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_at_every_journaled_change_restore_puts_the_node_back() {
+    // How many changes a whole run journals.
+    let count = |j: &journal::Journal| {
+        j.labels_set.values().map(Vec::len).sum::<usize>() + j.keys_added.len() + usize::from(j.deployment)
+    };
+    let c = start(user_labelled(ClusterSpec::h100("gpu-1"))).await;
+    let before = state(&c).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = plan(dir.path(), "mps,mig,time-slicing", "1,3");
+    sweep(&c, &p, false)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
+    let full = journal::read(&dir.path().join("sim").join(journal::FILE))
+        .expect("journal")
+        .expect("exists");
+    let total = count(&full);
+    assert!(total >= 5, "{full:?}");
+    let client = c.harness_client().await.expect("client");
+    for k in 1..=total {
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = plan(dir.path(), "mps,mig,time-slicing", "1,3");
+        kill_when(&c, &p, |j| count(j) >= k).await;
+        let path = dir.path().join("sim").join(journal::FILE);
+        restore_from_journal(&client, &path, &settings(&p), &Shutdown::new())
+            .await
+            .unwrap_or_else(|e| panic!("kill after change {k}: restore: {e}\n{}", c.log()));
+        assert_eq!(state(&c).await, before, "kill after change {k} of {total}\n{}", c.log());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeats_switch_the_node_in_each_rotated_order_and_leave_it_as_it_began() {
+    let c = start(ClusterSpec::h100("gpu-1")).await;
+    let before = state(&c).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = SweepPlan {
+        repeat: 2,
+        ..plan(dir.path(), "time-slicing,mps,mig", "1,3")
+    };
+    let outcome = sweep(&c, &p, false)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
+    assert_eq!((outcome.measured, outcome.failed), (12, 0), "{}", c.log());
+    check_cells(&c, dir.path(), 12);
+    let data = crate::report::RunData::load(&dir.path().join("sim")).expect("run data");
+    for s in [Strategy::TimeSlicing, Strategy::Mps, Strategy::Mig] {
+        for n in [1, 3] {
+            let reps: Vec<u32> = data.repeats(s, n).iter().map(|r| r.repeat).collect();
+            assert_eq!(reps, [1, 2], "{s} × {n}");
+        }
+    }
+    // The second pass began with MPS, after the first ended on MIG: the node went from
+    // a MIG layout straight to an MPS configuration and back again.
+    let first_mps_of_pass_2 = data
+        .repeats(Strategy::Mps, 1)
+        .iter()
+        .find(|r| r.repeat == 2)
+        .map(|r| r.started_at.clone())
+        .expect("mps × 1, pass 2");
+    let last_mig_of_pass_1 = data
+        .repeats(Strategy::Mig, 3)
+        .iter()
+        .find(|r| r.repeat == 1)
+        .map(|r| r.started_at.clone())
+        .expect("mig × 3, pass 1");
+    assert!(last_mig_of_pass_1 <= first_mps_of_pass_2);
+    assert_eq!(
+        state(&c).await,
+        before,
+        "node or ConfigMap not as they began\n{}",
+        c.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_of_ones_own_is_the_victim_and_gpushare_workload_the_aggressors() {
+    use crate::isolation::plan::Scenario;
+    let c = start(ClusterSpec::h100("gpu-1")).await;
+    let before = state(&c).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut p = isolation_plan(dir.path());
+    p.strategies = vec![Strategy::TimeSlicing];
+    p.image = "me/yolos-pytorch:1".into();
+    p.workload_cmd = Some("python3 /app/server.py --port {port}".into());
+    let aggressor_image = "registry.local/gpushare-workload:0.1.0";
+    if let Some(iso) = p.isolation.as_mut() {
+        iso.scenarios = vec![Scenario::NoisyNeighbour, Scenario::Crash];
+        iso.aggressors = vec![2];
+        iso.aggressor_image = Some(aggressor_image.into());
+        p.pods = iso.pod_counts();
+    }
+    // What the real session makes of this plan (session::settings, set_aggressor_image).
+    let mut k = settings(&p);
+    k.workload = super::session::workload_spec(&p, "gpu-1", k.workload.args.clone());
+    k.aggressor_image = aggressor_image.into();
+    let s = session_with(&c, &p, false, k)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
+    let finished = crate::sweep::runner::run_work_with_source(
+        s,
+        &mut crate::isolation::command::Trials,
+        &SteadyMetrics::default(),
+        &Quiet,
+        &Shutdown::new(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
+    let records = finished.store.isolation().to_vec();
+    assert_eq!(records.len(), 3, "{records:#?}");
+    assert!(
+        records.iter().all(|r| r.victim_status == crate::domain::CellStatus::Ok),
+        "{records:#?}\n{}",
+        c.log()
+    );
+    // The crash is the aggressor's (gpushare-workload's --crash-after); the user's
+    // server, which knows no such flag, serves on.
+    let crash = records.iter().find(|r| r.scenario == "crash").expect("crash");
+    assert!(crash.aggressor_outcome.contains("exit 137"), "{crash:?}");
+    let mut seen: Vec<(String, String)> = c.node.facts().into_values().map(|f| (f.role, f.image)).collect();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(
+        seen,
+        [
+            ("aggressor".to_string(), aggressor_image.to_string()),
+            ("victim".to_string(), "me/yolos-pytorch:1".to_string())
+        ]
+    );
+    assert_eq!(state(&c).await, before, "{}", c.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_without_a_shared_process_namespace_is_the_workloads_exit_1() {
+    // The kernel drops a SIGKILL that PID 1 sends itself: without the pause container
+    // as init, `--crash-after` cannot crash the workload, which says so with exit 1.
+    let c = start(ClusterSpec::h100("gpu-1")).await;
+    let ns = "gpushare-bench";
+    let spec = objects::WorkloadSpec {
+        namespace: ns.into(),
+        image: "img".into(),
+        node: "gpu-1".into(),
+        args: Vec::new(),
+        tolerations: vec![objects::DEFAULT_TOLERATION.into()],
+        pull_secrets: Vec::new(),
+        server: None,
+    };
+    let args = ["--crash-after".to_string(), "50ms".to_string()];
+    let exit_code = "jsonpath={.items[0].status.containerStatuses[0].lastState.terminated.exitCode}";
+    let mut codes = Vec::new();
+    for shared in [true, false] {
+        let mut d = objects::role_deployment(&spec, Strategy::Exclusive, "nvidia.com/gpu", "aggressor", 1, 1, &args);
+        assert_eq!(d["spec"]["template"]["spec"]["shareProcessNamespace"], true);
+        d["spec"]["template"]["spec"]["shareProcessNamespace"] = serde_json::json!(shared);
+        c.apply_objects(&[d]).unwrap_or_else(|e| panic!("{e}"));
+        let mut code = None;
+        for _ in 0..400 {
+            let out = c
+                .kubectl(&["get", "pods", "-n", ns, "-o", exit_code])
+                .unwrap_or_default();
+            if let Ok(n) = out.trim().parse::<i64>() {
+                code = Some(n);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        codes.push((shared, code));
+        c.kubectl(&[
+            "delete",
+            "deployment",
+            "-n",
+            ns,
+            "gpushare-workload-aggressor",
+            "--wait=true",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        for _ in 0..400 {
+            if workload_leftovers(&c).await.is_empty() {
+                break;
+            }
+        }
+    }
+    assert_eq!(codes, [(true, Some(137)), (false, Some(1))], "{}", c.log());
+}
+
+/// A capacity search on the cluster: the operator's default MIG layout on an H100 has
+/// seven 1g.10gb instances (k8s-sim/UPSTREAM-RULES.md F6), so the real scheduler leaves
+/// an eighth pod pending and the walk ends there; the node ends as it began.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mig_capacity_search_fits_one_pod_per_instance_and_the_eighth_stays_pending() {
+    let c = start(ClusterSpec::h100("gpu-1")).await;
+    let before = state(&c).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut p = plan(dir.path(), "mig", "1");
+    p.load = crate::config::values::Load::PerPod(100.0);
+    p.slos = vec!["p99=20ms".parse().expect("slo")];
+    p.pods = (1..=8).collect();
+    p.capacity = Some(crate::config::plan::CapacityPlan { max_pods: 8 });
+    let s = session(&c, &p, false)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
+    let finished = crate::sweep::runner::run_work_with_source(
+        s,
+        &mut crate::capacity::command::Search,
+        &SteadyMetrics::default(),
+        &Quiet,
+        &Shutdown::new(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
+    assert_eq!(finished.ran, 8);
+    let table = crate::capacity::record::records(finished.store.run(), finished.store.cells());
+    assert_eq!(table.len(), 1);
+    let mig = &table[0];
+    assert_eq!((mig.pods_fit, mig.first_miss_pods), (Some(7), Some(8)), "{mig:?}");
+    assert!(mig.first_miss.contains("is pending"), "{}", mig.first_miss);
+    assert_eq!(state(&c).await, before, "{}", c.log());
 }

@@ -13,11 +13,11 @@ mod common_tests;
 pub mod device_plugin;
 pub mod dra;
 pub mod dra_claims;
+#[cfg(test)]
+mod dra_cluster_tests;
 pub mod journal;
 pub mod manifests;
 pub mod objects;
 pub mod portforward;
 pub mod session;
-#[cfg(test)]
-mod sim_tests;
 pub mod trial;
