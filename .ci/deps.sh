@@ -73,12 +73,21 @@ if ! command -v go >/dev/null 2>&1; then
   echo "deps: ERROR: the Go toolchain (go) is needed to build Kubernetes' control plane for the tests" >&2
   exit 1
 fi
-cp_stamp=$( (cd "$cp_src" && cat go.mod go.sum $(find cmd -name '*.go' | sort); go version) | sha256sum | cut -c1-16)
+# The version the binaries report (`kubectl version`, the API server's /version), set
+# as Kubernetes' own build does (kubernetes v1.34.4 hack/lib/version.sh
+# `kube::version::ldflags`); without it they report v0.0.0-master.
+k8s_version=$(awk '$1 == "k8s.io/kubernetes" {print $2}' "$cp_src/go.mod")
+k8s_minor=$(echo "$k8s_version" | cut -d. -f2)
+cp_ldflags="-s"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  cp_ldflags="$cp_ldflags -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$k8s_minor -X $pkg.gitTreeState=clean"
+done
+cp_stamp=$( (cd "$cp_src" && cat go.mod go.sum $(find cmd -name '*.go' | sort); go version; echo "$cp_ldflags") | sha256sum | cut -c1-16)
 if [ "$(cat "$cp_bin/.stamp" 2>/dev/null)" != "$cp_stamp" ]; then
   echo "deps: building Kubernetes v1.34.4's control plane and kubectl from their Go modules into $DEPS/k8s/bin (a cold build takes several minutes)"
   mkdir -p "$cp_bin"
   start=$(date +%s)
-  (cd "$cp_src" && CGO_ENABLED=0 go build -mod=readonly -buildvcs=false -trimpath -ldflags=-s -o "$cp_bin/" ./cmd/...)
+  (cd "$cp_src" && CGO_ENABLED=0 go build -mod=readonly -buildvcs=false -trimpath -ldflags="$cp_ldflags" -o "$cp_bin/" ./cmd/...)
   echo "$cp_stamp" > "$cp_bin/.stamp"
   echo "deps: control plane built in $(( $(date +%s) - start )) s"
 fi

@@ -1,11 +1,12 @@
-//! The real binary's Kubernetes commands against the simulated cluster
-//! (`backend::k8s::sim`) through a kubeconfig: `restore --node` puts back a killed run's
-//! changes from its journal (a second restore finds nothing to do, a wrong node is one
-//! clear error); `doctor --kubernetes --node` passes on a ready cluster and names each
-//! missing prerequisite with its fix.
+//! The real binary's Kubernetes commands against Kubernetes' own control plane with a
+//! GPU node played through its API (`gpushare_k8s_sim::cluster`), through a kubeconfig
+//! of the harness's service account: `restore --node` puts back a killed run's changes
+//! from its journal (a second restore finds nothing to do, a wrong node is one clear
+//! error); `doctor --kubernetes --node` passes on a ready cluster and names each missing
+//! prerequisite with its fix.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use gpushare_bench::backend::Backend;
@@ -14,32 +15,43 @@ use gpushare_bench::backend::k8s::device_plugin::KubernetesBackend;
 use gpushare_bench::backend::k8s::objects::{self, WorkloadSpec};
 use gpushare_bench::domain::Strategy;
 use gpushare_bench::shutdown::Shutdown;
-use gpushare_k8s_sim::rbac::{objects_from_yaml, with_rule_verbs};
-use gpushare_k8s_sim::{ClusterSpec, HARNESS_TOKEN, SimCluster};
-use serde_json::Value;
+use gpushare_k8s_sim::ClusterSpec;
+use gpushare_k8s_sim::cluster::TestCluster;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use kube::Api;
 
-const SPEED: f64 = 200.0;
+/// Node seconds per wall-clock second.
+const SPEED: f64 = 50.0;
 
-fn rbac() -> Vec<Value> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/base/rbac.yaml");
-    let text = std::fs::read_to_string(path).expect("rbac.yaml");
-    objects_from_yaml(&text).expect("YAML documents")
+/// A cluster of `spec` where the user applied the given `manifests/` directories.
+async fn cluster(spec: ClusterSpec, manifests: &[&str]) -> TestCluster {
+    let c = TestCluster::start(spec, SPEED).await.unwrap_or_else(|e| panic!("{e}"));
+    for m in manifests {
+        c.apply_manifests(m).unwrap_or_else(|e| panic!("{e}"));
+    }
+    c
 }
 
-fn kubeconfig(dir: &Path, url: &str) -> std::path::PathBuf {
+/// A kubeconfig of the harness's service account, with a token from the API server.
+fn harness_kubeconfig(c: &TestCluster) -> PathBuf {
+    c.cp.service_account_kubeconfig("gpushare-bench", "gpushare-bench")
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn kubeconfig(dir: &Path, url: &str) -> PathBuf {
     let path = dir.join("kubeconfig");
     std::fs::write(
         &path,
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: sim\n  cluster:\n    server: {url}\nusers:\n- name: harness\n  user:\n    token: {HARNESS_TOKEN}\ncontexts:\n- name: sim\n  context:\n    cluster: sim\n    user: harness\n    namespace: default\ncurrent-context: sim\n"
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: stalled\n  cluster:\n    server: {url}\nusers:\n- name: harness\n  user:\n    token: none\ncontexts:\n- name: stalled\n  context:\n    cluster: stalled\n    user: harness\n    namespace: default\ncurrent-context: stalled\n"
         ),
     )
     .expect("kubeconfig");
     path
 }
 
-/// Runs the binary (blocking, off the runtime that serves the simulated API).
-async fn bench(args: Vec<String>, kubeconfig: std::path::PathBuf) -> (i32, String, String) {
+/// Runs the binary (blocking, off the runtime).
+async fn bench(args: Vec<String>, kubeconfig: PathBuf) -> (i32, String, String) {
     tokio::task::spawn_blocking(move || {
         let out = Command::new(env!("CARGO_BIN_EXE_gpushare-bench"))
             .args(&args)
@@ -57,23 +69,30 @@ async fn bench(args: Vec<String>, kubeconfig: std::path::PathBuf) -> (i32, Strin
     .expect("join")
 }
 
-fn state(sim: &SimCluster) -> (BTreeMap<String, String>, Option<BTreeMap<String, String>>) {
-    sim.with(|w| {
-        w.settle(900.0);
-        (w.node_labels(), w.configmap())
-    })
+/// The node's labels and the device-plugin ConfigMap, after the operator has settled.
+async fn state(c: &TestCluster) -> (BTreeMap<String, String>, Option<BTreeMap<String, String>>) {
+    c.node.settle(150.0).await;
+    let node = Api::<Node>::all(c.admin.clone()).get("gpu-1").await.expect("node");
+    let labels = node.metadata.labels.unwrap_or_default().into_iter().collect();
+    let cms: Api<ConfigMap> = Api::namespaced(c.admin.clone(), "gpu-operator");
+    let cm = cms
+        .get_opt("device-plugin-config")
+        .await
+        .expect("ConfigMap")
+        .map(|cm| cm.data.unwrap_or_default().into_iter().collect());
+    (labels, cm)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restore_node_puts_back_a_killed_runs_changes_from_its_journal() {
-    let sim = SimCluster::start(ClusterSpec::h100("gpu-1"), &rbac(), SPEED)
-        .await
-        .expect("simulator");
-    sim.with(|w| w.add_namespace("gpushare-bench"));
-    let before = state(&sim);
+    let mut spec = ClusterSpec::h100("gpu-1");
+    spec.timings.operator_reconcile = 1e9;
+    let c = cluster(spec, &["base"]).await;
+    let before = state(&c).await;
     let tmp = tempfile::tempdir().expect("tmp");
     let run = tmp.path().join("run-1");
     std::fs::create_dir_all(&run).expect("run dir");
+    let kc = harness_kubeconfig(&c);
     // A run switches the node to time-slicing, then dies without restoring.
     {
         let workload = WorkloadSpec {
@@ -88,19 +107,19 @@ async fn restore_node_puts_back_a_killed_runs_changes_from_its_journal() {
         let mut s = KubeSettings::new("gpu-1", workload);
         s.strategies = vec![Strategy::TimeSlicing];
         s.pods = vec![1, 3];
-        let mut b = KubernetesBackend::new(sim.client(), s.faster(SPEED));
+        let client = c.cp.client(&kc).await.expect("client");
+        let mut b = KubernetesBackend::new(client, s.faster(SPEED));
         b.check_cluster().await.expect("cluster");
         b.attach_journal(&run).expect("journal");
         b.prepare(Strategy::TimeSlicing.into(), &Shutdown::new())
             .await
-            .unwrap_or_else(|e| panic!("{e}\n{}", sim.log()));
+            .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
     }
-    let changed = state(&sim);
+    let changed = state(&c).await;
     assert_eq!(
         changed.0.get(objects::LABEL_PLUGIN_CONFIG).map(String::as_str),
         Some("gpushare-time-slicing-3")
     );
-    let kc = kubeconfig(tmp.path(), &sim.url());
     let out = tmp.path().display().to_string();
     let (code, stdout, stderr) = bench(
         vec![
@@ -113,13 +132,13 @@ async fn restore_node_puts_back_a_killed_runs_changes_from_its_journal() {
         kc.clone(),
     )
     .await;
-    assert_eq!(code, 0, "{stdout}{stderr}\n{}", sim.log());
+    assert_eq!(code, 0, "{stdout}{stderr}\n{}", c.log());
     assert!(
         stdout.contains("undone: node gpu-1 label nvidia.com/device-plugin.config"),
         "{stdout}"
     );
     assert!(stdout.contains("removed the 2 keys the harness added"), "{stdout}");
-    assert_eq!(state(&sim), before, "{}", sim.log());
+    assert_eq!(state(&c).await, before, "{}", c.log());
     // Nothing left: a second restore of the same run says so.
     let (code, stdout, _) = bench(
         vec![
@@ -149,27 +168,39 @@ async fn restore_node_puts_back_a_killed_runs_changes_from_its_journal() {
     );
 }
 
-async fn doctor(sim: &SimCluster, tmp: &Path) -> (i32, String) {
-    let kc = kubeconfig(tmp, &sim.url());
+async fn doctor(c: &TestCluster) -> (i32, String) {
     let (code, stdout, stderr) = bench(
         vec!["doctor".into(), "--kubernetes".into(), "--node".into(), "gpu-1".into()],
-        kc,
+        harness_kubeconfig(c),
     )
     .await;
     (code, format!("{stdout}{stderr}"))
 }
 
+/// Sets the verbs of the workload Role's first rule to those of its version before
+/// `create` was granted on Deployments.
+fn old_workload_role(c: &TestCluster) {
+    let patch = r#"[{"op": "replace", "path": "/rules/0/verbs", "value": ["get", "list", "patch", "delete"]}]"#;
+    c.kubectl(&[
+        "patch",
+        "role",
+        "-n",
+        "gpushare-bench",
+        "gpushare-bench-workload",
+        "--type=json",
+        "-p",
+        patch,
+    ])
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn doctor_kubernetes_passes_a_ready_cluster_and_names_what_is_missing() {
-    let tmp = tempfile::tempdir().expect("tmp");
-    let sim = SimCluster::start(ClusterSpec::h100("gpu-1"), &rbac(), SPEED)
-        .await
-        .expect("simulator");
-    sim.with(|w| w.add_namespace("gpushare-bench"));
-    let (code, out) = doctor(&sim, tmp.path()).await;
+    let c = cluster(ClusterSpec::h100("gpu-1"), &["base"]).await;
+    let (code, out) = doctor(&c).await;
     assert_eq!(code, 0, "{out}");
     for line in [
-        "ok    cluster                API server v1.34.0-sim",
+        "ok    cluster                API server v1.34.4",
         "ok    node                   gpu-1: 1 × NVIDIA-H100-80GB-HBM3; taints nvidia.com/gpu:NoSchedule",
         "ok    ClusterPolicy          devicePlugin.config.name device-plugin-config (default key any), mig.strategy single",
         "ok    GPU operator           nvcr.io/nvidia/gpu-operator:v25.10.1",
@@ -179,36 +210,31 @@ async fn doctor_kubernetes_passes_a_ready_cluster_and_names_what_is_missing() {
     ] {
         assert!(out.contains(line), "missing {line:?} in\n{out}");
     }
-    // NVIDIA's DRA driver with its gates off (its chart's default), read with the DRA
-    // overlay's RBAC: the doctor passes and says which gates DRA sharing needs.
+    drop(c);
+    // NVIDIA's DRA driver with its gates off (its chart's default) on a node without the
+    // device plugin, read with the DRA overlay's RBAC: the doctor passes and says which
+    // gates DRA sharing needs.
     let mut spec = ClusterSpec::h100("gpu-1");
     spec.dra = Some(gpushare_k8s_sim::dra::Gates::default());
-    let overlay = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/dra/rbac.yaml");
-    let overlay = objects_from_yaml(&std::fs::read_to_string(overlay).expect("overlay")).expect("YAML");
-    let dra = SimCluster::start(spec, &[rbac(), overlay].concat(), SPEED)
-        .await
-        .expect("simulator");
-    dra.with(|w| w.add_namespace("gpushare-bench"));
-    let (code, out) = doctor(&dra, tmp.path()).await;
+    spec.device_plugin = false;
+    let c = cluster(spec, &["base", "dra"]).await;
+    let (code, out) = doctor(&c).await;
     assert_eq!(code, 0, "{out}");
     for line in [
+        "warn  device plugin          off on gpu-1 (nvidia.com/gpu.deploy.device-plugin=false): the default --sharing-api device-plugin cannot run there; --sharing-api dra can",
         "ok    DRA slices             1 GPU of gpu.nvidia.com on gpu-1",
         "warn  DRA driver             registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.1; feature gates on: none; off: TimeSlicingSettings, MPSSupport",
     ] {
         assert!(out.contains(line), "missing {line:?} in\n{out}");
     }
+    drop(c);
     // A 2-GPU node, no config name in the ClusterPolicy, the old workload Role.
     let mut spec = ClusterSpec::h100("gpu-1");
     spec.gpus = 2;
     spec.plugin_config = (String::new(), String::new());
-    let old = with_rule_verbs(
-        rbac(),
-        "gpushare-bench-workload",
-        0,
-        &["get", "list", "patch", "delete"],
-    );
-    let sim = SimCluster::start(spec, &old, SPEED).await.expect("simulator");
-    let (code, out) = doctor(&sim, tmp.path()).await;
+    let c = cluster(spec, &["base"]).await;
+    old_workload_role(&c);
+    let (code, out) = doctor(&c).await;
     assert_eq!(code, 1, "{out}");
     assert!(
         out.contains("FAIL  node                   gpu-1: 2 × NVIDIA-H100-80GB-HBM3 — 2 GPUs"),
@@ -218,10 +244,14 @@ async fn doctor_kubernetes_passes_a_ready_cluster_and_names_what_is_missing() {
         out.contains("FAIL  ClusterPolicy") && out.contains("devicePlugin.config.name"),
         "{out}"
     );
+    drop(c);
+    // No device-plugin ConfigMap; the old workload Role, whose missing `create` the
+    // doctor finds by asking the API server (SelfSubjectAccessReview).
     let mut spec = ClusterSpec::h100("gpu-1");
     spec.configmap = None;
-    let sim = SimCluster::start(spec, &old, SPEED).await.expect("simulator");
-    let (code, out) = doctor(&sim, tmp.path()).await;
+    let c = cluster(spec, &["base"]).await;
+    old_workload_role(&c);
+    let (code, out) = doctor(&c).await;
     assert_eq!(code, 1, "{out}");
     assert!(
         out.contains("FAIL  device-plugin config   ConfigMap gpu-operator/device-plugin-config does not exist"),

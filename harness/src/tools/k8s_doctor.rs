@@ -216,14 +216,41 @@ pub fn checks(f: &Facts) -> Vec<Check> {
         ),
         Err(e) => c("GPU operator", Warn, e.clone()),
     });
+    // The operator's deploy label for the plugin, as the user set it (a node for NVIDIA's
+    // DRA driver has it `false`: the driver's chart refuses to install beside the plugin).
+    let plugin_off = f
+        .node
+        .as_ref()
+        .is_ok_and(|(labels, _)| labels.get(objects::LABEL_DEPLOY_PLUGIN).map(String::as_str) == Some("false"));
+    let dra_gpus = matches!(f.dra.gpus, Ok(n) if n > 0);
     out.push(match &f.plugin_images {
+        Ok(images) if images.is_empty() && plugin_off => c(
+            "device plugin",
+            Warn,
+            format!(
+                "off on {} ({}=false): the default --sharing-api device-plugin cannot run there; --sharing-api dra can",
+                t.node,
+                objects::LABEL_DEPLOY_PLUGIN
+            ),
+        ),
         Ok(images) if images.is_empty() => c(
             "device plugin",
             Fail,
             format!(
-                "no {} pod on {}: is the node labelled nvidia.com/gpu.deploy.device-plugin=true?",
+                "no {} pod on {}: is the node labelled {}=true?",
                 objects::APP_PLUGIN,
-                t.node
+                t.node,
+                objects::LABEL_DEPLOY_PLUGIN
+            ),
+        ),
+        Ok(images) if dra_gpus => c(
+            "device plugin",
+            Warn,
+            format!(
+                "{} beside NVIDIA's DRA driver, which also publishes {}'s GPUs: both would hand out the same GPU, so a --sharing-api dra run is refused there (label the node {}=false for one)",
+                images.join(", "),
+                t.node,
+                objects::LABEL_DEPLOY_PLUGIN
             ),
         ),
         Ok(images) => c(
@@ -589,6 +616,58 @@ mod tests {
             .into_iter()
             .find(|c| c.name == "DRA slices")
             .expect("a DRA slices line")
+    }
+
+    /// The doctor's device-plugin line for a node with these labels, plugin pods and
+    /// GPUs published by the DRA driver.
+    fn plugin_check(labels: &[(&str, &str)], images: &[&str], dra_gpus: usize) -> Check {
+        let f = Facts {
+            target: Target {
+                node: "gpu-1".into(),
+                operator_namespace: "gpu-operator".into(),
+                namespace: "gpushare-bench".into(),
+                monitoring_namespace: "monitoring".into(),
+            },
+            server: Ok("v1.34.4".into()),
+            plugin_config: Err("not read".into()),
+            cluster_policy: None,
+            operator_image: Ok(None),
+            plugin_images: Ok(images.iter().map(|s| s.to_string()).collect()),
+            operand_pods: BTreeMap::new(),
+            prometheus_role: Ok(true),
+            permissions: Vec::new(),
+            node: Ok((
+                labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+                Vec::new(),
+            )),
+            dra: DraFacts {
+                class: Ok(dra_gpus > 0),
+                gpus: Ok(dra_gpus),
+                driver: Err("not read".into()),
+            },
+        };
+        checks(&f)
+            .into_iter()
+            .find(|c| c.name == "device plugin")
+            .expect("a device plugin line")
+    }
+
+    #[test]
+    fn a_device_plugin_turned_off_for_dra_warns_and_one_beside_the_driver_is_named() {
+        let plugin = "nvcr.io/nvidia/k8s-device-plugin:v0.18.1";
+        let missing = plugin_check(&[], &[], 0);
+        assert_eq!(missing.verdict, Verdict::Fail, "{}", missing.detail);
+        let off = plugin_check(&[(objects::LABEL_DEPLOY_PLUGIN, "false")], &[], 1);
+        assert_eq!(off.verdict, Verdict::Warn, "{}", off.detail);
+        assert!(off.detail.contains("--sharing-api dra can"), "{}", off.detail);
+        let both = plugin_check(&[], &[plugin], 1);
+        assert_eq!(both.verdict, Verdict::Warn, "{}", both.detail);
+        assert!(
+            both.detail.contains("a --sharing-api dra run is refused"),
+            "{}",
+            both.detail
+        );
+        assert_eq!(plugin_check(&[], &[plugin], 0).verdict, Verdict::Ok);
     }
 
     #[test]

@@ -30,6 +30,9 @@ pub const LABEL_PRODUCT: &str = "nvidia.com/gpu.product";
 pub const LABEL_GPU_COUNT: &str = "nvidia.com/gpu.count";
 /// Node label GFD sets to whether the node's config is MPS (the MPS daemon's selector).
 pub const LABEL_MPS_CAPABLE: &str = "nvidia.com/mps.capable";
+/// The GPU operator's switch for the device plugin on a node (`false`: none runs there;
+/// gpu-operator v25.10.1 `controllers/state_manager.go` deploy labels).
+pub const LABEL_DEPLOY_PLUGIN: &str = "nvidia.com/gpu.deploy.device-plugin";
 /// Pod label of the device plugin's DaemonSet (gpu-operator v25.10.1 assets).
 pub const APP_PLUGIN: &str = "nvidia-device-plugin-daemonset";
 /// Pod label of GPU feature discovery's DaemonSet.
