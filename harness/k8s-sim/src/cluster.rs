@@ -7,7 +7,7 @@ use kube::Client;
 
 use crate::control_plane::ControlPlane;
 use crate::node::GpuNode;
-use crate::world::ClusterSpec;
+use crate::spec::ClusterSpec;
 
 /// A running test cluster; everything stops when it is dropped.
 pub struct TestCluster {
@@ -66,6 +66,21 @@ impl TestCluster {
     pub fn apply_manifests(&self, dir: &str) -> Result<String, String> {
         let path = manifests_dir().join(dir);
         self.kubectl(&["apply", "-k", &path.to_string_lossy()])
+    }
+
+    /// Writes `files` (relative path, contents) to a temporary directory and runs
+    /// `kubectl apply -k` on its `dir`: manifests as a user generated them for this
+    /// cluster (`gpushare-bench manifests --node … --out …`).
+    pub fn apply_files(&self, files: &[(String, String)], dir: &str) -> Result<String, String> {
+        let tmp = tempfile::tempdir().map_err(|e| format!("temporary directory: {e}"))?;
+        for (rel, text) in files {
+            let path = tmp.path().join(rel);
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+            }
+            std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        self.kubectl(&["apply", "-k", &tmp.path().join(dir).to_string_lossy()])
     }
 
     /// `kubectl apply -f` of `objects` (as a `List`), as the administrator: what another

@@ -5,9 +5,10 @@
 
 use serde_json::{Value, json};
 
+use super::operand::{OperandKind, WorkloadAct, arg_duration};
 use super::{Agent, Due, PodKey, PodRun, Write};
 use crate::gpu::Sharing;
-use crate::world::{OperandKind, PodFacts, WorkloadAct, arg_duration};
+use crate::spec::PodFacts;
 
 const OPERAND_APPS: [OperandKind; 3] = [OperandKind::Plugin, OperandKind::Gfd, OperandKind::Mps];
 

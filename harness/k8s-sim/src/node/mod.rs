@@ -17,6 +17,7 @@
 //! seconds. Every rule names its upstream file and version (UPSTREAM-RULES.md).
 
 mod kubelet;
+mod operand;
 mod operator;
 mod setup;
 
@@ -30,8 +31,9 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use serde_json::{Value, json};
 
+use self::operand::{Operand, OperandKind, WorkloadAct};
 use crate::gpu::GpuState;
-use crate::world::{ClusterSpec, OperandKind, PodFacts, Secs, WorkloadAct};
+use crate::spec::{ClusterSpec, PodFacts, Secs};
 
 pub use setup::{CLUSTER_POLICY_CRD, POD_MONITOR_CRD};
 
@@ -227,7 +229,7 @@ pub(crate) struct Agent {
     /// The labels as read at the previous step (what the informers saw).
     seen: Option<BTreeMap<String, String>>,
     allocatable: BTreeMap<String, u32>,
-    operands: Vec<crate::world::Operand>,
+    operands: Vec<Operand>,
     cm_history: Vec<(Secs, BTreeMap<String, String>)>,
     gpu_state: GpuState,
     mig: operator::MigRun,

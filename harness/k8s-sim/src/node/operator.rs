@@ -6,12 +6,13 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
+use super::operand::{
+    DEPLOY_LABELS, DEPLOY_PAUSED, MIG_LABEL, MIG_STATE, OPERATOR, Operand, OperandKind, PAUSED, PLUGIN_LABEL, Process,
+    is_gfd_label,
+};
 use super::{Agent, Due, Write};
 use crate::gpu::{self, PluginConfig, Sharing};
-use crate::world::{
-    DEPLOY_LABELS, DEPLOY_PAUSED, MIG_LABEL, MIG_STATE, OPERATOR, Operand, OperandKind, PAUSED, PLUGIN_LABEL, Process,
-    Secs, is_gfd_label,
-};
+use crate::spec::Secs;
 
 /// Where the MIG manager's run is.
 #[derive(Debug, Clone, PartialEq)]

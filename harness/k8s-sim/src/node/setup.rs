@@ -16,7 +16,8 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchP
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::world::{ClusterSpec, OperandKind};
+use super::operand::OperandKind;
+use crate::spec::ClusterSpec;
 
 /// The ClusterPolicy CRD, reduced to what the harness reads: group `nvidia.com`, version
 /// `v1`, cluster-scoped, plural `clusterpolicies`, a status subresource (as the
@@ -169,6 +170,7 @@ pub async fn create_all(admin: &Client, s: &ClusterSpec) -> Result<(), String> {
         "metadata": {"name": "cluster-policy"},
         "spec": {
             "devicePlugin": {"config": {"name": s.plugin_config.0, "default": s.plugin_config.1}},
+            "dcgmExporter": {"enabled": true, "serviceMonitor": {"enabled": s.dcgm_service_monitor}},
             "mig": {"strategy": s.mig_strategy},
             "migManager": {"enabled": true, "config": {"name": "default-mig-parted-config", "default": "all-disabled"}}
         }
@@ -304,12 +306,10 @@ pub async fn create_all(admin: &Client, s: &ClusterSpec) -> Result<(), String> {
             ),
         );
         create_or_keep(&slices, slice).await?;
-        let (key, mut pod) = crate::dra::kubelet_plugin_pod(&s.node, gates);
-        create_or_keep(&namespaces, json!({"metadata": {"name": key.namespace}})).await?;
-        if let Some(m) = pod.as_object_mut() {
-            m.remove("status");
-        }
-        let pods: Api<Pod> = Api::namespaced(admin.clone(), &key.namespace);
+        let pod = crate::dra::kubelet_plugin_pod(&s.node, gates);
+        let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default().to_string();
+        create_or_keep(&namespaces, json!({"metadata": {"name": ns}})).await?;
+        let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
         create_or_keep(&pods, pod).await?;
     }
     Ok(())
