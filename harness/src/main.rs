@@ -184,7 +184,8 @@ async fn run(cli: Cli, shutdown: &Shutdown) -> Result<u8> {
         }
         Command::Manifests(args) => {
             gpushare_bench::config::plan::validate_image(&args.image)?;
-            let n = manifests::write(&args.out, &args.image, args.check)?;
+            gpushare_bench::config::plan::validate_k8s_name("--node", &args.node, true)?;
+            let n = manifests::write(&args.out, &args.image, &args.node, args.check)?;
             println!(
                 "{} {n} files in {}",
                 if args.check { "checked" } else { "wrote" },

@@ -48,19 +48,24 @@ async fn the_real_control_plane_schedules_serves_dra_and_enforces_the_harness_rb
     // kube-prometheus's prometheus-k8s may list pods only in the namespaces its own
     // manifests name (v0.18.0 `prometheus-roleSpecificNamespaces.yaml`): the base's Role
     // is what lets it discover the workload pods.
-    let prometheus_may_list_pods = || {
+    // Likewise the DCGM exporter's endpoints in the GPU operator's namespace, where the
+    // operator puts its ServiceMonitor.
+    let prometheus_may_list = |what: &str, ns: &str| {
         let out = cp.kubectl(&[
             "auth",
             "can-i",
             "list",
-            "pods",
+            what,
             "-n",
-            "gpushare-bench",
+            ns,
             "--as=system:serviceaccount:monitoring:prometheus-k8s",
         ]);
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     };
-    assert_eq!(prometheus_may_list_pods(), "no");
+    let discovery = [("pods", "gpushare-bench"), ("endpoints", "gpu-operator")];
+    for (what, ns) in discovery {
+        assert_eq!(prometheus_may_list(what, ns), "no", "{what} in {ns}");
+    }
     let manifests = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests");
     for f in ["base/namespace.yaml", "base/rbac.yaml", "workload/deployment.yaml"] {
         ok(
@@ -69,7 +74,109 @@ async fn the_real_control_plane_schedules_serves_dra_and_enforces_the_harness_rb
         );
     }
 
-    assert_eq!(prometheus_may_list_pods(), "yes");
+    for (what, ns) in discovery {
+        assert_eq!(prometheus_may_list(what, ns), "yes", "{what} in {ns}");
+    }
+    // The harness may label the node the manifests were generated for (here the
+    // placeholder) and no other, and port-forward to Prometheus's pods and no other.
+    let harness_may = |args: &[&str]| {
+        let mut all = vec!["auth", "can-i"];
+        all.extend_from_slice(args);
+        all.push("--as=system:serviceaccount:gpushare-bench:gpushare-bench");
+        String::from_utf8_lossy(&cp.kubectl(&all).stdout).trim().to_string()
+    };
+    for (args, want) in [
+        (&["patch", "nodes/replace-with-the-gpu-node"][..], "yes"),
+        (&["patch", "nodes/gpu-node-2"][..], "no"),
+        (
+            &[
+                "get",
+                "pods/prometheus-k8s-0",
+                "--subresource=portforward",
+                "-n",
+                "monitoring",
+            ][..],
+            "yes",
+        ),
+        (
+            &[
+                "create",
+                "pods/prometheus-k8s-1",
+                "--subresource=portforward",
+                "-n",
+                "monitoring",
+            ][..],
+            "yes",
+        ),
+        (
+            &["get", "pods/grafana-0", "--subresource=portforward", "-n", "monitoring"][..],
+            "no",
+        ),
+    ] {
+        assert_eq!(harness_may(args), want, "can-i {args:?}");
+    }
+
+    // The in-cluster harness Job and the NetworkPolicy that lets it reach Prometheus
+    // (kube-prometheus's own admits only its components): the policy's `from` selects the
+    // pod the real Job controller makes and the namespace it runs in.
+    let job_file = manifests.join("base/harness-job.yaml");
+    ok(
+        &cp.kubectl(&["apply", "-f", &job_file.to_string_lossy()]),
+        "kubectl apply -f base/harness-job.yaml",
+    );
+    let text = std::fs::read_to_string(&job_file).expect("harness-job.yaml");
+    let policy: serde_yaml_ng::Value = text
+        .split("\n---")
+        .filter_map(|d| serde_yaml_ng::from_str::<serde_yaml_ng::Value>(d).ok())
+        .find(|d| d.get("kind").and_then(|k| k.as_str()) == Some("NetworkPolicy"))
+        .expect("a NetworkPolicy beside the Job");
+    let from = &policy["spec"]["ingress"][0]["from"][0];
+    let selector = |s: &serde_yaml_ng::Value| -> String {
+        s["matchLabels"]
+            .as_mapping()
+            .expect("matchLabels")
+            .iter()
+            .map(|(k, v)| format!("{}={}", k.as_str().unwrap_or_default(), v.as_str().unwrap_or_default()))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let namespaces = ok(
+        &cp.kubectl(&[
+            "get",
+            "namespaces",
+            "-l",
+            &selector(&from["namespaceSelector"]),
+            "-o",
+            "name",
+        ]),
+        "namespaces of the policy",
+    );
+    assert_eq!(namespaces.trim(), "namespace/gpushare-bench");
+    let start = Instant::now();
+    loop {
+        let pods = ok(
+            &cp.kubectl(&[
+                "get",
+                "pods",
+                "-n",
+                "gpushare-bench",
+                "-l",
+                &selector(&from["podSelector"]),
+                "-o",
+                "name",
+            ]),
+            "the Job's pods",
+        );
+        if pods.contains("pod/gpushare-bench-") {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the policy selects no pod of the Job; controller-manager: {}",
+            cp.log_tail("kube-controller-manager")
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
 
     // The Deployment and ReplicaSet controllers make the pods; with no node, the
     // scheduler says they cannot be scheduled.

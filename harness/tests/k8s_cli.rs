@@ -23,11 +23,21 @@ use kube::Api;
 /// Node seconds per wall-clock second.
 const SPEED: f64 = 50.0;
 
-/// A cluster of `spec` where the user applied the given `manifests/` directories.
+/// A cluster of `spec` where the user generated the manifests for its node with the
+/// binary (`gpushare-bench manifests --node gpu-1 --out DIR`) and applied the given
+/// directories of them (`kubectl apply -k DIR/base`).
 async fn cluster(spec: ClusterSpec, manifests: &[&str]) -> TestCluster {
     let c = TestCluster::start(spec, SPEED).await.unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = Command::new(env!("CARGO_BIN_EXE_gpushare-bench"))
+        .args(["manifests", "--node", "gpu-1", "--out"])
+        .arg(dir.path())
+        .output()
+        .expect("run gpushare-bench manifests");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     for m in manifests {
-        c.apply_manifests(m).unwrap_or_else(|e| panic!("{e}"));
+        c.kubectl(&["apply", "-k", &dir.path().join(m).to_string_lossy()])
+            .unwrap_or_else(|e| panic!("{e}"));
     }
     c
 }
@@ -205,6 +215,7 @@ async fn doctor_kubernetes_passes_a_ready_cluster_and_names_what_is_missing() {
         "ok    ClusterPolicy          devicePlugin.config.name device-plugin-config (default key any), mig.strategy single",
         "ok    GPU operator           nvcr.io/nvidia/gpu-operator:v25.10.1",
         "ok    Prometheus scrape      Role prometheus-k8s in gpushare-bench",
+        "ok    DCGM scrape            ServiceMonitor on in the ClusterPolicy; Role gpushare-bench-dcgm-scrape in gpu-operator",
         "ok    permissions            all ",
         "warn  DRA driver             no DeviceClass gpu.nvidia.com (only --sharing-api dra needs it)",
     ] {

@@ -357,6 +357,11 @@ pub struct ManifestsArgs {
     /// Workload image the Deployment and Job use.
     #[arg(long, default_value = crate::config::plan::DEFAULT_IMAGE)]
     pub image: String,
+    /// The GPU node: the only node the harness's ClusterRole may read and label, and the
+    /// node the Deployment and the Job name. The committed `manifests/` hold a
+    /// placeholder; write your own set with `--node NODE --out DIR` and apply that.
+    #[arg(long, value_name = "NODE", default_value = crate::config::plan::NODE_PLACEHOLDER)]
+    pub node: String,
     /// Compare with the files instead of writing them (exit 1 when they differ).
     #[arg(long)]
     pub check: bool,

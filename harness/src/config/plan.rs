@@ -141,6 +141,9 @@ pub const MIN_WINDOW: Duration = Duration::from_millis(500);
 pub const DEFAULT_READY_TIMEOUT: Duration = Duration::from_secs(180);
 /// The Kubernetes workload image.
 pub const DEFAULT_IMAGE: &str = "gpushare-workload:0.1.0";
+/// The GPU node's name in the committed manifests, which `gpushare-bench manifests
+/// --node` replaces (a valid node name, so that they validate as they are).
+pub const NODE_PLACEHOLDER: &str = "replace-with-the-gpu-node";
 /// The most `--repeat` accepts.
 pub const MAX_REPEAT: u32 = 100;
 

@@ -57,6 +57,9 @@ pub struct Facts {
     pub operand_pods: BTreeMap<String, Result<usize, String>>,
     /// Whether the Role kube-prometheus needs exists in the workload namespace.
     pub prometheus_role: Result<bool, String>,
+    /// Whether the Role that lets Prometheus discover the DCGM exporter exists in the
+    /// operator's namespace.
+    pub dcgm_scrape_role: Result<bool, String>,
     /// Every permission the sweep uses.
     pub permissions: Vec<Permission>,
     /// The node's labels and taints.
@@ -81,13 +84,13 @@ pub struct DraFacts {
 /// harness (pure), as (verb, group, resource, subresource, namespace, name).
 pub fn required(t: &Target, cm: &PluginConfigMap) -> Vec<(String, String, String, String, String, String)> {
     let mut out = Vec::new();
-    for o in objects::rbac(&t.namespace, cm, &t.monitoring_namespace) {
+    for o in objects::rbac(&t.namespace, cm, &t.monitoring_namespace, &t.node) {
         let kind = o["kind"].as_str().unwrap_or_default();
         if kind != "Role" && kind != "ClusterRole" {
             continue;
         }
         // kube-prometheus's Role is not the harness's.
-        if o["metadata"]["name"] == "prometheus-k8s" {
+        if o["metadata"]["name"] == "prometheus-k8s" || o["metadata"]["name"] == objects::DCGM_SCRAPE_ROLE {
             continue;
         }
         let ns = o["metadata"]["namespace"].as_str().unwrap_or_default().to_string();
@@ -283,6 +286,7 @@ pub fn checks(f: &Facts) -> Vec<Check> {
         ),
         Err(e) => c("Prometheus scrape", Warn, e.clone()),
     });
+    out.push(dcgm_scrape_check(f));
     out.extend(dra_checks(&f.dra, &t.node));
     let denied: Vec<&Permission> = f.permissions.iter().filter(|p| p.allowed != Ok(true)).collect();
     if f.permissions.is_empty() {
@@ -299,13 +303,54 @@ pub fn checks(f: &Facts) -> Vec<Check> {
                 "permission",
                 Fail,
                 match &p.allowed {
-                    Ok(_) => format!("denied: {} (manifests/base/rbac.yaml grants it)", p.what),
+                    Ok(_) => format!(
+                        "denied: {} (the base's rbac.yaml grants it: gpushare-bench manifests --node {} --out DIR, then kubectl apply -k DIR/base)",
+                        p.what, t.node
+                    ),
                     Err(e) => format!("{}: {e}", p.what),
                 },
             ));
         }
     }
     out
+}
+
+/// Whether Prometheus will scrape the DCGM exporter (pure): the operator makes its
+/// ServiceMonitor only with `dcgmExporter.serviceMonitor.enabled` (gpu-operator v25.10.1
+/// `api/nvidia/v1/clusterpolicy_types.go` `DCGMExporterServiceMonitorConfig`), in its own
+/// namespace, where kube-prometheus's Prometheus may not look without a Role. A warning
+/// at worst: without it the sweep runs, with empty GPU telemetry.
+fn dcgm_scrape_check(f: &Facts) -> Check {
+    let name = "DCGM scrape";
+    let ns = &f.target.operator_namespace;
+    let enabled = f
+        .cluster_policy
+        .as_ref()
+        .map(|spec| spec["dcgmExporter"]["serviceMonitor"]["enabled"] == Value::Bool(true));
+    let warn = |detail: String| Check {
+        name,
+        verdict: Verdict::Warn,
+        detail: format!("{detail}: GPU telemetry will be empty"),
+    };
+    match (enabled, &f.dcgm_scrape_role) {
+        (Some(false), _) => warn(
+            "the ClusterPolicy does not set dcgmExporter.serviceMonitor.enabled=true, so the operator makes no ServiceMonitor for the exporter (manifests/gpu-operator-clusterpolicy.yaml sets it)".into(),
+        ),
+        (_, Ok(false)) => warn(format!(
+            "no Role {} in {ns}: kube-prometheus's Prometheus may not discover the exporter there (kubectl apply -k manifests/base)",
+            objects::DCGM_SCRAPE_ROLE
+        )),
+        (_, Err(e)) => warn(e.clone()),
+        (None, Ok(true)) => warn("no ClusterPolicy read: whether the operator makes the exporter's ServiceMonitor is unknown".into()),
+        (Some(true), Ok(true)) => Check {
+            name,
+            verdict: Verdict::Ok,
+            detail: format!(
+                "ServiceMonitor on in the ClusterPolicy; Role {} in {ns}",
+                objects::DCGM_SCRAPE_ROLE
+            ),
+        },
+    }
 }
 
 /// The DRA lines (pure): warnings at worst, since only `--sharing-api dra` needs them.
@@ -541,6 +586,17 @@ pub async fn gather(client: &Client, t: &Target) -> Facts {
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
         Err(e) => Err(err(&format!("reading Role prometheus-k8s in {}", t.namespace), e)),
     };
+    let dcgm_scrape_role = match Api::<Role>::namespaced(client.clone(), &t.operator_namespace)
+        .get(objects::DCGM_SCRAPE_ROLE)
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => Err(err(
+            &format!("reading Role {} in {}", objects::DCGM_SCRAPE_ROLE, t.operator_namespace),
+            e,
+        )),
+    };
     // Without a readable ClusterPolicy the permissions are asked for the default ConfigMap.
     let cm = match &plugin_config {
         Ok((cm, _)) => cm.clone(),
@@ -563,6 +619,7 @@ pub async fn gather(client: &Client, t: &Target) -> Facts {
         plugin_images,
         operand_pods,
         prometheus_role,
+        dcgm_scrape_role,
         permissions,
         node,
         dra,
@@ -621,7 +678,16 @@ mod tests {
     /// The doctor's device-plugin line for a node with these labels, plugin pods and
     /// GPUs published by the DRA driver.
     fn plugin_check(labels: &[(&str, &str)], images: &[&str], dra_gpus: usize) -> Check {
-        let f = Facts {
+        checks(&facts_with(labels, images, dra_gpus))
+            .into_iter()
+            .find(|c| c.name == "device plugin")
+            .expect("a device plugin line")
+    }
+
+    /// What the doctor gathers from a node with these labels, plugin pods and GPUs
+    /// published by the DRA driver (the rest ready).
+    fn facts_with(labels: &[(&str, &str)], images: &[&str], dra_gpus: usize) -> Facts {
+        Facts {
             target: Target {
                 node: "gpu-1".into(),
                 operator_namespace: "gpu-operator".into(),
@@ -635,6 +701,7 @@ mod tests {
             plugin_images: Ok(images.iter().map(|s| s.to_string()).collect()),
             operand_pods: BTreeMap::new(),
             prometheus_role: Ok(true),
+            dcgm_scrape_role: Ok(true),
             permissions: Vec::new(),
             node: Ok((
                 labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
@@ -645,11 +712,7 @@ mod tests {
                 gpus: Ok(dra_gpus),
                 driver: Err("not read".into()),
             },
-        };
-        checks(&f)
-            .into_iter()
-            .find(|c| c.name == "device plugin")
-            .expect("a device plugin line")
+        }
     }
 
     #[test]
@@ -668,6 +731,30 @@ mod tests {
             both.detail
         );
         assert_eq!(plugin_check(&[], &[plugin], 0).verdict, Verdict::Ok);
+    }
+
+    #[test]
+    fn gpu_telemetry_needs_the_service_monitor_and_the_role_in_the_operator_namespace() {
+        let mut f = facts_with(&[], &[], 0);
+        let line = |f: &Facts| dcgm_scrape_check(f);
+        f.cluster_policy = Some(serde_json::json!({"dcgmExporter": {"serviceMonitor": {"enabled": true}}}));
+        assert_eq!(line(&f).verdict, Verdict::Ok, "{}", line(&f).detail);
+        f.dcgm_scrape_role = Ok(false);
+        assert!(
+            line(&f).verdict == Verdict::Warn
+                && line(&f)
+                    .detail
+                    .contains("no Role gpushare-bench-dcgm-scrape in gpu-operator"),
+            "{}",
+            line(&f).detail
+        );
+        f.dcgm_scrape_role = Ok(true);
+        f.cluster_policy = Some(serde_json::json!({"dcgmExporter": {"enabled": true}}));
+        assert!(
+            line(&f).verdict == Verdict::Warn && line(&f).detail.contains("dcgmExporter.serviceMonitor.enabled=true"),
+            "{}",
+            line(&f).detail
+        );
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The Kubernetes backend against Kubernetes' own control plane (v1.34: API server,
 //! scheduler, controllers) with a GPU node played through its API
 //! (`gpushare_k8s_sim::cluster`): whole sweeps as the service account of
-//! `manifests/base/rbac.yaml`, after the user's `kubectl apply -k manifests/base`; kills
+//! `manifests/base/rbac.yaml` (generated for the node), after the user's `kubectl apply -k`
+//! of that base; kills
 //! mid-switch, resume and restore, refused set-ups. Metrics are synthetic here: these
 //! tests are about what the harness does to the cluster, not about numbers.
 
@@ -91,7 +92,8 @@ pub(super) async fn state(c: &TestCluster) -> (BTreeMap<String, String>, Option<
     (labels, cm)
 }
 
-/// A cluster where the user ran `kubectl apply -k manifests/base`, as the docs say. The
+/// A cluster where the user applied the base manifests generated for its node, as the
+/// docs say (`gpushare-bench manifests --node gpu-1 --out DIR`, `kubectl apply -k DIR/base`). The
 /// operator's periodic relabelling is off, so that a label the harness wrongly removed
 /// stays removed.
 pub(super) async fn start(spec: ClusterSpec) -> TestCluster {
@@ -99,8 +101,15 @@ pub(super) async fn start(spec: ClusterSpec) -> TestCluster {
     spec.timings.operator_reconcile = 1e9;
     spec.workload_time_scale = SPEED;
     let c = TestCluster::start(spec, SPEED).await.unwrap_or_else(|e| panic!("{e}"));
-    c.apply_manifests("base").unwrap_or_else(|e| panic!("{e}"));
+    apply_base(&c);
     c
+}
+
+/// `kubectl apply -k base` of the manifests the user generated for the cluster's node
+/// (`gpushare-bench manifests --node gpu-1`: the harness may read and label that node only).
+pub(super) fn apply_base(c: &TestCluster) {
+    let files = super::manifests::files(super::manifests::DEFAULT_IMAGE, &c.node.name);
+    c.apply_files(&files, "base").unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// Checks every cell was measured (not pending or failed) and what the pods ran on.
@@ -695,7 +704,7 @@ async fn another_config_name_is_followed_when_rbac_allows_it() {
         name: "time-slicing-config".into(),
         default_key: "any".into(),
     };
-    c.apply_objects(&objects::rbac("gpushare-bench", &cm, "monitoring"))
+    c.apply_objects(&objects::rbac("gpushare-bench", &cm, "monitoring", "gpu-1"))
         .unwrap_or_else(|e| panic!("{e}"));
     let dir = tempfile::tempdir().expect("tmp");
     let p = plan(dir.path(), "exclusive,time-slicing", "1,3");

@@ -17,7 +17,7 @@ pub const NAMESPACE: &str = "gpushare-bench";
 /// Namespace of kube-prometheus.
 pub const MONITORING: &str = "monitoring";
 /// Placeholder for the GPU node in static manifests.
-pub const NODE_PLACEHOLDER: &str = "replace-with-the-gpu-node";
+pub use crate::config::plan::NODE_PLACEHOLDER;
 
 fn yaml(docs: &[Value]) -> String {
     let mut out =
@@ -31,13 +31,14 @@ fn yaml(docs: &[Value]) -> String {
     out
 }
 
-/// Every file under `manifests/`, as (relative path, contents) (pure).
-pub fn files(image: &str) -> Vec<(String, String)> {
+/// Every file under `manifests/` for the GPU node `node`, as (relative path, contents)
+/// (pure). The committed files are those of [`NODE_PLACEHOLDER`].
+pub fn files(image: &str, node: &str) -> Vec<(String, String)> {
     let cm = PluginConfigMap::default();
     let spec = WorkloadSpec {
         namespace: NAMESPACE.into(),
         image: image.into(),
-        node: NODE_PLACEHOLDER.into(),
+        node: node.into(),
         args: ["--model", "yolos-small", "--device", "cuda", "--precision", "bf16"]
             .map(String::from)
             .to_vec(),
@@ -77,11 +78,14 @@ pub fn files(image: &str) -> Vec<(String, String)> {
         ("base/podmonitor.yaml".into(), yaml(&[objects::pod_monitor(NAMESPACE)])),
         (
             "base/rbac.yaml".into(),
-            yaml(&objects::rbac(NAMESPACE, &cm, MONITORING)),
+            yaml(&objects::rbac(NAMESPACE, &cm, MONITORING, node)),
         ),
         (
             "base/harness-job.yaml".into(),
-            yaml(&[objects::harness_job(NAMESPACE, image)]),
+            yaml(&[
+                objects::harness_job(NAMESPACE, image, node),
+                objects::prometheus_ingress_policy(NAMESPACE, MONITORING),
+            ]),
         ),
         (
             "base/kustomization.yaml".into(),
@@ -225,8 +229,8 @@ pub fn files(image: &str) -> Vec<(String, String)> {
 
 /// Writes the files under `dir`; with `check`, compares instead and names the first
 /// file that differs.
-pub fn write(dir: &Path, image: &str, check: bool) -> Result<usize> {
-    let files = files(image);
+pub fn write(dir: &Path, image: &str, node: &str, check: bool) -> Result<usize> {
+    let files = files(image, node);
     for (rel, text) in &files {
         let path = dir.join(rel);
         if check {

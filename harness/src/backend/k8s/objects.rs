@@ -45,6 +45,17 @@ pub const MIG_DISABLED: &str = "all-disabled";
 pub const APP_LABEL: &str = "app.kubernetes.io/name";
 /// Its value.
 pub const APP: &str = "gpushare-workload";
+/// `app.kubernetes.io/name` of the in-cluster harness Job's pod: what the NetworkPolicy
+/// that lets it reach Prometheus selects.
+pub const HARNESS_APP: &str = "gpushare-bench-harness";
+/// The pods of kube-prometheus's Prometheus (StatefulSet `prometheus-k8s`, 2 replicas),
+/// the only ones the harness may port-forward to.
+pub const PROMETHEUS_PODS: [&str; 2] = ["prometheus-k8s-0", "prometheus-k8s-1"];
+/// The Role that lets kube-prometheus's Prometheus discover the DCGM exporter in the GPU
+/// operator's namespace, where the operator puts the exporter's ServiceMonitor
+/// (gpu-operator v25.10.1 `assets/state-dcgm-exporter/0500_service_monitor.yaml`; the
+/// Role it makes for that, `0400_prom_role_openshift.yaml`, is OpenShift's only).
+pub const DCGM_SCRAPE_ROLE: &str = "gpushare-bench-dcgm-scrape";
 /// Label naming the cell a pod belongs to.
 pub const CELL_LABEL: &str = "gpushare.dev/cell";
 /// The workload's metrics port.
@@ -533,7 +544,7 @@ pub fn pod_monitor(ns: &str) -> Value {
 /// Last, kube-prometheus's Prometheus may discover pods in the workload namespace (its
 /// own Roles cover only default, kube-system and monitoring: kube-prometheus v0.18.0
 /// `manifests/prometheus-roleSpecificNamespaces.yaml`).
-pub fn rbac(ns: &str, cm: &PluginConfigMap, monitoring_ns: &str) -> Vec<Value> {
+pub fn rbac(ns: &str, cm: &PluginConfigMap, monitoring_ns: &str, node: &str) -> Vec<Value> {
     let sa = json!({ "kind": "ServiceAccount", "name": "gpushare-bench", "namespace": ns });
     let role = |name: &str, rns: &str, rules: Value| json!({ "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": { "name": name, "namespace": rns }, "rules": rules });
     let binding = |name: &str, rns: &str, subject: &Value| {
@@ -545,14 +556,20 @@ pub fn rbac(ns: &str, cm: &PluginConfigMap, monitoring_ns: &str) -> Vec<Value> {
         })
     };
     let prometheus = json!({ "kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": monitoring_ns });
+    // What Prometheus's service discovery reads (kube-prometheus v0.18.0
+    // `prometheus-roleSpecificNamespaces.yaml`, with EndpointSlices).
+    let discovery = json!([
+        { "apiGroups": [""], "resources": ["services", "endpoints", "pods"], "verbs": ["get", "list", "watch"] },
+        { "apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"] }
+    ]);
     vec![
         json!({ "apiVersion": "v1", "kind": "ServiceAccount", "metadata": { "name": "gpushare-bench", "namespace": ns } }),
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
             "metadata": { "name": "gpushare-bench-nodes" },
             "rules": [
-                // Add `resourceNames: [<your GPU node>]` to narrow this to one node.
-                { "apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"] },
+                // The GPU node only: its labels are what the harness switches.
+                { "apiGroups": [""], "resources": ["nodes"], "resourceNames": [node], "verbs": ["get", "patch"] },
                 { "apiGroups": [""], "resources": ["namespaces"], "resourceNames": [ns], "verbs": ["get"] },
                 { "apiGroups": ["nvidia.com"], "resources": ["clusterpolicies"], "verbs": ["get", "list"] },
                 // --sharing-api dra: the driver's DeviceClass and the node's ResourceSlices.
@@ -586,7 +603,9 @@ pub fn rbac(ns: &str, cm: &PluginConfigMap, monitoring_ns: &str) -> Vec<Value> {
             json!([
                 { "apiGroups": [""], "resources": ["configmaps"], "resourceNames": [cm.name], "verbs": ["get", "patch"] },
                 { "apiGroups": [""], "resources": ["pods"], "verbs": ["list"] },
-                { "apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": ["gpu-operator"], "verbs": ["get"] }
+                { "apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": ["gpu-operator"], "verbs": ["get"] },
+                // `doctor --kubernetes`: may Prometheus discover the DCGM exporter?
+                { "apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"], "resourceNames": [DCGM_SCRAPE_ROLE], "verbs": ["get"] }
             ]),
         ),
         binding("gpushare-bench-device-plugin", &cm.namespace, &sa),
@@ -595,19 +614,16 @@ pub fn rbac(ns: &str, cm: &PluginConfigMap, monitoring_ns: &str) -> Vec<Value> {
             monitoring_ns,
             json!([
                 { "apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"] },
-                { "apiGroups": [""], "resources": ["pods/portforward"], "verbs": ["get", "create"] }
+                // Prometheus's own pods only (kube-prometheus v0.18.0 `prometheus-prometheus.yaml`:
+                // Prometheus `k8s`, 2 replicas).
+                { "apiGroups": [""], "resources": ["pods/portforward"], "resourceNames": PROMETHEUS_PODS, "verbs": ["get", "create"] }
             ]),
         ),
         binding("gpushare-bench-prometheus", monitoring_ns, &sa),
-        role(
-            "prometheus-k8s",
-            ns,
-            json!([
-                { "apiGroups": [""], "resources": ["services", "endpoints", "pods"], "verbs": ["get", "list", "watch"] },
-                { "apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"] }
-            ]),
-        ),
+        role("prometheus-k8s", ns, discovery.clone()),
         binding("prometheus-k8s", ns, &prometheus),
+        role(DCGM_SCRAPE_ROLE, &cm.namespace, discovery),
+        binding(DCGM_SCRAPE_ROLE, &cm.namespace, &prometheus),
     ]
 }
 
@@ -634,7 +650,7 @@ pub fn dra_rbac(ns: &str, driver_ns: &str) -> Vec<Value> {
 
 /// The harness as an in-cluster Job (results land in an emptyDir; copy them out with
 /// `kubectl cp` before the pod is deleted, or mount a volume).
-pub fn harness_job(ns: &str, image: &str) -> Value {
+pub fn harness_job(ns: &str, image: &str, node: &str) -> Value {
     json!({
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -642,6 +658,7 @@ pub fn harness_job(ns: &str, image: &str) -> Value {
         "spec": {
             "backoffLimit": 0,
             "template": {
+                "metadata": { "labels": { APP_LABEL: HARNESS_APP } },
                 "spec": {
                     "serviceAccountName": "gpushare-bench",
                     "restartPolicy": "Never",
@@ -652,13 +669,42 @@ pub fn harness_job(ns: &str, image: &str) -> Value {
                         "command": ["gpushare-bench"],
                         "args": ["sweep", "--backend", "kubernetes", "--node", "$(GPU_NODE)", "--namespace", ns,
                                  "--prometheus", "http://prometheus-k8s.monitoring.svc:9090", "--out", "/results", "--quiet"],
-                        "env": [{ "name": "GPU_NODE", "value": "replace-with-the-gpu-node" }],
+                        "env": [{ "name": "GPU_NODE", "value": node }],
                         "volumeMounts": [{ "name": "results", "mountPath": "/results" }],
                         "securityContext": { "allowPrivilegeEscalation": false, "capabilities": { "drop": ["ALL"] } }
                     }],
                     "volumes": [{ "name": "results", "emptyDir": {} }]
                 }
             }
+        }
+    })
+}
+
+/// Lets the in-cluster harness Job reach kube-prometheus's Prometheus. kube-prometheus
+/// v0.18.0 `manifests/prometheus-networkPolicy.yaml` admits to port 9090 only pods of
+/// Prometheus, prometheus-adapter and Grafana in its own namespace; NetworkPolicies add
+/// up, so this one (the same pods selected) admits the Job's pod from the workload
+/// namespace as well.
+pub fn prometheus_ingress_policy(ns: &str, monitoring_ns: &str) -> Value {
+    json!({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": { "name": "gpushare-bench-harness", "namespace": monitoring_ns },
+        "spec": {
+            "podSelector": { "matchLabels": {
+                "app.kubernetes.io/component": "prometheus",
+                "app.kubernetes.io/instance": "k8s",
+                "app.kubernetes.io/name": "prometheus",
+                "app.kubernetes.io/part-of": "kube-prometheus"
+            } },
+            "policyTypes": ["Ingress"],
+            "ingress": [{
+                "from": [{
+                    "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": ns } },
+                    "podSelector": { "matchLabels": { APP_LABEL: HARNESS_APP } }
+                }],
+                "ports": [{ "port": 9090, "protocol": "TCP" }]
+            }]
         }
     })
 }
