@@ -27,8 +27,6 @@ pub struct Timings {
     pub gfd_relabel: Secs,
     /// GFD's periodic relabel (`GFD_SLEEP_INTERVAL=60s` in the operator's asset).
     pub gfd_interval: Secs,
-    /// MPS control daemon start (compute mode, daemons, limits, `.ready`).
-    pub mps_start: Secs,
     /// The plugin's retry while the MPS daemon is not healthy (`restartTimeout` 30 s).
     pub mps_retry: Secs,
     /// A new operand pod until its main container runs.
@@ -41,20 +39,10 @@ pub struct Timings {
     pub mig_validate: Secs,
     /// mig-parted: MIG mode change.
     pub mig_mode: Secs,
-    /// mig-parted: create the GPU and compute instances.
-    pub mig_apply: Secs,
-    /// A new workload pod until the scheduler's queue has it (informers, queue; not read:
-    /// a plausible second). Pods that join at one pass tie and go in name order.
-    pub scheduler_queue: Secs,
     /// A workload pod from bound to ready (image present, model loaded).
     pub pod_ready: Secs,
     /// A workload pod's termination.
     pub pod_stop: Secs,
-    /// A claim made from a template, from its pod's removal until the claim is gone
-    /// (J7: the resourceclaim controller's queue, its delete, the deallocation that lets
-    /// the finalizer go; not measured: a plausible few seconds). Its device stays taken
-    /// until then.
-    pub claim_gc: Secs,
 }
 
 impl Default for Timings {
@@ -66,18 +54,14 @@ impl Default for Timings {
             plugin_restart: 5.0,
             gfd_relabel: 5.0,
             gfd_interval: 60.0,
-            mps_start: 8.0,
             mps_retry: 30.0,
             operand_start: 15.0,
             operand_stop: 5.0,
             operator_reconcile: 30.0,
             mig_validate: 2.0,
             mig_mode: 40.0,
-            mig_apply: 20.0,
-            scheduler_queue: 1.0,
             pod_ready: 20.0,
             pod_stop: 5.0,
-            claim_gc: 3.0,
         }
     }
 }
