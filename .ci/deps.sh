@@ -91,3 +91,19 @@ if [ "$(cat "$cp_bin/.stamp" 2>/dev/null)" != "$cp_stamp" ]; then
   echo "$cp_stamp" > "$cp_bin/.stamp"
   echo "deps: control plane built in $(( $(date +%s) - start )) s"
 fi
+
+# Prometheus's server with its Kubernetes service discovery, for the end-to-end
+# Kubernetes test (Debian's `prometheus` is built without it), from its Go module
+# (harness/k8s-sim/prometheus, pinned by its go.mod and go.sum) into $DEPS/prometheus/bin.
+prom_src=harness/k8s-sim/prometheus
+prom_bin="$PWD/$DEPS/prometheus/bin"
+prom_stamp=$( (cd "$prom_src" && cat go.mod go.sum tools.go; go version) | sha256sum | cut -c1-16)
+if [ "$(cat "$prom_bin/.stamp" 2>/dev/null)" != "$prom_stamp" ]; then
+  echo "deps: building Prometheus from its Go module into $DEPS/prometheus/bin (a cold build takes several minutes)"
+  mkdir -p "$prom_bin"
+  start=$(date +%s)
+  (cd "$prom_src" && CGO_ENABLED=0 go build -mod=readonly -buildvcs=false -trimpath -ldflags=-s \
+    -o "$prom_bin/prometheus" github.com/prometheus/prometheus/cmd/prometheus)
+  echo "$prom_stamp" > "$prom_bin/.stamp"
+  echo "deps: Prometheus built in $(( $(date +%s) - start )) s"
+fi

@@ -230,6 +230,11 @@ impl ControlPlane {
             })
     }
 
+    /// The cluster CA's certificate (what a client of the API server trusts).
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.join("pki/ca.crt")
+    }
+
     /// A kubeconfig that authenticates as service account `name` of namespace `ns`
     /// with a token from the API server's TokenRequest (`kubectl create token`), so
     /// every answer to it, 403s included, is the API server's RBAC.

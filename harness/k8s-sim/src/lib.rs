@@ -10,7 +10,10 @@
 //! own components (kubelet, device plugin and its config-manager, GPU feature discovery,
 //! the MPS control daemon, the MIG manager, NVIDIA's DRA kubelet plugin), which need a
 //! GPU. Each of their rules cites the upstream file and version it reproduces
-//! (UPSTREAM-RULES.md); nothing in them was observed on a real GPU node.
+//! (UPSTREAM-RULES.md); nothing in them was observed on a real GPU node. With
+//! [`node::ProcessSpec`] the kubelet runs workload containers as local processes, which
+//! [`prometheus::DiscoveringPrometheus`] (Prometheus's own server, built from its Go
+//! module) discovers through the API server and scrapes.
 
 pub mod cluster;
 pub mod control_plane;
@@ -18,6 +21,7 @@ pub mod dra;
 pub mod gpu;
 pub mod kubelet;
 pub mod node;
+pub mod prometheus;
 pub mod spec;
 
 pub use self::spec::{ClusterSpec, PodFacts, Timings};

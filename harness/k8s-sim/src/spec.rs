@@ -107,6 +107,8 @@ pub struct ClusterSpec {
     /// ClusterPolicy `dcgmExporter.serviceMonitor.enabled`: whether the operator makes
     /// the DCGM exporter's ServiceMonitor (in its own namespace) for Prometheus.
     pub dcgm_service_monitor: bool,
+    /// Pods whose containers run as local processes (None: every pod is simulated).
+    pub processes: Option<crate::node::ProcessSpec>,
     /// Virtual seconds per second of a workload's own flags (`--inject-fault-after`,
     /// `--crash-after`): the harness's wall-clock times and the pods' flags agree when
     /// this is the simulator's speed.
@@ -134,6 +136,7 @@ impl ClusterSpec {
             minor_version: 34,
             device_plugin: true,
             dcgm_service_monitor: true,
+            processes: None,
             workload_time_scale: 1.0,
             dra: None,
             dra_mig: Vec::new(),

@@ -89,10 +89,15 @@ impl Agent {
                     if let Some(run) = self.pods.get_mut(&key) {
                         run.terminating = true;
                     }
+                    self.processes.terminate(&key);
                     self.at(stop, Due::PodGone(key.clone()));
                 }
                 Some(_) => {}
             }
+        }
+        let vanished: Vec<PodKey> = self.pods.keys().filter(|k| !listed.contains(k)).cloned().collect();
+        for k in &vanished {
+            self.processes.kill(k);
         }
         self.pods.retain(|k, _| listed.contains(k));
         Ok(())
@@ -194,7 +199,14 @@ impl Agent {
     /// The container runs (not ready yet) and the pod has an IP on loopback.
     fn start_pod(&mut self, key: &PodKey, pod: &Value, device: Option<(String, u32)>, facts: Option<PodFacts>) {
         self.ips += 1;
-        let ip = format!("10.244.{}.{}", self.ips / 250, 2 + self.ips % 250);
+        // Simulated pods get cluster-network addresses; pods that run a process get one
+        // on loopback, where it listens.
+        let net = if self.spec.processes.is_some() {
+            "127.10"
+        } else {
+            "10.244"
+        };
+        let ip = format!("{net}.{}.{}", self.ips / 250, 2 + self.ips % 250);
         let status = json!({
             "phase": "Running",
             "reason": null, "message": null,
@@ -230,9 +242,57 @@ impl Agent {
                 terminating: false,
             },
         );
+        self.start_process(key, pod, &ip);
         // Pods without a GPU (the operator, its other operands) are ready at once.
         let d = if gpu { self.spec.timings.pod_ready } else { 0.0 };
         self.at(d, Due::PodReady(key.clone(), 0));
+    }
+
+    /// Starts the pod's container as a local process when the spec maps its image; a
+    /// process that cannot start is a container that exits at once (the runtime's
+    /// `StartError`, exit code 128).
+    fn start_process(&mut self, key: &PodKey, pod: &Value, ip: &str) {
+        let Some(spec) = self.spec.processes.clone() else {
+            return;
+        };
+        if let Err(e) = self.processes.start(&spec, key, pod, ip) {
+            self.note(format!("pod {}: {e}", key.name));
+            self.container_exit(key, 128, &e);
+        }
+    }
+
+    /// Containers whose process has exited: the kubelet sees the exit.
+    pub(super) fn reap_processes(&mut self) {
+        for (key, code) in self.processes.exited() {
+            let terminating = self.pods.get(&key).is_none_or(|r| r.terminating);
+            if !terminating {
+                self.container_exit(&key, code, "the process exited");
+            }
+        }
+    }
+
+    /// The pod's HTTP readiness probe passes (always, for a simulated container).
+    async fn probe_ready(&self, key: &PodKey) -> bool {
+        if !self.processes.has(key) {
+            return true;
+        }
+        let Some(run) = self.pods.get(key) else { return false };
+        let probe = &run.pod["spec"]["containers"][0]["readinessProbe"]["httpGet"];
+        let Some(path) = probe["path"].as_str() else {
+            return true;
+        };
+        // A named port is the container's port of that name.
+        let container = &run.pod["spec"]["containers"][0];
+        let port = probe["port"]
+            .as_u64()
+            .or_else(|| {
+                let name = probe["port"].as_str()?;
+                container["ports"].as_array()?.iter().find(|p| p["name"] == name)?["containerPort"].as_u64()
+            })
+            .and_then(|p| u16::try_from(p).ok())
+            .unwrap_or(0);
+        let ip = run.status["podIP"].as_str().unwrap_or_default().to_string();
+        super::process::http_ready(&ip, port, path).await
     }
 
     /// A pod whose GPU comes through claims, which the scheduler allocated and reserved
@@ -374,8 +434,15 @@ impl Agent {
             .is_some_and(|r| r.status["containerStatuses"][0]["ready"] == json!(true))
     }
 
-    pub(super) fn pod_ready(&mut self, key: &PodKey, start: u32) {
+    pub(super) async fn pod_ready(&mut self, key: &PodKey, start: u32) {
         if self.container(key) != Some((start, true)) || self.pods.get(key).is_some_and(|r| r.terminating) {
+            return;
+        }
+        if !self.probe_ready(key).await {
+            // The kubelet probes again after `periodSeconds` (here a tenth of a second
+            // of wall-clock time).
+            let again = self.speed * 0.1;
+            self.at(again, Due::PodReady(key.clone(), start));
             return;
         }
         // A GPU in EXCLUSIVE_PROCESS takes one CUDA context (MPS clients go through the
@@ -407,6 +474,9 @@ impl Agent {
         run.status["containerStatuses"][0]["ready"] = json!(true);
         run.dirty = true;
         let args = run.pod["spec"]["containers"][0]["args"].clone();
+        if self.processes.has(key) {
+            return; // a real process faults or crashes on its own
+        }
         // The workload counts its events from readiness, in each container anew.
         for (flag, act) in [
             ("--inject-fault-after", WorkloadAct::Fault),
@@ -529,6 +599,18 @@ impl Agent {
         cs["state"] = json!({"running": {"startedAt": super::setup::rfc3339_now()}});
         cs["restartCount"] = json!(start);
         run.dirty = true;
+        let mapped = self
+            .spec
+            .processes
+            .as_ref()
+            .is_some_and(|p| p.images.contains_key(&image(&run.pod)));
+        if mapped {
+            let (pod, ip) = (
+                run.pod.clone(),
+                run.status["podIP"].as_str().unwrap_or_default().to_string(),
+            );
+            self.start_process(key, &pod, &ip);
+        }
         let d = self.spec.timings.pod_ready;
         self.at(d, Due::PodReady(key.clone(), start));
     }
@@ -542,6 +624,7 @@ impl Agent {
     /// still on `resource/v1alpha2`), and the v1.34.4 controller the tests run keeps a
     /// DRA pod deleted in the foreground until then.
     pub(super) fn pod_gone(&mut self, key: &PodKey) {
+        self.processes.kill(key);
         let Some(mut run) = self.pods.remove(key) else { return };
         self.gone.insert(run.uid.clone());
         let name = container_name(&run.pod);

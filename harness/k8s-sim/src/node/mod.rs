@@ -19,6 +19,7 @@
 mod kubelet;
 mod operand;
 mod operator;
+mod process;
 mod setup;
 
 use std::cmp::Reverse;
@@ -35,6 +36,7 @@ use self::operand::{Operand, OperandKind, WorkloadAct};
 use crate::gpu::GpuState;
 use crate::spec::{ClusterSpec, PodFacts, Secs};
 
+pub use process::ProcessSpec;
 pub use setup::{CLUSTER_POLICY_CRD, POD_MONITOR_CRD};
 
 /// How often the agent reads the API (wall clock).
@@ -246,6 +248,8 @@ pub(crate) struct Agent {
     writes: Vec<Write>,
     ips: u32,
     last_lease: Option<Instant>,
+    /// Containers that run as local processes (`ClusterSpec::processes`).
+    processes: process::Processes,
 }
 
 fn ms(t: Secs) -> u64 {
@@ -280,6 +284,7 @@ impl Agent {
             writes: Vec::new(),
             ips: 0,
             last_lease: None,
+            processes: process::Processes::default(),
         }
     }
 
@@ -320,6 +325,7 @@ impl Agent {
         let pods = self.read_pods().await?;
         self.sync_operands(&pods);
         self.sync_pods(&pods).await?;
+        self.reap_processes();
         self.flush().await?;
         while let Some(Reverse((t, _, _))) = self.due.peek() {
             if *t > ms(self.now) {
@@ -555,7 +561,7 @@ impl Agent {
             Due::OperandGone(kind, pod) => self.operand_gone(kind, &pod),
             Due::MigLabel(v) => self.mig_start(v),
             Due::MigStep(id) => self.mig_step(id),
-            Due::PodReady(key, start) => self.pod_ready(&key, start),
+            Due::PodReady(key, start) => self.pod_ready(&key, start).await,
             Due::Workload(key, start, act) => self.workload_act(&key, start, act),
             Due::Restart(key, start) => self.restart_container(&key, start),
             Due::PodGone(key) => self.pod_gone(&key),

@@ -19,5 +19,7 @@ pub mod journal;
 pub mod manifests;
 pub mod objects;
 pub mod portforward;
+#[cfg(test)]
+mod process_cluster_tests;
 pub mod session;
 pub mod trial;
