@@ -69,6 +69,29 @@ pub(super) async fn sweep(c: &TestCluster, plan: &SweepPlan, resume: bool) -> Re
     run_with_source(s, &SteadyMetrics::default(), &Quiet, &shutdown).await
 }
 
+/// The error a fresh sweep of `plan` ends with (empty when it succeeds).
+async fn sweep_error(c: &TestCluster, plan: &SweepPlan) -> String {
+    sweep(c, plan, false)
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default()
+}
+
+/// Runs the isolation trials of session `s` to their end and returns their records.
+pub(super) async fn trial_records<B: crate::backend::Backend>(
+    c: &TestCluster,
+    s: Session<B>,
+) -> Vec<crate::results::isolation::IsolationRecord> {
+    let trials = &mut crate::isolation::command::Trials;
+    crate::sweep::runner::run_work_with_source(s, trials, &SteadyMetrics::default(), &Quiet, &Shutdown::new())
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", c.log()))
+        .store
+        .isolation()
+        .to_vec()
+}
+
 /// The label mig-parted adds when a node without it goes through a MIG change: it
 /// pauses `nvidia.com/gpu.deploy.nvsm` and sets it back to `true` whatever it was, unless
 /// `false` (mig-parted v0.13.1 `pkg/mig/reconfigure/reconfigure.go` `maybeSetPaused`,
@@ -444,15 +467,10 @@ async fn isolation_trials_run_as_two_deployments_and_kubernetes_restarts_the_vic
     let before = state(&c).await;
     let dir = tempfile::tempdir().expect("tmp");
     let plan = isolation_plan(dir.path());
-    let shutdown = Shutdown::new();
     let s = session(&c, &plan, false)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
-    let trials = &mut crate::isolation::command::Trials;
-    let finished = crate::sweep::runner::run_work_with_source(s, trials, &SteadyMetrics::default(), &Quiet, &shutdown)
-        .await
-        .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
-    let records = finished.store.isolation().to_vec();
+    let records = trial_records(&c, s).await;
     assert_eq!(records.len(), 18, "{records:#?}");
     let find = |s: Strategy, scenario: &str, k: u32| {
         records
@@ -579,11 +597,7 @@ async fn a_user_key_with_the_harness_name_and_other_content_is_refused_untouched
     let before = state(&c).await;
     let dir = tempfile::tempdir().expect("tmp");
     let p = plan(dir.path(), "time-slicing", "1,3");
-    let err = sweep(&c, &p, false)
-        .await
-        .err()
-        .map(|e| e.to_string())
-        .unwrap_or_default();
+    let err = sweep_error(&c, &p).await;
     assert!(
         err.contains("gpushare-time-slicing-3") && err.contains("never changes a key"),
         "{err}"
@@ -688,11 +702,7 @@ async fn another_config_name_is_followed_when_rbac_allows_it() {
     let before = state(&c).await;
     let dir = tempfile::tempdir().expect("tmp");
     let p = plan(dir.path(), "exclusive,time-slicing", "1,3");
-    let err = sweep(&c, &p, false)
-        .await
-        .err()
-        .map(|e| e.to_string())
-        .unwrap_or_default();
+    let err = sweep_error(&c, &p).await;
     assert!(
         err.contains("time-slicing-config") && err.contains("forbidden"),
         "{err}"
@@ -820,11 +830,7 @@ async fn an_h100_nvl_gets_its_own_layout_and_a_layout_that_matches_nothing_is_na
     let dir = tempfile::tempdir().expect("tmp");
     let p = mig_plan(dir.path(), Some("all-1g.10gb"));
     let t = std::time::Instant::now();
-    let err = sweep(&c, &p, false)
-        .await
-        .err()
-        .map(|e| e.to_string())
-        .unwrap_or_default();
+    let err = sweep_error(&c, &p).await;
     assert!(
         err.contains("still whole") && err.contains("no entry of that layout matches"),
         "{err}"
@@ -939,16 +945,7 @@ async fn a_server_of_ones_own_is_the_victim_and_gpushare_workload_the_aggressors
     let s = session_with(&c, &p, false, k)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
-    let finished = crate::sweep::runner::run_work_with_source(
-        s,
-        &mut crate::isolation::command::Trials,
-        &SteadyMetrics::default(),
-        &Quiet,
-        &Shutdown::new(),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
-    let records = finished.store.isolation().to_vec();
+    let records = trial_records(&c, s).await;
     assert_eq!(records.len(), 3, "{records:#?}");
     assert!(
         records.iter().all(|r| r.victim_status == crate::domain::CellStatus::Ok),

@@ -24,7 +24,7 @@ use crate::error::Result;
 use crate::results::store::RunStore;
 use crate::shutdown::Shutdown;
 use crate::sweep::progress::Quiet;
-use crate::sweep::runner::{run_with_source, run_work_with_source};
+use crate::sweep::runner::run_with_source;
 use gpushare_k8s_sim::cluster::TestCluster;
 use gpushare_k8s_sim::dra::Sharing;
 use gpushare_k8s_sim::{ClusterSpec, PodFacts};
@@ -612,16 +612,7 @@ async fn isolation_trials_through_dra_claims_share_the_victims_claim_and_leave_n
     p.pods = iso.pod_counts();
     p.isolation = Some(iso);
     let s = dra_session(&c, &p).await.unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
-    let finished = run_work_with_source(
-        s,
-        &mut crate::isolation::command::Trials,
-        &SteadyMetrics::default(),
-        &Quiet,
-        &Shutdown::new(),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
-    let records = finished.store.isolation().to_vec();
+    let records = super::cluster_tests::trial_records(&c, s).await;
     let find = |s: Strategy, scenario: &str| {
         records
             .iter()
