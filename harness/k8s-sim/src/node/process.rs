@@ -148,8 +148,9 @@ impl Processes {
 }
 
 /// The kubelet's HTTP readiness probe: GET `path` on `ip:port`, ready on a 2xx or 3xx
-/// answer within a second (`pkg/probe/http/http.go`; the kubelet's one-second default
-/// `timeoutSeconds`).
+/// answer within a second (kubernetes v1.34.4 `pkg/probe/http/http.go` `DoHTTPProbe`:
+/// `200 <= code < 400`; `pkg/apis/core/v1/defaults.go` `SetDefaults_Probe`: one-second
+/// `timeoutSeconds`; both read).
 pub(super) async fn http_ready(ip: &str, port: u16, path: &str) -> bool {
     let attempt = async {
         let mut conn = tokio::net::TcpStream::connect((ip, port)).await.ok()?;
