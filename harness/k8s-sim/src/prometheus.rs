@@ -8,8 +8,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
 use crate::cluster::TestCluster;
 
 /// The server binary: `$GPUSHARE_PROMETHEUS_BIN`, else `.deps/prometheus/bin/prometheus`.
@@ -92,7 +90,7 @@ impl DiscoveringPrometheus {
             log,
         };
         for _ in 0..150 {
-            if ready(port).await {
+            if crate::node::process::http_ready("127.0.0.1", port, "/-/ready").await {
                 return Ok(server);
             }
             if let Ok(Some(status)) = server.child.try_wait() {
@@ -107,19 +105,4 @@ impl DiscoveringPrometheus {
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
-}
-
-async fn ready(port: u16) -> bool {
-    let attempt = async {
-        let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-        conn.write_all(b"GET /-/ready HTTP/1.0\r\n\r\n").await.ok()?;
-        let mut head = [0u8; 16];
-        let n = conn.read(&mut head).await.ok()?;
-        Some(String::from_utf8_lossy(&head[..n]).contains(" 200"))
-    };
-    tokio::time::timeout(Duration::from_secs(1), attempt)
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or(false)
 }

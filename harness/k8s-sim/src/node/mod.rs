@@ -19,7 +19,7 @@
 mod kubelet;
 mod operand;
 mod operator;
-mod process;
+pub(crate) mod process;
 mod setup;
 
 use std::cmp::Reverse;

@@ -151,7 +151,7 @@ impl Processes {
 /// answer within a second (kubernetes v1.34.4 `pkg/probe/http/http.go` `DoHTTPProbe`:
 /// `200 <= code < 400`; `pkg/apis/core/v1/defaults.go` `SetDefaults_Probe`: one-second
 /// `timeoutSeconds`; both read).
-pub(super) async fn http_ready(ip: &str, port: u16, path: &str) -> bool {
+pub(crate) async fn http_ready(ip: &str, port: u16, path: &str) -> bool {
     let attempt = async {
         let mut conn = tokio::net::TcpStream::connect((ip, port)).await.ok()?;
         let request = format!("GET {path} HTTP/1.0\r\nHost: {ip}:{port}\r\nUser-Agent: kube-probe/1.34\r\n\r\n");
