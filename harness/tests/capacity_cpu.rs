@@ -67,7 +67,7 @@ fn a_search_measures_upwards_until_a_miss_and_reports_the_capacity() {
     let dir = out.path().join("fits");
     assert_eq!(measured_counts(&dir), [1, 2]);
     let run = read_run(&dir.join("run.json")).expect("run.json");
-    assert_eq!(run.capacity.as_ref().map(|c| c.max_pods), Some(2));
+    assert_eq!(run.kind.capacity().map(|c| c.max_pods), Some(2));
     assert_eq!(run.plan.pods, [1, 2]);
 
     // p99 within 1 µs: no request is that fast, so the first count misses clearly and

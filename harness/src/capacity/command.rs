@@ -13,9 +13,9 @@ use crate::config::plan::{BackendKind, CapacityPlan, Load, SweepPlan};
 use crate::error::{BenchError, Result};
 use crate::metrics::MetricsSource;
 use crate::shutdown::Shutdown;
+use crate::sweep::SweepOutcome;
 use crate::sweep::progress::{Progress, cell_title};
 use crate::sweep::runner::{CellRunner, Work, labels, run_work};
-use crate::sweep::{RunKind, SweepOutcome};
 
 /// `--max-pods` when not given: the reference study's largest cell.
 pub const DEFAULT_MAX_PODS: u32 = 7;
@@ -96,7 +96,7 @@ pub fn plan(args: CapacityArgs) -> Result<SweepPlan> {
     }
     plan.pods = (1..=max_pods).collect();
     plan.repeat = 1;
-    plan.capacity = Some(capacity);
+    plan.kind = crate::config::plan::RunKind::Capacity(capacity);
     Ok(plan)
 }
 
@@ -118,7 +118,7 @@ pub async fn run(
 ) -> Result<CapacityOutcome> {
     let mut plan = plan;
     if let Some(id) = &resume {
-        plan.backend = crate::sweep::recorded_backend(&plan, id, RunKind::Capacity)?;
+        plan.backend = crate::sweep::recorded_backend(&plan, id)?;
     }
     let finished = match plan.backend {
         BackendKind::Local => {
@@ -155,7 +155,7 @@ impl<B: Backend> Work<B> for Search {
         shutdown: &Shutdown,
     ) -> Result<usize> {
         let run = session.store.run().clone();
-        let Some(cap) = run.capacity.clone() else {
+        let Some(cap) = run.kind.capacity().cloned() else {
             return Err(BenchError::flag(
                 "--resume",
                 &run.run_id,

@@ -76,7 +76,7 @@ fn verdict_word(v: &Verdict) -> &'static str {
 
 /// The capacity table of a capacity run (pure; empty for other runs).
 pub fn records(run: &RunRecord, cells: &[CellRecord]) -> Vec<CapacityRecord> {
-    let Some(cap) = &run.capacity else {
+    let Some(cap) = run.kind.capacity() else {
         return Vec::new();
     };
     let slos = &run.plan.slos;

@@ -119,11 +119,95 @@ pub struct SweepPlan {
     pub sharing_api: crate::config::values::SharingApi,
     /// Kubernetes with DRA: the time-slice interval and MPS limits of the claims.
     pub dra: DraSettings,
-    /// Set by the `isolation` command: its trials instead of the sweep's cells.
-    pub isolation: Option<crate::config::isolation::IsolationPlan>,
-    /// Set by the `capacity` command: the pod counts it may search (`plan.pods` is
-    /// then 1 to its `max_pods`, the cells the search may measure).
-    pub capacity: Option<crate::config::plan::CapacityPlan>,
+    /// What the run measures: a sweep's cells, an isolation run's trials or a capacity
+    /// search's cells.
+    pub kind: RunKind,
+}
+
+/// What a run measures, with the plan only that kind of run has: a run is a sweep, an
+/// isolation run or a capacity search, never two of them.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "RunKindFields", into = "RunKindFields")]
+pub enum RunKind {
+    /// `sweep`: every strategy × pod count.
+    #[default]
+    Sweep,
+    /// `isolation`: its trials instead of the sweep's cells.
+    Isolation(crate::config::isolation::IsolationPlan),
+    /// `capacity`: the pod counts it may search (`plan.pods` is then 1 to its
+    /// `max_pods`, the cells the search may measure).
+    Capacity(CapacityPlan),
+}
+
+/// [`RunKind`] as run.json writes it: an `isolation` or a `capacity` object beside the
+/// plan, neither for a sweep.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct RunKindFields {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    isolation: Option<crate::config::isolation::IsolationPlan>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    capacity: Option<CapacityPlan>,
+}
+
+impl TryFrom<RunKindFields> for RunKind {
+    type Error = &'static str;
+    fn try_from(f: RunKindFields) -> std::result::Result<Self, Self::Error> {
+        match (f.isolation, f.capacity) {
+            (None, None) => Ok(RunKind::Sweep),
+            (Some(i), None) => Ok(RunKind::Isolation(i)),
+            (None, Some(c)) => Ok(RunKind::Capacity(c)),
+            (Some(_), Some(_)) => Err("a run is an isolation run or a capacity run, not both"),
+        }
+    }
+}
+
+impl From<RunKind> for RunKindFields {
+    fn from(k: RunKind) -> Self {
+        let (isolation, capacity) = match k {
+            RunKind::Sweep => (None, None),
+            RunKind::Isolation(i) => (Some(i), None),
+            RunKind::Capacity(c) => (None, Some(c)),
+        };
+        RunKindFields { isolation, capacity }
+    }
+}
+
+impl RunKind {
+    /// An isolation run's plan.
+    pub fn isolation(&self) -> Option<&crate::config::isolation::IsolationPlan> {
+        match self {
+            RunKind::Isolation(i) => Some(i),
+            _ => None,
+        }
+    }
+
+    /// A capacity run's search.
+    pub fn capacity(&self) -> Option<&CapacityPlan> {
+        match self {
+            RunKind::Capacity(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// The command that makes this kind of run.
+    pub fn command(&self) -> &'static str {
+        match self {
+            RunKind::Sweep => "sweep",
+            RunKind::Isolation(_) => "isolation",
+            RunKind::Capacity(_) => "capacity",
+        }
+    }
+
+    /// What `--resume` of another command says about a run of this kind.
+    pub fn resume_hint(&self) -> String {
+        let c = self.command();
+        let article = if matches!(self, RunKind::Isolation(_)) {
+            "an"
+        } else {
+            "a"
+        };
+        format!("this run is {article} {c} run: continue it with `gpushare-bench {c} --resume`")
+    }
 }
 
 /// Defaults: the reference study's pods and strategies; settings that keep the whole
@@ -677,8 +761,7 @@ impl SweepPlan {
             ),
             sharing_api,
             dra,
-            isolation: None,
-            capacity: None,
+            kind: RunKind::Sweep,
         })
     }
 }

@@ -115,7 +115,7 @@ pub fn plan(args: IsolationArgs) -> Result<SweepPlan> {
         // the source for the victim alone).
         plan.load = Load::PerPod(iso.victim_rate);
     }
-    plan.isolation = Some(iso);
+    plan.kind = crate::config::plan::RunKind::Isolation(iso);
     Ok(plan)
 }
 
@@ -165,7 +165,7 @@ pub async fn run(
 ) -> Result<IsolationOutcome> {
     let mut plan = plan;
     if let Some(id) = &resume {
-        plan.backend = crate::sweep::recorded_backend(&plan, id, crate::sweep::RunKind::Isolation)?;
+        plan.backend = crate::sweep::recorded_backend(&plan, id)?;
     }
     let finished = match plan.backend {
         BackendKind::Local => {
@@ -203,9 +203,8 @@ impl<B: Backend> Work<B> for Trials {
         shutdown: &Shutdown,
     ) -> Result<usize> {
         let run = session.store.run().clone();
-        let Some(iso) = run.isolation.clone() else {
-            let kind = crate::sweep::RunKind::of(&run);
-            return Err(BenchError::flag("--resume", &run.run_id, kind.resume_hint()));
+        let Some(iso) = run.kind.isolation().cloned() else {
+            return Err(BenchError::flag("--resume", &run.run_id, run.kind.resume_hint()));
         };
         let memory = run.gpu_memory_bytes();
         let trials = trials(&IsolationSettings::new(

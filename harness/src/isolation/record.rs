@@ -366,7 +366,7 @@ mod tests {
         assert!(nine.contains("9 survivors and 1 started of 1 pods"), "{nine}");
         // A sweep's run.json plans no isolation: its records are refused.
         let mut sweep = run.clone();
-        sweep.isolation = None;
+        sweep.kind = crate::config::plan::RunKind::Sweep;
         assert!(
             parse_isolation_jsonl(first, &path, &sweep).is_ok(),
             "alone is always known"

@@ -26,7 +26,7 @@ fn num(v: Option<f64>, decimals: usize) -> Cell {
 /// The capacity table (None: not a capacity run). Unavailable strategies show their
 /// status with the reason as a note.
 pub fn table(data: &RunData, notes: &mut Vec<(usize, String)>) -> Option<Table> {
-    let cap = data.run.capacity.as_ref()?;
+    let cap = data.run.kind.capacity()?;
     let recs = records(&data.run, &data.cells);
     let slos = recs.first().map(|r| r.slos.clone()).unwrap_or_default();
     let rate = data.run.plan.load.per_pod_rate(1);
@@ -95,7 +95,7 @@ fn row(r: &CapacityRecord, notes: &mut Vec<(usize, String)>) -> Vec<Cell> {
 
 /// The reading lines of a capacity run: the rule, and what exclusive's row means.
 pub fn reading(data: &RunData) -> Vec<String> {
-    let Some(cap) = &data.run.capacity else {
+    let Some(cap) = data.run.kind.capacity() else {
         return Vec::new();
     };
     let mut out = vec![RULE.to_string()];

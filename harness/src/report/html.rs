@@ -207,7 +207,7 @@ fn environment(data: &RunData) -> Vec<(String, String)> {
         crate::domain::Source::Prometheus => "Prometheus",
         crate::domain::Source::Client => "the harness's own requests, timed by the harness",
     };
-    let measurement = match &data.run.isolation {
+    let measurement = match data.run.kind.isolation() {
         Some(iso) => format!(
             "per trial: warm-up {} s, then the victim followed to {} s after readiness (events at {} s); source {source}",
             p.warmup_s,

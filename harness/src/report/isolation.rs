@@ -62,7 +62,7 @@ fn event_text(r: &IsolationRecord) -> String {
 
 /// The tables and notes of an isolation run.
 pub fn tables(data: &RunData) -> Tables {
-    let Some(plan) = &data.run.isolation else {
+    let Some(plan) = data.run.kind.isolation() else {
         return Tables {
             tables: Vec::new(),
             notes: Vec::new(),

@@ -81,7 +81,7 @@ impl RunData {
         if self.run.is_complete() {
             return None;
         }
-        if let Some(iso) = &self.run.isolation {
+        if let Some(iso) = self.run.kind.isolation() {
             let planned = crate::isolation::plan::IsolationSettings::new(
                 iso,
                 &self.run.plan.strategies,
@@ -96,7 +96,7 @@ impl RunData {
             ));
         }
         let plan = &self.run.plan;
-        if self.run.capacity.is_some() {
+        if self.run.kind.capacity().is_some() {
             return Some(format!(
                 "PARTIAL RUN: run.json says state {:?}, not \"complete\"; the search stopped after {} cells; a capacity marked unfinished may be higher",
                 self.run.state,
@@ -172,7 +172,7 @@ impl RunData {
     /// run's are the counts its search measured.
     pub fn pods_desc(&self) -> Vec<u32> {
         let mut p = self.run.plan.pods.clone();
-        if self.run.capacity.is_some() {
+        if self.run.kind.capacity().is_some() {
             p.retain(|n| self.cells.iter().any(|c| c.pods == *n));
         }
         p.sort_unstable_by(|a, b| b.cmp(a));
@@ -245,7 +245,7 @@ pub struct Report {
 /// isolation run's matrix; a sweep's metric tables, after the capacity table in a
 /// capacity run.
 pub fn run_tables(data: &RunData) -> tables::Tables {
-    if data.run.isolation.is_some() {
+    if data.run.kind.isolation().is_some() {
         return isolation::tables(data);
     }
     let mut t = tables::all(data);
@@ -269,7 +269,7 @@ pub fn run_tables(data: &RunData) -> tables::Tables {
 
 /// Renders everything (pure).
 pub fn render(data: &RunData) -> Result<Report> {
-    if data.run.isolation.is_some() {
+    if data.run.kind.isolation().is_some() {
         let charts: Vec<(String, String)> = isolation::chart(data)?.into_iter().collect();
         let tables = run_tables(data);
         return Ok(Report {
@@ -282,7 +282,7 @@ pub fn render(data: &RunData) -> Result<Report> {
     let mut charts = charts::all(data)?;
     let tables = run_tables(data);
     let mut csv = vec![("summary.csv".into(), export::summary::csv(data)?)];
-    if data.run.capacity.is_some() {
+    if data.run.kind.capacity().is_some() {
         charts.splice(0..0, capacity::chart(data)?);
         let records = crate::capacity::record::records(&data.run, &data.cells);
         csv.push(("capacity.csv".into(), crate::capacity::record::csv(&records)?));

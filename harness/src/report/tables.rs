@@ -312,7 +312,7 @@ pub fn all(data: &RunData) -> Tables {
                 .collect(),
         })
         .collect();
-    let mut reading = if data.run.capacity.is_none()
+    let mut reading = if data.run.kind.capacity().is_none()
         && data.strategies().contains(&crate::domain::Strategy::Exclusive)
         && pods.iter().any(|p| *p > 1)
     {

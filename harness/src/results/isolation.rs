@@ -69,7 +69,8 @@ pub fn parse_isolation_jsonl(text: &str, path: &Path, run: &RunRecord) -> Result
         reason: format!("line {line}: {reason}"),
     };
     let scenarios: Vec<&str> = run
-        .isolation
+        .kind
+        .isolation()
         .iter()
         .flat_map(|p| p.scenarios.iter().map(|s| s.name()))
         .chain(["alone"])

@@ -367,7 +367,7 @@ impl PlanRecord {
             model: match (plan.model, device) {
                 // The rows say whose numbers they are. An isolation run beside a
                 // server of the user's own records its aggressors' model (they run it).
-                _ if plan.own_server() && plan.isolation.is_none() => "custom".into(),
+                _ if plan.own_server() && plan.kind.isolation().is_none() => "custom".into(),
                 (Some(m), _) if !smoke => m.name().into(),
                 (_, DeviceKind::Cpu) => "tiny".into(),
                 (_, DeviceKind::Cuda) => "yolos-small".into(),
@@ -478,14 +478,12 @@ pub struct RunRecord {
     pub environment: Environment,
     /// Strategies that could not run here.
     pub unavailable: Vec<Unavailable>,
-    /// An isolation run's plan (`gpushare-bench isolation`); its records are in
-    /// isolation.jsonl and its cells.jsonl stays empty.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub isolation: Option<crate::config::isolation::IsolationPlan>,
-    /// A capacity run's search (`gpushare-bench capacity`): its cells are those the
-    /// search measured, a subset of the plan's pod counts.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub capacity: Option<crate::config::plan::CapacityPlan>,
+    /// What the run measured: an isolation run's plan (`isolation`: its records are in
+    /// isolation.jsonl and its cells.jsonl stays empty), a capacity run's search
+    /// (`capacity`: its cells are those the search measured, a subset of the plan's pod
+    /// counts), or neither for a sweep.
+    #[serde(flatten)]
+    pub kind: crate::config::plan::RunKind,
 }
 
 impl RunRecord {
@@ -511,8 +509,7 @@ impl RunRecord {
             plan: PlanRecord::from_plan(plan, device, source),
             environment,
             unavailable: Vec::new(),
-            isolation: plan.isolation.clone(),
-            capacity: plan.capacity.clone(),
+            kind: plan.kind.clone(),
         }
     }
 }
@@ -808,16 +805,14 @@ impl RunRecord {
             )
         })?;
         self.plan.validate(path)?;
-        if let Some(iso) = &self.isolation {
+        if let Some(iso) = self.kind.isolation() {
             iso.validate(std::time::Duration::from_secs_f64(self.plan.warmup_s))
                 .map_err(|e| bad_field(path, "isolation", e.to_string()))?;
         }
-        if let Some(c) = &self.capacity {
+        if let Some(c) = self.kind.capacity() {
             c.validate().map_err(|e| bad_field(path, "capacity", e))?;
             let p = &self.plan;
-            let problem = if self.isolation.is_some() {
-                Some("a run is an isolation run or a capacity run, not both".to_string())
-            } else if p.pods != (1..=c.max_pods).collect::<Vec<u32>>() {
+            let problem = if p.pods != (1..=c.max_pods).collect::<Vec<u32>>() {
                 Some(format!(
                     "plan.pods must be 1 to max_pods {}, not {:?}",
                     c.max_pods, p.pods
@@ -1187,7 +1182,7 @@ mod tests {
     fn a_capacity_run_must_record_the_plan_its_search_walks() {
         let path = Path::new("results/r/run.json");
         let capacity = |r: &mut RunRecord| {
-            r.capacity = Some(crate::config::plan::CapacityPlan { max_pods: 3 });
+            r.kind = crate::config::plan::RunKind::Capacity(crate::config::plan::CapacityPlan { max_pods: 3 });
             r.plan.pods = vec![1, 2, 3];
             r.plan.load = crate::config::values::Load::PerPod(125.0);
             r.plan.slos = vec!["p99=25ms".parse().expect("slo")];
@@ -1196,9 +1191,9 @@ mod tests {
         capacity(&mut ok);
         assert!(ok.validate(path).is_ok());
         type Tamper = fn(&mut RunRecord);
-        let cases: [(&str, Tamper); 6] = [
+        let cases: [(&str, Tamper); 5] = [
             ("max_pods 0 is not between 1 and 64", |r| {
-                r.capacity = Some(crate::config::plan::CapacityPlan { max_pods: 0 })
+                r.kind = crate::config::plan::RunKind::Capacity(crate::config::plan::CapacityPlan { max_pods: 0 })
             }),
             ("plan.pods must be 1 to max_pods 3, not [1, 3, 5, 7]", |r| {
                 r.plan.pods = vec![1, 3, 5, 7]
@@ -1208,17 +1203,6 @@ mod tests {
                 r.plan.load = crate::config::values::Load::Total(300.0)
             }),
             ("plan.slos name a percentile each", |r| r.plan.slos.clear()),
-            ("an isolation run or a capacity run, not both", |r| {
-                r.isolation = Some(crate::config::isolation::IsolationPlan {
-                    scenarios: vec![crate::config::isolation::Scenario::Crash],
-                    victim_rate: 50.0,
-                    aggressors: vec![1],
-                    event_after_s: 15.0,
-                    observe_s: 15.0,
-                    slo_s: None,
-                    aggressor_image: None,
-                })
-            }),
         ];
         for (want, tamper) in cases {
             let mut run = fixture_run();
@@ -1227,6 +1211,14 @@ mod tests {
             let e = run.validate(path).expect_err(want).to_string();
             assert!(e.contains("capacity: ") && e.contains(want), "{want:?} not in {e:?}");
         }
+        // Both kinds at once cannot be built; run.json that says so is refused on reading.
+        let mut both = serde_json::to_value(&ok).expect("json");
+        both["isolation"] = serde_json::json!({
+            "scenarios": ["crash"], "victim_rate": 50.0, "aggressors": [1],
+            "event_after_s": 15.0, "observe_s": 15.0
+        });
+        let e = serde_json::from_value::<RunRecord>(both).expect_err("both").to_string();
+        assert!(e.contains("an isolation run or a capacity run, not both"), "{e}");
     }
 
     /// The fixture's cells.jsonl with line `n` (1-based) changed by `f`.

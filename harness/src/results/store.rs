@@ -70,7 +70,7 @@ pub fn read_cells_in(path: &Path, plan: Option<&crate::results::record::PlanReco
 /// Reads an isolation run's `isolation.jsonl` (missing: no records yet), checked
 /// against its run.json ([`parse_isolation_jsonl`]); a sweep's run has none.
 pub fn read_isolation(path: &Path, run: &RunRecord) -> Result<Vec<IsolationRecord>> {
-    if run.isolation.is_none() {
+    if run.kind.isolation().is_none() {
         return Ok(Vec::new());
     }
     match std::fs::read_to_string(path) {
@@ -123,7 +123,7 @@ impl RunStore {
         };
         store.write_run()?;
         store.write_cells()?;
-        if store.run.isolation.is_some() {
+        if store.run.kind.isolation().is_some() {
             store.write_isolation()?;
         }
         Ok(store)

@@ -71,7 +71,7 @@ pub async fn run(
 ) -> Result<SweepOutcome> {
     let mut plan = plan;
     if let Some(id) = &resume {
-        plan.backend = recorded_backend(&plan, id, RunKind::Sweep)?;
+        plan.backend = recorded_backend(&plan, id)?;
     }
     match plan.backend {
         BackendKind::Local => {
@@ -100,57 +100,15 @@ pub async fn run(
     }
 }
 
-/// What made a run: its records and how `--resume` continues it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunKind {
-    /// `sweep`: every strategy × pod count.
-    Sweep,
-    /// `isolation`: trials.
-    Isolation,
-    /// `capacity`: the search's cells.
-    Capacity,
-}
-
-impl RunKind {
-    /// The kind of a recorded run.
-    pub fn of(run: &crate::results::record::RunRecord) -> RunKind {
-        match (run.isolation.is_some(), run.capacity.is_some()) {
-            (true, _) => RunKind::Isolation,
-            (false, true) => RunKind::Capacity,
-            (false, false) => RunKind::Sweep,
-        }
-    }
-
-    /// The command that made it.
-    pub fn command(self) -> &'static str {
-        match self {
-            RunKind::Sweep => "sweep",
-            RunKind::Isolation => "isolation",
-            RunKind::Capacity => "capacity",
-        }
-    }
-
-    /// What `--resume` of another command says about a run of this kind.
-    pub fn resume_hint(self) -> String {
-        format!(
-            "this run is {} {} run: continue it with `gpushare-bench {} --resume`",
-            if self == RunKind::Isolation { "an" } else { "a" },
-            self.command(),
-            self.command()
-        )
-    }
-}
-
 /// The backend a run was made with: a resume continues there, whatever the flags say.
 /// A run resumes only with the command that made it, refused here before anything is
 /// opened or changed.
-pub(crate) fn recorded_backend(plan: &SweepPlan, id: &str, kind: RunKind) -> Result<BackendKind> {
+pub(crate) fn recorded_backend(plan: &SweepPlan, id: &str) -> Result<BackendKind> {
     crate::config::plan::validate_run_id(id)?;
     let path = plan.out.join(id).join("run.json");
     let run = crate::results::store::read_run(&path)?;
-    let recorded = RunKind::of(&run);
-    if recorded != kind {
-        return Err(BenchError::flag("--resume", id, recorded.resume_hint()));
+    if run.kind.command() != plan.kind.command() {
+        return Err(BenchError::flag("--resume", id, run.kind.resume_hint()));
     }
     let recorded: BackendKind = run.plan.backend.parse().map_err(|reason: String| BenchError::Results {
         path: path.clone(),
@@ -272,7 +230,7 @@ mod tests {
             })
             .expect("plan")
         };
-        let resume = |p: &SweepPlan| recorded_backend(p, "img", RunKind::Sweep).map_err(|e| e.to_string());
+        let resume = |p: &SweepPlan| recorded_backend(p, "img").map_err(|e| e.to_string());
         assert_eq!(
             resume(&plan(Some("me/s:1"), &["--port={port}"])),
             Ok(BackendKind::Kubernetes)

@@ -52,9 +52,8 @@ impl<B: Backend> Work<B> for Cells {
         shutdown: &Shutdown,
     ) -> Result<usize> {
         let run = session.store.run();
-        let kind = crate::sweep::RunKind::of(run);
-        if kind != crate::sweep::RunKind::Sweep {
-            return Err(BenchError::flag("--resume", &run.run_id, kind.resume_hint()));
+        if run.kind != crate::config::plan::RunKind::Sweep {
+            return Err(BenchError::flag("--resume", &run.run_id, run.kind.resume_hint()));
         }
         sweep_cells(
             &mut session.backend,

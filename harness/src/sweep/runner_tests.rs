@@ -479,7 +479,7 @@ fn capacity_plan(dir: &std::path::Path, strategies: &str, slo: &str) -> SweepPla
     p.load = crate::config::values::Load::PerPod(100.0);
     p.slos = vec![slo.parse().expect("slo")];
     p.pods = (1..=5).collect();
-    p.capacity = Some(crate::config::plan::CapacityPlan { max_pods: 5 });
+    p.kind = crate::config::plan::RunKind::Capacity(crate::config::plan::CapacityPlan { max_pods: 5 });
     p
 }
 

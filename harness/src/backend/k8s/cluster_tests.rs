@@ -457,7 +457,7 @@ pub(super) fn isolation_plan(dir: &Path) -> SweepPlan {
     };
     let mut p = plan(dir, "exclusive,time-slicing,mps", "1");
     p.pods = iso.pod_counts();
-    p.isolation = Some(iso);
+    p.kind = crate::config::plan::RunKind::Isolation(iso);
     p
 }
 
@@ -932,7 +932,7 @@ async fn a_server_of_ones_own_is_the_victim_and_gpushare_workload_the_aggressors
     p.image = "me/yolos-pytorch:1".into();
     p.workload_cmd = Some("python3 /app/server.py --port {port}".into());
     let aggressor_image = "registry.local/gpushare-workload:0.1.0";
-    if let Some(iso) = p.isolation.as_mut() {
+    if let crate::config::plan::RunKind::Isolation(iso) = &mut p.kind {
         iso.scenarios = vec![Scenario::NoisyNeighbour, Scenario::Crash];
         iso.aggressors = vec![2];
         iso.aggressor_image = Some(aggressor_image.into());
@@ -1034,7 +1034,7 @@ async fn a_mig_capacity_search_fits_one_pod_per_instance_and_the_eighth_stays_pe
     p.load = crate::config::values::Load::PerPod(100.0);
     p.slos = vec!["p99=20ms".parse().expect("slo")];
     p.pods = (1..=8).collect();
-    p.capacity = Some(crate::config::plan::CapacityPlan { max_pods: 8 });
+    p.kind = crate::config::plan::RunKind::Capacity(crate::config::plan::CapacityPlan { max_pods: 8 });
     let s = session(&c, &p, false)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));

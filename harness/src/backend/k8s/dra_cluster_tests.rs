@@ -610,7 +610,7 @@ async fn isolation_trials_through_dra_claims_share_the_victims_claim_and_leave_n
         aggressor_image: None,
     };
     p.pods = iso.pod_counts();
-    p.isolation = Some(iso);
+    p.kind = crate::config::plan::RunKind::Isolation(iso);
     let s = dra_session(&c, &p).await.unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
     let records = super::cluster_tests::trial_records(&c, s).await;
     let find = |s: Strategy, scenario: &str| {

@@ -348,7 +348,7 @@ fn node_of(plan: &SweepPlan) -> Result<String> {
 
 /// The image a recorded isolation run's aggressors run beside a server of the user's own.
 fn recorded_aggressor_image(store: &RunStore) -> Option<&str> {
-    store.run().isolation.as_ref()?.aggressor_image.as_deref()
+    store.run().kind.isolation()?.aggressor_image.as_deref()
 }
 
 /// The server of the user's own of a recorded plan.
@@ -379,7 +379,7 @@ async fn finish_session<B>(
     let recorded = store.run().plan.clone();
     let mut notes = Vec::new();
     if resumed {
-        let (done, unit) = if store.run().isolation.is_some() {
+        let (done, unit) = if store.run().kind.isolation().is_some() {
             (store.isolation().len(), "trials")
         } else {
             (store.cell_count(), "cells")

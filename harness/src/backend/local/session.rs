@@ -155,7 +155,7 @@ pub fn open_lanes(
     let probed = crate::telemetry::nvml::probe();
     // A server of the user's own runs under sh; gpushare-workload is needed only for
     // an isolation run's aggressors beside it.
-    let workload = match (&plan.workload_cmd, &plan.isolation) {
+    let workload = match (&plan.workload_cmd, plan.kind.isolation()) {
         (Some(_), None) => std::path::PathBuf::from("/bin/sh"),
         _ => find_workload(plan.workload_bin.as_deref())?,
     };
@@ -208,7 +208,7 @@ pub fn open_lanes(
         e.other_gpus = other_gpus.clone();
         e.gpu_processes = gpu_processes.clone();
         if let Some(cmd) = &plan.workload_cmd {
-            e.workload = match plan.isolation {
+            e.workload = match plan.kind.isolation() {
                 Some(_) => format!("custom: {cmd}; aggressors: {}", workload.display()),
                 None => format!("custom: {cmd}"),
             };
@@ -233,7 +233,7 @@ pub fn open_lanes(
                 stopped.join(", ")
             ));
         }
-        let on_disk = match store.run().isolation {
+        let on_disk = match store.run().kind.isolation() {
             Some(_) => format!("{} trials", store.isolation().len()),
             None => format!("{} cells", store.cell_count()),
         };

@@ -29,7 +29,7 @@ impl Exporter for Csv {
         "csv"
     }
     fn export(&self, data: &RunData) -> Result<Vec<u8>> {
-        if data.run.isolation.is_some() {
+        if data.run.kind.isolation().is_some() {
             return crate::results::isolation::isolation_csv(&data.isolation);
         }
         cells_csv(&data.cells)
@@ -46,7 +46,7 @@ impl Exporter for Json {
     }
     fn export(&self, data: &RunData) -> Result<Vec<u8>> {
         // Built as a JSON value, as since the first release: keys come out sorted.
-        let value = if data.run.isolation.is_some() {
+        let value = if data.run.kind.isolation().is_some() {
             serde_json::json!({ "run": data.run, "isolation": data.isolation })
         } else {
             serde_json::json!({ "run": data.run, "cells": data.cells })
@@ -82,7 +82,7 @@ impl Exporter for Summary {
         "summary"
     }
     fn export(&self, data: &RunData) -> Result<Vec<u8>> {
-        if data.run.isolation.is_some() {
+        if data.run.kind.isolation().is_some() {
             return Err(BenchError::flag(
                 "--format",
                 "summary",
@@ -102,7 +102,7 @@ impl Exporter for Capacity {
         "capacity"
     }
     fn export(&self, data: &RunData) -> Result<Vec<u8>> {
-        if data.run.capacity.is_none() {
+        if data.run.kind.capacity().is_none() {
             return Err(BenchError::flag(
                 "--format",
                 "capacity",
