@@ -9,7 +9,7 @@ use crate::capacity::record::{CapacityRecord, records};
 use crate::capacity::search::{Step, cell_verdict, limit, next};
 use crate::config::cli::CapacityArgs;
 use crate::config::options::SweepOptions;
-use crate::config::plan::{BackendKind, CapacityPlan, Load, SweepPlan};
+use crate::config::plan::{BackendPlan, CapacityPlan, Load, Sharing, SweepPlan};
 use crate::error::{BenchError, Result};
 use crate::metrics::MetricsSource;
 use crate::shutdown::Shutdown;
@@ -116,23 +116,24 @@ pub async fn run(
     progress: &dyn Progress,
     shutdown: &Shutdown,
 ) -> Result<CapacityOutcome> {
-    let mut plan = plan;
     if let Some(id) = &resume {
-        plan.backend = crate::sweep::recorded_backend(&plan, id)?;
+        crate::sweep::check_resume(&plan, id)?;
     }
-    let finished = match plan.backend {
-        BackendKind::Local => {
-            let session = local::session::open(&plan, resume.as_deref())?;
+    let finished = match &plan.backend {
+        BackendPlan::Local(l) => {
+            let session = local::session::open(&plan, l, resume.as_deref())?;
             run_work(session, &mut Search, progress, shutdown).await?
         }
-        BackendKind::Kubernetes if plan.sharing_api == crate::config::values::SharingApi::Dra => {
-            let session = k8s::session::open_dra(&plan, resume.as_deref(), shutdown).await?;
-            run_work(session, &mut Search, progress, shutdown).await?
-        }
-        BackendKind::Kubernetes => {
-            let session = k8s::session::open(&plan, resume.as_deref(), shutdown).await?;
-            run_work(session, &mut Search, progress, shutdown).await?
-        }
+        BackendPlan::Kubernetes(k) => match &k.sharing {
+            Sharing::Dra(dra) => {
+                let session = k8s::session::open_dra(&plan, k, dra, resume.as_deref(), shutdown).await?;
+                run_work(session, &mut Search, progress, shutdown).await?
+            }
+            Sharing::DevicePlugin => {
+                let session = k8s::session::open(&plan, k, resume.as_deref(), shutdown).await?;
+                run_work(session, &mut Search, progress, shutdown).await?
+            }
+        },
     };
     let records = records(finished.store.run(), finished.store.cells());
     Ok(CapacityOutcome {

@@ -48,8 +48,8 @@ pub struct DraSettings {
 /// A validated sweep.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SweepPlan {
-    /// Backend.
-    pub backend: BackendKind,
+    /// Where the pods run, with the settings only that backend has.
+    pub backend: BackendPlan,
     /// Strategies in order, no duplicates.
     pub strategies: Vec<Strategy>,
     /// Pod counts in order, no duplicates.
@@ -82,46 +82,84 @@ pub struct SweepPlan {
     pub workload_args: Vec<String>,
     /// The user's own server (`--workload-cmd`, local): a shell command with `{port}`.
     pub workload_cmd: Option<String>,
-    /// Kubernetes: the user's own server as its image runs it (`--server-image`): the
-    /// entrypoint's arguments (the `--workload-arg` values, `{port}` not yet replaced).
-    pub server_args: Option<Vec<String>>,
     /// The latency histogram read from every pod (`--metric`).
     pub metric: String,
     /// The readiness path, or `none`: ready at the histogram's first observation.
     pub ready_path: String,
     /// The harness's own requests to the user's server (`--request`, `--body`).
     pub request: Option<crate::config::request::RequestPlan>,
-    /// Kubernetes node.
-    pub node: Option<String>,
-    /// Kubernetes namespace.
-    pub namespace: String,
-    /// Fixed ports for local pods (base + index).
-    pub base_port: Option<u16>,
-    /// Local: the GPU measured (`--gpu`; None: GPU 0).
-    pub gpu: Option<crate::telemetry::inventory::GpuSelector>,
-    /// Local sweep: the GPUs whose cells run in parallel (`--gpus`; empty: one GPU).
-    pub gpus: Vec<crate::telemetry::inventory::GpuSelector>,
-    /// Local: measure a GPU other processes use (`--allow-busy-gpu`).
-    pub allow_busy_gpu: bool,
-    /// Kubernetes: workload image.
-    pub image: String,
-    /// Kubernetes: MIG layout (None: from the GPU product).
-    pub mig_layout: Option<String>,
-    /// Kubernetes: tolerations of the workload pods (`KEY[=VALUE][:EFFECT]`).
-    pub tolerations: Vec<String>,
-    /// Kubernetes: image pull secrets of the workload pods.
-    pub image_pull_secrets: Vec<String>,
-    /// Kubernetes: the GPU operator's namespace.
-    pub operator_namespace: String,
-    /// Kubernetes: where the Prometheus pod to port-forward to lives.
-    pub prometheus_pod: (String, String),
-    /// Kubernetes: device plugin or DRA claims.
-    pub sharing_api: crate::config::values::SharingApi,
-    /// Kubernetes with DRA: the time-slice interval and MPS limits of the claims.
-    pub dra: DraSettings,
     /// What the run measures: a sweep's cells, an isolation run's trials or a capacity
     /// search's cells.
     pub kind: RunKind,
+}
+
+/// Where the pods run, with the settings only that backend has: a local plan holds no
+/// node and a Kubernetes plan no GPU of this machine.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BackendPlan {
+    /// Processes on this machine.
+    Local(LocalPlan),
+    /// Pods on a Kubernetes node.
+    Kubernetes(Box<KubernetesPlan>),
+}
+
+/// The local backend's settings.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LocalPlan {
+    /// Fixed ports for the pods (base + index).
+    pub base_port: Option<u16>,
+    /// The GPU measured (`--gpu`; None: GPU 0).
+    pub gpu: Option<crate::telemetry::inventory::GpuSelector>,
+    /// A sweep's GPUs whose cells run in parallel (`--gpus`; empty: one GPU).
+    pub gpus: Vec<crate::telemetry::inventory::GpuSelector>,
+    /// Measure a GPU other processes use (`--allow-busy-gpu`).
+    pub allow_busy_gpu: bool,
+}
+
+/// The Kubernetes backend's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KubernetesPlan {
+    /// The GPU node.
+    pub node: String,
+    /// The namespace of the workload pods.
+    pub namespace: String,
+    /// The workload image.
+    pub image: String,
+    /// The user's own server as its image runs it (`--server-image`): the entrypoint's
+    /// arguments (the `--workload-arg` values, `{port}` not yet replaced).
+    pub server_args: Option<Vec<String>>,
+    /// The MIG layout (None: from the GPU product).
+    pub mig_layout: Option<String>,
+    /// Tolerations of the workload pods (`KEY[=VALUE][:EFFECT]`).
+    pub tolerations: Vec<String>,
+    /// Image pull secrets of the workload pods.
+    pub image_pull_secrets: Vec<String>,
+    /// The GPU operator's namespace.
+    pub operator_namespace: String,
+    /// Where the Prometheus pod to port-forward to lives: namespace and label selector.
+    pub prometheus_pod: (String, String),
+    /// How the pods get their share of the GPU.
+    pub sharing: Sharing,
+}
+
+/// How Kubernetes pods get their share of the GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Sharing {
+    /// The device plugin's node configuration (GPU operator): extended resources.
+    DevicePlugin,
+    /// ResourceClaims with the NVIDIA DRA driver's `GpuConfig`, with the time-slice
+    /// intervals and MPS limits of the claims.
+    Dra(DraSettings),
+}
+
+impl Sharing {
+    /// The API's name, as `--sharing-api` gives it.
+    pub fn api(&self) -> crate::config::values::SharingApi {
+        match self {
+            Sharing::DevicePlugin => crate::config::values::SharingApi::DevicePlugin,
+            Sharing::Dra(_) => crate::config::values::SharingApi::Dra,
+        }
+    }
 }
 
 /// What a run measures, with the plan only that kind of run has: a run is a sweep, an
@@ -339,13 +377,82 @@ impl SweepPlan {
     /// The sweep's arms in order: each strategy, time-slicing once per `--timeslice`
     /// interval (DRA).
     pub fn arms(&self) -> Vec<crate::domain::Arm> {
-        crate::domain::arms(&self.strategies, &self.dra.timeslices)
+        crate::domain::arms(&self.strategies, self.dra().map_or(&[], |d| &d.timeslices))
     }
 
     /// Whether the pods run a server of the user's own (`--workload-cmd` or
     /// `--server-image`) instead of gpushare-workload.
     pub fn own_server(&self) -> bool {
-        self.workload_cmd.is_some() || self.server_args.is_some()
+        self.workload_cmd.is_some() || self.server_args().is_some()
+    }
+
+    /// Local or Kubernetes.
+    pub fn backend_kind(&self) -> BackendKind {
+        match self.backend {
+            BackendPlan::Local(_) => BackendKind::Local,
+            BackendPlan::Kubernetes(_) => BackendKind::Kubernetes,
+        }
+    }
+
+    /// The local backend's settings (None on Kubernetes).
+    pub fn local(&self) -> Option<&LocalPlan> {
+        match &self.backend {
+            BackendPlan::Local(l) => Some(l),
+            BackendPlan::Kubernetes(_) => None,
+        }
+    }
+
+    /// The Kubernetes backend's settings (None on the local backend).
+    pub fn kubernetes(&self) -> Option<&KubernetesPlan> {
+        match &self.backend {
+            BackendPlan::Kubernetes(k) => Some(k),
+            BackendPlan::Local(_) => None,
+        }
+    }
+
+    /// The GPUs a local sweep spreads its cells over (`--gpus`; empty: one GPU, and on
+    /// Kubernetes).
+    pub fn gpus(&self) -> &[crate::telemetry::inventory::GpuSelector] {
+        self.local().map_or(&[], |l| &l.gpus)
+    }
+
+    /// How the pods get their share: the device plugin's unless a Kubernetes plan says
+    /// DRA.
+    pub fn sharing_api(&self) -> crate::config::values::SharingApi {
+        self.kubernetes()
+            .map_or(crate::config::values::SharingApi::DevicePlugin, |k| k.sharing.api())
+    }
+
+    /// A DRA run's settings of its claims.
+    pub fn dra(&self) -> Option<&DraSettings> {
+        match &self.kubernetes()?.sharing {
+            Sharing::Dra(d) => Some(d),
+            Sharing::DevicePlugin => None,
+        }
+    }
+
+    /// The entrypoint's arguments of a server's image run as it is (`--server-image`).
+    pub fn server_args(&self) -> Option<&Vec<String>> {
+        self.kubernetes()?.server_args.as_ref()
+    }
+
+    /// A Kubernetes plan's settings to change (tests build plans from flags, then set
+    /// what no flag sets).
+    #[cfg(test)]
+    pub fn kubernetes_mut(&mut self) -> &mut KubernetesPlan {
+        match &mut self.backend {
+            BackendPlan::Kubernetes(k) => k,
+            BackendPlan::Local(_) => panic!("a local plan"),
+        }
+    }
+
+    /// A local plan's settings to change (tests).
+    #[cfg(test)]
+    pub fn local_mut(&mut self) -> &mut LocalPlan {
+        match &mut self.backend {
+            BackendPlan::Local(l) => l,
+            BackendPlan::Kubernetes(_) => panic!("a Kubernetes plan"),
+        }
     }
 }
 
@@ -514,6 +621,8 @@ impl SweepPlan {
     /// Validates options into a plan.
     pub fn from_options(o: SweepOptions) -> Result<Self> {
         let backend = o.backend.unwrap_or(BackendKind::Local);
+        // Checked last, so that a flag with a message of its own keeps it.
+        let kubernetes_flag = (backend == BackendKind::Local).then(|| kubernetes_flag(&o)).flatten();
         let strategies: Vec<Strategy> = match o.strategies {
             Some(l) => l.0.into_iter().map(|s| s.0).collect(),
             None => Strategy::ALL.to_vec(),
@@ -671,18 +780,28 @@ impl SweepPlan {
                 ));
             }
         }
-        let (sharing_api, dra) = sharing(
+        let sharing = sharing(
             o.sharing_api,
             o.timeslice,
             o.mps_thread_percentage,
             o.mps_memory_limit.as_ref(),
             backend,
         )?;
-        if !dra.timeslices.is_empty() && !strategies.contains(&Strategy::TimeSlicing) {
+        if let Sharing::Dra(dra) = &sharing
+            && !dra.timeslices.is_empty()
+            && !strategies.contains(&Strategy::TimeSlicing)
+        {
             return Err(BenchError::flag(
                 "--timeslice",
                 &crate::config::values::List(dra.timeslices.clone()).to_string(),
                 "sets time-slicing's interval: add time-slicing to --strategies",
+            ));
+        }
+        if let Some(p) = o.base_port.filter(|p| !(1024..=65535 - 64).contains(p)) {
+            return Err(BenchError::flag(
+                "--base-port",
+                &p.to_string(),
+                "use a port from 1024 to 65471",
             ));
         }
         let own = OwnWorkload {
@@ -700,15 +819,40 @@ impl SweepPlan {
         // gpushare-workload's (an isolation run's aggressors keep theirs).
         let mut workload_args = o.workload_args;
         let server_args = o.server_image.is_some().then(|| std::mem::take(&mut workload_args));
-        let base_port = match o.base_port {
-            Some(p) if !(1024..=65535 - 64).contains(&p) => {
-                return Err(BenchError::flag(
-                    "--base-port",
-                    &p.to_string(),
-                    "use a port from 1024 to 65471",
-                ));
-            }
-            p => p,
+        if let Some((flag, value)) = kubernetes_flag {
+            return Err(BenchError::flag(
+                flag,
+                &value,
+                "a setting of the Kubernetes backend: give --backend kubernetes --node NODE, or drop it",
+            ));
+        }
+        let backend = match backend {
+            BackendKind::Local => BackendPlan::Local(LocalPlan {
+                base_port: o.base_port,
+                gpu: o.gpu,
+                gpus,
+                allow_busy_gpu: o.allow_busy_gpu,
+            }),
+            BackendKind::Kubernetes => BackendPlan::Kubernetes(Box::new(KubernetesPlan {
+                node: o.node.unwrap_or_default(),
+                namespace: o.namespace.unwrap_or_else(|| "gpushare-bench".into()),
+                image: o.server_image.or(o.image).unwrap_or_else(|| DEFAULT_IMAGE.into()),
+                server_args,
+                mig_layout: o.mig_layout,
+                tolerations: if o.tolerations.is_empty() {
+                    vec![crate::config::values::DEFAULT_TOLERATION.to_string()]
+                } else {
+                    o.tolerations
+                },
+                image_pull_secrets: o.image_pull_secrets,
+                operator_namespace: o.operator_namespace.unwrap_or_else(|| "gpu-operator".into()),
+                prometheus_pod: (
+                    o.prometheus_namespace.unwrap_or_else(|| "monitoring".into()),
+                    o.prometheus_selector
+                        .unwrap_or_else(|| "app.kubernetes.io/name=prometheus".into()),
+                ),
+                sharing,
+            })),
         };
         Ok(SweepPlan {
             backend,
@@ -735,32 +879,9 @@ impl SweepPlan {
             workload_bin: o.workload_bin,
             workload_args,
             workload_cmd,
-            server_args,
             metric,
             ready_path,
             request,
-            node: o.node,
-            namespace: o.namespace.unwrap_or_else(|| "gpushare-bench".into()),
-            base_port,
-            gpu: o.gpu,
-            gpus,
-            allow_busy_gpu: o.allow_busy_gpu,
-            image: o.server_image.or(o.image).unwrap_or_else(|| DEFAULT_IMAGE.into()),
-            mig_layout: o.mig_layout,
-            tolerations: if o.tolerations.is_empty() {
-                vec![crate::config::values::DEFAULT_TOLERATION.to_string()]
-            } else {
-                o.tolerations
-            },
-            image_pull_secrets: o.image_pull_secrets,
-            operator_namespace: o.operator_namespace.unwrap_or_else(|| "gpu-operator".into()),
-            prometheus_pod: (
-                o.prometheus_namespace.unwrap_or_else(|| "monitoring".into()),
-                o.prometheus_selector
-                    .unwrap_or_else(|| "app.kubernetes.io/name=prometheus".into()),
-            ),
-            sharing_api,
-            dra,
             kind: RunKind::Sweep,
         })
     }
@@ -774,7 +895,7 @@ fn sharing(
     mps_thread_percentage: Option<u32>,
     mps_memory_limit: Option<&crate::config::values::Quantity>,
     backend: BackendKind,
-) -> Result<(crate::config::values::SharingApi, DraSettings)> {
+) -> Result<Sharing> {
     use crate::config::values::SharingApi;
     let api = api.unwrap_or_default();
     if api == SharingApi::Dra && backend != BackendKind::Kubernetes {
@@ -805,16 +926,33 @@ fn sharing(
             "a percentage from 0 to 100 (the driver refuses more than 100)",
         ));
     }
-    Ok((
-        api,
-        DraSettings {
+    Ok(match api {
+        SharingApi::DevicePlugin => Sharing::DevicePlugin,
+        SharingApi::Dra => Sharing::Dra(DraSettings {
             timeslices: timeslices
                 .map(|l| l.0.into_iter().map(|t| t.0).collect())
                 .unwrap_or_default(),
             mps_thread_percentage,
             mps_memory_limit: mps_memory_limit.map(ToString::to_string),
-        },
-    ))
+        }),
+    })
+}
+
+/// The first of the Kubernetes backend's flags given, which the local backend refuses:
+/// nothing there would read it.
+fn kubernetes_flag(o: &SweepOptions) -> Option<(&'static str, String)> {
+    let given = [
+        ("--node", o.node.clone()),
+        ("--namespace", o.namespace.clone()),
+        ("--image", o.image.clone()),
+        ("--mig-layout", o.mig_layout.clone()),
+        ("--toleration", o.tolerations.first().cloned()),
+        ("--image-pull-secret", o.image_pull_secrets.first().cloned()),
+        ("--operator-namespace", o.operator_namespace.clone()),
+        ("--prometheus-namespace", o.prometheus_namespace.clone()),
+        ("--prometheus-selector", o.prometheus_selector.clone()),
+    ];
+    given.into_iter().find_map(|(flag, v)| Some((flag, v?)))
 }
 
 /// Checks a run id: letters, digits, `.`, `_`, `-` (it becomes a directory name).
@@ -844,10 +982,10 @@ pub fn default_run_id(now_rfc3339: &str, device: &str) -> String {
 
 /// Refuses `--gpus` for a command that measures one GPU (`capacity`, `isolation`).
 pub fn one_gpu_only(plan: &SweepPlan, command: &str) -> Result<()> {
-    if plan.gpus.is_empty() {
+    if plan.gpus().is_empty() {
         return Ok(());
     }
-    let given: Vec<String> = plan.gpus.iter().map(ToString::to_string).collect();
+    let given: Vec<String> = plan.gpus().iter().map(ToString::to_string).collect();
     Err(BenchError::flag(
         "--gpus",
         &given.join(","),
@@ -999,10 +1137,10 @@ mod tests {
             ..opts()
         };
         let p = SweepPlan::from_options(k8s()).expect("plan");
-        assert_eq!(p.image, "me/server:1");
+        assert_eq!(p.kubernetes().map(|k| k.image.as_str()), Some("me/server:1"));
         assert_eq!(
-            p.server_args,
-            Some(vec!["--port={port}".to_string(), "--x".to_string()])
+            p.server_args(),
+            Some(&vec!["--port={port}".to_string(), "--x".to_string()])
         );
         assert!(
             p.workload_args.is_empty(),
@@ -1016,7 +1154,7 @@ mod tests {
             crate::domain::Source::Prometheus,
         );
         assert_eq!(record.model, "custom");
-        assert_eq!(record.server_args, p.server_args);
+        assert_eq!(record.server_args.as_ref(), p.server_args());
         for (o, says) in [
             (
                 SweepOptions {
@@ -1067,6 +1205,38 @@ mod tests {
     }
 
     #[test]
+    fn the_local_backend_refuses_the_kubernetes_backends_flags() {
+        for (o, says) in [
+            (
+                SweepOptions {
+                    node: Some("gpu-1".into()),
+                    ..opts()
+                },
+                "bad --node `gpu-1`: a setting of the Kubernetes backend",
+            ),
+            (
+                SweepOptions {
+                    tolerations: vec!["gpu:NoSchedule".into()],
+                    ..opts()
+                },
+                "bad --toleration `gpu:NoSchedule`: a setting of the Kubernetes backend",
+            ),
+            (
+                SweepOptions {
+                    image: Some("me/w:1".into()),
+                    ..opts()
+                },
+                "bad --image `me/w:1`: a setting of the Kubernetes backend",
+            ),
+        ] {
+            let e = bad(o);
+            assert!(e.contains(says), "{says:?} not in {e:?}");
+        }
+        let p = SweepPlan::from_options(opts()).expect("plan");
+        assert_eq!((p.backend_kind(), p.kubernetes()), (BackendKind::Local, None));
+    }
+
+    #[test]
     fn dra_is_kubernetes_and_its_settings_need_it() {
         use crate::config::values::SharingApi;
         use crate::domain::TimeSliceInterval;
@@ -1083,8 +1253,9 @@ mod tests {
             ..k8s()
         })
         .expect("plan");
-        assert_eq!(p.sharing_api, SharingApi::Dra);
-        assert_eq!(p.dra.timeslices, [TimeSliceInterval::Long, TimeSliceInterval::Short]);
+        assert_eq!(p.sharing_api(), SharingApi::Dra);
+        let dra = p.dra().expect("dra").clone();
+        assert_eq!(dra.timeslices, [TimeSliceInterval::Long, TimeSliceInterval::Short]);
         let arms: Vec<String> = p.arms().into_iter().map(crate::domain::Arm::name).collect();
         assert_eq!(
             arms,
@@ -1092,7 +1263,7 @@ mod tests {
             "one time-slicing arm per interval, in the flag's order"
         );
         assert_eq!(
-            (p.dra.mps_thread_percentage, p.dra.mps_memory_limit.as_deref()),
+            (dra.mps_thread_percentage, dra.mps_memory_limit.as_deref()),
             (Some(25), Some("20Gi"))
         );
         let record = crate::results::record::PlanRecord::from_plan(
@@ -1100,7 +1271,7 @@ mod tests {
             crate::domain::DeviceKind::Cuda,
             crate::domain::Source::Prometheus,
         );
-        assert_eq!(record.dra.as_ref(), Some(&p.dra));
+        assert_eq!(record.dra.as_ref(), Some(&dra));
         let json = serde_json::to_value(&record).expect("json");
         assert_eq!(json["sharing_api"], "dra");
         assert_eq!(

@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::backend::{Backend, Session, k8s, local};
 use crate::config::cli::IsolationArgs;
 use crate::config::options::SweepOptions;
-use crate::config::plan::{BackendKind, SweepPlan};
+use crate::config::plan::{BackendKind, BackendPlan, Sharing, SweepPlan};
 use crate::config::values::Load;
 use crate::domain::CellStatus;
 use crate::error::{BenchError, Result};
@@ -66,10 +66,10 @@ pub fn plan(args: IsolationArgs) -> Result<SweepPlan> {
     };
     let mut plan = SweepPlan::from_options(file.overridden_by(args.options)?)?;
     crate::config::plan::one_gpu_only(&plan, "isolation")?;
-    if plan.dra.timeslices.len() > 1 {
+    if let Some(dra) = plan.dra().filter(|d| d.timeslices.len() > 1) {
         return Err(BenchError::flag(
             "--timeslice",
-            &crate::config::values::List(plan.dra.timeslices.clone()).to_string(),
+            &crate::config::values::List(dra.timeslices.clone()).to_string(),
             "isolation trials measure each strategy once: give one interval (a sweep takes several)",
         ));
     }
@@ -84,7 +84,7 @@ pub fn plan(args: IsolationArgs) -> Result<SweepPlan> {
         ));
     }
     if let Some(image) = &args.aggressor_image
-        && (plan.backend != BackendKind::Kubernetes || !plan.own_server())
+        && (plan.backend_kind() != BackendKind::Kubernetes || !plan.own_server())
     {
         return Err(BenchError::flag(
             "--aggressor-image",
@@ -163,23 +163,24 @@ pub async fn run(
     progress: &dyn Progress,
     shutdown: &Shutdown,
 ) -> Result<IsolationOutcome> {
-    let mut plan = plan;
     if let Some(id) = &resume {
-        plan.backend = crate::sweep::recorded_backend(&plan, id)?;
+        crate::sweep::check_resume(&plan, id)?;
     }
-    let finished = match plan.backend {
-        BackendKind::Local => {
-            let session = local::session::open(&plan, resume.as_deref())?;
+    let finished = match &plan.backend {
+        BackendPlan::Local(l) => {
+            let session = local::session::open(&plan, l, resume.as_deref())?;
             run_work(session, &mut Trials, progress, shutdown).await?
         }
-        BackendKind::Kubernetes if plan.sharing_api == crate::config::values::SharingApi::Dra => {
-            let session = k8s::session::open_dra(&plan, resume.as_deref(), shutdown).await?;
-            run_work(session, &mut Trials, progress, shutdown).await?
-        }
-        BackendKind::Kubernetes => {
-            let session = k8s::session::open(&plan, resume.as_deref(), shutdown).await?;
-            run_work(session, &mut Trials, progress, shutdown).await?
-        }
+        BackendPlan::Kubernetes(k) => match &k.sharing {
+            Sharing::Dra(dra) => {
+                let session = k8s::session::open_dra(&plan, k, dra, resume.as_deref(), shutdown).await?;
+                run_work(session, &mut Trials, progress, shutdown).await?
+            }
+            Sharing::DevicePlugin => {
+                let session = k8s::session::open(&plan, k, resume.as_deref(), shutdown).await?;
+                run_work(session, &mut Trials, progress, shutdown).await?
+            }
+        },
     };
     let Finished { store, ran } = finished;
     Ok(IsolationOutcome {

@@ -242,7 +242,7 @@ fn environment(data: &RunData) -> Vec<(String, String)> {
                 d.mps_memory_limit.as_deref().unwrap_or("the GPU's memory/max(2, N)")
             ),
         ));
-    } else if p.backend == "kubernetes" {
+    } else if p.backend == crate::config::values::BackendKind::Kubernetes {
         rows.push((
             "Sharing API".into(),
             "device plugin: the GPU operator's node configuration".into(),

@@ -245,7 +245,7 @@ pub struct Unavailable {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlanRecord {
     /// local or kubernetes.
-    pub backend: String,
+    pub backend: BackendKind,
     /// Strategies in order.
     pub strategies: Vec<Strategy>,
     /// Pod counts in order.
@@ -354,10 +354,7 @@ impl PlanRecord {
     pub fn from_plan(plan: &SweepPlan, device: DeviceKind, source: Source) -> PlanRecord {
         let smoke = device == DeviceKind::Cpu && plan.device == DeviceChoice::Auto;
         PlanRecord {
-            backend: match plan.backend {
-                BackendKind::Local => "local".into(),
-                BackendKind::Kubernetes => "kubernetes".into(),
-            },
+            backend: plan.backend_kind(),
             strategies: if smoke {
                 vec![Strategy::TimeSlicing]
             } else {
@@ -391,15 +388,15 @@ impl PlanRecord {
             load: plan.load,
             slos: plan.slos.clone(),
             workload_cmd: plan.workload_cmd.clone(),
-            server_args: plan.server_args.clone(),
+            server_args: plan.server_args().cloned(),
             metric: plan.metric.clone(),
             ready_path: plan.ready_path.clone(),
             request: plan.request.clone(),
-            sharing_api: plan.sharing_api,
-            dra: (plan.sharing_api == crate::config::values::SharingApi::Dra).then(|| plan.dra.clone()),
-            gpu: plan.gpu.clone(),
-            gpus: plan.gpus.clone(),
-            allow_busy_gpu: plan.allow_busy_gpu,
+            sharing_api: plan.sharing_api(),
+            dra: plan.dra().cloned(),
+            gpu: plan.local().and_then(|l| l.gpu.clone()),
+            gpus: plan.gpus().to_vec(),
+            allow_busy_gpu: plan.local().is_some_and(|l| l.allow_busy_gpu),
         }
     }
 
@@ -492,7 +489,7 @@ impl RunRecord {
     pub fn new(run_id: String, plan: &SweepPlan, device: DeviceKind, environment: Environment) -> RunRecord {
         let source = match plan.prometheus {
             PrometheusSetting::Off if plan.request.is_some() => Source::Client,
-            PrometheusSetting::Off if plan.backend == BackendKind::Local => Source::Scrape,
+            PrometheusSetting::Off if plan.backend_kind() == BackendKind::Local => Source::Scrape,
             _ => Source::Prometheus,
         };
         let label = match (device, plan.device) {
@@ -603,7 +600,7 @@ impl PlanRecord {
         {
             return Err(bad_field(path, "plan.workload_cmd", format!("{cmd:?} has no {{port}}")));
         }
-        if self.server_args.is_some() && (self.workload_cmd.is_some() || self.backend != "kubernetes") {
+        if self.server_args.is_some() && (self.workload_cmd.is_some() || self.backend != BackendKind::Kubernetes) {
             return Err(bad_field(
                 path,
                 "plan.server_args",
@@ -611,7 +608,7 @@ impl PlanRecord {
             ));
         }
         if (self.sharing_api == crate::config::values::SharingApi::Dra) != self.dra.is_some()
-            || (self.dra.is_some() && self.backend != "kubernetes")
+            || (self.dra.is_some() && self.backend != BackendKind::Kubernetes)
         {
             return Err(bad_field(
                 path,
@@ -634,14 +631,14 @@ impl PlanRecord {
                 ));
             }
         }
-        if self.backend == "kubernetes" && self.ready_path == "none" {
+        if self.backend == BackendKind::Kubernetes && self.ready_path == "none" {
             return Err(bad_field(
                 path,
                 "plan.ready_path",
                 "none on Kubernetes: the kubelet's probe needs a path",
             ));
         }
-        if self.request.is_some() && self.backend != "local" {
+        if self.request.is_some() && self.backend != BackendKind::Local {
             return Err(bad_field(
                 path,
                 "plan.request",
@@ -676,13 +673,6 @@ impl PlanRecord {
                     "the harness's requests need a readiness path and are recorded with source client, no Prometheus and the default metric",
                 ));
             }
-        }
-        if !matches!(self.backend.as_str(), "local" | "kubernetes") {
-            return Err(bad_field(
-                path,
-                "plan.backend",
-                format!("{:?} is neither \"local\" nor \"kubernetes\"", self.backend),
-            ));
         }
         if self.strategies.is_empty() {
             return Err(bad_field(
@@ -1046,7 +1036,7 @@ mod tests {
                 r.plan.dra = Some(Default::default())
             }),
             ("plan.dra.timeslices: an interval is listed twice", |r| {
-                r.plan.backend = "kubernetes".into();
+                r.plan.backend = BackendKind::Kubernetes;
                 r.plan.sharing_api = crate::config::values::SharingApi::Dra;
                 r.plan.dra = Some(crate::config::plan::DraSettings {
                     timeslices: vec![crate::domain::TimeSliceInterval::Short; 2],
@@ -1054,7 +1044,7 @@ mod tests {
                 });
             }),
             ("plan.dra.timeslices: intervals of time-slicing", |r| {
-                r.plan.backend = "kubernetes".into();
+                r.plan.backend = BackendKind::Kubernetes;
                 r.plan.sharing_api = crate::config::values::SharingApi::Dra;
                 r.plan.strategies = vec![Strategy::Mps];
                 r.plan.dra = Some(crate::config::plan::DraSettings {
@@ -1083,7 +1073,7 @@ mod tests {
             r.plan.workload_cmd = Some("python3 serve.py {port}".into());
             r.plan.metric = "my_latency_seconds".into();
             r.plan.ready_path = "none".into();
-            r.plan.backend = "local".into();
+            r.plan.backend = BackendKind::Local;
             r.plan.prometheus = "off".into();
         };
         let mut ok = fixture_run();
@@ -1103,7 +1093,7 @@ mod tests {
             ("its load is closed", |r| {
                 r.plan.workload_cmd = None;
                 r.plan.server_args = Some(Vec::new());
-                r.plan.backend = "kubernetes".into();
+                r.plan.backend = BackendKind::Kubernetes;
                 r.plan.ready_path = "/ready".into();
                 r.plan.source = Source::Prometheus;
                 r.plan.load = crate::config::values::Load::PerPod(10.0)
@@ -1160,7 +1150,7 @@ mod tests {
             ("plan.request: requests go to a server of your own", |r| {
                 r.plan.workload_cmd = None
             }),
-            ("the local backend's only", |r| r.plan.backend = "kubernetes".into()),
+            ("the local backend's only", |r| r.plan.backend = BackendKind::Kubernetes),
             ("plan.request.url: put {port} where", |r| {
                 if let Some(q) = r.plan.request.as_mut() {
                     q.url = "http://127.0.0.1:80/infer".into()

@@ -14,7 +14,7 @@ mod runner_tests;
 use std::path::PathBuf;
 
 use crate::backend::{k8s, local};
-use crate::config::plan::{BackendKind, SweepPlan};
+use crate::config::plan::{BackendKind, BackendPlan, Sharing, SweepPlan};
 use crate::error::{BenchError, Result};
 use crate::shutdown::Shutdown;
 use crate::sweep::progress::{Bars, Lines, Progress, Quiet};
@@ -69,13 +69,12 @@ pub async fn run(
     progress: &dyn Progress,
     shutdown: &Shutdown,
 ) -> Result<SweepOutcome> {
-    let mut plan = plan;
     if let Some(id) = &resume {
-        plan.backend = recorded_backend(&plan, id)?;
+        check_resume(&plan, id)?;
     }
-    match plan.backend {
-        BackendKind::Local => {
-            let (session, first_gpu, more) = local::session::open_lanes(&plan, resume.as_deref())?;
+    match &plan.backend {
+        BackendPlan::Local(l) => {
+            let (session, first_gpu, more) = local::session::open_lanes(&plan, l, resume.as_deref())?;
             if more.is_empty() {
                 return runner::run(session, progress, shutdown).await;
             }
@@ -89,31 +88,30 @@ pub async fn run(
             };
             lanes::run(session, first_gpu, more, settings, progress, shutdown).await
         }
-        BackendKind::Kubernetes if plan.sharing_api == crate::config::values::SharingApi::Dra => {
-            let session = k8s::session::open_dra(&plan, resume.as_deref(), shutdown).await?;
-            runner::run(session, progress, shutdown).await
-        }
-        BackendKind::Kubernetes => {
-            let session = k8s::session::open(&plan, resume.as_deref(), shutdown).await?;
-            runner::run(session, progress, shutdown).await
-        }
+        BackendPlan::Kubernetes(k) => match &k.sharing {
+            Sharing::Dra(dra) => {
+                let session = k8s::session::open_dra(&plan, k, dra, resume.as_deref(), shutdown).await?;
+                runner::run(session, progress, shutdown).await
+            }
+            Sharing::DevicePlugin => {
+                let session = k8s::session::open(&plan, k, resume.as_deref(), shutdown).await?;
+                runner::run(session, progress, shutdown).await
+            }
+        },
     }
 }
 
-/// The backend a run was made with: a resume continues there, whatever the flags say.
-/// A run resumes only with the command that made it, refused here before anything is
-/// opened or changed.
-pub(crate) fn recorded_backend(plan: &SweepPlan, id: &str) -> Result<BackendKind> {
+/// Checks a resume against the run it continues, before anything is opened or changed:
+/// the command that made it, on the backend it was made with, and its server of the
+/// user's own only when given again.
+pub(crate) fn check_resume(plan: &SweepPlan, id: &str) -> Result<()> {
     crate::config::plan::validate_run_id(id)?;
     let path = plan.out.join(id).join("run.json");
     let run = crate::results::store::read_run(&path)?;
     if run.kind.command() != plan.kind.command() {
         return Err(BenchError::flag("--resume", id, run.kind.resume_hint()));
     }
-    let recorded: BackendKind = run.plan.backend.parse().map_err(|reason: String| BenchError::Results {
-        path: path.clone(),
-        reason: format!("plan.backend {:?}: {reason}", run.plan.backend),
-    })?;
+    let recorded = run.plan.backend;
     // A recorded command runs only when the user gives it again, on either backend: a
     // run directory never makes the harness execute a command on its own.
     if plan.workload_cmd != run.plan.workload_cmd {
@@ -138,7 +136,7 @@ pub(crate) fn recorded_backend(plan: &SweepPlan, id: &str) -> Result<BackendKind
         });
     }
     // The same for an image's entrypoint: its arguments run again only when given again.
-    if plan.server_args != run.plan.server_args {
+    if plan.server_args() != run.plan.server_args.as_ref() {
         return Err(match &run.plan.server_args {
             Some(args) => BenchError::flag(
                 "--resume",
@@ -149,12 +147,12 @@ pub(crate) fn recorded_backend(plan: &SweepPlan, id: &str) -> Result<BackendKind
             ),
             None => BenchError::flag(
                 "--server-image",
-                &plan.image,
+                plan.kubernetes().map_or("", |k| k.image.as_str()),
                 "this run did not measure a server's image as it runs: resume it without --server-image",
             ),
         });
     }
-    if plan.sharing_api != run.plan.sharing_api {
+    if plan.sharing_api() != run.plan.sharing_api {
         return Err(BenchError::flag(
             "--resume",
             id,
@@ -164,21 +162,26 @@ pub(crate) fn recorded_backend(plan: &SweepPlan, id: &str) -> Result<BackendKind
             ),
         ));
     }
-    if recorded == BackendKind::Kubernetes && plan.node.is_none() {
-        return Err(BenchError::flag(
+    match (recorded, plan.backend_kind()) {
+        (BackendKind::Kubernetes, BackendKind::Local) => Err(BenchError::flag(
             "--resume",
             id,
             "this run was made with the Kubernetes backend: resume it with --backend kubernetes --node NODE",
-        ));
+        )),
+        (BackendKind::Local, BackendKind::Kubernetes) => Err(BenchError::flag(
+            "--resume",
+            id,
+            "this run was made with the local backend: resume it without --backend kubernetes",
+        )),
+        _ => Ok(()),
     }
-    Ok(recorded)
 }
 
 /// What a sweep would do, and changes nothing.
 pub fn dry_run(plan: &SweepPlan) -> String {
-    match plan.backend {
-        BackendKind::Kubernetes => k8s::session::dry_run(plan),
-        BackendKind::Local if !plan.gpus.is_empty() => {
+    match &plan.backend {
+        BackendPlan::Kubernetes(k) => k8s::session::dry_run(plan, k),
+        BackendPlan::Local(l) if !l.gpus.is_empty() => {
             // Every arm costs its cells here; the sweep also counts what cannot run.
             let record = crate::results::record::PlanRecord::from_plan(
                 plan,
@@ -186,15 +189,15 @@ pub fn dry_run(plan: &SweepPlan) -> String {
                 crate::domain::Source::Scrape,
             );
             let cells = (record.pods.len() as u64) * u64::from(record.repeat.max(1));
-            let lanes = lanes::assign(&record.arms(), plan.gpus.len(), |_| cells, |_| None);
+            let lanes = lanes::assign(&record.arms(), l.gpus.len(), |_| cells, |_| None);
             let mut out = String::from("cells spread over the GPUs (--gpus), one cell per GPU at a time:\n");
-            for (gpu, arms) in plan.gpus.iter().zip(lanes) {
+            for (gpu, arms) in l.gpus.iter().zip(lanes) {
                 let names: Vec<String> = arms.iter().map(|a| a.title()).collect();
                 out += &format!("  GPU {gpu}: {}\n", names.join(", "));
             }
-            out + "each GPU's pods as the first GPU's below, with its own UUID:\n" + &local::session::dry_run(plan)
+            out + "each GPU's pods as the first GPU's below, with its own UUID:\n" + &local::session::dry_run(plan, l)
         }
-        BackendKind::Local => local::session::dry_run(plan),
+        BackendPlan::Local(l) => local::session::dry_run(plan, l),
     }
 }
 
@@ -209,7 +212,7 @@ mod tests {
         let mut run: crate::results::record::RunRecord =
             serde_json::from_str(&std::fs::read_to_string(fixture).expect("fixture")).expect("run.json");
         run.run_id = "img".into();
-        run.plan.backend = "kubernetes".into();
+        run.plan.backend = BackendKind::Kubernetes;
         run.plan.server_args = Some(vec!["--port={port}".into()]);
         std::fs::create_dir_all(out.join("img")).expect("mkdir");
         std::fs::write(out.join("img/run.json"), serde_json::to_vec(&run).expect("json")).expect("write");
@@ -230,11 +233,8 @@ mod tests {
             })
             .expect("plan")
         };
-        let resume = |p: &SweepPlan| recorded_backend(p, "img").map_err(|e| e.to_string());
-        assert_eq!(
-            resume(&plan(Some("me/s:1"), &["--port={port}"])),
-            Ok(BackendKind::Kubernetes)
-        );
+        let resume = |p: &SweepPlan| check_resume(p, "img").map_err(|e| e.to_string());
+        assert_eq!(resume(&plan(Some("me/s:1"), &["--port={port}"])), Ok(()));
         for p in [plan(None, &[]), plan(Some("me/s:1"), &["--port=1"])] {
             let e = resume(&p).expect_err("refused");
             assert!(

@@ -626,7 +626,7 @@ async fn sweep_on_two_gpus(
 fn two_gpu_plan(dir: &std::path::Path, strategies: &str) -> SweepPlan {
     use crate::telemetry::inventory::GpuSelector;
     let mut plan = plan(dir, strategies, "1,3");
-    plan.gpus = vec![GpuSelector::Index(0), GpuSelector::Index(3)];
+    plan.local_mut().gpus = vec![GpuSelector::Index(0), GpuSelector::Index(3)];
     plan
 }
 

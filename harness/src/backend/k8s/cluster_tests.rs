@@ -632,7 +632,7 @@ async fn own_server_sweep(server: &str) -> (Vec<String>, Vec<String>) {
     .expect("options");
     let p = SweepPlan::from_options(o).expect("plan");
     // The workload the real session makes from this plan (session::settings).
-    let own = super::session::workload_spec(&p, "gpu-1", Vec::new());
+    let own = super::session::workload_spec(&p, common_tests::kube(&p), Vec::new());
     assert_eq!(own.server.as_ref().map(|o| o.ready_path.as_str()), Some("/ready"));
     let mut k = settings(&p);
     k.workload = own;
@@ -644,7 +644,7 @@ async fn own_server_sweep(server: &str) -> (Vec<String>, Vec<String>) {
     let text = std::fs::read_to_string(dir.path().join("sim/cells.jsonl")).expect("cells");
     assert!(text.lines().all(|l| l.contains("\"model\":\"custom\"")), "{text}");
     let run = crate::results::store::read_run(&dir.path().join("sim/run.json")).expect("run.json");
-    assert_eq!(run.plan.server_args, p.server_args, "recorded for --resume");
+    assert_eq!(run.plan.server_args.as_ref(), p.server_args(), "recorded for --resume");
     assert_eq!(state(&c).await, before, "{}", c.log());
     let left = workload_leftovers(&c).await;
     assert!(left.is_empty(), "{left:?}");
@@ -929,7 +929,7 @@ async fn a_server_of_ones_own_is_the_victim_and_gpushare_workload_the_aggressors
     let dir = tempfile::tempdir().expect("tmp");
     let mut p = isolation_plan(dir.path());
     p.strategies = vec![Strategy::TimeSlicing];
-    p.image = "me/yolos-pytorch:1".into();
+    p.kubernetes_mut().image = "me/yolos-pytorch:1".into();
     p.workload_cmd = Some("python3 /app/server.py --port {port}".into());
     let aggressor_image = "registry.local/gpushare-workload:0.1.0";
     if let crate::config::plan::RunKind::Isolation(iso) = &mut p.kind {
@@ -940,7 +940,7 @@ async fn a_server_of_ones_own_is_the_victim_and_gpushare_workload_the_aggressors
     }
     // What the real session makes of this plan (session::settings, set_aggressor_image).
     let mut k = settings(&p);
-    k.workload = super::session::workload_spec(&p, "gpu-1", k.workload.args.clone());
+    k.workload = super::session::workload_spec(&p, common_tests::kube(&p), k.workload.args.clone());
     k.aggressor_image = aggressor_image.into();
     let s = session_with(&c, &p, false, k)
         .await

@@ -86,11 +86,21 @@ pub fn plan(dir: &Path, strategies: &str, pods: &str) -> SweepPlan {
     SweepPlan::from_options(o).expect("plan")
 }
 
+/// A Kubernetes plan's own settings.
+pub fn kube(plan: &SweepPlan) -> &crate::config::plan::KubernetesPlan {
+    plan.kubernetes().expect("a Kubernetes plan")
+}
+
+/// The DRA settings of a plan with `--sharing-api dra`.
+pub fn dra_of(plan: &SweepPlan) -> crate::config::plan::DraSettings {
+    plan.dra().expect("a DRA plan").clone()
+}
+
 /// The backend's settings for `plan` on node `gpu-1`, its waits `speed` times shorter.
 pub fn settings(plan: &SweepPlan, speed: f64) -> KubeSettings {
     let workload = WorkloadSpec {
-        namespace: plan.namespace.clone(),
-        image: plan.image.clone(),
+        namespace: kube(plan).namespace.clone(),
+        image: kube(plan).image.clone(),
         node: "gpu-1".into(),
         args: vec!["--model".into(), "yolos-small".into()],
         tolerations: vec![objects::DEFAULT_TOLERATION.into()],
@@ -100,7 +110,7 @@ pub fn settings(plan: &SweepPlan, speed: f64) -> KubeSettings {
     let mut s = KubeSettings::new("gpu-1", workload);
     s.strategies = plan.strategies.clone();
     s.pods = plan.pods.clone();
-    s.mig_layout = plan.mig_layout.clone();
+    s.mig_layout = kube(plan).mig_layout.clone();
     s.faster(speed)
 }
 

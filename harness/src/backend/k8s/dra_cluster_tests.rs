@@ -68,7 +68,7 @@ fn dra_plan(dir: &Path, strategies: &str, pods: &str, more: &str) -> SweepPlan {
 /// Opens a session as `k8s::session::open_dra` does, as the harness's service account.
 pub(super) async fn dra_session(c: &TestCluster, plan: &SweepPlan) -> Result<Session<super::dra::DraBackend>> {
     let client = c.harness_client().await.expect("the harness's service account");
-    let mut backend = super::dra::DraBackend::new(client, settings(plan), plan.dra.clone());
+    let mut backend = super::dra::DraBackend::new(client, settings(plan), super::common_tests::dra_of(plan));
     backend.check_cluster().await?;
     let store = common_tests::run_store(plan, false)?;
     backend.attach_journal(store.dir())?;
@@ -310,7 +310,7 @@ async fn a_driver_gate_that_is_off_fails_the_cell_with_the_drivers_reason() {
         "{facts:?}"
     );
     assert_eq!(
-        facts.warnings(&p.strategies, &p.dra).len(),
+        facts.warnings(&p.strategies, &super::common_tests::dra_of(&p)).len(),
         2,
         "MPSSupport off; EXCLUSIVE_PROCESS left"
     );
@@ -374,7 +374,7 @@ async fn a_killed_dra_sweep_leaves_its_claim_to_restore_and_a_resumed_one_delete
     let dir = tempfile::tempdir().expect("tmp");
     let p = dra_plan(dir.path(), "mps", "1,3", "");
     kill_dra_mid_cell(&c, &p).await;
-    let mut backend = super::dra::DraBackend::new(client, settings(&p), p.dra.clone());
+    let mut backend = super::dra::DraBackend::new(client, settings(&p), super::common_tests::dra_of(&p));
     backend.check_cluster().await.expect("cluster");
     let store = RunStore::open(&p.out, "sim").expect("run");
     backend.attach_journal(store.dir()).expect("journal");

@@ -181,7 +181,7 @@ async fn a_dra_sweep_of_real_pods_is_measured_through_a_prometheus_that_discover
     .expect("options");
     let p = on_cpu(SweepPlan::from_options(o).expect("plan"));
     let client = c.harness_client().await.expect("client");
-    let mut backend = super::dra::DraBackend::new(client, cpu_settings(&p), p.dra.clone());
+    let mut backend = super::dra::DraBackend::new(client, cpu_settings(&p), super::common_tests::dra_of(&p));
     backend.check_cluster().await.expect("cluster");
     let store = cpu_run_store(&p);
     backend.attach_journal(store.dir()).expect("journal");

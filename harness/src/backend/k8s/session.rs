@@ -13,7 +13,7 @@ use super::journal;
 use super::objects::{self, PluginConfigMap, WorkloadSpec};
 use crate::backend::Session;
 use crate::config::cli::RestoreArgs;
-use crate::config::plan::{PrometheusSetting, SweepPlan};
+use crate::config::plan::{DraSettings, KubernetesPlan, PrometheusSetting, SweepPlan};
 use crate::domain::{DeviceKind, Strategy};
 use crate::error::{BenchError, Result};
 use crate::metrics::prometheus::PromClient;
@@ -53,19 +53,15 @@ pub fn inventory_from_labels(labels: &BTreeMap<String, String>) -> GpuInventory 
 }
 
 /// What the cell's pods run, from the plan (pure).
-pub(crate) fn workload_spec(plan: &SweepPlan, node: &str, args: Vec<String>) -> WorkloadSpec {
+pub(crate) fn workload_spec(plan: &SweepPlan, k: &KubernetesPlan, args: Vec<String>) -> WorkloadSpec {
     WorkloadSpec {
-        namespace: plan.namespace.clone(),
-        image: plan.image.clone(),
-        node: node.to_string(),
+        namespace: k.namespace.clone(),
+        image: k.image.clone(),
+        node: k.node.clone(),
         args,
-        tolerations: plan.tolerations.clone(),
-        pull_secrets: plan.image_pull_secrets.clone(),
-        server: own_server(
-            plan.workload_cmd.as_deref(),
-            plan.server_args.as_deref(),
-            &plan.ready_path,
-        ),
+        tolerations: k.tolerations.clone(),
+        pull_secrets: k.image_pull_secrets.clone(),
+        server: own_server(plan.workload_cmd.as_deref(), k.server_args.as_deref(), &plan.ready_path),
     }
 }
 
@@ -84,10 +80,10 @@ fn own_server(cmd: Option<&str>, server_args: Option<&[String]>, ready_path: &st
     })
 }
 
-fn settings(plan: &SweepPlan, node: &str, args: Vec<String>) -> KubeSettings {
-    let mut s = KubeSettings::new(node, workload_spec(plan, node, args));
-    s.operator_namespace = plan.operator_namespace.clone();
-    s.mig_layout = plan.mig_layout.clone();
+fn settings(plan: &SweepPlan, k: &KubernetesPlan, args: Vec<String>) -> KubeSettings {
+    let mut s = KubeSettings::new(&k.node, workload_spec(plan, k, args));
+    s.operator_namespace = k.operator_namespace.clone();
+    s.mig_layout = k.mig_layout.clone();
     s.strategies = plan.strategies.clone();
     s.pods = plan.pods.clone();
     s
@@ -96,13 +92,13 @@ fn settings(plan: &SweepPlan, node: &str, args: Vec<String>) -> KubeSettings {
 /// Every object and patch a sweep would apply, as YAML documents (pure). The ConfigMap
 /// and namespace of the operator are the defaults; the sweep reads them from the
 /// ClusterPolicy.
-pub fn dry_run(plan: &SweepPlan) -> String {
-    if plan.sharing_api == crate::config::values::SharingApi::Dra {
-        return dry_run_dra(plan);
+pub fn dry_run(plan: &SweepPlan, k: &KubernetesPlan) -> String {
+    if let crate::config::plan::Sharing::Dra(dra) = &k.sharing {
+        return dry_run_dra(plan, k, dra);
     }
-    let node = plan.node.clone().unwrap_or_else(|| "NODE".into());
+    let node = &k.node;
     let record = PlanRecord::from_plan(plan, DeviceKind::Cuda, crate::domain::Source::Prometheus);
-    let s = settings(plan, &node, record.workload_args());
+    let s = settings(plan, k, record.workload_args());
     let cm = PluginConfigMap::default();
     let doc = |title: String, v: serde_json::Value| {
         format!("# {title}\n{}---\n", serde_yaml_ng::to_string(&v).unwrap_or_default())
@@ -214,11 +210,10 @@ pub fn dry_run(plan: &SweepPlan) -> String {
 
 /// What a sweep through DRA claims would apply (pure): per cell, the claim or claim
 /// template and the Deployment whose pods reference it; nothing on the node changes.
-fn dry_run_dra(plan: &SweepPlan) -> String {
+fn dry_run_dra(plan: &SweepPlan, k: &KubernetesPlan, settings_of_claims: &DraSettings) -> String {
     use super::dra_claims as dra;
-    let node = plan.node.clone().unwrap_or_else(|| "NODE".into());
     let record = PlanRecord::from_plan(plan, DeviceKind::Cuda, crate::domain::Source::Prometheus);
-    let s = settings(plan, &node, record.workload_args());
+    let s = settings(plan, k, record.workload_args());
     let doc = |title: String, v: serde_json::Value| {
         format!("# {title}\n{}---\n", serde_yaml_ng::to_string(&v).unwrap_or_default())
     };
@@ -230,7 +225,7 @@ fn dry_run_dra(plan: &SweepPlan) -> String {
         class = dra::GPU_CLASS,
         version = dra::DRIVER_VERSION_READ,
     );
-    if plan.strategies.contains(&Strategy::Mps) && plan.dra.mps_memory_limit.is_none() {
+    if plan.strategies.contains(&Strategy::Mps) && settings_of_claims.mps_memory_limit.is_none() {
         out += "# MPS: defaultPinnedDeviceMemoryLimit is the GPU's memory (its ResourceSlice's capacity) / max(2, pods),\n# unknown here, so the claims below leave it out.\n";
     }
     if plan.strategies.contains(&Strategy::Mig) {
@@ -241,14 +236,14 @@ fn dry_run_dra(plan: &SweepPlan) -> String {
     for arm in plan.arms() {
         let strategy = arm.strategy;
         for &pods in &plan.pods {
-            let claims = dra::cell_claims(arm, pods, &plan.dra, &Default::default());
+            let claims = dra::cell_claims(arm, pods, settings_of_claims, &Default::default());
             out += &doc(
                 format!(
                     "{} × {pods}: {} (server-side apply)",
                     arm.name(),
                     dra::describe(&claims)
                 ),
-                dra::claim_object(&plan.namespace, arm, pods, &claims),
+                dra::claim_object(&k.namespace, arm, pods, &claims),
             );
             let resource = objects::pod_resource(strategy, None, None);
             let mut d = objects::deployment(&s.workload, strategy, pods, &resource, &plan.load.workload_args(pods));
@@ -268,10 +263,15 @@ fn dry_run_dra(plan: &SweepPlan) -> String {
 /// Opens a sweep on the node (a new run, or `resume`): reads the node's GPU labels,
 /// opens the run directory, and reaches the cluster's Prometheus by URL or through a
 /// port-forward to its pod.
-pub async fn open(plan: &SweepPlan, resume: Option<&str>, shutdown: &Shutdown) -> Result<Session<KubernetesBackend>> {
-    let node = node_of(plan)?;
+pub async fn open(
+    plan: &SweepPlan,
+    k: &KubernetesPlan,
+    resume: Option<&str>,
+    shutdown: &Shutdown,
+) -> Result<Session<KubernetesBackend>> {
+    let node = &k.node;
     let mut backend = shutdown
-        .guard(KubernetesBackend::connect(settings(plan, &node, Vec::new())))
+        .guard(KubernetesBackend::connect(settings(plan, k, Vec::new())))
         .await?;
     let labels = shutdown.guard(backend.check_cluster()).await?;
     let inventory = inventory_from_labels(&labels);
@@ -281,7 +281,7 @@ pub async fn open(plan: &SweepPlan, resume: Option<&str>, shutdown: &Shutdown) -
             objects::LABEL_GPU_COUNT
         )));
     }
-    let store = open_store(plan, resume, &node, &inventory)?;
+    let store = open_store(plan, k, resume, &inventory)?;
     backend.attach_journal(store.dir())?;
     let recorded = store.run().plan.clone();
     // The pods' arguments and server come from the recorded plan (it wins when
@@ -292,21 +292,23 @@ pub async fn open(plan: &SweepPlan, resume: Option<&str>, shutdown: &Shutdown) -
         backend.set_aggressor_image(image);
     }
     let scope = GpuScope::node();
-    finish_session(backend, (plan, resume.is_some()), store, (&node, scope), shutdown).await
+    finish_session(backend, (plan, k, resume.is_some()), store, scope, shutdown).await
 }
 
 /// Opens a sweep whose pods get their GPU through DRA claims (`--sharing-api dra`): the
 /// node's GPUs from the DRA driver's ResourceSlices; nothing on the node changes.
 pub async fn open_dra(
     plan: &SweepPlan,
+    k: &KubernetesPlan,
+    dra: &DraSettings,
     resume: Option<&str>,
     shutdown: &Shutdown,
 ) -> Result<Session<super::dra::DraBackend>> {
-    let node = node_of(plan)?;
+    let node = &k.node;
     let mut backend = shutdown
         .guard(super::dra::DraBackend::connect(
-            settings(plan, &node, Vec::new()),
-            plan.dra.clone(),
+            settings(plan, k, Vec::new()),
+            dra.clone(),
         ))
         .await?;
     let inventory = shutdown.guard(backend.check_cluster()).await?;
@@ -317,7 +319,7 @@ pub async fn open_dra(
     };
     let env = || crate::results::record::Environment {
         dra_driver: Some(driver.clone()),
-        ..host::environment(&inventory, &format!("image {} on node {node}", plan.image), None)
+        ..host::environment(&inventory, &format!("image {} on node {node}", k.image), None)
     };
     let short = inventory.gpus.first().map_or("gpu".into(), |g| g.short_name());
     let store = RunStore::open_or_create(plan, resume, DeviceKind::Cuda, &short, env)?;
@@ -335,15 +337,9 @@ pub async fn open_dra(
         backend.set_aggressor_image(image);
     }
     let scope = backend.gpu_scope();
-    let mut session = finish_session(backend, (plan, resume.is_some()), store, (&node, scope), shutdown).await?;
+    let mut session = finish_session(backend, (plan, k, resume.is_some()), store, scope, shutdown).await?;
     session.notes.extend(warnings);
     Ok(session)
-}
-
-fn node_of(plan: &SweepPlan) -> Result<String> {
-    plan.node
-        .clone()
-        .ok_or_else(|| BenchError::flag("--node", "", "the Kubernetes backend needs the GPU node's name"))
 }
 
 /// The image a recorded isolation run's aggressors run beside a server of the user's own.
@@ -361,9 +357,14 @@ fn recorded_server(recorded: &PlanRecord) -> Option<objects::OwnServer> {
 }
 
 /// The run directory for the node's GPUs (new, or the one resumed).
-fn open_store(plan: &SweepPlan, resume: Option<&str>, node: &str, inventory: &GpuInventory) -> Result<RunStore> {
+fn open_store(
+    plan: &SweepPlan,
+    k: &KubernetesPlan,
+    resume: Option<&str>,
+    inventory: &GpuInventory,
+) -> Result<RunStore> {
     let short = inventory.gpus.first().map_or("gpu".into(), |g| g.short_name());
-    let env = || host::environment(inventory, &format!("image {} on node {node}", plan.image), None);
+    let env = || host::environment(inventory, &format!("image {} on node {}", k.image, k.node), None);
     RunStore::open_or_create(plan, resume, DeviceKind::Cuda, &short, env)
 }
 
@@ -371,9 +372,9 @@ fn open_store(plan: &SweepPlan, resume: Option<&str>, node: &str, inventory: &Gp
 /// URL, or through a port-forward to its pod) for metrics and the DCGM exporter's series.
 async fn finish_session<B>(
     backend: B,
-    (plan, resumed): (&SweepPlan, bool),
+    (plan, k, resumed): (&SweepPlan, &KubernetesPlan, bool),
     store: RunStore,
-    (node, scope): (&str, GpuScope),
+    scope: GpuScope,
     shutdown: &Shutdown,
 ) -> Result<Session<B>> {
     let recorded = store.run().plan.clone();
@@ -393,7 +394,7 @@ async fn finish_session<B>(
     let url = match recorded.prometheus_setting() {
         PrometheusSetting::Url(u) => u,
         _ => {
-            let (ns, selector) = &plan.prometheus_pod;
+            let (ns, selector) = &k.prometheus_pod;
             // The forward's stream idles between scrapes: a client without read timeout.
             let streaming = shutdown.guard(super::base::connect_streaming()).await?;
             let f = shutdown
@@ -405,7 +406,7 @@ async fn finish_session<B>(
             url
         }
     };
-    let telemetry: Arc<dyn Telemetry> = Arc::new(DcgmTelemetry::new(PromClient::new(&url), node, scope));
+    let telemetry: Arc<dyn Telemetry> = Arc::new(DcgmTelemetry::new(PromClient::new(&url), &k.node, scope));
     Ok(Session {
         backend,
         metrics: PrometheusSetting::Url(url),
@@ -497,7 +498,8 @@ mod tests {
 
     #[test]
     fn a_dra_dry_run_prints_each_cells_claim_and_no_node_change() {
-        let text = dry_run(&dra_plan());
+        let p = dra_plan();
+        let text = dry_run(&p, p.kubernetes().expect("kubernetes"));
         let docs: Vec<serde_json::Value> = text
             .split("\n---\n")
             .filter(|d| d.lines().any(|l| !l.starts_with('#') && !l.trim().is_empty()))

@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::backend::local::strategy::{CellPlan, MpsDirs, plan_cell};
 use crate::backend::local::{LocalBackend, WorkloadCommand, find_workload, mps};
 use crate::backend::{Lane, Session};
-use crate::config::plan::{DeviceChoice, SweepPlan};
+use crate::config::plan::{DeviceChoice, LocalPlan, SweepPlan};
 use crate::domain::{DeviceKind, Source};
 use crate::error::{BenchError, Result};
 use crate::process::supervisor;
@@ -135,8 +135,8 @@ pub fn resumed_gpus(recorded: &[GpuRecord], plan: &PlanRecord) -> Vec<Option<Gpu
 
 /// Opens a local run of one GPU (a new run, or `resume`): `capacity` and `isolation`,
 /// which measure one GPU.
-pub fn open(plan: &SweepPlan, resume: Option<&str>) -> Result<Session<LocalBackend>> {
-    let (session, _, lanes) = open_lanes(plan, resume)?;
+pub fn open(plan: &SweepPlan, local: &LocalPlan, resume: Option<&str>) -> Result<Session<LocalBackend>> {
+    let (session, _, lanes) = open_lanes(plan, local, resume)?;
     if !lanes.is_empty() {
         return Err(BenchError::Results {
             path: session.store.dir().join("run.json"),
@@ -150,6 +150,7 @@ pub fn open(plan: &SweepPlan, resume: Option<&str>) -> Result<Session<LocalBacke
 /// `--gpus`, a [`Lane`] for each other GPU.
 pub fn open_lanes(
     plan: &SweepPlan,
+    local: &LocalPlan,
     resume: Option<&str>,
 ) -> Result<(Session<LocalBackend>, u32, Vec<Lane<LocalBackend>>)> {
     let probed = crate::telemetry::nvml::probe();
@@ -166,10 +167,10 @@ pub fn open_lanes(
     } else {
         resolve_device(plan.device, &probed, libcuda_present())?
     };
-    let (flag, asked): (&str, Vec<Option<GpuSelector>>) = if plan.gpus.is_empty() {
-        ("--gpu", vec![plan.gpu.clone()])
+    let (flag, asked): (&str, Vec<Option<GpuSelector>>) = if local.gpus.is_empty() {
+        ("--gpu", vec![local.gpu.clone()])
     } else {
-        ("--gpus", plan.gpus.iter().cloned().map(Some).collect())
+        ("--gpus", local.gpus.iter().cloned().map(Some).collect())
     };
     // A new run measures the GPUs --gpu or --gpus name, refused before its directory
     // exists when other processes use one; a resumed run the GPUs its record names.
@@ -179,7 +180,7 @@ pub fn open_lanes(
             same_kind(&lanes)?;
             let mut processes = Vec::new();
             for l in &lanes {
-                processes.extend(check_busy(l.gpus.first(), plan.allow_busy_gpu)?);
+                processes.extend(check_busy(l.gpus.first(), local.allow_busy_gpu)?);
             }
             (lanes, others, processes)
         }
@@ -290,7 +291,7 @@ pub fn open_lanes(
                 (DeviceKind::Cuda, Some(t)) => Arc::new(t),
                 _ => Arc::new(NoTelemetry),
             };
-            let base_port = plan.base_port.map(|b| lane_base_port(b, i, stride));
+            let base_port = local.base_port.map(|b| lane_base_port(b, i, stride));
             let backend = LocalBackend::new(
                 command.clone(),
                 recorded.device,
@@ -379,12 +380,12 @@ pub fn lane_base_port(base: u16, lane: usize, stride: u32) -> u16 {
 }
 
 /// What a local sweep would start, cell by cell (pure apart from reading the GPUs).
-pub fn dry_run(plan: &SweepPlan) -> String {
+pub fn dry_run(plan: &SweepPlan, local: &LocalPlan) -> String {
     let probed = crate::telemetry::nvml::probe();
     let device = resolve_device(plan.device, &probed, libcuda_present()).unwrap_or(DeviceKind::Cpu);
     let inventory = match device {
         // A --gpus run's cells are shown as its first GPU runs them.
-        DeviceKind::Cuda => match chosen_gpu(&probed, plan.gpus.first().or(plan.gpu.as_ref())) {
+        DeviceKind::Cuda => match chosen_gpu(&probed, local.gpus.first().or(local.gpu.as_ref())) {
             Ok((inventory, _)) => inventory,
             Err(e) => return format!("{e}\n"),
         },
