@@ -62,13 +62,24 @@ pub struct OwnedChild {
     entry: Option<supervisor::Entry>,
 }
 
-/// A value no other process group has: this harness's pid, its start and a count.
+/// A value no other process group has, nor can guess from /proc: 128 random bits from
+/// the kernel, this harness's pid and a count.
 fn group_token() -> String {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let me = std::process::id();
-    let started = procfs::stat(me).map_or(0, |s| s.start_ticks);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    format!("{me}.{started}.{n}")
+    let mut random = [0u8; 16];
+    let filled = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut random))
+        .is_ok();
+    if !filled {
+        // std's hasher keys come from the OS's random source too.
+        use std::hash::BuildHasher;
+        let keys = std::collections::hash_map::RandomState::new();
+        random[..8].copy_from_slice(&keys.hash_one(n).to_le_bytes());
+        random[8..].copy_from_slice(&keys.hash_one(std::process::id()).to_le_bytes());
+    }
+    let hex: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{hex}.{}.{n}", std::process::id())
 }
 
 impl OwnedChild {
@@ -156,32 +167,33 @@ impl OwnedChild {
         }
     }
 
-    /// Stops the child: SIGTERM to its group, up to `grace` for it to exit (cut short by a
-    /// forced stop), then SIGKILL. Returns its exit status, and whether it had to be killed.
+    /// Stops the child: SIGTERM to its group and to whatever carries its token, up to
+    /// `grace` for them to exit (cut short by a forced stop), then SIGKILL. A shell that
+    /// exits at once leaves its server the rest of the grace. Returns the child's exit
+    /// status, and whether it had to be killed.
     pub async fn stop(&mut self, grace: Duration, shutdown: &Shutdown) -> Option<(ExitStatus, bool)> {
         let mut child = self.child.take()?;
-        let pid = self.pid;
-        if let Some(pid) = pid {
-            signal_group(pid, libc::SIGTERM);
-        }
+        let deadline = tokio::time::Instant::now() + grace;
+        self.signal_all(libc::SIGTERM);
         let waited = tokio::select! {
             r = tokio::time::timeout(grace, child.wait()) => r.ok().and_then(|r| r.ok()),
             _ = shutdown.forced() => None,
         };
         if let Some(status) = waited {
-            // Anything the child left in its group goes too.
-            if let Some(pid) = pid {
-                signal_group(pid, libc::SIGKILL);
+            // What the child started (a shell's server) may still be stopping: it gets
+            // what is left of the grace, then anything left goes too.
+            tokio::select! {
+                _ = self.gone_within(deadline.saturating_duration_since(tokio::time::Instant::now())) => {}
+                _ = shutdown.forced() => {}
             }
+            self.signal_all(libc::SIGKILL);
             tokio::select! {
                 () = self.forget_once_gone(GROUP_EXIT) => {}
                 _ = shutdown.forced() => {}
             }
             return Some((status, false));
         }
-        if let Some(pid) = pid {
-            signal_group(pid, libc::SIGKILL);
-        }
+        self.signal_all(libc::SIGKILL);
         let _ = child.start_kill();
         let r = child.wait().await.ok().map(|s| (s, true));
         // A forced stop does not wait: what is left stays the supervisor's.
@@ -192,27 +204,48 @@ impl OwnedChild {
         r
     }
 
-    /// Waits until no process of the child's group lives, at most `limit`, then forgets
-    /// the group. A killed process is not gone at once: a shell's server outlives
-    /// the shell by the time it takes to die, and a CUDA process releases its GPU memory
-    /// on the way out, which the next cell must not share. A group still alive after that
-    /// stays registered, so the supervisor stops it when the harness ends.
-    async fn forget_once_gone(&mut self, limit: Duration) {
-        if let Some(supervisor::Entry::Group {
-            pgid,
-            start_ticks,
-            token,
-            ..
-        }) = &self.entry
-        {
-            let mut wait = crate::shutdown::Poll::unstoppable(Duration::from_millis(20), limit);
-            while !procfs::live_group_members(*pgid, *start_ticks, token.as_deref()).is_empty() {
-                if wait.next().await.is_err() {
-                    return;
-                }
+    /// The live processes that are provably the child's: its group's, and any that left
+    /// the group (`setsid`) but carry its token.
+    fn members(&self) -> Vec<u32> {
+        match &self.entry {
+            Some(supervisor::Entry::Group { start_ticks, token, .. }) => {
+                procfs::live_group_members(*start_ticks, token.as_deref())
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Sends `sig` to the child's group and to every member that left it.
+    fn signal_all(&self, sig: i32) {
+        if let Some(pid) = self.pid {
+            signal_group(pid, sig);
+        }
+        for p in self.members() {
+            signal(p, sig);
+        }
+    }
+
+    /// Waits until none of the child's processes lives, at most `limit`; whether they
+    /// are gone.
+    async fn gone_within(&self, limit: Duration) -> bool {
+        let mut wait = crate::shutdown::Poll::unstoppable(Duration::from_millis(20), limit);
+        while !self.members().is_empty() {
+            if wait.next().await.is_err() {
+                return false;
             }
         }
-        self.forget();
+        true
+    }
+
+    /// Waits until no process of the child's lives, at most `limit`, then forgets the
+    /// group. A killed process is not gone at once: a shell's server outlives the shell
+    /// by the time it takes to die, and a CUDA process releases its GPU memory on the way
+    /// out, which the next cell must not share. A group still alive after that stays
+    /// registered, so the supervisor stops it when the harness ends.
+    async fn forget_once_gone(&mut self, limit: Duration) {
+        if self.gone_within(limit).await {
+            self.forget();
+        }
     }
 }
 
@@ -288,6 +321,34 @@ mod tests {
             .map(|s| s.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('Z')))
             .unwrap_or(true);
         assert!(zombie_or_gone, "drop kills the child");
+    }
+
+    #[tokio::test]
+    async fn a_server_under_a_shell_gets_its_grace_and_one_that_left_the_group_is_stopped() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let done = dir.path().join("stopped-cleanly");
+        // The outer shell dies of SIGTERM at once; the server under it needs 0.5 s to
+        // stop, and a helper has left the group with setsid.
+        let server = format!(
+            "trap 'sleep 0.5; touch {}; exit 0' TERM; while true; do sleep 0.05; done",
+            done.display()
+        );
+        let script = format!("setsid sleep 60 & sh -c \"{server}\"; true");
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg(&script);
+        let mut c = OwnedChild::spawn(&mut cmd, "shell and server").expect("spawn");
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while c.members().len() < 3 {
+            assert!(std::time::Instant::now() < deadline, "{:?}", c.members());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let members = c.members();
+        let (_, killed) = c.stop(Duration::from_secs(5), &Shutdown::new()).await.expect("status");
+        assert!(!killed, "the shell exited on SIGTERM");
+        assert!(done.exists(), "the server was killed before its 0.5 s stop");
+        for p in members {
+            assert!(!procfs::is_live(p), "{p} outlived stop");
+        }
     }
 
     #[tokio::test]

@@ -51,29 +51,29 @@ fn pids() -> impl Iterator<Item = u32> {
 /// with a value of its own (`OwnedChild::spawn`).
 pub const GROUP_TOKEN: &str = "GPUSHARE_GROUP";
 
-/// Live processes of the group whose leader is `pgid` and started at exactly `start`
-/// (clock ticks): only a group we created, never a later one that reused the number.
-/// Once the leader is gone (a shell killed with the harness), members count only when
-/// their environment also holds `GPUSHARE_GROUP=token`: time alone cannot prove them
-/// ours.
-pub fn live_group_members(pgid: u32, start: u64, token: Option<&str>) -> Vec<u32> {
-    let member = |p: u32| stat(p).is_some_and(|s| s.pgrp == pgid && s.state != 'Z' && s.start_ticks >= start);
-    match (stat(pgid), token) {
-        (Some(leader), _) if leader.start_ticks == start && leader.pgrp == pgid => {
-            pids().filter(|&p| member(p)).collect()
-        }
-        (Some(_), _) | (None, None) => Vec::new(),
-        (None, Some(t)) => {
-            let needle = format!("{GROUP_TOKEN}={t}");
-            pids()
-                .filter(|&p| member(p))
-                .filter(|&p| {
-                    std::fs::read(format!("/proc/{p}/environ"))
-                        .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()))
-                })
-                .collect()
-        }
-    }
+/// Live processes of a group the harness started at `start` (clock ticks after boot)
+/// with `GPUSHARE_GROUP=token` in its environment: every process (not this one) that
+/// carries the token and started no earlier, in the group or out of it (a child that
+/// called `setsid` is still found). A pid, a group id and a start time can all be read
+/// from /proc and written into a journal, so they prove nothing; a group recorded
+/// without a token owns nothing.
+pub fn live_group_members(start: u64, token: Option<&str>) -> Vec<u32> {
+    let Some(t) = token.filter(|t| !t.is_empty()) else {
+        return Vec::new();
+    };
+    let me = std::process::id();
+    let needle = format!("{GROUP_TOKEN}={t}");
+    pids()
+        .filter(|&p| p != me)
+        .filter(|&p| stat(p).is_some_and(|s| s.state != 'Z' && s.start_ticks >= start))
+        .filter(|&p| has_env(p, &needle))
+        .collect()
+}
+
+/// Whether the environment `pid` started with holds `key=value` exactly.
+fn has_env(pid: u32, needle: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()))
 }
 
 /// Live processes (not this one) whose environment holds `key=value` exactly.
@@ -82,10 +82,7 @@ pub fn live_with_env(key: &str, value: &str) -> Vec<u32> {
     let me = std::process::id();
     pids()
         .filter(|&p| p != me)
-        .filter(|&p| {
-            std::fs::read(format!("/proc/{p}/environ"))
-                .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()))
-        })
+        .filter(|&p| has_env(p, &needle))
         .filter(|&p| is_live(p))
         .collect()
 }

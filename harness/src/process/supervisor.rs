@@ -11,8 +11,8 @@
 //!    are nobody's child, and grandchildren.
 //! 3. A journal in the run directory (`processes.json`) with the same entries and each
 //!    group leader's start time; `--resume` reads it and stops what a dead harness and
-//!    supervisor left. A process counts as ours only if its start time proves it is the
-//!    one recorded (groups), or its environment names our private MPS pipe directory.
+//!    supervisor left. A process counts as ours only if its environment carries the
+//!    group's random token (groups), or names the run's private MPS pipe directory.
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
@@ -37,8 +37,8 @@ pub enum Entry {
         start_ticks: u64,
         /// What it is, for messages.
         what: String,
-        /// The value of `GPUSHARE_GROUP` in the group's environment: what proves a
-        /// member ours once its leader is gone (a shell's children outlive it).
+        /// The value of `GPUSHARE_GROUP` in the group's environment: random, and what
+        /// proves a process ours (a pid and a start time anyone can read).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         token: Option<String>,
     },
@@ -58,12 +58,7 @@ impl Entry {
     /// Live processes this entry provably owns.
     pub fn live(&self) -> Vec<u32> {
         match self {
-            Entry::Group {
-                pgid,
-                start_ticks,
-                token,
-                ..
-            } => procfs::live_group_members(*pgid, *start_ticks, token.as_deref()),
+            Entry::Group { start_ticks, token, .. } => procfs::live_group_members(*start_ticks, token.as_deref()),
             Entry::Env { key, value, .. } => procfs::live_with_env(key, value),
         }
     }
@@ -264,7 +259,7 @@ pub fn reap_main(input: impl BufRead) -> i32 {
     }
     let stopped = clean_up(&entries, Duration::from_secs(3));
     if !stopped.is_empty() {
-        eprintln!(
+        crate::errln!(
             "gpushare-bench: the harness died; its supervisor stopped {}",
             stopped.join(", ")
         );
@@ -300,57 +295,59 @@ fn mark_interrupted(run_dir: &Path) {
 mod tests {
     use super::*;
 
-    fn leader() -> std::process::Child {
+    /// A process in a group of its own, carrying `token` as the harness's children do.
+    fn leader(token: &str) -> std::process::Child {
         use std::os::unix::process::CommandExt;
-        Command::new("sleep").arg("60").process_group(0).spawn().expect("sleep")
+        Command::new("sleep")
+            .arg("60")
+            .env(procfs::GROUP_TOKEN, token)
+            .process_group(0)
+            .spawn()
+            .expect("sleep")
+    }
+
+    fn line(op: char, e: &Entry) -> String {
+        format!("{op}{}\n", serde_json::to_string(e).expect("json"))
+    }
+
+    fn wait_until(what: &str, done: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     #[test]
     fn the_supervisor_stops_what_is_registered_when_its_input_ends() {
         use std::os::unix::process::ExitStatusExt;
-        let mut child = leader();
+        let token = format!("t1.{}", std::process::id());
+        let mut child = leader(&token);
         let pid = child.id();
         let start = procfs::stat(pid).expect("stat").start_ticks;
-        let group = Entry::Group {
+        let group = |start_ticks: u64, token: Option<&str>| Entry::Group {
             pgid: pid,
-            start_ticks: start,
+            start_ticks,
             what: "pod-0".into(),
-            token: None,
+            token: token.map(String::from),
         };
-        let stale = Entry::Group {
-            pgid: pid,
-            start_ticks: start + 1_000_000,
-            what: "a reused number".into(),
-            token: None,
-        };
-        let older = Entry::Group {
-            pgid: pid,
-            start_ticks: start.saturating_sub(1),
-            what: "recorded before this process started".into(),
-            token: None,
-        };
-        assert_eq!(group.live(), vec![pid]);
+        assert_eq!(group(start, Some(&token)).live(), vec![pid]);
         assert!(
-            stale.live().is_empty(),
-            "a group leader with another start time is not ours"
+            group(start + 1_000_000, Some(&token)).live().is_empty(),
+            "a process that started before the record is not ours"
         );
         assert!(
-            older.live().is_empty(),
-            "a group that reused the number started later than the record: not ours"
+            group(start, None).live().is_empty(),
+            "the pid and start time anyone can read prove nothing"
         );
-        let line = |op: char, e: &Entry| format!("{op}{}\n", serde_json::to_string(e).expect("json"));
-        let input = line('+', &group) + &line('+', &stale) + &line('-', &stale);
+        let stale = group(start, Some("another"));
+        let input = line('+', &group(start, Some(&token))) + &line('+', &stale) + &line('-', &stale);
         reap_main(input.as_bytes());
         let status = child.wait().expect("wait");
         assert_eq!(status.signal(), Some(libc::SIGTERM), "stopped by the supervisor");
 
-        let mut other = leader();
-        let g = Entry::Group {
-            pgid: other.id(),
-            start_ticks: 0,
-            what: "x".into(),
-            token: None,
-        };
+        let mut other = leader(&token);
+        let g = group(0, Some(&token));
         reap_main((line('+', &g) + "done\n").as_bytes());
         assert!(procfs::is_live(other.id()), "after done the supervisor stops nothing");
         let _ = other.kill();
@@ -358,11 +355,36 @@ mod tests {
     }
 
     #[test]
-    fn a_shells_children_are_ours_by_their_token_once_the_shell_is_gone() {
+    fn a_process_that_is_not_ours_survives_a_journal_that_names_it() {
         use std::os::unix::process::CommandExt;
-        let token = format!("test.{}", std::process::id());
+        // A user's own process, in a session of its own, with no token of ours.
+        let mut foreign = Command::new("sleep").arg("60").process_group(0).spawn().expect("sleep");
+        let pid = foreign.id();
+        let start = procfs::stat(pid).expect("stat").start_ticks;
+        let forged =
+            [None, Some(String::new()), Some(format!("{}.0.0", std::process::id()))].map(|token| Entry::Group {
+                pgid: pid,
+                start_ticks: start,
+                what: "fake".into(),
+                token,
+            });
+        let stopped = clean_up(&forged, Duration::from_millis(100));
+        assert!(stopped.is_empty(), "{stopped:?}");
+        assert!(
+            procfs::is_live(pid),
+            "a journal's pid and start time stopped a process not ours"
+        );
+        let _ = foreign.kill();
+        let _ = foreign.wait();
+    }
+
+    #[test]
+    fn a_shells_children_are_ours_by_their_token_even_out_of_the_group() {
+        use std::os::unix::process::CommandExt;
+        let token = format!("t2.{}", std::process::id());
+        // The second sleep leaves the group (and the session) with setsid.
         let mut sh = Command::new("sh")
-            .args(["-c", "sleep 60 & wait"])
+            .args(["-c", "sleep 60 & setsid sleep 61 & wait"])
             .env(procfs::GROUP_TOKEN, &token)
             .process_group(0)
             .spawn()
@@ -375,33 +397,27 @@ mod tests {
             what: "pod-0".into(),
             token: token.map(String::from),
         };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while entry(None).live().len() < 2 {
-            assert!(std::time::Instant::now() < deadline, "sh never started its sleep");
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        // The shell dies as it would with the harness (PDEATHSIG): its sleep lives on.
+        wait_until("sh never started both sleeps", || entry(Some(&token)).live().len() == 3);
+        // The shell dies as it would with the harness (PDEATHSIG): its sleeps live on.
         let _ = sh.kill();
         let _ = sh.wait();
         assert!(
             entry(None).live().is_empty(),
-            "without a token a leaderless group is not provably ours"
+            "without a token nothing is provably ours"
         );
         assert!(
             entry(Some("another")).live().is_empty(),
             "another token is another group"
         );
         let left = entry(Some(&token)).live();
-        assert_eq!(left.len(), 1, "the sleep, by its token");
-        let line = |op: char, e: &Entry| format!("{op}{}\n", serde_json::to_string(e).expect("json"));
+        assert_eq!(left.len(), 2, "both sleeps, by their token: {left:?}");
+        assert!(
+            left.iter().any(|&p| procfs::stat(p).is_some_and(|s| s.pgrp != pgid)),
+            "the one that left the group is found too"
+        );
         reap_main(line('+', &entry(Some(&token))).as_bytes());
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while procfs::is_live(left[0]) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the supervisor left the sleep running"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        wait_until("the supervisor left a sleep running", || {
+            left.iter().all(|&p| !procfs::is_live(p))
+        });
     }
 }

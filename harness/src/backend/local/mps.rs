@@ -51,6 +51,24 @@ pub fn dirs_for(run_dir: &Path, cell: &str, gpu: Option<&str>) -> MpsDirs {
 }
 
 /// FNV-1a, 64 bits: a short, stable name for a path.
+/// Whether a journal's entry names one of this run's MPS daemons: by its pipe
+/// directory, which only [`dirs_for`] of this run directory makes. A journal is a file
+/// anyone can edit; an entry that names another variable or another daemon's directory
+/// (the system's, another run's) is not the run's to stop.
+pub fn is_runs_daemon(run_dir: &Path, entry: &Entry) -> bool {
+    let Entry::Env { key, value, .. } = entry else {
+        return false;
+    };
+    let own_tmp = std::env::temp_dir().join(format!(
+        "gpushare-mps-{:016x}-",
+        fnv1a(run_dir.as_os_str().as_encoded_bytes())
+    ));
+    let pipe = Path::new(value);
+    key == PIPE_ENV
+        && !value.contains("/../")
+        && (pipe.starts_with(run_dir.join("mps")) || value.starts_with(&*own_tmp.to_string_lossy()))
+}
+
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
@@ -269,6 +287,33 @@ pub fn fatal_error_note(server_log: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_journal_names_only_the_runs_own_daemons() {
+        let run = Path::new("/r/run1");
+        let env = |key: &str, value: String| Entry::Env {
+            key: key.into(),
+            value,
+            what: "MPS daemon".into(),
+        };
+        let deep = Path::new("/r").join("d".repeat(90));
+        for (run_dir, cell) in [(run, "mps-3p"), (deep.as_path(), "mps-7p")] {
+            let d = dirs_for(run_dir, cell, None);
+            assert!(is_runs_daemon(run_dir, &env(PIPE_ENV, d.pipe.clone())), "{}", d.pipe);
+            assert!(
+                !is_runs_daemon(Path::new("/r/run2"), &env(PIPE_ENV, d.pipe)),
+                "another run's"
+            );
+        }
+        for foreign in [
+            env(PIPE_ENV, "/tmp/nvidia-mps".into()),
+            env(PIPE_ENV, "/r/run1/mps/../../etc".into()),
+            env("HOME", "/r/run1/mps/x".into()),
+            env("HOME", "/root".into()),
+        ] {
+            assert!(!is_runs_daemon(run, &foreign), "{foreign:?}");
+        }
+    }
 
     #[test]
     fn dirs_stay_short_enough_for_unix_sockets() {
