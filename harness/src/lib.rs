@@ -9,7 +9,7 @@
 //! I/O happens in the [`sweep`] runner and the backend sessions ([`backend::local`],
 //! [`backend::k8s`]) and the adapters they call ([`metrics`], [`telemetry`],
 //! [`results::store`]). A module uses only its own layer and those below, bottom to top:
-//! `error`/`domain`/`shutdown`/`files`/`clock`/`stats` → `process` → `metrics` →
+//! `error`/`domain`/`shutdown`/`files`/`clock`/`stats`/`console` → `process` → `metrics` →
 //! `telemetry` → `config` → `client` → `results` → `backend` → `sweep` →
 //! `capacity`/`isolation` → `report` → `tools` (docs/architecture.md; held by
 //! `harness/tests/layers.rs`).
@@ -19,6 +19,7 @@ pub mod capacity;
 pub mod client;
 pub mod clock;
 pub mod config;
+pub mod console;
 pub mod domain;
 pub mod error;
 pub mod files;

@@ -18,6 +18,7 @@ use gpushare_bench::report::{self, RunData, compare, export};
 use gpushare_bench::shutdown::Shutdown;
 use gpushare_bench::sweep;
 use gpushare_bench::tools::{doctor, overhead};
+use gpushare_bench::{errln, outln};
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -51,7 +52,7 @@ fn main() -> ExitCode {
     {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("gpushare-bench: cannot start the runtime: {e}");
+            errln!("gpushare-bench: cannot start the runtime: {e}");
             return ExitCode::from(1);
         }
     };
@@ -65,7 +66,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("gpushare-bench: {e}");
+            errln!("gpushare-bench: {e}");
             ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(1))
         }
     }
@@ -75,12 +76,14 @@ fn main() -> ExitCode {
 /// "bad --pods `0`: pod counts go from 1 to 64".
 fn clap_error(e: clap::Error) -> ExitCode {
     use clap::error::{ContextKind, ContextValue, ErrorKind};
-    if matches!(
-        e.kind(),
-        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
-    ) {
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
         let _ = e.print();
         return ExitCode::SUCCESS;
+    }
+    // No subcommand: the help, and the exit code of a command line that does nothing.
+    if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        let _ = e.print();
+        return ExitCode::from(2);
     }
     let text = |k| match e.get(k) {
         Some(ContextValue::String(s)) => Some(s.clone()),
@@ -111,7 +114,7 @@ fn clap_error(e: clap::Error) -> ExitCode {
                 .to_string()
         }
     };
-    eprintln!("gpushare-bench: {line} (see --help)");
+    errln!("gpushare-bench: {line} (see --help)");
     ExitCode::from(2)
 }
 
@@ -134,11 +137,11 @@ fn handle_signals(shutdown: Shutdown) {
                 _ = hup.recv() => libc::SIGHUP,
             };
             if shutdown.is_requested() {
-                eprintln!("gpushare-bench: second signal: stopping now (children are killed, not waited for)");
+                errln!("gpushare-bench: second signal: stopping now (children are killed, not waited for)");
                 shutdown.force();
                 return;
             }
-            eprintln!(
+            errln!(
                 "gpushare-bench: stopping: pods and servers are being stopped; finished cells are kept (signal again to force)"
             );
             shutdown.request(sig);
@@ -186,7 +189,7 @@ async fn run(cli: Cli, shutdown: &Shutdown) -> Result<u8> {
             gpushare_bench::config::plan::validate_image(&args.image)?;
             gpushare_bench::config::plan::validate_k8s_name("--node", &args.node, true)?;
             let n = manifests::write(&args.out, &args.image, &args.node, args.check)?;
-            println!(
+            outln!(
                 "{} {n} files in {}",
                 if args.check { "checked" } else { "wrote" },
                 args.out.display()
@@ -196,8 +199,8 @@ async fn run(cli: Cli, shutdown: &Shutdown) -> Result<u8> {
         Command::Report(args) => {
             let t = std::time::Instant::now();
             let index = report::write(&args.run_dir, args.out.as_deref())?;
-            eprintln!("rendered in {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
-            println!("report: {}", index.display());
+            errln!("rendered in {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
+            outln!("report: {}", index.display());
             Ok(0)
         }
         Command::Export(args) => {
@@ -208,12 +211,12 @@ async fn run(cli: Cli, shutdown: &Shutdown) -> Result<u8> {
         Command::Compare(args) => {
             let cmp = compare::compare_dirs(&args.baseline, &args.candidate, &args.threshold)?;
             for notice in &cmp.notices {
-                eprintln!("gpushare-bench: {notice}");
+                errln!("gpushare-bench: {notice}");
             }
             print_out(compare::render(&cmp.rows).as_bytes())?;
             match cmp.failure_summary() {
                 Some(summary) => {
-                    eprintln!("gpushare-bench: {summary}");
+                    errln!("gpushare-bench: {summary}");
                     Ok(1)
                 }
                 None => Ok(0),
@@ -235,18 +238,18 @@ async fn run_sweep(args: SweepArgs, shutdown: &Shutdown) -> Result<u8> {
     let progress = sweep::progress_for(args.quiet);
     let outcome = sweep::run(plan, args.resume.clone(), &*progress, shutdown).await?;
     if let Some(label) = &outcome.label {
-        eprintln!("*** {label} ***");
+        errln!("*** {label} ***");
     }
-    println!("results: {}", outcome.dir.display());
+    outln!("results: {}", outcome.dir.display());
     let code = outcome.exit_code();
     match code {
-        1 => eprintln!(
+        1 => errln!(
             "gpushare-bench: no cell could be measured ({} failed, {} unavailable); see {}/cells.csv",
             outcome.failed,
             outcome.unavailable,
             outcome.dir.display()
         ),
-        3 => eprintln!(
+        3 => errln!(
             "gpushare-bench: partial: {} of {} cells failed (their notes say why); the others are saved",
             outcome.failed,
             outcome.failed + outcome.measured + outcome.unavailable
@@ -263,16 +266,16 @@ async fn run_isolation(args: IsolationArgs, shutdown: &Shutdown) -> Result<u8> {
     let progress = sweep::progress_for(quiet);
     let outcome = command::run(plan, resume, &*progress, shutdown).await?;
     if let Some(label) = &outcome.label {
-        eprintln!("*** {label} ***");
+        errln!("*** {label} ***");
     }
-    println!("results: {}", outcome.dir.display());
+    outln!("results: {}", outcome.dir.display());
     let code = outcome.exit_code();
     match code {
-        1 => eprintln!(
+        1 => errln!(
             "gpushare-bench: no victim could be measured; see {}/isolation.csv",
             outcome.dir.display()
         ),
-        3 => eprintln!(
+        3 => errln!(
             "gpushare-bench: partial: the victim alone failed under {} (no baseline for its trials); the other records are saved",
             outcome.failed_baselines().join(", ")
         ),
@@ -288,17 +291,17 @@ async fn run_capacity(args: CapacityArgs, shutdown: &Shutdown) -> Result<u8> {
     let progress = sweep::progress_for(quiet);
     let outcome = command::run(plan, resume, &*progress, shutdown).await?;
     if let Some(label) = &outcome.sweep.label {
-        eprintln!("*** {label} ***");
+        errln!("*** {label} ***");
     }
     print_out(command::render(&outcome.records).as_bytes())?;
-    println!("results: {}", outcome.sweep.dir.display());
+    outln!("results: {}", outcome.sweep.dir.display());
     let code = outcome.sweep.exit_code();
     match code {
-        1 => eprintln!(
+        1 => errln!(
             "gpushare-bench: no cell could be measured; see {}/cells.csv",
             outcome.sweep.dir.display()
         ),
-        3 => eprintln!(
+        3 => errln!(
             "gpushare-bench: partial: {} cells failed (their notes say why); a failed count ends its strategy's search",
             outcome.sweep.failed
         ),

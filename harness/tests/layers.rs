@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 /// Bottom to top. A module may use its own layer and the layers before it. Names joined
 /// by `+` share a layer (they do not use each other).
 const LAYERS: &[&str] = &[
-    "error+domain+shutdown+files+clock+stats",
+    "error+domain+shutdown+files+clock+stats+console",
     "process",
     "metrics",
     "telemetry",

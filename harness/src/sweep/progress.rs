@@ -48,11 +48,11 @@ impl Progress for Quiet {
     fn window(&self, _: usize, _: f64, _: f64, _: bool) {}
     fn cell_done(&self, summary: &str, failed: bool) {
         if failed {
-            eprintln!("{summary}");
+            crate::errln!("{summary}");
         }
     }
     fn message(&self, text: &str) {
-        eprintln!("{text}");
+        crate::errln!("{text}");
     }
     fn finish(&self) {}
 }
@@ -64,18 +64,18 @@ pub struct Lines;
 
 impl Progress for Lines {
     fn sweep_start(&self, total: u64, done: u64, unit: &str) {
-        eprintln!("{total} {unit}, {done} already on disk");
+        crate::errln!("{total} {unit}, {done} already on disk");
     }
     fn cell_start(&self, what: &str) {
-        eprintln!("start: {what}");
+        crate::errln!("start: {what}");
     }
     fn phase(&self, _: &str) {}
     fn window(&self, _: usize, _: f64, _: f64, _: bool) {}
     fn cell_done(&self, summary: &str, _failed: bool) {
-        eprintln!("done: {summary}");
+        crate::errln!("done: {summary}");
     }
     fn message(&self, text: &str) {
-        eprintln!("{text}");
+        crate::errln!("{text}");
     }
     fn finish(&self) {}
 }

@@ -178,11 +178,17 @@ pub async fn run(args: &OverheadArgs, shutdown: &Shutdown) -> Result<(OverheadRe
             "scrape at most every 100ms",
         ));
     }
-    if args.repeats == 0 || phase < interval * 2 {
+    if args.repeats == 0 {
+        return Err(BenchError::flag("--repeats", "0", "give at least 1 pair of phases"));
+    }
+    if phase < interval * 2 {
         return Err(BenchError::flag(
             "--phase",
             &args.phase.text,
-            "each phase needs at least two scrape intervals, and --repeats ≥ 1",
+            format!(
+                "each phase needs at least two scrape intervals (--interval {})",
+                args.interval.text
+            ),
         ));
     }
     let probed = crate::telemetry::nvml::probe();
@@ -228,7 +234,7 @@ pub async fn run(args: &OverheadArgs, shutdown: &Shutdown) -> Result<(OverheadRe
         ],
     );
     let mut backend = LocalBackend::new(command, device, inventory, &dir, None);
-    eprintln!(
+    crate::errln!(
         "overhead: {} phases of {} each, alternating no scraping / scraping every {}",
         args.repeats * 2,
         args.phase,
