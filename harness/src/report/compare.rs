@@ -139,7 +139,7 @@ pub fn compare_dirs(baseline: &Path, candidate: &Path, threshold: &str) -> Resul
     let cand = RunData::load(candidate)?;
     let cmp = compare_runs(&base, &cand, threshold)?;
     if cmp.rows.is_empty() {
-        return Err(BenchError::Results {
+        return Err(BenchError::RunDir {
             path: candidate.to_path_buf(),
             reason: format!("shares no cell with {}", baseline.display()),
         });
@@ -264,6 +264,11 @@ fn compare_cell(base: &RunData, cand: &RunData, b: &CellRecord, c: &CellRecord, 
     if out.status.is_some() {
         out.verdict = Verdict::StatusChanged;
     }
+    if let Some(why) = measured_less(b, c) {
+        out.regressions.push(why);
+        out.verdict = Verdict::Regression;
+        return out;
+    }
     let source = match noise.source {
         NoiseSource::Repeats => "between repeats",
         NoiseSource::Windows => "within cells",
@@ -306,6 +311,28 @@ fn compare_cell(base: &RunData, cand: &RunData, b: &CellRecord, c: &CellRecord, 
     out
 }
 
+/// Why a candidate cell that says `ok` has less to judge than its baseline: it completed
+/// no inference, or lost a number the baseline measured (None: it has them all).
+fn measured_less(b: &CellRecord, c: &CellRecord) -> Option<String> {
+    let errors = match c.errors {
+        Some(n) if n > 0 => format!(" ({n} errors)"),
+        _ => String::new(),
+    };
+    if c.mean_s.is_none() && c.throughput_per_s.is_none_or(|t| t <= 0.0) {
+        return Some(format!("measured nothing: no inference completed{errors}"));
+    }
+    let lost: Vec<&str> = [
+        ("mean latency", b.mean_s, c.mean_s),
+        ("p99 latency", b.p99_s, c.p99_s),
+        ("throughput", b.throughput_per_s, c.throughput_per_s),
+    ]
+    .into_iter()
+    .filter(|(_, base, cand)| base.is_some() && cand.is_none())
+    .map(|(what, ..)| what)
+    .collect();
+    (!lost.is_empty()).then(|| format!("lost its {}{errors}", lost.join(", ")))
+}
+
 /// The row of a baseline cell the candidate lacks: a failure.
 fn missing_cell(b: &CellRecord, cand: &RunData) -> CellComparison {
     let why = if cand.run.is_complete() {
@@ -332,9 +359,10 @@ fn missing_cell(b: &CellRecord, cand: &RunData) -> CellComparison {
     }
 }
 
-/// Refuses to compare runs that measured different things: model, precision, batch,
-/// device (cuda vs cpu) or GPU. The error names the candidate's run.json and both values
-/// of every field that differs.
+/// Refuses to compare runs that measured different things: the kind of run (a sweep, a
+/// capacity search, an isolation run), model, precision, batch, load, SLOs, device (cuda
+/// vs cpu) or GPU. The error names the candidate's run.json and both values of every
+/// field that differs.
 pub fn check_comparable(base: &RunData, cand: &RunData) -> Result<()> {
     let (b, c) = (&base.run.plan, &cand.run.plan);
     let mut differ = Vec::new();
@@ -343,9 +371,16 @@ pub fn check_comparable(base: &RunData, cand: &RunData) -> Result<()> {
             differ.push(format!("{name} {bv} (baseline) vs {cv} (candidate)"));
         }
     };
+    field("kind", base.run.kind.command().into(), cand.run.kind.command().into());
     field("model", b.model.clone(), c.model.clone());
     field("precision", b.precision.clone(), c.precision.clone());
     field("batch", b.batch.to_string(), c.batch.to_string());
+    field("load", b.load.to_string(), c.load.to_string());
+    let slos = |p: &crate::results::record::PlanRecord| {
+        let l: Vec<String> = p.slos.iter().map(ToString::to_string).collect();
+        if l.is_empty() { "none".to_string() } else { l.join(",") }
+    };
+    field("SLOs", slos(b), slos(c));
     field("device", b.device.name().into(), c.device.name().into());
     // GPUs only when both runs name one: a run without NVML records none.
     if let (Some(bg), Some(cg)) = (base.run.environment.gpus.first(), cand.run.environment.gpus.first())
@@ -356,7 +391,7 @@ pub fn check_comparable(base: &RunData, cand: &RunData) -> Result<()> {
     if differ.is_empty() {
         return Ok(());
     }
-    Err(BenchError::Results {
+    Err(BenchError::RunDir {
         path: cand.dir.join("run.json"),
         reason: format!(
             "cannot compare with baseline {}: {}",
@@ -545,6 +580,55 @@ mod tests {
                 .filter(|r| r.verdict == Verdict::Missing)
                 .all(|r| { r.regressions == ["missing: not in the candidate run (its state is \"interrupted\")"] })
         );
+    }
+
+    #[test]
+    fn a_candidate_that_measured_nothing_or_lost_a_number_fails() {
+        let base = fixture("h100-run");
+        let cell = |r: &CellRecord| r.strategy == Strategy::TimeSlicing && r.pods == 1;
+        let mut nothing = base.clone();
+        for r in nothing.cells.iter_mut().filter(|r| cell(r)) {
+            (r.mean_s, r.p50_s, r.p90_s, r.p99_s) = (None, None, None, None);
+            (r.throughput_per_s, r.inferences, r.errors) = (None, None, Some(260));
+        }
+        let mut no_p99 = base.clone();
+        for r in no_p99.cells.iter_mut().filter(|r| cell(r)) {
+            r.p99_s = None;
+        }
+        for (cand, why) in [
+            (nothing, "measured nothing: no inference completed (260 errors)"),
+            (no_p99, "lost its p99 latency"),
+        ] {
+            let c = compare_runs(&base, &cand, 0.05).expect("comparable");
+            let row = c
+                .rows
+                .iter()
+                .find(|r| r.arm.strategy == Strategy::TimeSlicing && r.pods == 1);
+            assert_eq!(
+                row.map(|r| (r.verdict, r.regressions.clone())),
+                Some((Verdict::Regression, vec![why.to_string()]))
+            );
+            assert_eq!(c.failures(), 1, "{why}");
+        }
+    }
+
+    #[test]
+    fn runs_of_another_kind_load_or_slos_are_refused() {
+        let base = fixture("h100-run");
+        let mut open = base.clone();
+        open.run.plan.load = crate::config::values::Load::PerPod(50.0);
+        open.run.plan.slos = vec!["p99=25ms".parse().expect("slo")];
+        let e = compare_runs(&base, &open, 0.05).expect_err("other load").to_string();
+        for want in [
+            "load closed (baseline) vs poisson:50 (candidate)",
+            "SLOs none (baseline) vs p99=25ms (candidate)",
+        ] {
+            assert!(e.contains(want), "{want:?} not in {e}");
+        }
+        let mut search = open.clone();
+        search.run.kind = crate::config::plan::RunKind::Capacity(crate::config::plan::CapacityPlan { max_pods: 7 });
+        let e = compare_runs(&open, &search, 0.05).expect_err("a search").to_string();
+        assert!(e.contains("kind sweep (baseline) vs capacity (candidate)"), "{e}");
     }
 
     #[test]
