@@ -77,7 +77,16 @@ pub enum BenchError {
         #[source]
         source: Option<std::io::Error>,
     },
-    /// A results directory problem.
+    /// A run directory that says something it may not (a tampered or foreign file, a
+    /// run that is not there, two runs that cannot be compared): bad input, exit 2.
+    #[error("results {}: {reason}", path.display())]
+    RunDir {
+        /// The file or directory.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A results directory that cannot be read or written.
     #[error("results {}: {reason}", path.display())]
     Results {
         /// The file or directory.
@@ -169,7 +178,10 @@ impl BenchError {
     /// interrupt (130 SIGINT, 143 SIGTERM, 129 SIGHUP), 1 else.
     pub fn exit_code(&self) -> i32 {
         match self {
-            BenchError::Flag { .. } | BenchError::MissingFlag { .. } | BenchError::Config { .. } => 2,
+            BenchError::Flag { .. }
+            | BenchError::MissingFlag { .. }
+            | BenchError::Config { .. }
+            | BenchError::RunDir { .. } => 2,
             BenchError::Interrupted { signal } if *signal > 0 => 128 + signal,
             BenchError::Interrupted { .. } => 130,
             _ => 1,

@@ -59,10 +59,16 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-/// Exit 1, nothing on stdout, exactly one line on stderr containing every `want`.
+/// Exit 2 (bad input), nothing on stdout, exactly one line on stderr containing every
+/// `want`.
 fn assert_refused(o: &Output, wants: &[&str]) {
+    assert_one_error(o, 2, wants);
+}
+
+/// Exit `code`, nothing on stdout, exactly one line on stderr containing every `want`.
+fn assert_one_error(o: &Output, code: i32, wants: &[&str]) {
     let err = stderr(o);
-    assert_eq!(o.status.code(), Some(1), "stderr: {err}");
+    assert_eq!(o.status.code(), Some(code), "stderr: {err}");
     assert!(o.stdout.is_empty(), "stdout: {}", String::from_utf8_lossy(&o.stdout));
     assert_eq!(err.lines().count(), 1, "not one line: {err}");
     assert!(!err.contains("panicked"), "{err}");
@@ -350,7 +356,7 @@ fn a_full_stdout_is_one_error_line_not_a_panic_or_exit_0() {
     let run = fixture("h100-run");
     for format in ["csv", "json", "markdown", "summary"] {
         let o = to_dev_full(&["export", "--format", format], &[&run]);
-        assert_refused(&o, &["writing to stdout", "No space left on device"]);
+        assert_one_error(&o, 1, &["writing to stdout", "No space left on device"]);
     }
     // compare's notices (this fixture records no quantile resolution) come first, on
     // lines of their own; the error is the one line after them.
@@ -367,5 +373,87 @@ fn a_full_stdout_is_one_error_line_not_a_panic_or_exit_0() {
         .map(|l| format!("{l}\n"))
         .collect::<String>()
         .into_bytes();
-    assert_refused(&o, &["writing to stdout", "No space left on device"]);
+    assert_one_error(&o, 1, &["writing to stdout", "No space left on device"]);
+}
+
+#[test]
+fn links_in_a_run_directory_are_refused_and_nothing_is_written_through_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let outside = dir.path().join("outside");
+    std::fs::create_dir_all(&outside).expect("outside");
+    let victim = outside.join("precious.txt");
+    std::fs::write(&victim, "keep me").expect("victim");
+    // A report directory that is a link: `report` refuses it and writes nothing there.
+    let run = copy("cpu-run", dir.path(), "linked");
+    std::os::unix::fs::symlink(&outside, run.join("report")).expect("link");
+    let o = bench(&["report"], &[&run]);
+    assert_refused(&o, &["linked/report: a symbolic link"]);
+    assert!(
+        !outside.join("index.html").exists(),
+        "a report was written through the link"
+    );
+    // A `.lock` and a `logs` that are links: a resume refuses the directory before it
+    // locks, writes or starts anything.
+    let run = copy("cpu-run", dir.path(), "locked");
+    std::os::unix::fs::symlink(&victim, run.join(".lock")).expect("link");
+    let o = Command::new(BENCH)
+        .args(["sweep", "--device", "cpu", "--resume", "locked", "--out"])
+        .arg(dir.path())
+        .output()
+        .expect("resume");
+    assert_refused(&o, &["locked/.lock: a symbolic link"]);
+    assert_eq!(std::fs::read_to_string(&victim).expect("victim"), "keep me");
+}
+
+#[test]
+fn a_deleted_isolation_file_and_out_of_plan_records_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = dir.path().join("iso");
+    std::fs::create_dir_all(&run).expect("dir");
+    for f in ["run.json", "cells.jsonl"] {
+        std::fs::copy(fixture("h100-isolation").join(f), run.join(f)).expect("copy");
+    }
+    let o = bench(&["report"], &[&run]);
+    assert_refused(&o, &["iso/isolation.jsonl: missing"]);
+    let text = std::fs::read_to_string(fixture("h100-isolation").join("isolation.jsonl")).expect("records");
+    for (field, value, says) in [
+        (
+            "slo_attainment",
+            serde_json::json!(3.5),
+            "slo_attainment 3.5 is above 1",
+        ),
+        (
+            "aggressors",
+            serde_json::json!(5),
+            "aggressors 5 is not in run.json's isolation plan",
+        ),
+    ] {
+        let mut done = false;
+        let tampered: String = text
+            .lines()
+            .map(|l| {
+                let mut v: serde_json::Value = serde_json::from_str(l).expect("record");
+                if !done && v["scenario"] == "noisy-neighbour" {
+                    v[field] = value.clone();
+                    done = true;
+                }
+                format!("{v}\n")
+            })
+            .collect();
+        std::fs::write(run.join("isolation.jsonl"), tampered).expect("write");
+        let o = bench(&["report"], &[&run]);
+        assert_refused(&o, &["isolation.jsonl: line ", says]);
+    }
+}
+
+#[test]
+fn html_in_a_label_or_a_note_is_text_in_the_markdown_summary() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = copy("cpu-run", dir.path(), "html");
+    tamper_run(&run, |v| v["label"] = "CPU RUN <script>alert(1)</script>".into());
+    let o = bench(&["export", "--format", "markdown"], &[&run]);
+    let md = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(md.contains("CPU RUN &lt;script&gt;alert(1)&lt;/script&gt;"), "{md}");
+    assert!(!md.contains("<script>"), "{md}");
 }

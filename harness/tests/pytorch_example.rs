@@ -185,19 +185,27 @@ fn the_harness_sends_the_requests_to_a_server_that_waits_for_them() {
     assert!(seeds.iter().all(Option::is_some) && seeds[0] != seeds[1], "{seeds:?}");
 
     // Requests the server refuses (404): counted as errors, in the cell's row too, and
-    // no latency is made up.
-    sweep_requests(
+    // no latency is made up. Nothing completed: the cell failed, saying why, and the
+    // sweep exits 1 (no cell measured).
+    let o = sweep_requests(
         out.path(),
         "refused",
         &["--pods", "1", "--request", "http://127.0.0.1:{port}/nowhere"],
     );
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
     let cells = read_cells(&out.path().join("refused/cells.jsonl")).expect("cells");
     let cell = cells.iter().find(|c| c.is_aggregate()).expect("cell");
+    assert_eq!(cell.status, CellStatus::Failed, "{}", cell.note);
     assert!(cell.mean_s.is_none() && cell.throughput_per_s.is_none(), "{cell:?}");
     assert!(cell.errors.is_some_and(|e| e > 50), "{:?}", cell.errors);
     let pod = cells.iter().find(|c| !c.is_aggregate()).expect("pod row");
     assert!(pod.errors.is_some_and(|e| e > 50), "{:?} {}", pod.errors, pod.note);
-    assert!(pod.note.starts_with("nothing completed; "), "{}", pod.note);
+    assert!(
+        pod.note.starts_with("completed no request while measured; ") && pod.note.contains("the last: HTTP 404"),
+        "{}",
+        pod.note
+    );
+    assert!(cell.note.contains(" failed: completed no request"), "{}", cell.note);
 }
 
 #[test]
@@ -234,6 +242,61 @@ fn capacity_searches_a_server_of_ones_own_through_the_harnesss_requests() {
     let cells = read_cells(&out.path().join("cap/cells.jsonl")).expect("cells");
     assert!(cells.iter().all(|c| c.source == Source::Client && c.model == "custom"));
     assert_eq!(cells.iter().filter(|c| c.is_aggregate()).count(), 2);
+
+    // As if it had been interrupted before its 2-pod cell: the command it was started
+    // with, plus --resume (and without --run-id), resumes it.
+    let dir = out.path().join("cap");
+    let run_json = std::fs::read_to_string(dir.join("run.json")).expect("run.json");
+    std::fs::write(
+        dir.join("run.json"),
+        run_json.replace("\"state\": \"complete\"", "\"state\": \"interrupted\""),
+    )
+    .expect("run.json");
+    let lines = std::fs::read_to_string(dir.join("cells.jsonl")).expect("cells");
+    let kept: String = lines
+        .lines()
+        .filter(|l| !l.contains("\"pods\":2,"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(dir.join("cells.jsonl"), kept).expect("cells");
+    let server = repo().join("workload/examples/pytorch/server.py");
+    let cmd = format!(
+        "python3 {} --port {{port}} --device cpu --precision bf16 --warmup 5 --mode requests",
+        server.display()
+    );
+    let o = Command::new(BENCH)
+        .args([
+            "capacity", "--device", "cpu", "--quiet", "--warmup", "1s", "--window", "1s",
+        ])
+        .args([
+            "--strategies",
+            "time-slicing",
+            "--workload-cmd",
+            &cmd,
+            "--max-cell",
+            "4s",
+        ])
+        .args(["--max-pods", "2", "--load", "poisson:40", "--slo", "p99=100ms"])
+        .args(["--request", "http://127.0.0.1:{port}/infer", "--resume", "cap", "--out"])
+        .arg(out.path())
+        .env("PYTHONPATH", python_path())
+        .env("FAKE_TORCH_MS", "4")
+        .output()
+        .expect("resume");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(stdout.contains("Time-slicing: 2 pods fit"), "{stdout}");
+    let cells = read_cells(&dir.join("cells.jsonl")).expect("cells");
+    assert_eq!(
+        cells.iter().filter(|c| c.is_aggregate()).count(),
+        2,
+        "the 2-pod cell again"
+    );
 }
 
 /// The example waiting for requests is an isolation victim: the harness sends it the

@@ -114,25 +114,33 @@ fn sighup_is_a_graceful_stop_with_exit_129() {
 
 #[test]
 fn a_resume_finds_what_a_dead_run_left_and_stops_only_that() {
-    // A journal naming a live process group of ours (a stand-in "pod" that outlived its
-    // harness) and a stale entry (right pid, wrong start time: not ours any more).
+    // A journal naming a live process of ours (a stand-in "pod" that outlived its
+    // harness, with its group's token) and processes that are not ours: one named by its
+    // exact pid and start time (anyone can read both from /proc), one with a token it
+    // does not carry, and a daemon entry that names a variable every process has.
     let out = tempfile::tempdir().expect("tmp");
     let st = sweep(out.path(), &["--pods", "1", "--max-cell", "3s", "--run-id", "left"])
         .output()
         .expect("sweep");
     assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
-    let mut orphan = {
+    let token = format!("{}.orphan", std::process::id());
+    let spawn = |token: Option<&str>| {
         use std::os::unix::process::CommandExt;
-        Command::new("sleep").arg("60").process_group(0).spawn().expect("sleep")
+        let mut c = Command::new("sleep");
+        c.arg("60").process_group(0);
+        if let Some(t) = token {
+            c.env(gpushare_bench::process::procfs::GROUP_TOKEN, t);
+        }
+        c.spawn().expect("sleep")
     };
-    let mut bystander = {
-        use std::os::unix::process::CommandExt;
-        Command::new("sleep").arg("60").process_group(0).spawn().expect("sleep")
-    };
+    let mut orphan = spawn(Some(&token));
+    let mut bystander = spawn(None);
     let ticks = |pid: u32| gpushare_bench::process::procfs::stat(pid).expect("stat").start_ticks;
     let journal = serde_json::json!([
-        {"kind": "group", "pgid": orphan.id(), "start_ticks": ticks(orphan.id()), "what": "pod-0 of the dead run"},
-        {"kind": "group", "pgid": bystander.id(), "start_ticks": ticks(bystander.id()) - 1, "what": "a reused pid"},
+        {"kind": "group", "pgid": orphan.id(), "start_ticks": ticks(orphan.id()), "what": "pod-0 of the dead run", "token": token},
+        {"kind": "group", "pgid": bystander.id(), "start_ticks": ticks(bystander.id()), "what": "a foreign pid"},
+        {"kind": "group", "pgid": bystander.id(), "start_ticks": ticks(bystander.id()), "what": "a forged token", "token": "x"},
+        {"kind": "env", "key": "PATH", "value": std::env::var("PATH").unwrap_or_default(), "what": "every process"},
     ]);
     std::fs::write(out.path().join("left/processes.json"), journal.to_string()).expect("journal");
     let st = Command::new(BENCH)
@@ -143,7 +151,9 @@ fn a_resume_finds_what_a_dead_run_left_and_stops_only_that() {
     let err = String::from_utf8_lossy(&st.stderr);
     assert!(st.status.success(), "{err}");
     assert!(err.contains("pod-0 of the dead run"), "{err}");
-    assert!(!err.contains("a reused pid"), "{err}");
+    for not_ours in ["a foreign pid", "a forged token", "every process"] {
+        assert!(!err.contains(not_ours), "{not_ours}: {err}");
+    }
     let _ = orphan.wait();
     assert!(
         alive(bystander.id()),
@@ -151,6 +161,46 @@ fn a_resume_finds_what_a_dead_run_left_and_stops_only_that() {
     );
     let _ = bystander.kill();
     let _ = bystander.wait();
+}
+
+#[test]
+fn a_closed_pipe_or_a_full_device_loses_lines_never_the_run() {
+    // stderr on a full device, stdout a pipe closed before the run prints to it: the run
+    // still measures its cell, finishes and exits 0.
+    let out = tempfile::tempdir().expect("tmp");
+    let mut child = Command::new(BENCH)
+        .args([
+            "sweep",
+            "--device",
+            "cpu",
+            "--warmup",
+            "1s",
+            "--window",
+            "1s",
+            "--max-cell",
+            "3s",
+        ])
+        .args([
+            "--pods",
+            "1",
+            "--strategies",
+            "time-slicing",
+            "--run-id",
+            "full",
+            "--out",
+        ])
+        .arg(out.path())
+        .arg("--workload-bin")
+        .arg(common::workload_beside(BENCH))
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create("/dev/full").expect("/dev/full"))
+        .spawn()
+        .expect("sweep");
+    drop(child.stdout.take());
+    assert_eq!(wait_exit(&mut child, Duration::from_secs(120)), Some(0));
+    let run = read_run(&out.path().join("full/run.json")).expect("run.json");
+    assert_eq!(run.state, "complete");
+    assert_eq!(aggregates(out.path(), "full").len(), 1, "the cell is on disk");
 }
 
 #[test]
@@ -216,6 +266,7 @@ fn nothing_measured_is_exit_1_and_said_even_with_quiet() {
 fn hostile_values_are_one_line_and_exit_2() {
     let out = tempfile::tempdir().expect("tmp");
     let o = out.path().to_string_lossy().to_string();
+    let long_id = "a".repeat(128);
     for (args, needle) in [
         (vec!["sweep", "--warmup", "18446744073709551615s"], "bad --warmup"),
         (vec!["sweep", "--max-cell", "500000000000y"], "bad --max-cell"),
@@ -234,6 +285,33 @@ fn hostile_values_are_one_line_and_exit_2() {
             vec!["overhead", "--device", "cpu", "--interval", "0s", "--out", &o],
             "bad --interval `0s`",
         ),
+        (
+            vec![
+                "overhead",
+                "--device",
+                "cpu",
+                "--phase",
+                "3s",
+                "--repeats",
+                "0",
+                "--out",
+                &o,
+            ],
+            "bad --repeats `0`",
+        ),
+        (vec!["sweep", "--run-id", &long_id], "128 characters: at most 100"),
+        (
+            vec!["sweep", "--workload-bin", &o],
+            "a directory: give the gpushare-workload binary itself",
+        ),
+        (
+            vec!["sweep", "--load", "poisson:1e-300"],
+            "requests per pod in a window",
+        ),
+        (
+            vec!["sweep", "--node", "gpu-1"],
+            "bad --node `gpu-1`: a setting of the Kubernetes backend",
+        ),
     ] {
         let st = Command::new(BENCH).args(&args).output().expect("run");
         let err = String::from_utf8_lossy(&st.stderr);
@@ -242,6 +320,9 @@ fn hostile_values_are_one_line_and_exit_2() {
         assert!(err.contains(needle), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
+    // No subcommand: the help, and exit 2 (a command line that does nothing).
+    let st = Command::new(BENCH).output().expect("run");
+    assert_eq!(st.status.code(), Some(2));
 }
 
 #[test]

@@ -35,7 +35,8 @@ pub fn plan(args: CapacityArgs) -> Result<SweepPlan> {
             "a sweep option: capacity walks pod counts from 1 to --max-pods once per strategy",
         ));
     }
-    if let (Some(cmd), None) = (&o.workload_cmd, &o.request) {
+    // A resume sends what the run recorded: --request need not be given again.
+    if let (Some(cmd), None, None) = (&o.workload_cmd, &o.request, &args.resume) {
         return Err(BenchError::flag(
             "--workload-cmd",
             cmd,

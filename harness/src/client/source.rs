@@ -44,6 +44,8 @@ struct Request {
 struct PodLoad {
     tally: Tally,
     seed: Option<u64>,
+    /// Why the last failed request failed.
+    last_error: Option<String>,
 }
 
 /// Requests to every pod of a cell, timed by the harness.
@@ -132,7 +134,10 @@ fn record(pod: &Mutex<PodLoad>, outcome: std::result::Result<(), String>, took: 
     let mut p = locked(pod);
     match outcome {
         Ok(()) => p.tally.observe(took.as_secs_f64()),
-        Err(_) => p.tally.errors += 1,
+        Err(why) => {
+            p.tally.errors += 1;
+            p.last_error = Some(why);
+        }
     }
 }
 
@@ -166,7 +171,9 @@ async fn open_loop(
         tokio::time::sleep_until(next).await;
         while in_flight.try_join_next().is_some() {}
         if in_flight.len() >= MAX_IN_FLIGHT {
-            locked(&pod).tally.errors += 1;
+            let mut p = locked(&pod);
+            p.tally.errors += 1;
+            p.last_error = Some(format!("dropped: {MAX_IN_FLIGHT} requests already in flight"));
             continue;
         }
         let (client, url, req, pod, arrival) = (client.clone(), url.clone(), req.clone(), pod.clone(), next);
@@ -239,6 +246,7 @@ impl MetricsSource for RequestSource {
                             latency: p.tally.histogram(),
                             errors: p.tally.errors as f64,
                             load_seed: p.seed,
+                            last_error: p.last_error.clone(),
                         })
                     }
                     None => Err(BenchError::Scrape {

@@ -78,16 +78,16 @@ pub struct SweepOptions {
     #[arg(long)]
     pub workload_cmd: Option<String>,
     /// The latency histogram to read, in seconds [default: inference_time_seconds].
-    #[arg(long, conflicts_with = "resume")]
+    #[arg(long)]
     pub metric: Option<String>,
     /// Readiness: the HTTP path that answers 200 once a pod serves, or `none` for a server without one (ready at the histogram's first observation) [default: /healthz].
-    #[arg(long, conflicts_with = "resume")]
+    #[arg(long)]
     pub ready_path: Option<String>,
     /// Send the requests yourself to a server of your own (--workload-cmd) that waits for them: the URL of each, {port} the pod's port, e.g. http://127.0.0.1:{port}/infer. The harness sends them as --load says (closed: one at a time per pod; poisson:RATE or total:RATE: Poisson arrivals, timed from each arrival) and times every answer into the rows' latency and throughput (source: client). Needs the server's --ready-path.
-    #[arg(long, conflicts_with = "resume")]
+    #[arg(long)]
     pub request: Option<String>,
     /// The body of every --request, read once from FILE and POSTed (Content-Type application/json for *.json, else application/octet-stream); without it, GET.
-    #[arg(long, value_parser = utf8_path, conflicts_with = "resume")]
+    #[arg(long, value_parser = utf8_path)]
     pub body: Option<PathBuf>,
     /// Extra argument for every workload pod (repeatable), e.g. --workload-arg=--weights --workload-arg=DIR; with --server-image, the arguments of your server's entrypoint.
     #[arg(long = "workload-arg", allow_hyphen_values = true)]

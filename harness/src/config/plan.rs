@@ -623,20 +623,7 @@ impl SweepPlan {
         let backend = o.backend.unwrap_or(BackendKind::Local);
         // Checked last, so that a flag with a message of its own keeps it.
         let kubernetes_flag = (backend == BackendKind::Local).then(|| kubernetes_flag(&o)).flatten();
-        let strategies: Vec<Strategy> = match o.strategies {
-            Some(l) => l.0.into_iter().map(|s| s.0).collect(),
-            None => Strategy::ALL.to_vec(),
-        };
-        if strategies.is_empty() {
-            return Err(BenchError::flag("--strategies", "", "name at least one strategy"));
-        }
-        let pods: Vec<u32> = match o.pods {
-            Some(l) => l.0.into_iter().map(|p| p.0).collect(),
-            None => DEFAULT_PODS.to_vec(),
-        };
-        if pods.is_empty() {
-            return Err(BenchError::flag("--pods", "", "name at least one pod count"));
-        }
+        let (strategies, pods) = strategies_and_pods(&o)?;
         let device = o.device.unwrap_or(DeviceChoice::Auto);
         if device == DeviceChoice::Cpu {
             device_precision(true, o.precision)?;
@@ -674,115 +661,18 @@ impl SweepPlan {
                 format!("--workload-arg={arg} sets the load too; give it with --load only"),
             ));
         }
-        let slos: Vec<Slo> = o.slo.into_iter().flat_map(|l| l.0).collect();
-        for (i, s) in slos.iter().enumerate() {
-            let text = s.to_string();
-            if s.quantile.is_none() {
-                return Err(BenchError::flag(
-                    "--slo",
-                    &text,
-                    "name the percentile, e.g. p99=25ms (p50, p90 or p99)",
-                ));
-            }
-            if slos[..i].iter().any(|o| o.quantile == s.quantile) {
-                return Err(BenchError::flag("--slo", &text, "one threshold per percentile"));
-            }
-        }
-        let warmup = o.warmup.map_or(DEFAULT_WARMUP, |s| s.duration);
-        let window = o.window.as_ref().map_or(DEFAULT_WINDOW, |s| s.duration);
-        let window_text = o.window.as_ref().map_or("5s".to_string(), |s| s.text.clone());
-        if window < MIN_WINDOW {
-            return Err(BenchError::flag(
-                "--window",
-                &window_text,
-                "windows shorter than 500ms measure scrape jitter",
-            ));
-        }
-        let max_cell = o.max_cell.as_ref().map_or(DEFAULT_MAX_CELL, |s| s.duration);
-        let stable_windows = 3;
-        if max_cell < window * stable_windows as u32 {
-            return Err(BenchError::flag(
-                "--max-cell",
-                &o.max_cell.as_ref().map_or("30s".to_string(), |s| s.text.clone()),
-                format!("shorter than {stable_windows} windows of {window_text}"),
-            ));
-        }
-        let ready_timeout = o.ready_timeout.map_or(DEFAULT_READY_TIMEOUT, |s| s.duration);
-        let prometheus = o.prometheus.unwrap_or(PrometheusSetting::Off);
-        if backend == BackendKind::Kubernetes && prometheus == PrometheusSetting::Spawn {
-            return Err(BenchError::flag(
-                "--prometheus",
-                "spawn",
-                "spawn is for the local backend; on Kubernetes give the cluster's Prometheus URL (or leave it off to port-forward)",
-            ));
-        }
-        if backend == BackendKind::Kubernetes
-            && let Some(g) = &o.gpu
-        {
-            return Err(BenchError::flag(
-                "--gpu",
-                &g.to_string(),
-                "picks a GPU of this machine for the local backend; on Kubernetes the node (--node) and its device plugin or DRA driver give the pods their GPU",
-            ));
-        }
-        let gpus = lanes_gpus(o.gpus.as_ref(), o.gpu.as_ref(), backend, device, &prometheus)?;
-        if backend == BackendKind::Kubernetes && o.allow_busy_gpu {
-            return Err(BenchError::flag(
-                "--allow-busy-gpu",
-                "",
-                "is for the local backend, which checks the GPU's processes itself",
-            ));
-        }
-        if backend == BackendKind::Kubernetes && o.node.is_none() {
-            return Err(BenchError::flag(
-                "--node",
-                "",
-                "the Kubernetes backend needs the GPU node's name",
-            ));
-        }
+        let slos = slos(&o)?;
+        let measure = measure(&o)?;
+        load_fits_window(load, &pods, &o)?;
+        let prometheus = o.prometheus.clone().unwrap_or(PrometheusSetting::Off);
+        let gpus = local_gpus(&o, backend, device, &prometheus)?;
         if let Some(id) = &o.run_id {
             validate_run_id(id)?;
         }
-        if let Some(n) = &o.node {
-            validate_k8s_name("--node", n, true)?;
-        }
-        if let Some(ns) = &o.namespace {
-            validate_k8s_name("--namespace", ns, false)?;
-        }
-        if let Some(ns) = &o.prometheus_namespace {
-            validate_k8s_name("--prometheus-namespace", ns, false)?;
-        }
-        if let Some(image) = &o.image {
-            validate_image(image)?;
-        }
-        for t in &o.tolerations {
-            crate::config::values::toleration(t).map_err(|reason| BenchError::flag("--toleration", t, reason))?;
-        }
-        for s in &o.image_pull_secrets {
-            validate_k8s_name("--image-pull-secret", s, true)?;
-        }
-        if let Some(ns) = &o.operator_namespace {
-            validate_k8s_name("--operator-namespace", ns, false)?;
-        }
-        if let Some(layout) = &o.mig_layout {
-            // A label value (k8s.io/apimachinery `IsValidLabelValue`).
-            let ok = layout.len() <= 63
-                && layout
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-                && layout.starts_with(|c: char| c.is_ascii_alphanumeric())
-                && layout.ends_with(|c: char| c.is_ascii_alphanumeric());
-            if !ok {
-                return Err(BenchError::flag(
-                    "--mig-layout",
-                    layout,
-                    "not a label value (letters, digits, '-', '_', '.'; e.g. all-1g.10gb)",
-                ));
-            }
-        }
+        kubernetes_names(&o)?;
         let sharing = sharing(
             o.sharing_api,
-            o.timeslice,
+            o.timeslice.clone(),
             o.mps_thread_percentage,
             o.mps_memory_limit.as_ref(),
             backend,
@@ -805,20 +695,16 @@ impl SweepPlan {
             ));
         }
         let own = OwnWorkload {
-            cmd: o.workload_cmd,
-            metric: o.metric,
-            ready_path: o.ready_path,
+            cmd: o.workload_cmd.clone(),
+            metric: o.metric.clone(),
+            ready_path: o.ready_path.clone(),
             with_workload_args: !o.workload_args.is_empty(),
             image_given: o.image.is_some(),
             server_image: o.server_image.clone(),
-            request: o.request,
-            body: o.body,
+            request: o.request.clone(),
+            body: o.body.clone(),
         };
         let (workload_cmd, metric, ready_path, request) = own_workload(own, backend, load, &prometheus)?;
-        // The --workload-arg values are the entrypoint's with --server-image, not
-        // gpushare-workload's (an isolation run's aggressors keep theirs).
-        let mut workload_args = o.workload_args;
-        let server_args = o.server_image.is_some().then(|| std::mem::take(&mut workload_args));
         if let Some((flag, value)) = kubernetes_flag {
             return Err(BenchError::flag(
                 flag,
@@ -826,33 +712,20 @@ impl SweepPlan {
                 "a setting of the Kubernetes backend: give --backend kubernetes --node NODE, or drop it",
             ));
         }
+        // The --workload-arg values are the entrypoint's with --server-image, not
+        // gpushare-workload's (an isolation run's aggressors keep theirs).
+        let (workload_args, server_args) = match o.server_image {
+            Some(_) => (Vec::new(), Some(o.workload_args.clone())),
+            None => (o.workload_args.clone(), None),
+        };
         let backend = match backend {
             BackendKind::Local => BackendPlan::Local(LocalPlan {
                 base_port: o.base_port,
-                gpu: o.gpu,
+                gpu: o.gpu.clone(),
                 gpus,
                 allow_busy_gpu: o.allow_busy_gpu,
             }),
-            BackendKind::Kubernetes => BackendPlan::Kubernetes(Box::new(KubernetesPlan {
-                node: o.node.unwrap_or_default(),
-                namespace: o.namespace.unwrap_or_else(|| "gpushare-bench".into()),
-                image: o.server_image.or(o.image).unwrap_or_else(|| DEFAULT_IMAGE.into()),
-                server_args,
-                mig_layout: o.mig_layout,
-                tolerations: if o.tolerations.is_empty() {
-                    vec![crate::config::values::DEFAULT_TOLERATION.to_string()]
-                } else {
-                    o.tolerations
-                },
-                image_pull_secrets: o.image_pull_secrets,
-                operator_namespace: o.operator_namespace.unwrap_or_else(|| "gpu-operator".into()),
-                prometheus_pod: (
-                    o.prometheus_namespace.unwrap_or_else(|| "monitoring".into()),
-                    o.prometheus_selector
-                        .unwrap_or_else(|| "app.kubernetes.io/name=prometheus".into()),
-                ),
-                sharing,
-            })),
+            BackendKind::Kubernetes => BackendPlan::Kubernetes(Box::new(kubernetes_plan(&o, server_args, sharing))),
         };
         Ok(SweepPlan {
             backend,
@@ -865,14 +738,7 @@ impl SweepPlan {
             repeat,
             load,
             slos,
-            measure: MeasureSettings {
-                ready_timeout,
-                warmup,
-                window,
-                max_cell,
-                stable_windows,
-                tolerance: 0.05,
-            },
+            measure,
             out: o.out.unwrap_or_else(|| PathBuf::from(DEFAULT_OUT)),
             run_id: o.run_id,
             prometheus,
@@ -884,6 +750,217 @@ impl SweepPlan {
             request,
             kind: RunKind::Sweep,
         })
+    }
+}
+
+/// `--strategies` and `--pods`, each at least one (defaults: every strategy; 1, 3, 5, 7).
+fn strategies_and_pods(o: &SweepOptions) -> Result<(Vec<Strategy>, Vec<u32>)> {
+    let strategies: Vec<Strategy> = match &o.strategies {
+        Some(l) => l.0.iter().map(|s| s.0).collect(),
+        None => Strategy::ALL.to_vec(),
+    };
+    if strategies.is_empty() {
+        return Err(BenchError::flag("--strategies", "", "name at least one strategy"));
+    }
+    let pods: Vec<u32> = match &o.pods {
+        Some(l) => l.0.iter().map(|p| p.0).collect(),
+        None => DEFAULT_PODS.to_vec(),
+    };
+    if pods.is_empty() {
+        return Err(BenchError::flag("--pods", "", "name at least one pod count"));
+    }
+    Ok((strategies, pods))
+}
+
+/// `--slo`: a percentile each, one threshold per percentile.
+fn slos(o: &SweepOptions) -> Result<Vec<Slo>> {
+    let slos: Vec<Slo> = o.slo.iter().flat_map(|l| l.0.iter().copied()).collect();
+    for (i, s) in slos.iter().enumerate() {
+        let text = s.to_string();
+        if s.quantile.is_none() {
+            return Err(BenchError::flag(
+                "--slo",
+                &text,
+                "name the percentile, e.g. p99=25ms (p50, p90 or p99)",
+            ));
+        }
+        if slos[..i].iter().any(|o| o.quantile == s.quantile) {
+            return Err(BenchError::flag("--slo", &text, "one threshold per percentile"));
+        }
+    }
+    Ok(slos)
+}
+
+/// `--window` as given, for messages.
+fn window_text(o: &SweepOptions) -> String {
+    o.window.as_ref().map_or("5s".to_string(), |s| s.text.clone())
+}
+
+/// `--warmup`, `--window`, `--max-cell` and `--ready-timeout`, checked together.
+fn measure(o: &SweepOptions) -> Result<MeasureSettings> {
+    let window = o.window.as_ref().map_or(DEFAULT_WINDOW, |s| s.duration);
+    if window < MIN_WINDOW {
+        return Err(BenchError::flag(
+            "--window",
+            &window_text(o),
+            "windows shorter than 500ms measure scrape jitter",
+        ));
+    }
+    let max_cell = o.max_cell.as_ref().map_or(DEFAULT_MAX_CELL, |s| s.duration);
+    let stable_windows = 3;
+    if max_cell < window * stable_windows as u32 {
+        return Err(BenchError::flag(
+            "--max-cell",
+            &o.max_cell.as_ref().map_or("30s".to_string(), |s| s.text.clone()),
+            format!("shorter than {stable_windows} windows of {}", window_text(o)),
+        ));
+    }
+    Ok(MeasureSettings {
+        ready_timeout: o.ready_timeout.as_ref().map_or(DEFAULT_READY_TIMEOUT, |s| s.duration),
+        warmup: o.warmup.as_ref().map_or(DEFAULT_WARMUP, |s| s.duration),
+        window,
+        max_cell,
+        stable_windows,
+        tolerance: 0.05,
+    })
+}
+
+/// An open-loop rate must expect a request in every pod's window: below that a window
+/// measures nothing, and a capacity search would call every count a miss.
+fn load_fits_window(load: Load, pods: &[u32], o: &SweepOptions) -> Result<()> {
+    let window = o.window.as_ref().map_or(DEFAULT_WINDOW, |s| s.duration).as_secs_f64();
+    let lowest_per_pod = match load {
+        Load::Closed => return Ok(()),
+        Load::PerPod(r) => r,
+        Load::Total(r) => r / f64::from(pods.iter().copied().max().unwrap_or(1)),
+    };
+    // (A rate that gives exactly one, such as total:1.4 over 7 pods in 5 s, passes
+    // despite rounding.)
+    if lowest_per_pod * window >= 1.0 - 1e-9 {
+        return Ok(());
+    }
+    Err(BenchError::flag(
+        "--load",
+        &load.to_string(),
+        format!(
+            "{} requests per pod in a window of {}: give a rate that expects at least one (≥ {}/s per pod), or a longer --window",
+            shown_rate(lowest_per_pod * window),
+            window_text(o),
+            shown_rate(1.0 / window)
+        ),
+    ))
+}
+
+/// `--gpu`, `--gpus` and `--allow-busy-gpu`: the local backend's, checked against the
+/// rest of the plan; the GPUs of `--gpus` (empty without it).
+fn local_gpus(
+    o: &SweepOptions,
+    backend: BackendKind,
+    device: DeviceChoice,
+    prometheus: &PrometheusSetting,
+) -> Result<Vec<crate::telemetry::inventory::GpuSelector>> {
+    if backend == BackendKind::Kubernetes && prometheus == &PrometheusSetting::Spawn {
+        return Err(BenchError::flag(
+            "--prometheus",
+            "spawn",
+            "spawn is for the local backend; on Kubernetes give the cluster's Prometheus URL (or leave it off to port-forward)",
+        ));
+    }
+    if backend == BackendKind::Kubernetes
+        && let Some(g) = &o.gpu
+    {
+        return Err(BenchError::flag(
+            "--gpu",
+            &g.to_string(),
+            "picks a GPU of this machine for the local backend; on Kubernetes the node (--node) and its device plugin or DRA driver give the pods their GPU",
+        ));
+    }
+    let gpus = lanes_gpus(o.gpus.as_ref(), o.gpu.as_ref(), backend, device, prometheus)?;
+    if backend == BackendKind::Kubernetes && o.allow_busy_gpu {
+        return Err(BenchError::flag(
+            "--allow-busy-gpu",
+            "",
+            "is for the local backend, which checks the GPU's processes itself",
+        ));
+    }
+    if backend == BackendKind::Kubernetes && o.node.is_none() {
+        return Err(BenchError::flag(
+            "--node",
+            "",
+            "the Kubernetes backend needs the GPU node's name",
+        ));
+    }
+    Ok(gpus)
+}
+
+/// The Kubernetes names and values among the flags, as the API server checks them.
+fn kubernetes_names(o: &SweepOptions) -> Result<()> {
+    if let Some(n) = &o.node {
+        validate_k8s_name("--node", n, true)?;
+    }
+    if let Some(ns) = &o.namespace {
+        validate_k8s_name("--namespace", ns, false)?;
+    }
+    if let Some(ns) = &o.prometheus_namespace {
+        validate_k8s_name("--prometheus-namespace", ns, false)?;
+    }
+    if let Some(image) = &o.image {
+        validate_image(image)?;
+    }
+    for t in &o.tolerations {
+        crate::config::values::toleration(t).map_err(|reason| BenchError::flag("--toleration", t, reason))?;
+    }
+    for s in &o.image_pull_secrets {
+        validate_k8s_name("--image-pull-secret", s, true)?;
+    }
+    if let Some(ns) = &o.operator_namespace {
+        validate_k8s_name("--operator-namespace", ns, false)?;
+    }
+    if let Some(layout) = &o.mig_layout {
+        // A label value (k8s.io/apimachinery `IsValidLabelValue`).
+        let ok = layout.len() <= 63
+            && layout
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+            && layout.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && layout.ends_with(|c: char| c.is_ascii_alphanumeric());
+        if !ok {
+            return Err(BenchError::flag(
+                "--mig-layout",
+                layout,
+                "not a label value (letters, digits, '-', '_', '.'; e.g. all-1g.10gb)",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A Kubernetes plan from checked flags, with the defaults of the manifests.
+fn kubernetes_plan(o: &SweepOptions, server_args: Option<Vec<String>>, sharing: Sharing) -> KubernetesPlan {
+    KubernetesPlan {
+        node: o.node.clone().unwrap_or_default(),
+        namespace: o.namespace.clone().unwrap_or_else(|| "gpushare-bench".into()),
+        image: o
+            .server_image
+            .clone()
+            .or_else(|| o.image.clone())
+            .unwrap_or_else(|| DEFAULT_IMAGE.into()),
+        server_args,
+        mig_layout: o.mig_layout.clone(),
+        tolerations: if o.tolerations.is_empty() {
+            vec![crate::config::values::DEFAULT_TOLERATION.to_string()]
+        } else {
+            o.tolerations.clone()
+        },
+        image_pull_secrets: o.image_pull_secrets.clone(),
+        operator_namespace: o.operator_namespace.clone().unwrap_or_else(|| "gpu-operator".into()),
+        prometheus_pod: (
+            o.prometheus_namespace.clone().unwrap_or_else(|| "monitoring".into()),
+            o.prometheus_selector
+                .clone()
+                .unwrap_or_else(|| "app.kubernetes.io/name=prometheus".into()),
+        ),
+        sharing,
     }
 }
 
@@ -955,10 +1032,25 @@ fn kubernetes_flag(o: &SweepOptions) -> Option<(&'static str, String)> {
     given.into_iter().find_map(|(flag, v)| Some((flag, v?)))
 }
 
+/// A rate for a message: three significant digits, no exponent above 0.001.
+fn shown_rate(r: f64) -> String {
+    if r >= 0.001 {
+        format!("{}", (r * 1000.0).round() / 1000.0)
+    } else {
+        format!("{r:.1e}")
+    }
+}
+
 /// Checks a run id: letters, digits, `.`, `_`, `-` (it becomes a directory name).
 pub fn validate_run_id(id: &str) -> Result<()> {
+    if id.len() > 100 {
+        return Err(BenchError::flag(
+            "--run-id",
+            id,
+            format!("{} characters: at most 100 (it names a directory)", id.chars().count()),
+        ));
+    }
     let ok = !id.is_empty()
-        && id.len() <= 100
         && !id.starts_with('.')
         && id
             .chars()
@@ -1202,6 +1294,28 @@ mod tests {
             let e = bad(o);
             assert!(e.contains(says), "{says:?} not in {e:?}");
         }
+    }
+
+    #[test]
+    fn a_rate_a_window_cannot_sample_is_refused() {
+        let load = |l: &str, pods: &str| SweepOptions {
+            load: Some(l.parse().expect("load")),
+            pods: Some(pods.parse().expect("pods")),
+            ..opts()
+        };
+        for (o, says) in [
+            (
+                load("poisson:0.001", "1"),
+                "bad --load `poisson:0.001`: 0.005 requests per pod in a window of 5s",
+            ),
+            (load("poisson:1e-300", "1"), "5.0e-300 requests per pod"),
+            (load("total:1", "1,7"), "bad --load `total:1`: 0.714 requests per pod"),
+        ] {
+            let e = bad(o);
+            assert!(e.contains(says), "{says:?} not in {e:?}");
+        }
+        assert!(SweepPlan::from_options(load("poisson:0.2", "1,7")).is_ok());
+        assert!(SweepPlan::from_options(load("total:1.4", "1,7")).is_ok());
     }
 
     #[test]

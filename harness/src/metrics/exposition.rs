@@ -319,6 +319,35 @@ pub fn histogram(exp: &Exposition, name: &str, matchers: &[(&str, &str)]) -> Res
             "{bucket_name} has no le=\"+Inf\" bucket"
         )));
     }
+    // Counts are cumulative observations: finite, not negative, never fewer at a higher
+    // bound (else every quantile read from them is made up).
+    let shown = |b: f64| {
+        if b == f64::INFINITY {
+            "+Inf".to_string()
+        } else {
+            b.to_string()
+        }
+    };
+    if let Some((le, c)) = by_le.iter().find(|(_, c)| !(c.is_finite() && *c >= 0.0)) {
+        return Err(HistogramError::Malformed(format!(
+            "{bucket_name}{{le=\"{}\"}} is {c}: a count is a finite number ≥ 0",
+            shown(*le)
+        )));
+    }
+    if let Some(w) = by_le.windows(2).find(|w| w[1].1 < w[0].1) {
+        return Err(HistogramError::Malformed(format!(
+            "{bucket_name}{{le=\"{}\"}} is {} but le=\"{}\" below it is {}: buckets count cumulatively",
+            shown(w[1].0),
+            w[1].1,
+            shown(w[0].0),
+            w[0].1
+        )));
+    }
+    if !(count.is_finite() && count >= 0.0 && sum.is_finite()) {
+        return Err(HistogramError::Malformed(format!(
+            "{count_name} {count} or {sum_name} {sum} is not a finite count and sum"
+        )));
+    }
     Ok(Histogram {
         buckets: by_le,
         sum,
@@ -329,6 +358,36 @@ pub fn histogram(exp: &Exposition, name: &str, matchers: &[(&str, &str)]) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn buckets_that_do_not_count_cumulatively_are_malformed() {
+        let read = |text: &str| histogram(&parse(text).expect("parses"), "h", &[]);
+        let ok = "h_bucket{le=\"0.1\"} 2\nh_bucket{le=\"+Inf\"} 3\nh_sum 0.5\nh_count 3\n";
+        assert!(read(ok).is_ok());
+        for (text, says) in [
+            (
+                "h_bucket{le=\"0.001\"} 5\nh_bucket{le=\"0.1\"} 2\nh_bucket{le=\"+Inf\"} 5\nh_sum 0.5\nh_count 5\n",
+                "h_bucket{le=\"0.1\"} is 2 but le=\"0.001\" below it is 5",
+            ),
+            (
+                "h_bucket{le=\"0.1\"} -2\nh_bucket{le=\"+Inf\"} 3\nh_sum 0.5\nh_count 3\n",
+                "h_bucket{le=\"0.1\"} is -2: a count is a finite number ≥ 0",
+            ),
+            (
+                "h_bucket{le=\"0.1\"} 1\nh_bucket{le=\"+Inf\"} +Inf\nh_sum 0.5\nh_count 3\n",
+                "h_bucket{le=\"+Inf\"} is inf",
+            ),
+            (
+                "h_bucket{le=\"0.1\"} 1\nh_bucket{le=\"+Inf\"} 3\nh_sum NaN\nh_count 3\n",
+                "is not a finite count and sum",
+            ),
+        ] {
+            match read(text) {
+                Err(HistogramError::Malformed(r)) => assert!(r.contains(says), "{says:?} not in {r:?}"),
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+    }
 
     #[test]
     fn parses_the_tricky_parts_of_the_format() {

@@ -40,6 +40,9 @@ pub struct PodSnapshot {
     pub errors: f64,
     /// The seed of the pod's open-loop arrivals, as it says (`workload_info`).
     pub load_seed: Option<u64>,
+    /// Why the last failed request failed, where the harness sent the requests
+    /// (`--request`): "HTTP 500 Internal Server Error", "timed out", a connection error.
+    pub last_error: Option<String>,
 }
 
 /// Why a pod's metrics give no latency histogram, in words.
@@ -111,6 +114,7 @@ pub fn snapshot_from_text(pod: &str, text: &str, at: Instant, metric: &str) -> R
         latency,
         errors,
         load_seed,
+        last_error: None,
     })
 }
 

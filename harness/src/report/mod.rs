@@ -45,7 +45,7 @@ impl RunData {
     pub fn load(dir: &Path) -> Result<Self> {
         let run_json = dir.join("run.json");
         if !run_json.is_file() {
-            return Err(BenchError::Results {
+            return Err(BenchError::RunDir {
                 path: dir.to_path_buf(),
                 reason: "not a run directory (no run.json); give runs/<run-id>".into(),
             });
@@ -55,7 +55,7 @@ impl RunData {
         // A sweep writes an empty cells.jsonl when it creates the run, so a missing one
         // means the directory was tampered with: say so rather than report nothing.
         let cells_path = dir.join("cells.jsonl");
-        let text = std::fs::read_to_string(&cells_path).map_err(|e| BenchError::Results {
+        let text = std::fs::read_to_string(&cells_path).map_err(|e| BenchError::RunDir {
             path: cells_path.clone(),
             reason: if e.kind() == std::io::ErrorKind::NotFound {
                 "no cells.jsonl: the run directory has run.json but no cells file (a sweep writes one when it starts, so it was removed)".into()
@@ -300,7 +300,7 @@ pub fn render(data: &RunData) -> Result<Report> {
 pub fn write(run_dir: &Path, out: Option<&Path>) -> Result<PathBuf> {
     let data = RunData::load(run_dir)?;
     // The id comes from a file someone else may have made: it must stay a plain name.
-    crate::config::plan::validate_run_id(&data.run.run_id).map_err(|_| BenchError::Results {
+    crate::config::plan::validate_run_id(&data.run.run_id).map_err(|_| BenchError::RunDir {
         path: run_dir.join("run.json"),
         reason: format!(
             "run_id {:?} is not a plain directory name (letters, digits, '.', '_', '-')",
@@ -312,6 +312,7 @@ pub fn write(run_dir: &Path, out: Option<&Path>) -> Result<PathBuf> {
         Some(out) => out.join(&data.run.run_id),
         None => run_dir.join("report"),
     };
+    crate::files::refuse_links(&dir)?;
     std::fs::create_dir_all(&dir).map_err(BenchError::io(format!("creating {}", dir.display())))?;
     for (name, svg) in &report.charts {
         crate::files::write_atomic(&dir.join(name), svg.as_bytes())?;

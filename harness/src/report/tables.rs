@@ -346,19 +346,29 @@ pub fn all(data: &RunData) -> Tables {
     }
 }
 
+/// Text from a run directory as Markdown text: on one line, and HTML's special
+/// characters as entities, so that a label or a note (which may quote a pod's log)
+/// renders as the text it is, never as markup.
+fn md_text(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('\n', " ")
+}
+
 /// The Markdown summary: heading, label, the tables, the notes.
 pub fn markdown(data: &RunData, t: &Tables) -> String {
     let mut out = String::new();
     let p = &data.run.plan;
     let _ = writeln!(out, "# gpushare-bench run {}\n", data.run.run_id);
     if let Some(label) = data.label() {
-        let _ = writeln!(out, "> **{label}**\n");
+        let _ = writeln!(out, "> **{}**\n", md_text(&label));
     }
     if let Some(partial) = data.partial() {
-        let _ = writeln!(out, "> **{partial}**\n");
+        let _ = writeln!(out, "> **{}**\n", md_text(&partial));
     }
     for w in &t.warnings {
-        let _ = writeln!(out, "> **{w}**\n");
+        let _ = writeln!(out, "> **{}**\n", md_text(w));
     }
     let _ = writeln!(
         out,
@@ -401,7 +411,7 @@ pub fn markdown(data: &RunData, t: &Tables) -> String {
     if !t.notes.is_empty() {
         let _ = writeln!(out, "## Notes\n");
         for (n, text) in &t.notes {
-            let _ = writeln!(out, "{n}. {}", text.replace('\n', " "));
+            let _ = writeln!(out, "{n}. {}", md_text(text));
         }
         out.push('\n');
     }

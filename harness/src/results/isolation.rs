@@ -64,7 +64,7 @@ pub struct IsolationRecord {
 /// finite and non-negative (but the exit code), its strategy and scenario in `run`'s
 /// plans, no two records of one trial. Errors name `path`, the line and the field.
 pub fn parse_isolation_jsonl(text: &str, path: &Path, run: &RunRecord) -> Result<Vec<IsolationRecord>> {
-    let at = |line: usize, reason: String| BenchError::Results {
+    let at = |line: usize, reason: String| BenchError::RunDir {
         path: path.to_path_buf(),
         reason: format!("line {line}: {reason}"),
     };
@@ -95,6 +95,27 @@ pub fn parse_isolation_jsonl(text: &str, path: &Path, run: &RunRecord) -> Result
         }
         if r.aggressors > 63 {
             return Err(at(line, format!("aggressors {} is outside 0 to 63", r.aggressors)));
+        }
+        // The trials the plan makes: the victim alone, the noisy neighbour beside each
+        // planned count, every other scenario beside one aggressor.
+        let planned: Vec<u32> = match r.scenario.as_str() {
+            "alone" => vec![0],
+            "noisy-neighbour" => run.kind.isolation().map_or(Vec::new(), |p| p.aggressors.clone()),
+            _ => vec![1],
+        };
+        if !planned.contains(&r.aggressors) {
+            return Err(at(
+                line,
+                format!(
+                    "aggressors {} is not in run.json's isolation plan for {} ({})",
+                    r.aggressors,
+                    r.scenario,
+                    planned.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+                ),
+            ));
+        }
+        if let Some(a) = r.slo_attainment.filter(|a| *a > 1.0) {
+            return Err(at(line, format!("slo_attainment {a} is above 1 (a share of requests)")));
         }
         if r.survivors > r.started || r.started > r.aggressors + 1 {
             return Err(at(

@@ -4,6 +4,7 @@
 //! however it dies, so a crash never leaves a run locked.
 
 use std::io::{Read, Seek, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use crate::error::{BenchError, Result};
@@ -23,6 +24,7 @@ impl RunLock {
             .write(true)
             .create(true)
             .truncate(false)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
             .map_err(|e| BenchError::Results {
                 path: path.clone(),

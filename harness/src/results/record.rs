@@ -16,7 +16,10 @@ pub use crate::telemetry::environment::{Environment, GpuRecord};
 /// The label every CPU smoke run carries, in run.json, on the terminal and in reports.
 pub const CPU_SMOKE_LABEL: &str = "CPU SMOKE RUN: no usable GPU, so the tiny model ran on the CPU; these numbers test the pipeline and say nothing about GPU sharing";
 
-/// The label of a run the user asked to run on the CPU.
+/// The label of a CPU run of a server of the user's own.
+pub const OWN_SERVER_CPU_LABEL: &str =
+    "CPU RUN: your server ran where the harness found no usable GPU (or with --device cpu); not a GPU measurement";
+/// The label of a CPU run made with `--device cpu`.
 pub const CPU_RUN_LABEL: &str = "CPU RUN (--device cpu): the workload ran on the CPU; not a GPU measurement";
 
 /// The `pod` value of a cell's aggregate row.
@@ -493,6 +496,11 @@ impl RunRecord {
             _ => Source::Prometheus,
         };
         let label = match (device, plan.device) {
+            // A server of the user's own ran as it runs; the harness only knows there
+            // was no GPU for it (no tiny model is involved).
+            (DeviceKind::Cpu, _) if plan.own_server() && plan.kind.isolation().is_none() => {
+                Some(OWN_SERVER_CPU_LABEL.to_string())
+            }
             (DeviceKind::Cpu, DeviceChoice::Auto) => Some(CPU_SMOKE_LABEL.to_string()),
             (DeviceKind::Cpu, _) => Some(CPU_RUN_LABEL.to_string()),
             (DeviceKind::Cuda, _) => None,
@@ -556,7 +564,7 @@ pub const MIN_RECORDED_WINDOW_S: f64 = crate::config::plan::MIN_WINDOW.as_millis
 
 /// One line error about a field of a file read back from disk.
 fn bad_field(path: &Path, field: &str, reason: impl std::fmt::Display) -> BenchError {
-    BenchError::Results {
+    BenchError::RunDir {
         path: path.to_path_buf(),
         reason: format!("{field}: {reason}"),
     }
@@ -844,7 +852,7 @@ impl RunRecord {
 /// more pod rows than pods; with `plan`, every row's strategy, pods and repeat inside it.
 /// Errors name `path`, the line and the field.
 pub fn parse_cells_jsonl(text: &str, path: &Path, plan: Option<&PlanRecord>) -> Result<Vec<CellRecord>> {
-    let at = |line: usize, reason: String| BenchError::Results {
+    let at = |line: usize, reason: String| BenchError::RunDir {
         path: path.to_path_buf(),
         reason: format!("line {line}: {reason}"),
     };
@@ -955,6 +963,17 @@ fn check_row(row: &CellRecord) -> std::result::Result<(), String> {
     }
     if !(1..=MAX_REPEAT).contains(&row.repeat) {
         return Err(format!("repeat {} is outside 1 to {MAX_REPEAT}", row.repeat));
+    }
+    for (field, share) in [
+        ("slo_p50_attainment", row.slo_p50_attainment),
+        ("slo_p90_attainment", row.slo_p90_attainment),
+        ("slo_p99_attainment", row.slo_p99_attainment),
+        ("slo_attainment_bound", row.slo_attainment_bound),
+        ("fairness", row.fairness),
+    ] {
+        if let Some(x) = share.filter(|x| *x > 1.0) {
+            return Err(format!("{field} = {}: a share, at most 1", shown(x)));
+        }
     }
     check_numbers(row, &["exit_code"])
 }

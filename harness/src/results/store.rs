@@ -75,7 +75,11 @@ pub fn read_isolation(path: &Path, run: &RunRecord) -> Result<Vec<IsolationRecor
     }
     match std::fs::read_to_string(path) {
         Ok(text) => parse_isolation_jsonl(&text, path, run),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        // An isolation run writes an empty one when it starts: missing, it was removed.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(BenchError::RunDir {
+            path: path.to_path_buf(),
+            reason: "missing: an isolation run writes isolation.jsonl when it starts, so it was removed".into(),
+        }),
         Err(e) => Err(BenchError::Results {
             path: path.to_path_buf(),
             reason: format!("cannot read: {e}"),
@@ -89,7 +93,7 @@ pub fn read_run(path: &Path) -> Result<RunRecord> {
         path: path.to_path_buf(),
         reason: format!("cannot read: {e}"),
     })?;
-    serde_json::from_str(&text).map_err(|e| BenchError::Results {
+    serde_json::from_str(&text).map_err(|e| BenchError::RunDir {
         path: path.to_path_buf(),
         reason: format!("not a run record: {e}"),
     })
@@ -104,7 +108,7 @@ impl RunStore {
         match std::fs::create_dir(&dir) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                return Err(BenchError::Results {
+                return Err(BenchError::RunDir {
                     path: dir,
                     reason: "already exists: choose another --run-id, or continue it with --resume".into(),
                 });
@@ -132,8 +136,9 @@ impl RunStore {
     /// Reopens an existing run for `--resume`.
     pub fn open(out: &Path, run_id: &str) -> Result<Self> {
         let dir = out.join(run_id);
+        crate::files::refuse_links(&dir)?;
         if !dir.join("run.json").is_file() {
-            return Err(BenchError::Results {
+            return Err(BenchError::RunDir {
                 path: dir,
                 reason: "no run to resume here (no run.json)".into(),
             });
@@ -143,7 +148,7 @@ impl RunStore {
         // A resumed plan is checked as strictly as flags: it decides how pods run.
         run.validate(&dir.join("run.json"))?;
         if run.run_id != run_id {
-            return Err(BenchError::Results {
+            return Err(BenchError::RunDir {
                 path: dir.join("run.json"),
                 reason: format!("run_id {:?} does not match its directory {run_id:?}", run.run_id),
             });

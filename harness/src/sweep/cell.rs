@@ -298,14 +298,26 @@ pub fn cell_rows(
             _ => {
                 // Nothing completed, but what failed is still counted (a server that
                 // answers every request with an error).
+                let mut why = "completed no request while measured".to_string();
                 if let (Some(a), Some(b)) = (&t.first, &t.last) {
                     let errs = (b.errors - a.errors).max(0.0);
                     if errs > 0.0 {
                         row.errors = Some(errs as u64);
                         total_errors += errs;
-                        add_note(&mut row.note, &format!("nothing completed; {errs} errors"));
+                        why += &format!("; {errs} errors");
+                        if let Some(last) = &b.last_error {
+                            why += &format!(", the last: {last}");
+                        }
                     }
                 }
+                // A pod that ran and completed nothing measured nothing: the cell failed.
+                if status == CellStatus::Ok {
+                    row.status = CellStatus::Failed;
+                    if let Some(s) = statuses.last_mut() {
+                        *s = CellStatus::Failed;
+                    }
+                }
+                add_note(&mut row.note, &why);
                 effective.push(0.0)
             }
         }
@@ -422,6 +434,7 @@ mod tests {
             },
             errors: 0.0,
             load_seed: Some(7),
+            last_error: None,
         }
     }
 

@@ -152,6 +152,48 @@ pub(crate) fn check_resume(plan: &SweepPlan, id: &str) -> Result<()> {
             ),
         });
     }
+    // What is given again must be what the run recorded (which is what the resume uses):
+    // a different value would be ignored without a word.
+    if let Some(given) = &plan.request
+        && run.plan.request.as_ref() != Some(given)
+    {
+        let recorded = run.plan.request.as_ref().map_or("no --request".to_string(), |r| {
+            format!(
+                "--request {:?}{}",
+                r.url,
+                r.body
+                    .as_ref()
+                    .map_or(String::new(), |b| format!(" --body {}", b.display()))
+            )
+        });
+        return Err(BenchError::flag(
+            "--request",
+            &given.url,
+            format!("this run was made with {recorded}: resume it with the same, or leave it out"),
+        ));
+    }
+    for (flag, given, recorded, default) in [
+        (
+            "--metric",
+            &plan.metric,
+            &run.plan.metric,
+            crate::config::plan::DEFAULT_METRIC,
+        ),
+        (
+            "--ready-path",
+            &plan.ready_path,
+            &run.plan.ready_path,
+            crate::config::plan::DEFAULT_READY_PATH,
+        ),
+    ] {
+        if given != default && given != recorded {
+            return Err(BenchError::flag(
+                flag,
+                given,
+                format!("this run was made with {flag} {recorded}: resume it with the same, or leave it out"),
+            ));
+        }
+    }
     if plan.sharing_api() != run.plan.sharing_api {
         return Err(BenchError::flag(
             "--resume",

@@ -118,7 +118,9 @@ pub async fn run_work<B: Backend, W: Work<B>>(
         }
         PrometheusSetting::Spawn => {
             let mut source = match PrometheusSource::spawn(session.store.dir(), shutdown).await {
-                Ok(s) => s.reading(&session.store.run().plan.metric),
+                Ok(s) => s
+                    .reading(&session.store.run().plan.metric)
+                    .waiting_up_to(session.settings.ready_timeout),
                 Err(e) => return finish(session, Err(e), progress, shutdown).await,
             };
             progress.message(&format!("Prometheus: private server at {}", source.client().base()));
@@ -128,7 +130,9 @@ pub async fn run_work<B: Backend, W: Work<B>>(
             finish(session, result, progress, shutdown).await
         }
         PrometheusSetting::Url(url) => {
-            let source = PrometheusSource::connect(&url).reading(&session.store.run().plan.metric);
+            let source = PrometheusSource::connect(&url)
+                .reading(&session.store.run().plan.metric)
+                .waiting_up_to(session.settings.ready_timeout);
             let result = work.run(&mut session, &source, progress, shutdown).await;
             finish(session, result, progress, shutdown).await
         }

@@ -54,6 +54,7 @@ impl MetricsSource for SteadyMetrics {
                         latency,
                         errors: 0.0,
                         load_seed: None,
+                        last_error: None,
                     }),
                 )
             })

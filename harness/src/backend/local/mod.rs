@@ -68,15 +68,14 @@ pub fn custom_command(template: &str, port: u16) -> String {
 /// Finds the workload binary: `explicit`, else beside the harness binary, else on PATH.
 pub fn find_workload(explicit: Option<&Path>) -> Result<PathBuf> {
     if let Some(p) = explicit {
-        return if p.is_file() {
-            Ok(p.to_path_buf())
-        } else {
-            Err(BenchError::flag(
-                "--workload-bin",
-                &p.display().to_string(),
-                "no such file",
-            ))
+        let why = match std::fs::metadata(p) {
+            Ok(m) if m.is_file() => return Ok(p.to_path_buf()),
+            Ok(m) if m.is_dir() => "a directory: give the gpushare-workload binary itself".to_string(),
+            Ok(_) => "not a regular file".to_string(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => "no such file".to_string(),
+            Err(e) => format!("cannot read it: {e}"),
         };
+        return Err(BenchError::flag("--workload-bin", &p.display().to_string(), why));
     }
     let beside = std::env::current_exe().ok().and_then(|exe| {
         // Test binaries live in target/<profile>/deps; the workload one level up.

@@ -104,6 +104,7 @@ pub fn snapshots_from_series(
                     .iter()
                     .filter(|s| inst(s) == instance)
                     .find_map(|s| crate::metrics::load_seed(s.metric.get("load_seed").map(String::as_str))),
+                last_error: None,
             }),
         );
     }
@@ -139,6 +140,13 @@ impl PrometheusSource {
             up_timeout: Duration::from_secs(60),
             metric: crate::metrics::LATENCY_METRIC.to_string(),
         })
+    }
+
+    /// This source, waiting up to `timeout` for the server to scrape a cell's pods
+    /// (`--ready-timeout`; 60 s unless given).
+    pub fn waiting_up_to(mut self, timeout: Duration) -> Self {
+        self.up_timeout = timeout;
+        self
     }
 
     /// This source, reading the latency histogram `metric` (`--metric`).
