@@ -114,7 +114,7 @@ pub fn parse_isolation_jsonl(text: &str, path: &Path, run: &RunRecord) -> Result
                 ),
             ));
         }
-        if let Some(a) = r.slo_attainment.filter(|a| *a > 1.0) {
+        if let Some(a) = r.slo_attainment.filter(|a| *a > 1.0 + 1e-9) {
             return Err(at(line, format!("slo_attainment {a} is above 1 (a share of requests)")));
         }
         if r.survivors > r.started || r.started > r.aggressors + 1 {
