@@ -5,6 +5,17 @@ use std::collections::BTreeMap;
 
 use crate::gpu::GpuModel;
 
+/// Which images run as local processes ([`crate::node`]'s kubelet starts them), and
+/// where their output goes.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ProcessSpec {
+    /// Image → the program its entrypoint is (the image's ENTRYPOINT; a pod's `command`,
+    /// when it has one, runs instead).
+    pub images: BTreeMap<String, std::path::PathBuf>,
+    /// Directory for each container's output (`<pod>.log`, appended across restarts).
+    pub logs: std::path::PathBuf,
+}
+
 /// Virtual seconds.
 pub type Secs = f64;
 
@@ -108,7 +119,7 @@ pub struct ClusterSpec {
     /// the DCGM exporter's ServiceMonitor (in its own namespace) for Prometheus.
     pub dcgm_service_monitor: bool,
     /// Pods whose containers run as local processes (None: every pod is simulated).
-    pub processes: Option<crate::node::ProcessSpec>,
+    pub processes: Option<ProcessSpec>,
     /// Virtual seconds per second of a workload's own flags (`--inject-fault-after`,
     /// `--crash-after`): the harness's wall-clock times and the pods' flags agree when
     /// this is the simulator's speed.

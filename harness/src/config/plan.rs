@@ -1308,7 +1308,10 @@ mod tests {
                 load("poisson:0.001", "1"),
                 "bad --load `poisson:0.001`: 0.005 requests per pod in a window of 5s",
             ),
-            (load("poisson:1e-300", "1"), "5.0e-300 requests per pod"),
+            (
+                load("poisson:1e-300", "1"),
+                "bad --load `poisson:1e-300`: 5.0e-300 requests per pod",
+            ),
             (load("total:1", "1,7"), "bad --load `total:1`: 0.714 requests per pod"),
         ] {
             let e = bad(o);

@@ -472,6 +472,9 @@ impl fmt::Display for Load {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Load::Closed => f.write_str("closed"),
+            // A rate far below one a second in exponent form (1e-300 in full is 300 digits).
+            Load::PerPod(r) if *r < 1e-3 => write!(f, "poisson:{r:e}"),
+            Load::Total(r) if *r < 1e-3 => write!(f, "total:{r:e}"),
             Load::PerPod(r) => write!(f, "poisson:{r}"),
             Load::Total(r) => write!(f, "total:{r}"),
         }

@@ -1189,6 +1189,25 @@ mod tests {
     }
 
     #[test]
+    fn a_cpu_run_is_labelled_by_what_ran() {
+        let label = |o: crate::config::options::SweepOptions| {
+            let plan = SweepPlan::from_options(o).expect("plan");
+            RunRecord::new("r".into(), &plan, DeviceKind::Cpu, Environment::default()).label
+        };
+        let own = crate::config::options::SweepOptions {
+            workload_cmd: Some("serve --port {port}".into()),
+            ..Default::default()
+        };
+        assert_eq!(label(own).as_deref(), Some(OWN_SERVER_CPU_LABEL), "no tiny model ran");
+        assert_eq!(label(Default::default()).as_deref(), Some(CPU_SMOKE_LABEL));
+        let cpu = crate::config::options::SweepOptions {
+            device: Some(DeviceChoice::Cpu),
+            ..Default::default()
+        };
+        assert_eq!(label(cpu).as_deref(), Some(CPU_RUN_LABEL));
+    }
+
+    #[test]
     fn a_capacity_run_must_record_the_plan_its_search_walks() {
         let path = Path::new("results/r/run.json");
         let capacity = |r: &mut RunRecord| {
@@ -1283,7 +1302,10 @@ mod tests {
         // Shares are at most 1, but for rounding (an H100 run recorded a fairness of
         // 1.0000000000000002).
         let e = parse_err(&tampered(2, |v| v["slo_p99_attainment"] = 1.5.into()), None);
-        assert!(e.contains("line 2: slo_p99_attainment = 1.5: a share, at most 1"), "{e}");
+        assert!(
+            e.contains("line 2: slo_p99_attainment = 1.5: a share, at most 1"),
+            "{e}"
+        );
         let rounded = tampered(2, |v| v["fairness"] = 1.000_000_000_000_000_2.into());
         assert!(parse_cells_jsonl(&rounded, Path::new("x"), None).is_ok());
         // JSON has no infinity; an out-of-range number is refused with its line.

@@ -107,6 +107,15 @@ pub async fn run(
 pub(crate) fn check_resume(plan: &SweepPlan, id: &str) -> Result<()> {
     crate::config::plan::validate_run_id(id)?;
     let path = plan.out.join(id).join("run.json");
+    if !path.is_file() {
+        return Err(BenchError::RunDir {
+            path: plan.out.join(id),
+            reason: format!(
+                "no run to resume here (no run.json; runs are looked for in --out {})",
+                plan.out.display()
+            ),
+        });
+    }
     let run = crate::results::store::read_run(&path)?;
     if run.kind.command() != plan.kind.command() {
         return Err(BenchError::flag("--resume", id, run.kind.resume_hint()));

@@ -36,7 +36,7 @@ use self::operand::{Operand, OperandKind, WorkloadAct};
 use crate::gpu::GpuState;
 use crate::spec::{ClusterSpec, PodFacts, Secs};
 
-pub use process::ProcessSpec;
+pub use crate::spec::ProcessSpec;
 pub use setup::{CLUSTER_POLICY_CRD, POD_MONITOR_CRD};
 
 /// How often the agent reads the API (wall clock).

@@ -9,7 +9,6 @@
 //! each process gets SIGKILL when the test process dies.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -17,16 +16,7 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::PodKey;
-
-/// Which images run as local processes, and where their output goes.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct ProcessSpec {
-    /// Image → the program its entrypoint is (the image's ENTRYPOINT; a pod's `command`,
-    /// when it has one, runs instead).
-    pub images: BTreeMap<String, PathBuf>,
-    /// Directory for each container's output (`<pod>.log`, appended across restarts).
-    pub logs: PathBuf,
-}
+use crate::spec::ProcessSpec;
 
 /// The processes the kubelet started, by pod.
 #[derive(Debug, Default)]
