@@ -37,18 +37,14 @@ BENCH_BIN = $(if $(wildcard $(BUNDLE)/gpushare-bench),$(BUNDLE)/gpushare-bench,t
 .PHONY: bench-all
 bench-all: ## release build, the default sweep (all strategies × 1,3,5,7 pods), and its report
 	@if [ ! -x $(BUNDLE)/gpushare-bench ]; then $(MAKE) --no-print-directory build; fi
-	@out=$$($(BENCH_BIN) sweep $(if $(RUN_ID),--run-id $(RUN_ID)) $(SWEEP_FLAGS)); echo "$$out"; \
-	dir=$$(printf '%s\n' "$$out" | sed -n 's/^results: //p' | tail -n 1); \
-	$(BENCH_BIN) report "$$dir"
+	$(BENCH_BIN) sweep $(if $(RUN_ID),--run-id $(RUN_ID)) $(SWEEP_FLAGS)
 
 ISOLATION_FLAGS ?=
 
 .PHONY: bench-isolation
 bench-isolation: ## release build, the isolation run (noisy neighbour, memory pressure, fault, crash × every strategy), and its report
 	@if [ ! -x $(BUNDLE)/gpushare-bench ] && [ ! -x target/release/gpushare-bench ]; then $(MAKE) --no-print-directory build; fi
-	@out=$$($(BENCH_BIN) isolation $(if $(RUN_ID),--run-id $(RUN_ID)) $(ISOLATION_FLAGS)); echo "$$out"; \
-	dir=$$(printf '%s\n' "$$out" | sed -n 's/^results: //p' | tail -n 1); \
-	$(BENCH_BIN) report "$$dir"
+	$(BENCH_BIN) isolation $(if $(RUN_ID),--run-id $(RUN_ID)) $(ISOLATION_FLAGS)
 
 PYTORCH_PRECISION ?= bf16
 # loop: the server makes its own load; requests: it waits for the harness's (PYTORCH_FLAGS='--request …').
@@ -61,10 +57,8 @@ PYTORCH_SERVER := workload/examples/pytorch/server.py
 .PHONY: bench-pytorch
 bench-pytorch: ## (GPU machine with PyTorch) the default sweep of the PyTorch example server (workload/examples/pytorch) instead of gpushare-workload, and its report
 	@if [ ! -x $(BUNDLE)/gpushare-bench ] && [ ! -x target/release/gpushare-bench ]; then $(MAKE) --no-print-directory build; fi
-	@out=$$(PYTHONPATH=$(DEPS)/py$${PYTHONPATH:+:$$PYTHONPATH} $(BENCH_BIN) sweep $(if $(RESUME),--resume $(RESUME),$(if $(RUN_ID),--run-id $(RUN_ID))) \
-	  --workload-cmd '$(PYTHON) $(PYTORCH_SERVER) --port {port} --precision $(PYTORCH_PRECISION) --mode $(PYTORCH_MODE)' $(PYTORCH_FLAGS)); echo "$$out"; \
-	dir=$$(printf '%s\n' "$$out" | sed -n 's/^results: //p' | tail -n 1); \
-	$(BENCH_BIN) report "$$dir"
+	PYTHONPATH=$(DEPS)/py$${PYTHONPATH:+:$$PYTHONPATH} $(BENCH_BIN) sweep $(if $(RESUME),--resume $(RESUME),$(if $(RUN_ID),--run-id $(RUN_ID))) \
+	  --workload-cmd '$(PYTHON) $(PYTORCH_SERVER) --port {port} --precision $(PYTORCH_PRECISION) --mode $(PYTORCH_MODE)' $(PYTORCH_FLAGS)
 
 # compare-check: does `compare` cry wolf on this machine, and does it see a slowdown?
 COMPARE_CHECK_OUT ?= runs/compare-check-$(shell date -u +%Y%m%dT%H%M%SZ)

@@ -24,7 +24,9 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("GPUSHARE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                // The Kubernetes client logs each failed request itself; the harness
+                // reports them as its own errors (GPUSHARE_LOG=kube_client=debug shows them).
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,kube_client=off")),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
@@ -105,16 +107,27 @@ fn clap_error(e: clap::Error) -> ExitCode {
             Some(ContextValue::Strings(args)) => format!("missing {}", args.join(", ")),
             _ => "a required argument is missing".to_string(),
         },
-        _ => {
-            let full = e.to_string();
-            full.lines()
-                .next()
-                .unwrap_or("bad arguments")
-                .trim_start_matches("error: ")
-                .to_string()
-        }
+        _ => e
+            .to_string()
+            .lines()
+            .next()
+            .unwrap_or("bad arguments")
+            .trim_start_matches("error: ")
+            .to_string(),
     };
+    // clap's own help for the mistake, in its words: a similar name ("tip: a similar
+    // argument exists: '--strategies'") or the valid values.
+    let rendered = e.to_string();
+    let help: Vec<&str> = rendered
+        .lines()
+        .skip(1)
+        .map(str::trim)
+        .filter(|l| l.starts_with("tip:") || l.starts_with("[possible values:"))
+        .collect();
     errln!("gpushare-bench: {line} (see --help)");
+    for h in help {
+        errln!("  {h}");
+    }
     ExitCode::from(2)
 }
 
@@ -225,6 +238,47 @@ async fn run(cli: Cli, shutdown: &Shutdown) -> Result<u8> {
     }
 }
 
+/// The end of a run on the terminal: the cells whose numbers need care (unsettled, a pod
+/// that could not keep up), then the report, rendered into the run directory unless
+/// `--no-report`. Neither changes the run's exit code: its records are on disk already.
+fn closing(dir: &std::path::Path, render: bool) {
+    let Ok(data) = RunData::load(dir) else {
+        return;
+    };
+    let flagged: Vec<String> = data
+        .cells
+        .iter()
+        .filter(|c| c.is_aggregate())
+        .filter_map(|c| {
+            let flags = gpushare_bench::sweep::cell::cell_flags(c);
+            (!flags.is_empty()).then(|| {
+                format!(
+                    "{} × {} (pass {}): {}",
+                    c.arm().title(),
+                    c.pods,
+                    c.repeat,
+                    flags.join("; ")
+                )
+            })
+        })
+        .collect();
+    if !flagged.is_empty() {
+        errln!("gpushare-bench: {} cells to read with care:", flagged.len());
+        for f in &flagged {
+            errln!("  {f}");
+        }
+    }
+    if render {
+        match report::write(dir, None) {
+            Ok(index) => outln!("report: {}", index.display()),
+            Err(e) => errln!(
+                "gpushare-bench: the report was not rendered ({e}); `gpushare-bench report {}` tries again",
+                dir.display()
+            ),
+        }
+    }
+}
+
 async fn run_sweep(args: SweepArgs, shutdown: &Shutdown) -> Result<u8> {
     let file = match &args.config {
         Some(path) => SweepOptions::from_file(path)?,
@@ -232,7 +286,7 @@ async fn run_sweep(args: SweepArgs, shutdown: &Shutdown) -> Result<u8> {
     };
     let plan = SweepPlan::from_options(file.overridden_by(args.options)?)?;
     if args.dry_run {
-        print_out(sweep::dry_run(&plan).as_bytes())?;
+        print_out(sweep::dry_run(&plan)?.as_bytes())?;
         return Ok(0);
     }
     let progress = sweep::progress_for(args.quiet);
@@ -241,6 +295,7 @@ async fn run_sweep(args: SweepArgs, shutdown: &Shutdown) -> Result<u8> {
         errln!("*** {label} ***");
     }
     outln!("results: {}", outcome.dir.display());
+    closing(&outcome.dir, !args.no_report);
     let code = outcome.exit_code();
     match code {
         1 => errln!(
@@ -261,7 +316,7 @@ async fn run_sweep(args: SweepArgs, shutdown: &Shutdown) -> Result<u8> {
 
 async fn run_isolation(args: IsolationArgs, shutdown: &Shutdown) -> Result<u8> {
     use gpushare_bench::isolation::command;
-    let (resume, quiet) = (args.resume.clone(), args.quiet);
+    let (resume, quiet, render) = (args.resume.clone(), args.quiet, !args.no_report);
     let plan = command::plan(args)?;
     let progress = sweep::progress_for(quiet);
     let outcome = command::run(plan, resume, &*progress, shutdown).await?;
@@ -269,6 +324,7 @@ async fn run_isolation(args: IsolationArgs, shutdown: &Shutdown) -> Result<u8> {
         errln!("*** {label} ***");
     }
     outln!("results: {}", outcome.dir.display());
+    closing(&outcome.dir, render);
     let code = outcome.exit_code();
     match code {
         1 => errln!(
@@ -286,7 +342,7 @@ async fn run_isolation(args: IsolationArgs, shutdown: &Shutdown) -> Result<u8> {
 
 async fn run_capacity(args: CapacityArgs, shutdown: &Shutdown) -> Result<u8> {
     use gpushare_bench::capacity::command;
-    let (resume, quiet) = (args.resume.clone(), args.quiet);
+    let (resume, quiet, render) = (args.resume.clone(), args.quiet, !args.no_report);
     let plan = command::plan(args)?;
     let progress = sweep::progress_for(quiet);
     let outcome = command::run(plan, resume, &*progress, shutdown).await?;
@@ -295,6 +351,7 @@ async fn run_capacity(args: CapacityArgs, shutdown: &Shutdown) -> Result<u8> {
     }
     print_out(command::render(&outcome.records).as_bytes())?;
     outln!("results: {}", outcome.sweep.dir.display());
+    closing(&outcome.sweep.dir, render);
     let code = outcome.sweep.exit_code();
     match code {
         1 => errln!(

@@ -316,11 +316,42 @@ fn a_stalled_api_server_ends_the_command_with_a_timeout_instead_of_hanging() {
         std::thread::sleep(std::time::Duration::from_millis(200));
     };
     let out = child.wait_with_output().expect("output");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert_ne!(code, Some(0), "{text}");
-    assert!(
-        text.contains("reaching the API server: no answer within 30 s: the API server is unreachable or stalled"),
-        "{text}"
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
     );
+    // The table, one line, and no client logs beside it.
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "{stdout}");
+    assert!(
+        lines[0].starts_with("FAIL  cluster")
+            && lines[0]
+                .contains("reaching the API server: no answer within 30 s: the API server is unreachable or stalled")
+            && lines[0].ends_with("nothing else was checked"),
+        "{stdout}"
+    );
+    assert!(stderr.is_empty(), "{stderr}");
     drop(held);
+}
+
+#[test]
+fn without_a_kubeconfig_doctor_prints_its_table() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = Command::new(env!("CARGO_BIN_EXE_gpushare-bench"))
+        .args(["doctor", "--kubernetes", "--node", "gpu-1"])
+        .env("KUBECONFIG", tmp.path().join("none"))
+        .env("HOME", tmp.path())
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .expect("run gpushare-bench");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    assert!(stdout.starts_with("FAIL  cluster"), "{stdout}");
+    assert!(stdout.contains("nothing else was checked"), "{stdout}");
+    assert!(stderr.is_empty(), "{stderr}");
 }

@@ -129,6 +129,20 @@ fn html_is_self_contained_with_tables_charts_and_labels() {
         assert!(!h.contains(bad), "the report must be self-contained, found {bad}");
     }
     assert!(!h.contains("CPU run"), "a GPU run carries no CPU label");
+    // The answer comes first: before the tables, what serves most and keeps p99 lowest,
+    // and the strategies that could not run in one line.
+    let answer = h.find("<h2>The answer</h2>").expect("the answer");
+    let results = h.find("<h2>Results</h2>").expect("the tables");
+    assert!(answer < results);
+    let first = &h[answer..results];
+    assert!(
+        first.contains("Throughput at 7 pods, most first: ") && first.contains("p99 latency at 7 pods"),
+        "{first}"
+    );
+    assert!(
+        first.contains("Not measured here: MIG (MIG mode is Disabled on GPU 0"),
+        "{first}"
+    );
 }
 
 #[test]

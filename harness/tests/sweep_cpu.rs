@@ -63,6 +63,18 @@ fn cpu_sweep_end_to_end_writes_every_column() {
     assert!(st.status.success(), "{err}");
     assert!(err.contains("CPU RUN"), "the CPU label must be loud: {err}");
     let dir = out.path().join("e2e");
+    // The sweep renders its report and says where, after the results.
+    let stdout = String::from_utf8_lossy(&st.stdout);
+    let last: Vec<&str> = stdout.lines().rev().take(2).collect();
+    assert_eq!(
+        last,
+        [
+            format!("report: {}", dir.join("report/index.html").display()),
+            format!("results: {}", dir.display())
+        ],
+        "{stdout}"
+    );
+    assert!(dir.join("report/index.html").is_file());
     let csv = std::fs::read_to_string(dir.join("cells.csv")).expect("cells.csv");
     let header = csv.lines().next().unwrap_or_default();
     for col in [
@@ -310,4 +322,78 @@ fn bad_flags_get_one_line_and_exit_2() {
         assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
         assert!(err.contains(needle), "{args:?}: {err}");
     }
+}
+
+#[test]
+fn a_mistyped_command_line_keeps_claps_tip_and_valid_values() {
+    for (args, first, help) in [
+        (
+            vec!["swep"],
+            "unrecognized subcommand 'swep'",
+            "tip: a similar subcommand exists: 'sweep'",
+        ),
+        (
+            vec!["sweep", "--strategy", "mps"],
+            "unexpected argument '--strategy' found",
+            "tip: a similar argument exists: '--strategies'",
+        ),
+        (
+            vec!["export", "--format", "xlsx", "runs/x"],
+            "invalid value 'xlsx' for '--format <FORMAT>'",
+            "[possible values: csv, json, markdown, summary, capacity]",
+        ),
+    ] {
+        let out = Command::new(BENCH).args(&args).output().expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(lines.len(), 2, "{args:?}: {err}");
+        assert!(
+            lines[0].starts_with(&format!("gpushare-bench: {first}")),
+            "{args:?}: {err}"
+        );
+        assert_eq!(lines[1].trim(), help, "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn without_a_gpu_a_strategy_is_unavailable_never_replaced_and_dry_run_refuses_as_the_run_does() {
+    // This machine has no GPU (as CI): --device auto is the CPU smoke pipeline.
+    let out = tempfile::tempdir().expect("tmp");
+    let o = Command::new(BENCH)
+        .args([
+            "sweep",
+            "--quiet",
+            "--no-report",
+            "--strategies",
+            "mps",
+            "--pods",
+            "1",
+            "--run-id",
+            "mps",
+        ])
+        .arg("--out")
+        .arg(out.path())
+        .arg("--workload-bin")
+        .arg(common::workload_beside(BENCH))
+        .output()
+        .expect("sweep");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "nothing could be measured: {err}");
+    let cells = read_cells(&out.path().join("mps/cells.jsonl")).expect("cells");
+    assert_eq!(cells.len(), 1, "{cells:?}");
+    assert_eq!(
+        (cells[0].strategy, cells[0].status),
+        (Strategy::Mps, CellStatus::Unavailable)
+    );
+    assert!(cells[0].note.contains("MPS needs a GPU"), "{}", cells[0].note);
+    // --dry-run refuses --device cuda here as the run does.
+    let plan = Command::new(BENCH)
+        .args(["sweep", "--dry-run", "--device", "cuda"])
+        .output()
+        .expect("dry run");
+    let err = String::from_utf8_lossy(&plan.stderr);
+    assert_eq!(plan.status.code(), Some(2), "{err}");
+    assert!(err.contains("bad --device `cuda`: no usable NVIDIA GPU here"), "{err}");
+    assert!(plan.stdout.is_empty());
 }

@@ -150,6 +150,9 @@ pub struct SweepArgs {
     /// No progress bars (CI, scripts); errors still go to stderr.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Do not render the report at the end (RUN_DIR/report/; `gpushare-bench report` renders it later).
+    #[arg(long)]
+    pub no_report: bool,
 }
 
 /// `isolation` flags: the trials' own, and the sweep's options that make the pods
@@ -194,6 +197,9 @@ pub struct IsolationArgs {
     /// No progress bars (CI, scripts); errors still go to stderr.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Do not render the report at the end (RUN_DIR/report/; `gpushare-bench report` renders it later).
+    #[arg(long)]
+    pub no_report: bool,
 }
 
 /// `capacity` flags: the search's own, and the sweep's options that make the pods
@@ -221,6 +227,9 @@ pub struct CapacityArgs {
     /// No progress bars (CI, scripts); errors still go to stderr.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Do not render the report at the end (RUN_DIR/report/; `gpushare-bench report` renders it later).
+    #[arg(long)]
+    pub no_report: bool,
 }
 
 /// `doctor` flags.

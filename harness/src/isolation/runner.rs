@@ -77,6 +77,10 @@ pub async fn run_trials<B: Backend, S: MetricsSource>(
         .iter()
         .filter(|t| out.iter().any(|r| crate::isolation::record::is_record_of(r, t)))
         .count();
+    // A trial follows its pods from readiness to the event and past it (start-up and
+    // the alone trial's shorter run aside).
+    let trial = s.event_after + s.observe_after;
+    progress.plan_per_item(trial, trial);
     progress.sweep_start(trials.len() as u64, on_disk as u64, "trials");
     for trial in trials {
         if out.iter().any(|r| crate::isolation::record::is_record_of(r, trial)) {

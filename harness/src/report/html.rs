@@ -14,7 +14,7 @@ h1{font-size:1.6rem;margin-bottom:.2rem}h2{font-size:1.2rem;margin-top:2rem;bord
 table{border-collapse:collapse;margin:.5rem 0 1rem}th,td{border:1px solid #bbb;padding:.3rem .7rem}td.num{text-align:right;font-variant-numeric:tabular-nums}\
 th{background:#f2f2f2}td.status{color:#8a1c1c;font-style:italic;text-align:center;cursor:help}caption{text-align:left;font-weight:600;padding:.3rem 0}\
 .charts svg{max-width:100%;height:auto;border:1px solid #ddd;margin:.5rem 0}dl{display:grid;grid-template-columns:max-content auto;gap:.2rem 1rem}dt{font-weight:600}\
-.muted{color:#555}";
+.muted{color:#555}.answer li{font-size:1.05rem;margin:.35rem 0}.unavailable{background:#eef2f7;border-left:4px solid #6b7b8c;padding:.5rem .8rem;margin:1rem 0}";
 
 /// The whole page.
 pub fn page(data: &RunData, tables: &Tables, charts: &[(String, String)]) -> String {
@@ -47,6 +47,19 @@ pub fn page(data: &RunData, tables: &Tables, charts: &[(String, String)]) -> Str
                 }
                 @for w in &tables.warnings {
                     div.banner.warning role="alert" { (w) } "\n"
+                }
+                @let answer = super::verdict::lines(data);
+                @if !answer.is_empty() {
+                    h2 { "The answer" } "\n"
+                    ul.answer {
+                        "\n"
+                        @for line in &answer {
+                            li { (line) } "\n"
+                        }
+                    } "\n"
+                }
+                @if let Some(line) = super::verdict::unavailable_line(data) {
+                    div.unavailable role="note" { (line) } "\n"
                 }
                 h2 { "Results" } "\n"
                 @for t in &tables.tables {

@@ -11,6 +11,7 @@ pub mod isolation;
 pub mod isolation_matrix;
 pub mod parallel;
 pub mod tables;
+pub mod verdict;
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};

@@ -358,7 +358,9 @@ impl PlanRecord {
         let smoke = device == DeviceKind::Cpu && plan.device == DeviceChoice::Auto;
         PlanRecord {
             backend: plan.backend_kind(),
-            strategies: if smoke {
+            // The smoke pipeline runs time-slicing of what was asked; asked for none, the
+            // strategies stay as asked and are unavailable (never silently replaced).
+            strategies: if smoke && plan.strategies.contains(&Strategy::TimeSlicing) {
                 vec![Strategy::TimeSlicing]
             } else {
                 plan.strategies.clone()

@@ -189,14 +189,33 @@ pub fn cell_summary(rows: &[CellRecord]) -> String {
     );
     match (agg.status, agg.mean_s, agg.throughput_per_s) {
         (CellStatus::Ok, Some(mean), Some(tput)) => format!(
-            "{head}  mean {:>8.2} ms  p99 {:>8.2} ms  {:>8.1} inf/s  fairness {}",
+            "{head}  mean {:>8.2} ms  p99 {:>8.2} ms  {:>8.1} inf/s  fairness {}{}",
             mean * 1e3,
             agg.p99_s.unwrap_or(f64::NAN) * 1e3,
             tput,
-            agg.fairness.map_or("-".into(), |f| format!("{f:.3}"))
+            agg.fairness.map_or("-".into(), |f| format!("{f:.3}")),
+            cell_flags(agg).iter().map(|f| format!("  [{f}]")).collect::<String>()
         ),
         (status, _, _) => format!("{head}  {status}: {}", agg.note),
     }
+}
+
+/// What a reader must know before trusting a measured cell's numbers, in a few words:
+/// its windows did not settle (by how much they differ), or a pod could not keep up
+/// with its offered load. Empty for a clean cell.
+pub fn cell_flags(agg: &CellRecord) -> Vec<String> {
+    let mut flags = Vec::new();
+    if agg.note.contains("did not settle") {
+        let spread = [agg.mean_spread, agg.throughput_spread]
+            .into_iter()
+            .flatten()
+            .fold(0.0_f64, f64::max);
+        flags.push(format!("unsettled: windows differ by {:.0}%", spread * 100.0));
+    }
+    if agg.note.contains("could not keep up") {
+        flags.push("a pod could not keep up with its load".to_string());
+    }
+    flags
 }
 
 /// Everything a cell's measurement produced, before it becomes rows.
@@ -419,6 +438,30 @@ pub fn cell_rows(
 mod tests {
     use super::*;
     use crate::domain::Strategy;
+
+    #[test]
+    fn a_cells_terminal_line_flags_what_makes_its_numbers_doubtful() {
+        let mut agg = CellRecord::unmeasured(
+            Strategy::TimeSlicing,
+            1,
+            crate::results::record::ALL_PODS,
+            CellStatus::Ok,
+            Source::Scrape,
+            DeviceKind::Cpu,
+        );
+        (agg.mean_s, agg.p99_s, agg.throughput_per_s) = (Some(0.002), Some(0.003), Some(500.0));
+        assert!(!cell_summary(std::slice::from_ref(&agg)).contains('['));
+        agg.note = "did not settle within 30 s (last 3 windows differ by more than 5%)".into();
+        (agg.mean_spread, agg.throughput_spread) = (Some(0.59), Some(0.2));
+        let line = cell_summary(std::slice::from_ref(&agg));
+        assert!(line.ends_with("  [unsettled: windows differ by 59%]"), "{line}");
+        agg.note += "; pod-0 could not keep up with the offered load (their rows say by how much)";
+        let line = cell_summary(std::slice::from_ref(&agg));
+        assert!(
+            line.ends_with("[unsettled: windows differ by 59%]  [a pod could not keep up with its load]"),
+            "{line}"
+        );
+    }
 
     fn snap(at: tokio::time::Instant, bounds: &[f64], count: f64) -> PodSnapshot {
         PodSnapshot {

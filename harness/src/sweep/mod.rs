@@ -228,10 +228,11 @@ pub(crate) fn check_resume(plan: &SweepPlan, id: &str) -> Result<()> {
     }
 }
 
-/// What a sweep would do, and changes nothing.
-pub fn dry_run(plan: &SweepPlan) -> String {
+/// What a sweep would do, and changes nothing; what the sweep would refuse (a device
+/// that is not there), it refuses.
+pub fn dry_run(plan: &SweepPlan) -> Result<String> {
     match &plan.backend {
-        BackendPlan::Kubernetes(k) => k8s::session::dry_run(plan, k),
+        BackendPlan::Kubernetes(k) => Ok(k8s::session::dry_run(plan, k)),
         BackendPlan::Local(l) if !l.gpus.is_empty() => {
             // Every arm costs its cells here; the sweep also counts what cannot run.
             let record = crate::results::record::PlanRecord::from_plan(
@@ -246,7 +247,9 @@ pub fn dry_run(plan: &SweepPlan) -> String {
                 let names: Vec<String> = arms.iter().map(|a| a.title()).collect();
                 out += &format!("  GPU {gpu}: {}\n", names.join(", "));
             }
-            out + "each GPU's pods as the first GPU's below, with its own UUID:\n" + &local::session::dry_run(plan, l)
+            Ok(out
+                + "each GPU's pods as the first GPU's below, with its own UUID:\n"
+                + &local::session::dry_run(plan, l)?)
         }
         BackendPlan::Local(l) => local::session::dry_run(plan, l),
     }

@@ -482,16 +482,37 @@ pub async fn run(
         namespace: args.namespace.clone(),
         monitoring_namespace: args.monitoring_namespace.clone(),
     };
-    let client = shutdown.guard(crate::backend::k8s::base::connect()).await?;
-    // A server that does not answer ends the check at once, not after a timeout per fact.
-    shutdown
+    // No cluster to talk to (no kubeconfig, a server that does not answer) is the table's
+    // first line and its only one: nothing else can be checked, and probing on would
+    // only repeat the same failure.
+    let unreachable = |e: crate::error::BenchError| {
+        vec![Check {
+            name: "cluster",
+            verdict: Verdict::Fail,
+            detail: format!(
+                "{} (check KUBECONFIG / the current context); nothing else was checked",
+                e.to_string().trim_start_matches("Kubernetes: ")
+            ),
+        }]
+    };
+    let client = match shutdown.guard(crate::backend::k8s::base::connect()).await {
+        Ok(c) => c,
+        Err(e @ crate::error::BenchError::Interrupted { .. }) => return Err(e),
+        Err(e) => return Ok(unreachable(e)),
+    };
+    let reached = shutdown
         .guard(async {
             client
                 .apiserver_version()
                 .await
                 .map_err(|e| kube_error("reaching the API server", e))
         })
-        .await?;
+        .await;
+    match reached {
+        Ok(_) => {}
+        Err(e @ crate::error::BenchError::Interrupted { .. }) => return Err(e),
+        Err(e) => return Ok(unreachable(e)),
+    }
     let facts = shutdown.guard(async { Ok(gather(&client, &target).await) }).await?;
     Ok(checks(&facts))
 }

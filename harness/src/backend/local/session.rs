@@ -383,15 +383,13 @@ pub fn lane_base_port(base: u16, lane: usize, stride: u32) -> u16 {
 }
 
 /// What a local sweep would start, cell by cell (pure apart from reading the GPUs).
-pub fn dry_run(plan: &SweepPlan, local: &LocalPlan) -> String {
+/// A device or GPU the run would refuse is refused here too, with the same error.
+pub fn dry_run(plan: &SweepPlan, local: &LocalPlan) -> Result<String> {
     let probed = crate::telemetry::nvml::probe();
-    let device = resolve_device(plan.device, &probed, libcuda_present()).unwrap_or(DeviceKind::Cpu);
+    let device = resolve_device(plan.device, &probed, libcuda_present())?;
     let inventory = match device {
         // A --gpus run's cells are shown as its first GPU runs them.
-        DeviceKind::Cuda => match chosen_gpu(&probed, local.gpus.first().or(local.gpu.as_ref())) {
-            Ok((inventory, _)) => inventory,
-            Err(e) => return format!("{e}\n"),
-        },
+        DeviceKind::Cuda => chosen_gpu(&probed, local.gpus.first().or(local.gpu.as_ref()))?.0,
         DeviceKind::Cpu => probed,
     };
     let record = PlanRecord::from_plan(plan, device, Source::Scrape);
@@ -443,7 +441,7 @@ pub fn dry_run(plan: &SweepPlan, local: &LocalPlan) -> String {
             }
         }
     }
-    out
+    Ok(out)
 }
 
 #[cfg(test)]
