@@ -90,11 +90,14 @@ fn run(command: &str, out: &Path, run_id: &str, mode: &str, extra: &[&str]) -> O
             "1s",
             "--strategies",
             "time-slicing",
-            "--run-id",
-            run_id,
             "--workload-cmd",
             &cmd,
         ])
+        // `resume:ID` resumes run ID with the same command line (no --run-id then).
+        .args(match run_id.strip_prefix("resume:") {
+            Some(id) => ["--resume", id],
+            None => ["--run-id", run_id],
+        })
         .arg("--out")
         .arg(out)
         .args(extra)
@@ -259,30 +262,24 @@ fn capacity_searches_a_server_of_ones_own_through_the_harnesss_requests() {
         .map(|l| format!("{l}\n"))
         .collect();
     std::fs::write(dir.join("cells.jsonl"), kept).expect("cells");
-    let server = repo().join("workload/examples/pytorch/server.py");
-    let cmd = format!(
-        "python3 {} --port {{port}} --device cpu --precision bf16 --warmup 5 --mode requests",
-        server.display()
-    );
-    let o = Command::new(BENCH)
-        .args([
-            "capacity", "--device", "cpu", "--quiet", "--warmup", "1s", "--window", "1s",
-        ])
-        .args([
-            "--strategies",
-            "time-slicing",
-            "--workload-cmd",
-            &cmd,
+    let o = run(
+        "capacity",
+        out.path(),
+        "resume:cap",
+        "requests",
+        &[
             "--max-cell",
             "4s",
-        ])
-        .args(["--max-pods", "2", "--load", "poisson:40", "--slo", "p99=100ms"])
-        .args(["--request", "http://127.0.0.1:{port}/infer", "--resume", "cap", "--out"])
-        .arg(out.path())
-        .env("PYTHONPATH", python_path())
-        .env("FAKE_TORCH_MS", "4")
-        .output()
-        .expect("resume");
+            "--max-pods",
+            "2",
+            "--load",
+            "poisson:40",
+            "--slo",
+            "p99=100ms",
+            "--request",
+            "http://127.0.0.1:{port}/infer",
+        ],
+    );
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert_eq!(
         o.status.code(),
