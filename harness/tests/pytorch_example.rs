@@ -216,24 +216,19 @@ fn capacity_searches_a_server_of_ones_own_through_the_harnesss_requests() {
     let out = tempfile::tempdir().expect("tempdir");
     // 40 requests/s per pod of 4 ms each, p99 within 100 ms: both counts fit (each
     // pod is its own process, sleeping in its stand-in forward pass).
-    let o = run(
-        "capacity",
-        out.path(),
-        "cap",
-        "requests",
-        &[
-            "--max-cell",
-            "4s",
-            "--max-pods",
-            "2",
-            "--load",
-            "poisson:40",
-            "--slo",
-            "p99=100ms",
-            "--request",
-            "http://127.0.0.1:{port}/infer",
-        ],
-    );
+    let flags = [
+        "--max-cell",
+        "4s",
+        "--max-pods",
+        "2",
+        "--load",
+        "poisson:40",
+        "--slo",
+        "p99=100ms",
+        "--request",
+        "http://127.0.0.1:{port}/infer",
+    ];
+    let o = run("capacity", out.path(), "cap", "requests", &flags);
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert_eq!(
         o.status.code(),
@@ -262,24 +257,7 @@ fn capacity_searches_a_server_of_ones_own_through_the_harnesss_requests() {
         .map(|l| format!("{l}\n"))
         .collect();
     std::fs::write(dir.join("cells.jsonl"), kept).expect("cells");
-    let o = run(
-        "capacity",
-        out.path(),
-        "resume:cap",
-        "requests",
-        &[
-            "--max-cell",
-            "4s",
-            "--max-pods",
-            "2",
-            "--load",
-            "poisson:40",
-            "--slo",
-            "p99=100ms",
-            "--request",
-            "http://127.0.0.1:{port}/infer",
-        ],
-    );
+    let o = run("capacity", out.path(), "resume:cap", "requests", &flags);
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert_eq!(
         o.status.code(),
