@@ -329,16 +329,26 @@ mod tests {
         let done = dir.path().join("stopped-cleanly");
         // The outer shell dies of SIGTERM at once; the server under it needs 0.5 s to
         // stop, and a helper has left the group with setsid.
+        let ready = dir.path().join("trap-set");
         let server = format!(
-            "trap 'sleep 0.5; touch {}; exit 0' TERM; while true; do sleep 0.05; done",
-            done.display()
+            "trap 'sleep 0.5; touch {}; exit 0' TERM; touch {}; while true; do sleep 0.05; done",
+            done.display(),
+            ready.display()
         );
         let script = format!("setsid sleep 60 & sh -c \"{server}\"; true");
         let mut cmd = Command::new("sh");
         cmd.arg("-c").arg(&script);
         let mut c = OwnedChild::spawn(&mut cmd, "shell and server").expect("spawn");
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while c.members().len() < 3 {
+        // Stop only once the server's trap is set and the helper has left the group.
+        let leader = c.id().expect("pid");
+        let started = |m: &[u32]| {
+            ready.exists()
+                && m.len() >= 3
+                && m.iter()
+                    .any(|&p| p != leader && procfs::stat(p).is_some_and(|s| s.pgrp == p))
+        };
+        while !started(&c.members()) {
             assert!(std::time::Instant::now() < deadline, "{:?}", c.members());
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -369,6 +379,12 @@ mod tests {
         let mut cmd = Command::new("sleep");
         cmd.arg("60");
         let mut c = OwnedChild::spawn(&mut cmd, "long group").expect("spawn");
+        // The kernel shows a new program's environment a moment after exec returned.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while c.members().is_empty() {
+            assert!(std::time::Instant::now() < deadline, "the sleep never showed its token");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let t = std::time::Instant::now();
         c.forget_once_gone(Duration::from_millis(200)).await;
         assert!(t.elapsed() < Duration::from_secs(2));

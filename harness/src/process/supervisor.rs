@@ -331,7 +331,10 @@ mod tests {
             what: "pod-0".into(),
             token: token.map(String::from),
         };
-        assert_eq!(group(start, Some(&token)).live(), vec![pid]);
+        // The kernel shows a new program's environment a moment after exec returned.
+        wait_until("the leader never showed its token", || {
+            group(start, Some(&token)).live() == vec![pid]
+        });
         assert!(
             group(start + 1_000_000, Some(&token)).live().is_empty(),
             "a process that started before the record is not ours"
@@ -397,7 +400,16 @@ mod tests {
             what: "pod-0".into(),
             token: token.map(String::from),
         };
-        wait_until("sh never started both sleeps", || entry(Some(&token)).live().len() == 3);
+        // Both sleeps are running and the second has left the group: before that, a forked
+        // shell or `setsid` still starting up would be counted in the group.
+        wait_until("sh never started both sleeps", || {
+            let live = entry(Some(&token)).live();
+            live.len() == 3
+                && live.iter().any(|&p| procfs::stat(p).is_some_and(|s| s.pgrp != pgid))
+                && live.iter().all(|&p| {
+                    p == pgid || std::fs::read(format!("/proc/{p}/comm")).is_ok_and(|c| c.starts_with(b"sleep"))
+                })
+        });
         // The shell dies as it would with the harness (PDEATHSIG): its sleeps live on.
         let _ = sh.kill();
         let _ = sh.wait();
