@@ -250,7 +250,7 @@ fn closing(dir: &std::path::Path, render: bool) {
         .iter()
         .filter(|c| c.is_aggregate())
         .filter_map(|c| {
-            let flags = gpushare_bench::sweep::cell::cell_flags(c);
+            let flags = c.flags();
             (!flags.is_empty()).then(|| {
                 format!(
                     "{} × {} (pass {}): {}",

@@ -119,7 +119,7 @@ fn html_is_self_contained_with_tables_charts_and_labels() {
     }
     assert!(
         h.contains("Mean inference latency")
-            && h.contains("<th>7 pods</th><th>5 pods</th><th>3 pods</th><th>1 pod</th>")
+            && h.contains("<th>1 pod</th><th>3 pods</th><th>5 pods</th><th>7 pods</th>")
     );
     // MIG cells show their status, with the reason on hover and in the notes.
     assert!(h.contains("<td class=\"status\" title=\"MIG — unavailable: MIG mode is Disabled on GPU 0"));
@@ -143,6 +143,36 @@ fn html_is_self_contained_with_tables_charts_and_labels() {
         first.contains("Not measured here: MIG (MIG mode is Disabled on GPU 0"),
         "{first}"
     );
+    assert!(first.contains("Fairness at 7 pods"), "{first}");
+    // Charts are as wide as the page, on one pod order with the tables.
+    assert!(r.charts.iter().all(|(_, svg)| svg.contains("width=\"1040\"")));
+}
+
+#[test]
+fn every_number_of_a_cell_to_read_with_care_carries_its_flag() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = dir.path().join("run");
+    std::fs::create_dir_all(&run).expect("dir");
+    std::fs::copy(fixture("h100-run/run.json"), run.join("run.json")).expect("copy");
+    let text = std::fs::read_to_string(fixture("h100-run/cells.jsonl")).expect("cells");
+    let mut lines = Vec::new();
+    for l in text.lines() {
+        let mut v: serde_json::Value = serde_json::from_str(l).expect("row");
+        if v["strategy"] == "time-slicing" && v["pods"] == 3 && v["pod"] == "all" {
+            v["note"] = "did not settle within 30 s (last 3 windows differ by more than 5%)".into();
+            v["throughput_spread"] = 0.59.into();
+        }
+        lines.push(v.to_string());
+    }
+    std::fs::write(run.join("cells.jsonl"), lines.join("\n") + "\n").expect("cells");
+    let r = report::render(&RunData::load(&run).expect("load")).expect("render");
+    let note = "Time-slicing at 3 pods — read with care: unsettled: windows differ by 59%";
+    let flagged = count(&r.html, "<td class=\"num flagged\"");
+    // One number per table: the cell has a value in each.
+    assert_eq!(flagged, count(&r.html, "<table>"), "flagged numbers");
+    assert!(r.html.contains(&format!("title=\"{note}\"")));
+    assert!(r.html.contains(&format!("<li>{note}</li>")), "the note is listed");
+    assert!(r.markdown.contains(" ⚑["), "the Markdown carries the flags too");
 }
 
 #[test]
@@ -161,7 +191,7 @@ fn a_cpu_run_is_labelled_on_every_table_and_chart() {
     assert!(
         r.markdown
             .lines()
-            .filter(|l| l.starts_with("## ") && !l.starts_with("## Notes"))
+            .filter(|l| l.starts_with("## ") && !l.starts_with("## Notes") && !l.starts_with("## The answer"))
             .all(|l| l.contains("CPU run"))
     );
 }
@@ -307,6 +337,44 @@ fn chromium_renders_the_report_without_console_errors() {
         share * 100.0
     );
     assert!(share > 0.01, "the screenshot is blank ({share})");
+    if let Some(keep) = std::env::var_os("GPUSHARE_SCREENSHOTS") {
+        let _ = std::fs::copy(&shot, Path::new(&keep).join("sweep-report.png"));
+    }
+
+    // The isolation matrix is coloured by outcome: each of its colours is on screen.
+    let index = report::write(&fixture("h100-isolation"), Some(dir.path())).expect("write");
+    let shot = dir.path().join("isolation.png");
+    let out = Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--window-size=1200,1600",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg(format!("file://{}", index.display()))
+        .output()
+        .expect("run chromium");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&shot).expect("screenshot")));
+    let mut reader = decoder.read_info().expect("png");
+    let mut buf = vec![0; reader.output_buffer_size().expect("size")];
+    let info = reader.next_frame(&mut buf).expect("frame");
+    let px = info.color_type.samples();
+    let pixels: Vec<&[u8]> = buf[..info.buffer_size()].chunks(px).collect();
+    for (name, rgb) in [
+        ("protected", [0xd8, 0xf0, 0xdc]),
+        ("degraded", [0xfd, 0xe9, 0xb8]),
+        ("failed", [0xf6, 0xcc, 0xcc]),
+    ] {
+        let n = pixels.iter().filter(|p| p[..3] == rgb).count();
+        assert!(n > 500, "{name} cells' colour {rgb:?} on {n} pixels");
+    }
+    if let Some(keep) = std::env::var_os("GPUSHARE_SCREENSHOTS") {
+        let _ = std::fs::copy(&shot, Path::new(&keep).join("isolation-report.png"));
+    }
 }
 
 /// The committed GPU runs judge as they did on the GPU machine: two runs of

@@ -156,7 +156,7 @@ pub fn chart(data: &RunData) -> Result<Option<(String, String)>> {
     let name = format!("p{}", (q * 100.0).round());
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (720, 420)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (super::charts::W, super::charts::H)).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
         let caption = format!("{name} latency vs offered load: where each strategy's knee is");
         let caption = match data.short_label() {
@@ -175,7 +175,7 @@ pub fn chart(data: &RunData) -> Result<Option<(String, String)>> {
             .y_desc(format!("{name} latency of the cell (ms, log scale)"))
             .y_labels(12)
             .x_label_formatter(&|x| format!("{x:.0}"))
-            .y_label_formatter(&|y| format!("{y}"))
+            .y_label_formatter(&|y| super::charts::axis_number(*y))
             .light_line_style(RGBColor(235, 235, 235))
             .draw()
             .map_err(err)?;

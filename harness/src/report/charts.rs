@@ -15,8 +15,11 @@ use crate::results::record::CellRecord;
 
 use super::RunData;
 
-const W: u32 = 720;
-const H: u32 = 420;
+/// Chart size in pixels: wide enough to read at the report's page width.
+pub(crate) const W: u32 = 1040;
+pub(crate) const H: u32 = 480;
+/// A y axis whose values span more than this factor is drawn on a log scale.
+const LOG_SPAN: f64 = 10.0;
 
 /// Colour, marker and dash of an arm (Okabe–Ito colours of distinct lightness): each
 /// strategy its own; time-slicing's DRA intervals its triangle with a colour and dash
@@ -139,10 +142,13 @@ fn draw(data: &RunData, chart: LineChart<'_>) -> Result<Option<(String, String)>
     if points.is_empty() {
         return Ok(None);
     }
-    let y_max = points.iter().cloned().fold(0.0, f64::max) * 1.15;
-    let y_max = if y_max > 0.0 { y_max } else { 1.0 };
+    let hi = points.iter().cloned().fold(0.0, f64::max);
+    let lo = points.iter().cloned().fold(f64::INFINITY, f64::min);
+    // Values spanning more than ten times (a 500 ms cell beside 2 ms ones) would flatten
+    // every other line on a linear axis.
+    let log = lo > 0.0 && hi / lo > LOG_SPAN;
     // The counts the run measured (a capacity run's search stops early).
-    let pods = data.pods_desc();
+    let pods = data.pods_order();
     let max_pods = pods.iter().copied().max().unwrap_or(1) as f64;
     let mut svg = String::new();
     {
@@ -152,58 +158,89 @@ fn draw(data: &RunData, chart: LineChart<'_>) -> Result<Option<(String, String)>
             Some(l) => format!("{} ({l})", chart.title),
             None => chart.title.clone(),
         };
-        let mut c = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 17))
+        let mut builder = ChartBuilder::on(&root);
+        builder
+            .caption(title, ("sans-serif", 18))
             .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(64)
-            .build_cartesian_2d(0.0..max_pods + 1.0, 0.0..y_max)
-            .map_err(err)?;
-        c.configure_mesh()
-            .x_desc("pods sharing one GPU")
-            .y_desc(chart.y_label)
-            .x_labels((max_pods as usize + 2).min(40))
-            .x_label_formatter(&|x| {
-                let r = x.round();
-                if (x - r).abs() < 1e-6 && pods.contains(&(r as u32)) {
-                    format!("{r}")
-                } else {
-                    String::new()
-                }
-            })
-            .light_line_style(RGBColor(235, 235, 235))
-            .draw()
-            .map_err(err)?;
-        for (s, band) in &chart.bands {
-            let (col, _, _) = look(*s);
-            let mut poly: Vec<(f64, f64)> = band.iter().map(|p| (p.0, p.1)).collect();
-            poly.extend(band.iter().rev().map(|p| (p.0, p.2)));
-            if poly.len() >= 3 {
-                c.draw_series(std::iter::once(Polygon::new(poly, col.mix(0.15).filled())))
-                    .map_err(err)?;
+            .x_label_area_size(44)
+            .y_label_area_size(72);
+        let x_range = 0.0..max_pods + 1.0;
+        let x_labels = |x: &f64| {
+            let r = x.round();
+            if (x - r).abs() < 1e-6 && pods.contains(&(r as u32)) {
+                format!("{r}")
+            } else {
+                String::new()
             }
+        };
+        // The same drawing on either y axis (their coordinate types differ).
+        macro_rules! plot {
+            ($c:expr, $y_desc:expr) => {{
+                let c = $c;
+                c.configure_mesh()
+                    .x_desc("pods sharing one GPU")
+                    .y_desc($y_desc)
+                    .x_labels((max_pods as usize + 2).min(40))
+                    .x_label_formatter(&x_labels)
+                    .y_label_formatter(&|y: &f64| axis_number(*y))
+                    .light_line_style(RGBColor(235, 235, 235))
+                    .draw()
+                    .map_err(err)?;
+                for (s, band) in &chart.bands {
+                    let (col, _, _) = look(*s);
+                    let mut poly: Vec<(f64, f64)> = band.iter().map(|p| (p.0, p.1)).collect();
+                    poly.extend(band.iter().rev().map(|p| (p.0, p.2)));
+                    if poly.len() >= 3 {
+                        c.draw_series(std::iter::once(Polygon::new(poly, col.mix(0.15).filled())))
+                            .map_err(err)?;
+                    }
+                }
+                for (s, pts) in &chart.series {
+                    draw_line!(c, *s, pts);
+                }
+                for (s, bars) in &chart.errors {
+                    let (col, _, _) = look(*s);
+                    c.draw_series(bars.iter().map(|&(x, lo, hi)| {
+                        ErrorBar::new_vertical(x, lo, (lo + hi) / 2.0, hi, col.stroke_width(1), 8)
+                    }))
+                    .map_err(err)?;
+                }
+                for (s, pts) in &chart.scatter {
+                    let (col, mk, _) = look(*s);
+                    draw_markers!(c, pts, mk, col)
+                        .label(s.title())
+                        .legend(legend_entry!(mk, col, false));
+                }
+                draw_legend(c)?;
+            }};
         }
-        for (s, pts) in &chart.series {
-            draw_line!(c, *s, pts);
+        if log {
+            let mut c = builder
+                .build_cartesian_2d(x_range, (lo * 0.8..hi * 1.25).log_scale())
+                .map_err(err)?;
+            plot!(&mut c, format!("{} (log scale)", chart.y_label));
+        } else {
+            let mut c = builder
+                .build_cartesian_2d(x_range, 0.0..hi.max(f64::MIN_POSITIVE) * 1.15)
+                .map_err(err)?;
+            plot!(&mut c, chart.y_label.to_string());
         }
-        for (s, bars) in &chart.errors {
-            let (col, _, _) = look(*s);
-            c.draw_series(
-                bars.iter()
-                    .map(|&(x, lo, hi)| ErrorBar::new_vertical(x, lo, (lo + hi) / 2.0, hi, col.stroke_width(1), 8)),
-            )
-            .map_err(err)?;
-        }
-        for (s, pts) in &chart.scatter {
-            let (col, mk, _) = look(*s);
-            draw_markers!(c, pts, mk, col)
-                .label(s.title())
-                .legend(legend_entry!(mk, col, false));
-        }
-        draw_legend(&mut c)?;
         root.present().map_err(err)?;
     }
     Ok(Some((chart.file.to_string(), svg)))
+}
+
+/// An axis tick: 0.5, 2, 20, 1500, without float noise.
+pub(crate) fn axis_number(v: f64) -> String {
+    let a = v.abs();
+    if a == 0.0 || a >= 100.0 {
+        format!("{v:.0}")
+    } else if a >= 1.0 {
+        format!("{:.1}", v).trim_end_matches(".0").to_string()
+    } else {
+        let digits = (-a.log10().floor()) as usize + 1;
+        format!("{v:.digits$}")
+    }
 }
 
 /// The cells of a strategy that measured, by pod count (combined over repeats).

@@ -12,7 +12,7 @@ const CSS: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-seri
 h1{font-size:1.6rem;margin-bottom:.2rem}h2{font-size:1.2rem;margin-top:2rem;border-bottom:1px solid #ccc;padding-bottom:.2rem}\
 .banner{background:#fff3cd;border:2px solid #b58900;padding:.8rem 1rem;font-weight:700;margin:1rem 0}\
 table{border-collapse:collapse;margin:.5rem 0 1rem}th,td{border:1px solid #bbb;padding:.3rem .7rem}td.num{text-align:right;font-variant-numeric:tabular-nums}\
-th{background:#f2f2f2}td.status{color:#8a1c1c;font-style:italic;text-align:center;cursor:help}caption{text-align:left;font-weight:600;padding:.3rem 0}\
+th{background:#f2f2f2}td.status{color:#8a1c1c;font-style:italic;text-align:center;cursor:help}td.flagged{background:#fff7e0;cursor:help}td.flagged sup{color:#9a5b00}td.rated{font-size:.95rem}td.protected{background:#d8f0dc}td.degraded{background:#fde9b8}td.failed{background:#f6cccc}caption{text-align:left;font-weight:600;padding:.3rem 0}\
 .charts svg{max-width:100%;height:auto;border:1px solid #ddd;margin:.5rem 0}dl{display:grid;grid-template-columns:max-content auto;gap:.2rem 1rem}dt{font-weight:600}\
 .muted{color:#555}.answer li{font-size:1.05rem;margin:.35rem 0}.unavailable{background:#eef2f7;border-left:4px solid #6b7b8c;padding:.5rem .8rem;margin:1rem 0}";
 
@@ -61,6 +61,17 @@ pub fn page(data: &RunData, tables: &Tables, charts: &[(String, String)]) -> Str
                 @if let Some(line) = super::verdict::unavailable_line(data) {
                     div.unavailable role="note" { (line) } "\n"
                 }
+                h2 { "Charts" }
+                div.charts {
+                    "\n"
+                    @for (name, svg) in charts {
+                        // The SVG's own XML prolog is not valid inside HTML; the element
+                        // itself is.
+                        figure id=(name.trim_end_matches(".svg")) {
+                            (PreEscaped(svg.find("<svg").map_or(svg.as_str(), |i| &svg[i..])))
+                        } "\n"
+                    }
+                } "\n"
                 h2 { "Results" } "\n"
                 @for t in &tables.tables {
                     (table(t, tables, &tag))
@@ -77,17 +88,6 @@ pub fn page(data: &RunData, tables: &Tables, charts: &[(String, String)]) -> Str
                         }
                     } "\n"
                 }
-                h2 { "Charts" }
-                div.charts {
-                    "\n"
-                    @for (name, svg) in charts {
-                        // The SVG's own XML prolog is not valid inside HTML; the element
-                        // itself is.
-                        figure id=(name.trim_end_matches(".svg")) {
-                            (PreEscaped(svg.find("<svg").map_or(svg.as_str(), |i| &svg[i..])))
-                        } "\n"
-                    }
-                } "\n"
                 h2 { "Environment" }
                 dl {
                     "\n"
@@ -134,13 +134,14 @@ fn table(t: &Table, tables: &Tables, tag: &str) -> Markup {
                         @for c in cells {
                             @match c {
                                 Cell::Value(v) => td.num { (v) },
+                                Cell::Rated(v, o) => td.rated.(o.word()) { strong { (o.word()) } ": " (v) },
+                                Cell::Flagged(v, n) => {
+                                    td.num.flagged title=(note_text(tables, *n)) {
+                                        (v) " " sup { "⚑" (n) }
+                                    }
+                                }
                                 Cell::Status(s, n) => {
-                                    @let reason = tables
-                                        .notes
-                                        .iter()
-                                        .find(|(k, _)| k == n)
-                                        .map_or("", |(_, t)| t.as_str());
-                                    td.status title=(reason) { (s.to_string()) " " sup { (n) } }
+                                    td.status title=(note_text(tables, *n)) { (s.to_string()) " " sup { (n) } }
                                 }
                                 Cell::Empty => td.num { "–" },
                                 Cell::Missing => td.status title="this cell is not in the run" { "not run" },
@@ -151,6 +152,15 @@ fn table(t: &Table, tables: &Tables, tag: &str) -> Markup {
             }
         } "\n"
     }
+}
+
+/// The text of note `n` (empty if there is none).
+fn note_text(tables: &Tables, n: usize) -> &str {
+    tables
+        .notes
+        .iter()
+        .find(|(k, _)| *k == n)
+        .map_or("", |(_, t)| t.as_str())
 }
 
 /// The environment section's (term, description) rows.

@@ -133,27 +133,30 @@ pub fn tables(data: &RunData) -> Tables {
             })
             .collect(),
     };
-    let mut reading = vec![format!(
-        "Each trial runs one victim pod {} beside its aggressors, from the pods' readiness for {} s (the first {} s are a discarded warm-up); an aggressor grows, faults or is killed {} s after readiness. Inflation is the victim's p99 over its own p99 alone under the same strategy; the SLO is {}.",
-        match (data.run.plan.own_server(), &data.run.plan.request) {
-            (true, None) => "(your server), under the load it makes itself,".to_string(),
-            (true, Some(_)) => format!(
-                "(your server), sent an open-loop Poisson load of {} requests/s by the harness,",
-                plan.victim_rate
-            ),
-            (false, _) => format!("serving an open-loop Poisson load of {} inferences/s", plan.victim_rate),
-        },
-        plan.event_after_s + plan.observe_s,
-        data.run.plan.warmup_s,
-        plan.event_after_s,
-        match plan.slo_s {
-            Some(s) => format!("{:.2} ms (--slo)", s * 1e3),
-            None => format!(
-                "{} × the victim's p99 alone under the same strategy",
-                crate::isolation::record::DEFAULT_SLO_FACTOR
-            ),
-        }
-    )];
+    let mut reading = vec![
+        crate::report::isolation_matrix::Outcome::rule(),
+        format!(
+            "Each trial runs one victim pod {} beside its aggressors, from the pods' readiness for {} s (the first {} s are a discarded warm-up); an aggressor grows, faults or is killed {} s after readiness. Inflation is the victim's p99 over its own p99 alone under the same strategy; the SLO is {}.",
+            match (data.run.plan.own_server(), &data.run.plan.request) {
+                (true, None) => "(your server), under the load it makes itself,".to_string(),
+                (true, Some(_)) => format!(
+                    "(your server), sent an open-loop Poisson load of {} requests/s by the harness,",
+                    plan.victim_rate
+                ),
+                (false, _) => format!("serving an open-loop Poisson load of {} inferences/s", plan.victim_rate),
+            },
+            plan.event_after_s + plan.observe_s,
+            data.run.plan.warmup_s,
+            plan.event_after_s,
+            match plan.slo_s {
+                Some(s) => format!("{:.2} ms (--slo)", s * 1e3),
+                None => format!(
+                    "{} × the victim's p99 alone under the same strategy",
+                    crate::isolation::record::DEFAULT_SLO_FACTOR
+                ),
+            }
+        ),
+    ];
     let scenarios = plan.scenarios.as_slice();
     if let Some(server) = data.run.plan.own_server_text() {
         let load = match &data.run.plan.request {
@@ -260,7 +263,8 @@ pub fn chart(data: &RunData) -> Result<Option<(String, String)>> {
     let labels: Vec<String> = rows.iter().map(|(s, k)| short_label(s, *k)).collect();
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (720, 420)).into_drawing_area();
+        let root =
+            SVGBackend::with_string(&mut svg, (crate::report::charts::W, crate::report::charts::H)).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
         let title = match data.short_label() {
             Some(l) => format!("The victim's latency beside its aggressors ({l})"),
@@ -278,6 +282,7 @@ pub fn chart(data: &RunData) -> Result<Option<(String, String)>> {
             .y_desc("victim latency, p50 to p99 (ms, log scale)")
             .x_labels(rows.len() * 2 + 1)
             .y_labels(12)
+            .y_label_formatter(&|y| crate::report::charts::axis_number(*y))
             .x_label_formatter(&|x| {
                 let r = x.round();
                 if (x - r).abs() < 1e-6 && r >= 0.0 {

@@ -8,6 +8,59 @@ use crate::isolation::plan::scenario_label;
 use crate::report::tables::{Cell, Table, note_number};
 use crate::results::isolation::IsolationRecord;
 
+/// What became of the victim in one trial, as the matrix colours it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Outcome {
+    /// Served, with at least [`PROTECTED_ATTAINMENT`] of its inferences within the
+    /// latency target (without one: its p99 within [`PROTECTED_INFLATION`] of alone).
+    Protected,
+    /// Served, but slower than that.
+    Degraded,
+    /// Did not serve to the end (failed, out of memory, killed).
+    Failed,
+}
+
+/// The share of the victim's inferences within its target that counts as protected
+/// (the target: `--slo`, else 1.5 × its p99 alone).
+pub const PROTECTED_ATTAINMENT: f64 = 0.99;
+/// Without a target: the p99 over alone that counts as protected.
+pub const PROTECTED_INFLATION: f64 = 1.5;
+
+impl Outcome {
+    /// The word a reader sees beside the colour.
+    pub fn word(self) -> &'static str {
+        match self {
+            Outcome::Protected => "protected",
+            Outcome::Degraded => "degraded",
+            Outcome::Failed => "failed",
+        }
+    }
+
+    /// How the matrix decides, in one sentence.
+    pub fn rule() -> String {
+        format!(
+            "Colours: protected (green) when the victim served to the end with at least {:.0}% of its inferences within its latency target (or, without one, a p99 within {PROTECTED_INFLATION}× of alone); degraded (amber) when it served but slower; failed (red) when it did not serve to the end.",
+            PROTECTED_ATTAINMENT * 100.0
+        )
+    }
+}
+
+/// The outcome of a trial (None: not measured).
+pub fn outcome(r: &IsolationRecord) -> Option<Outcome> {
+    match r.victim_status {
+        CellStatus::Unavailable => None,
+        CellStatus::Ok => {
+            let ok = match (r.slo_attainment, r.p99_inflation) {
+                (Some(a), _) => a >= PROTECTED_ATTAINMENT,
+                (None, Some(x)) => x <= PROTECTED_INFLATION,
+                (None, None) => return None,
+            };
+            Some(if ok { Outcome::Protected } else { Outcome::Degraded })
+        }
+        _ => Some(Outcome::Failed),
+    }
+}
+
 /// The matrix and the notes its cells refer to.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Matrix {
@@ -72,7 +125,16 @@ pub fn matrix(records: &[IsolationRecord]) -> Matrix {
         .map(|(scenario, k)| {
             let cells = strategies
                 .iter()
-                .map(|&s| cell(records, &mut notes, (s, scenario, *k), |r| Some(r.outcome_text())))
+                .map(|&s| {
+                    let key = (s, scenario.as_str(), *k);
+                    match (
+                        cell(records, &mut notes, key, |r| Some(r.outcome_text())),
+                        find(records, key).and_then(outcome),
+                    ) {
+                        (Cell::Value(text), Some(o)) => Cell::Rated(text, o),
+                        (c, _) => c,
+                    }
+                })
                 .collect();
             (scenario_label(scenario, *k), cells)
         })
@@ -153,13 +215,29 @@ mod tests {
             ]
         );
         let fault = &m.table.rows[2].1;
-        assert_eq!(fault[0], Cell::Value("p99 ×2.00, SLO 90.0%, 2/2 serving".into()));
+        assert_eq!(
+            fault[0],
+            Cell::Rated("p99 ×2.00, SLO 90.0%, 2/2 serving".into(), Outcome::Degraded)
+        );
         assert_eq!(
             fault[1],
-            Cell::Value("victim failed (exit 5), p99 ×1.01, SLO 100.0%, 0/2 serving".into())
+            Cell::Rated(
+                "victim failed (exit 5), p99 ×1.01, SLO 100.0%, 0/2 serving".into(),
+                Outcome::Failed
+            )
         );
         assert_eq!(fault[2], Cell::Status(CellStatus::Unavailable, 1));
         assert_eq!(m.notes, [(1, "MIG — unavailable: MIG mode is Disabled".to_string())]);
+        let mut fine = rec(Strategy::Mig, "noisy-neighbour", 1);
+        fine.slo_attainment = Some(0.995);
+        assert_eq!(outcome(&fine), Some(Outcome::Protected));
+        fine.slo_attainment = None;
+        fine.p99_inflation = Some(1.6);
+        assert_eq!(
+            outcome(&fine),
+            Some(Outcome::Degraded),
+            "no target: the p99 over alone decides"
+        );
         // MPS had no 3-aggressor trial: not run, not invented.
         assert_eq!(m.table.rows[1].1[1], Cell::Missing);
     }

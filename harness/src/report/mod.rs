@@ -169,14 +169,14 @@ impl RunData {
         self.run.plan.arms()
     }
 
-    /// Pod counts, largest first (the reference study's column order); a capacity
-    /// run's are the counts its search measured.
-    pub fn pods_desc(&self) -> Vec<u32> {
+    /// Pod counts, fewest first: the order of every table's columns and every chart's
+    /// axis; a capacity run's are the counts its search measured.
+    pub fn pods_order(&self) -> Vec<u32> {
         let mut p = self.run.plan.pods.clone();
         if self.run.kind.capacity().is_some() {
             p.retain(|n| self.cells.iter().any(|c| c.pods == *n));
         }
-        p.sort_unstable_by(|a, b| b.cmp(a));
+        p.sort_unstable();
         p
     }
 

@@ -1,5 +1,5 @@
 //! The tables of a report: one metric each, rows strategies, columns pod counts from
-//! the most to one (the reference study's layout), cells that did not measure shown by
+//! one up (the charts' order), cells that did not measure shown by
 //! their status with the reason in a numbered note.
 
 use std::fmt::Write;
@@ -158,6 +158,11 @@ pub const METRICS: [Metric; 17] = [
 pub enum Cell {
     /// A number, formatted.
     Value(String),
+    /// A number built on a cell to read with care (unsettled, a pod that could not keep
+    /// up): the number and the note that says why.
+    Flagged(String, usize),
+    /// A trial's outcome in words, coloured by what became of the victim.
+    Rated(String, super::isolation_matrix::Outcome),
     /// Not measured: the status and the number of its note.
     Status(CellStatus, usize),
     /// Measured, but this metric has no value (e.g. no telemetry).
@@ -175,7 +180,7 @@ pub struct Table {
     pub unit: String,
     /// The heading of the row names' column ("Strategy").
     pub corner: String,
-    /// Column headings ("7 pods" …).
+    /// Column headings ("1 pod", "3 pods" …).
     pub columns: Vec<String>,
     /// (strategy title, cells).
     pub rows: Vec<(String, Vec<Cell>)>,
@@ -237,7 +242,7 @@ pub const INTERVAL_READING: &str = "Time-slicing (default), (short), (medium) an
 
 /// Builds every table (pure).
 pub fn all(data: &RunData) -> Tables {
-    let pods = data.pods_desc();
+    let pods = data.pods_order();
     let mut notes: Vec<(usize, String)> = Vec::new();
     // Notes are numbered by first appearance; the reason alone (without the cell) is
     // what repeats, e.g. one MIG reason for four cells.
@@ -249,6 +254,32 @@ pub fn all(data: &RunData) -> Tables {
             {
                 let n = note_number(&mut notes, format!("{} — {}: {}", s.title(), a.status, a.note));
                 cell_notes.insert((s, p), n);
+            }
+        }
+    }
+    // Measured cells to read with care: every number built on them carries the note.
+    let mut flag_notes = std::collections::HashMap::new();
+    for s in data.arms() {
+        for &p in &pods {
+            let repeats = data.repeats(s, p);
+            let several = repeats.len() > 1;
+            let flags: Vec<String> = repeats
+                .iter()
+                .filter(|r| r.status == CellStatus::Ok)
+                .flat_map(|r| {
+                    r.flags()
+                        .into_iter()
+                        .map(move |f| if several { format!("{f} (pass {})", r.repeat) } else { f })
+                })
+                .collect();
+            if !flags.is_empty() {
+                let text = format!(
+                    "{} at {p} pod{} — read with care: {}",
+                    s.title(),
+                    if p == 1 { "" } else { "s" },
+                    flags.join("; ")
+                );
+                flag_notes.insert((s, p), note_number(&mut notes, text));
             }
         }
     }
@@ -296,12 +327,16 @@ pub fn all(data: &RunData) -> Tables {
                             Some(a) => match (m.value)(&a) {
                                 Some(v) if v.is_finite() => {
                                     let half = data.interval(s, p, m.value).and_then(|i| i.half_width);
-                                    Cell::Value(match half {
+                                    let text = match half {
                                         Some(h) if h.is_finite() => {
                                             format!("{v:.prec$} ± {h:.prec$}", prec = m.decimals)
                                         }
                                         _ => format!("{v:.prec$}", prec = m.decimals),
-                                    })
+                                    };
+                                    match flag_notes.get(&(s, p)) {
+                                        Some(&n) => Cell::Flagged(text, n),
+                                        None => Cell::Value(text),
+                                    }
                                 }
                                 _ => Cell::Empty,
                             },
@@ -386,6 +421,17 @@ pub fn markdown(data: &RunData, t: &Tables) -> String {
         data.run.started_at,
         data.run.finished_at.as_deref().unwrap_or("unfinished")
     );
+    let answer = super::verdict::lines(data);
+    if !answer.is_empty() {
+        let _ = writeln!(out, "## The answer\n");
+        for line in &answer {
+            let _ = writeln!(out, "- {}", md_text(line));
+        }
+        out.push('\n');
+    }
+    if let Some(line) = super::verdict::unavailable_line(data) {
+        let _ = writeln!(out, "{}\n", md_text(&line));
+    }
     let tag = data.short_label().map(|l| format!(" — {l}")).unwrap_or_default();
     for table in &t.tables {
         let _ = writeln!(out, "## {} ({}){tag}\n", table.title, table.unit);
@@ -396,6 +442,8 @@ pub fn markdown(data: &RunData, t: &Tables) -> String {
                 .iter()
                 .map(|c| match c {
                     Cell::Value(v) => v.clone(),
+                    Cell::Flagged(v, n) => format!("{v} ⚑[{n}]"),
+                    Cell::Rated(v, o) => format!("**{}**: {v}", o.word()),
                     Cell::Status(s, n) => format!("{s} [{n}]"),
                     Cell::Empty => "–".into(),
                     Cell::Missing => "not run".into(),

@@ -1,6 +1,9 @@
-//! The answer a sweep's report opens with (pure): at the largest pod count that two or
-//! more strategies measured, which serves the most and which keeps the tail lowest, each
-//! number with its noise, and the strategies that could not run in one line.
+//! The answer a report opens with (pure). A sweep: at the largest pod count that two or
+//! more strategies measured, which serves the most, which keeps the tail lowest and which
+//! shares most evenly, each number with its noise and the cells to read with care. An
+//! isolation run: under which strategy the victim was protected in how many scenarios. A
+//! capacity run: how many pods each strategy fits at the SLO. The strategies that could
+//! not run, in one line.
 
 use super::RunData;
 use crate::config::plan::RunKind;
@@ -16,14 +19,34 @@ struct Measured {
     throughput_spread: Option<f64>,
     p99: Option<f64>,
     resolution: Option<f64>,
+    fairness: Option<f64>,
+    /// What to read with care in this cell (empty: nothing).
+    flags: Vec<String>,
 }
 
-/// The report's first lines for a sweep (empty for an isolation or capacity run, and for
-/// a sweep where fewer than two strategies measured one pod count).
-pub fn lines(data: &RunData) -> Vec<String> {
-    if data.run.kind != RunKind::Sweep {
-        return Vec::new();
+impl Measured {
+    /// Its name, marked when its numbers are to be read with care.
+    fn label(&self) -> String {
+        if self.flags.is_empty() {
+            self.name.clone()
+        } else {
+            format!("{} ⚑", self.name)
+        }
     }
+}
+
+/// The report's first lines: the answer to the question the run's kind asks (empty when
+/// the run holds too little to compare).
+pub fn lines(data: &RunData) -> Vec<String> {
+    match &data.run.kind {
+        RunKind::Sweep => sweep_lines(data),
+        RunKind::Isolation(_) => isolation_lines(data),
+        RunKind::Capacity(_) => capacity_lines(data).into_iter().collect(),
+    }
+}
+
+/// A sweep's answer, at the largest pod count that two or more strategies measured.
+fn sweep_lines(data: &RunData) -> Vec<String> {
     let arms = data.arms();
     let Some((pods, cells)) = data
         .run
@@ -42,7 +65,136 @@ pub fn lines(data: &RunData) -> Vec<String> {
     if let Some(line) = p99_line(&pods_text, cells.iter().filter(|c| c.p99.is_some()).collect()) {
         out.push(line);
     }
+    if let Some(line) = fairness_line(&pods_text, cells.iter().filter(|c| c.fairness.is_some()).collect()) {
+        out.push(line);
+    }
+    let care: Vec<String> = cells
+        .iter()
+        .filter(|c| !c.flags.is_empty())
+        .map(|c| format!("{} ({})", c.name, c.flags.join("; ")))
+        .collect();
+    if !care.is_empty() {
+        out.push(format!(
+            "⚑ Read with care at {pods_text}: {}. The numbers above include them; the tables flag every number built on them.",
+            care.join("; ")
+        ));
+    }
     out
+}
+
+/// "Fairness at 7 pods (Jain's index over the pods, 1 = equal shares): …", most even first.
+fn fairness_line(pods: &str, mut cells: Vec<&Measured>) -> Option<String> {
+    if cells.len() < 2 {
+        return None;
+    }
+    cells.sort_by(|a, b| b.fairness.unwrap_or(0.0).total_cmp(&a.fairness.unwrap_or(0.0)));
+    let parts: Vec<String> = cells
+        .iter()
+        .filter_map(|c| Some(format!("{} {:.3}", c.label(), c.fairness?)))
+        .collect();
+    Some(format!(
+        "Fairness at {pods}, most even first (Jain's index over the requested pods, 1 = equal shares): {}.",
+        parts.join("; ")
+    ))
+}
+
+/// An isolation run's answer: per strategy, in how many scenarios the victim was
+/// protected, and which ones degraded or failed it; most protective first.
+fn isolation_lines(data: &RunData) -> Vec<String> {
+    use super::isolation_matrix::{Outcome, outcome};
+    let mut per: Vec<(String, usize, usize, String)> = Vec::new();
+    for s in data.strategies() {
+        let (mut protected, mut total, mut degraded) = (0, 0, 0);
+        let mut failed = Vec::new();
+        for r in data
+            .isolation
+            .iter()
+            .filter(|r| r.strategy == s && r.scenario != "alone")
+        {
+            let Some(o) = outcome(r) else { continue };
+            total += 1;
+            match o {
+                Outcome::Protected => protected += 1,
+                Outcome::Degraded => degraded += 1,
+                Outcome::Failed => failed.push(crate::isolation::plan::scenario_label(&r.scenario, r.aggressors)),
+            }
+        }
+        let mut harmed = Vec::new();
+        if !failed.is_empty() {
+            harmed.push(format!("failed: {}", failed.join(", ")));
+        }
+        if degraded > 0 {
+            harmed.push(format!("degraded in {degraded}"));
+        }
+        if s == crate::domain::Strategy::Exclusive {
+            harmed.push("the reference: its aggressors stay pending".into());
+        }
+        if total > 0 {
+            per.push((s.title().to_string(), protected, total, harmed.join("; ")));
+        }
+    }
+    if per.is_empty() {
+        return Vec::new();
+    }
+    per.sort_by(|a, b| (b.1 * a.2).cmp(&(a.1 * b.2)));
+    let parts: Vec<String> = per
+        .iter()
+        .map(|(name, protected, total, harmed)| {
+            let rest = if harmed.is_empty() {
+                String::new()
+            } else {
+                format!(" ({harmed})")
+            };
+            format!("{name} {protected} of {total}{rest}")
+        })
+        .collect();
+    vec![format!(
+        "Scenarios in which the victim was protected, most first: {}. (Protected: it served with at least {:.0}% of its inferences within its latency target; the matrix below colours each trial.)",
+        parts.join("; "),
+        super::isolation_matrix::PROTECTED_ATTAINMENT * 100.0
+    )]
+}
+
+/// A capacity run's answer: the pods each strategy fits at the run's load and SLOs,
+/// most first.
+fn capacity_lines(data: &RunData) -> Option<String> {
+    let mut recs: Vec<_> = crate::capacity::record::records(&data.run, &data.cells)
+        .into_iter()
+        .filter(|r| r.pods_fit.is_some())
+        .collect();
+    let first = recs.first()?;
+    let (slos, rate) = (first.slos.clone(), first.offered_per_pod);
+    recs.sort_by_key(|r| std::cmp::Reverse(r.pods_fit));
+    let parts: Vec<String> = recs
+        .iter()
+        .map(|r| {
+            let fits = r.pods_fit.unwrap_or(0);
+            let open = if r.finished || r.first_miss_pods.is_some() {
+                ""
+            } else {
+                "≥ "
+            };
+            format!("{} {open}{fits}", r.arm().title())
+        })
+        .collect();
+    let bound = recs.iter().filter_map(|r| r.slo_attainment_bound).reduce(f64::max);
+    Some(format!(
+        "Pods per GPU that meet {slos}{}, most first: {}. ({}; one measurement per count.)",
+        rate.map_or(String::new(), |r| format!(" at {} requests/s each", rate_text(r))),
+        parts.join("; "),
+        match bound {
+            Some(b) => format!("attainments read within ±{:.2}%", b * 100.0),
+            None => "no attainment bound recorded".to_string(),
+        }
+    ))
+}
+
+fn rate_text(r: f64) -> String {
+    if r >= 100.0 || r.fract() == 0.0 {
+        rate(r)
+    } else {
+        format!("{r:.2}")
+    }
 }
 
 /// "Throughput at 7 pods: MPS 1,050 inferences/s; Time-slicing 870 (−17%); …", with
@@ -54,10 +206,10 @@ fn throughput_line(pods: &str, mut cells: Vec<&Measured>) -> String {
         .iter()
         .enumerate()
         .map(|(i, c)| match i {
-            0 => format!("{} {} inferences/s", c.name, rate(c.throughput)),
+            0 => format!("{} {} inferences/s", c.label(), rate(c.throughput)),
             _ => format!(
                 "{} {} ({})",
-                c.name,
+                c.label(),
                 rate(c.throughput),
                 percent(c.throughput / best - 1.0)
             ),
@@ -86,8 +238,8 @@ fn p99_line(pods: &str, mut cells: Vec<&Measured>) -> Option<String> {
         .filter_map(|(i, c)| {
             let v = c.p99?;
             Some(match i {
-                0 => format!("{} {:.2} ms", c.name, v * 1e3),
-                _ => format!("{} {:.2} ms ({})", c.name, v * 1e3, percent(v / best - 1.0)),
+                0 => format!("{} {:.2} ms", c.label(), v * 1e3),
+                _ => format!("{} {:.2} ms ({})", c.label(), v * 1e3, percent(v / best - 1.0)),
             })
         })
         .collect();
@@ -118,6 +270,13 @@ fn measured(data: &RunData, arms: &[Arm], pods: u32) -> Vec<Measured> {
                 Some(ran) => format!("{} ({})", arm.title(), ran.trim()),
                 None => arm.title(),
             };
+            let flags = data
+                .repeats(arm, pods)
+                .iter()
+                .flat_map(|r| r.flags())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
             Some(Measured {
                 name,
                 throughput,
@@ -125,6 +284,8 @@ fn measured(data: &RunData, arms: &[Arm], pods: u32) -> Vec<Measured> {
                 throughput_spread: agg.throughput_spread,
                 p99: agg.p99_s,
                 resolution: agg.quantile_resolution,
+                fairness: agg.fairness,
+                flags,
             })
         })
         .collect()
@@ -194,7 +355,7 @@ mod tests {
     #[test]
     fn a_sweep_opens_with_throughput_and_p99_at_its_largest_count() {
         let lines = lines(&fixture("h100-run"));
-        assert_eq!(lines.len(), 2, "{lines:#?}");
+        assert_eq!(lines.len(), 3, "{lines:#?}");
         assert!(
             lines[0].starts_with("Throughput at 7 pods, most first: "),
             "{}",
@@ -218,7 +379,43 @@ mod tests {
         assert_eq!(rate(1050.4), "1,050");
         assert_eq!(rate(87.46), "87.5");
         assert_eq!(percent(-0.171), "−17%");
-        // An isolation run answers with its matrix instead.
-        assert!(super::lines(&fixture("h100-isolation")).is_empty());
+        assert_eq!(
+            lines[2],
+            "Fairness at 7 pods, most even first (Jain's index over the requested pods, 1 = equal shares): Time-slicing 1.000; MPS 1.000; Exclusive (1 of 7 pods ran) 0.143."
+        );
+        // A cell whose windows did not settle is marked, and said why.
+        let mut data = fixture("h100-run");
+        for c in data.cells.iter_mut().filter(|c| c.is_aggregate() && c.pods == 7) {
+            if c.strategy == crate::domain::Strategy::Mps {
+                c.note = "did not settle within 30 s".into();
+                c.throughput_spread = Some(0.59);
+            }
+        }
+        let flagged = super::lines(&data);
+        assert!(
+            flagged[0].starts_with("Throughput at 7 pods, most first: MPS ⚑ 618"),
+            "{}",
+            flagged[0]
+        );
+        assert_eq!(
+            flagged[3],
+            "⚑ Read with care at 7 pods: MPS (unsettled: windows differ by 59%). The numbers above include them; the tables flag every number built on them."
+        );
+    }
+
+    #[test]
+    fn isolation_and_capacity_runs_answer_their_own_question() {
+        assert_eq!(
+            lines(&fixture("h100-isolation")),
+            [
+                "Scenarios in which the victim was protected, most first: Exclusive 6 of 6 (the reference: its aggressors stay pending); Time-slicing 0 of 6 (failed: memory pressure; degraded in 5); MPS 0 of 6 (failed: fault; degraded in 5). (Protected: it served with at least 99% of its inferences within its latency target; the matrix below colours each trial.)"
+            ]
+        );
+        assert_eq!(
+            lines(&fixture("runs/20261123-h100-capacity-again")),
+            [
+                "Pods per GPU that meet p99=25ms at 125 requests/s each, most first: Time-slicing 3; MPS 2. (attainments read within ±0.15%; one measurement per count.)"
+            ]
+        );
     }
 }

@@ -160,6 +160,27 @@ fn first_repeat() -> u32 {
 }
 
 impl CellRecord {
+    /// What a reader must know before trusting a measured cell's numbers, in a few words:
+    /// its windows did not settle (by how much they differ), or a pod could not keep up
+    /// with its offered load. Empty for a clean cell.
+    pub fn flags(&self) -> Vec<String> {
+        let mut flags = Vec::new();
+        if self.note.contains("did not settle") {
+            let spread = [self.mean_spread, self.throughput_spread]
+                .into_iter()
+                .flatten()
+                .fold(0.0_f64, f64::max);
+            flags.push(format!("unsettled: windows differ by {:.0}%", spread * 100.0));
+        }
+        if self.note.contains("could not keep up") {
+            flags.push("a pod could not keep up with its load".to_string());
+        }
+        if self.note.contains("left out of the cell's quantiles") {
+            flags.push("a pod's histogram left out of the quantiles".to_string());
+        }
+        flags
+    }
+
     /// A row that names its cell and pod and holds no measurement (every number empty,
     /// labels empty): what a sweep fills in, and the CSV header's probe.
     pub fn unmeasured(

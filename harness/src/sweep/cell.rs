@@ -194,28 +194,10 @@ pub fn cell_summary(rows: &[CellRecord]) -> String {
             agg.p99_s.unwrap_or(f64::NAN) * 1e3,
             tput,
             agg.fairness.map_or("-".into(), |f| format!("{f:.3}")),
-            cell_flags(agg).iter().map(|f| format!("  [{f}]")).collect::<String>()
+            agg.flags().iter().map(|f| format!("  [{f}]")).collect::<String>()
         ),
         (status, _, _) => format!("{head}  {status}: {}", agg.note),
     }
-}
-
-/// What a reader must know before trusting a measured cell's numbers, in a few words:
-/// its windows did not settle (by how much they differ), or a pod could not keep up
-/// with its offered load. Empty for a clean cell.
-pub fn cell_flags(agg: &CellRecord) -> Vec<String> {
-    let mut flags = Vec::new();
-    if agg.note.contains("did not settle") {
-        let spread = [agg.mean_spread, agg.throughput_spread]
-            .into_iter()
-            .flatten()
-            .fold(0.0_f64, f64::max);
-        flags.push(format!("unsettled: windows differ by {:.0}%", spread * 100.0));
-    }
-    if agg.note.contains("could not keep up") {
-        flags.push("a pod could not keep up with its load".to_string());
-    }
-    flags
 }
 
 /// Everything a cell's measurement produced, before it becomes rows.
