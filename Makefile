@@ -93,6 +93,7 @@ test: deps lint ## lint, unit and integration tests (no GPU, no cluster): what C
 	$(TEST_ENV) $(CARGO) test --workspace --locked
 	$(TEST_ENV) actionlint .github/workflows/*.yml
 	$(MAKE) --no-print-directory validate-manifests
+	$(MAKE) --no-print-directory validate-chart
 
 .PHONY: soak
 soak: deps ## (long, not in CI) 100 CPU sweeps hit by a random signal at a random moment, then resumed
@@ -100,12 +101,36 @@ soak: deps ## (long, not in CI) 100 CPU sweeps hit by a random signal at a rando
 	$(TEST_ENV) $(CARGO) test --locked -p gpushare-bench --test soak -- --ignored --nocapture
 
 .PHONY: validate-manifests
-validate-manifests: deps ## manifests/ against the Kubernetes 1.33 and 1.34 schemas (kubernetes-validate); overlays/dra (resource.k8s.io/v1) against 1.34 only
+validate-manifests: deps ## manifests/ (but the Helm chart: validate-chart) against the Kubernetes 1.33 and 1.34 schemas (kubernetes-validate); overlays/dra (resource.k8s.io/v1) against 1.34 only
 	for v in 1.33.0 1.34.0; do \
 	  skip=$$([ $$v = 1.33.0 ] && echo manifests/overlays/dra || echo none); \
 	  PYTHONPATH=$(DEPS)/kv $(DEPS)/kv/bin/kubernetes-validate --kubernetes-version $$v --strict --quiet \
-	    $$(find manifests -name '*.yaml' ! -name kustomization.yaml ! -path "$$skip/*" | sort) || exit 1; \
+	    $$(find manifests -name '*.yaml' ! -name kustomization.yaml ! -path "$$skip/*" ! -path 'manifests/chart/*' | sort) || exit 1; \
 	done
+
+CHART := manifests/chart/gpushare-bench
+# The value sets validate-chart renders (helm --set), one word each.
+CHART_VALUE_SETS := node=gpu-node-1 \
+	node=gpu-node-1,dra.enabled=true,sharingApi=dra \
+	node=gpu-node-1,results.persistence.existingClaim=x,results.reader.enabled=false \
+	node=gpu-node-1,run.command=isolation
+
+.PHONY: validate-chart
+validate-chart: deps ## the Helm chart: helm lint --strict and helm template of each value set against the Kubernetes 1.33 and 1.34 schemas; without node it must fail
+	out=$$(mktemp -d); trap 'rm -rf "$$out"' EXIT; \
+	for set in $(CHART_VALUE_SETS); do \
+	  $(DEPS)/bin/helm lint --strict --quiet $(CHART) --set $$set; \
+	  $(DEPS)/bin/helm template gpushare-bench $(CHART) -n gpushare-bench --set $$set > $$out/chart.yaml; \
+	  for v in 1.33.0 1.34.0; do \
+	    PYTHONPATH=$(DEPS)/kv $(DEPS)/kv/bin/kubernetes-validate --kubernetes-version $$v --strict --quiet $$out/chart.yaml \
+	      || { echo "validate-chart: --set $$set fails on Kubernetes $$v" >&2; exit 1; }; \
+	  done; \
+	done
+	@if err=$$($(DEPS)/bin/helm template gpushare-bench $(CHART) -n gpushare-bench 2>&1); then \
+	  echo "validate-chart: helm template without node succeeded" >&2; exit 1; \
+	elif ! grep -q 'node is required' <<<"$$err"; then \
+	  echo "validate-chart: helm template without node failed without naming node: $$err" >&2; exit 1; \
+	fi; echo "validate-chart: without node: $$(head -n 1 <<<"$${err#Error: }")"
 
 .PHONY: manifests
 manifests: ## regenerate manifests/ from the harness's objects

@@ -107,3 +107,32 @@ if [ "$(cat "$prom_bin/.stamp" 2>/dev/null)" != "$prom_stamp" ]; then
   echo "$prom_stamp" > "$prom_bin/.stamp"
   echo "deps: Prometheus built in $(( $(date +%s) - start )) s"
 fi
+
+# Helm's command line, for `make validate-chart` and the chart test (harness/tests/chart.rs),
+# from its Go module (harness/k8s-sim/helm, pinned by its go.mod and go.sum) into
+# $DEPS/helm/bin. Version and default Kubernetes version set as Helm's own Makefile does
+# (helm v3.22.0 Makefile `LDFLAGS`); without them `helm version` says v3.22 and
+# `helm template` assumes Kubernetes 1.20.
+helm_src=harness/k8s-sim/helm
+helm_bin="$PWD/$DEPS/helm/bin"
+mod_version() { # mod_version MODULE: its version in $helm_src/go.mod (require line or block)
+  awk -v m="$1" '{ sub(/^require[ \t]+/, "") } $1 == m { print $2; exit }' "$helm_src/go.mod"
+}
+helm_version=$(mod_version helm.sh/helm/v3)
+# Helm's Makefile: client-go v0.X.Y is Kubernetes 1.X.
+helm_k8s_minor=$(mod_version k8s.io/client-go | cut -d. -f2)
+helm_ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+  helm_ldflags="$helm_ldflags -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$helm_k8s_minor"
+done
+helm_stamp=$( (cd "$helm_src" && cat go.mod go.sum tools.go; go version; echo "$helm_ldflags") | sha256sum | cut -c1-16)
+if [ "$(cat "$helm_bin/.stamp" 2>/dev/null)" != "$helm_stamp" ]; then
+  echo "deps: building Helm $helm_version from its Go module into $DEPS/helm/bin (a cold build takes several minutes)"
+  mkdir -p "$helm_bin"
+  start=$(date +%s)
+  (cd "$helm_src" && CGO_ENABLED=0 go build -mod=readonly -buildvcs=false -trimpath -ldflags="$helm_ldflags" \
+    -o "$helm_bin/helm" helm.sh/helm/v3/cmd/helm)
+  echo "$helm_stamp" > "$helm_bin/.stamp"
+  echo "deps: Helm built in $(( $(date +%s) - start )) s"
+fi
+ln -sf ../helm/bin/helm "$DEPS/bin/helm"

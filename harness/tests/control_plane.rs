@@ -340,4 +340,43 @@ async fn deleting_an_overlay_removes_only_what_the_overlay_made() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+
+    // The Helm chart's objects, for a release in a namespace of their own, as this API
+    // server admits them (its schemas, defaulting and validation, with the PodMonitor CRD
+    // installed): a server-side dry run creates nothing.
+    let helm = manifests.join("../.deps/bin/helm");
+    assert!(helm.is_file(), "{} is missing: run `make deps`", helm.display());
+    ok(&cp.kubectl(&["create", "namespace", "bench-chart"]), "create namespace");
+    let rendered = std::process::Command::new(&helm)
+        .args([
+            "template",
+            "bench",
+            "-n",
+            "bench-chart",
+            "--set",
+            "node=gpu-node-1",
+            "--set",
+        ])
+        .arg("dra.enabled=true,sharingApi=dra,dcgmScrapeRole=false")
+        .arg(manifests.join("chart/gpushare-bench"))
+        .output()
+        .expect("helm template");
+    let chart = ok(&rendered, "helm template");
+    let file = dir.path().join("chart.yaml");
+    std::fs::write(&file, &chart).expect("write");
+    let applied = ok(
+        &cp.kubectl(&["apply", "--dry-run=server", "-f", &file.to_string_lossy()]),
+        "kubectl apply --dry-run=server the chart",
+    );
+    for object in [
+        "serviceaccount/bench-gpushare-bench",
+        "persistentvolumeclaim/bench-gpushare-bench-results",
+        "job.batch/bench-gpushare-bench",
+        "pod/bench-gpushare-bench-results",
+        "role.rbac.authorization.k8s.io/bench-gpushare-bench-dra-driver",
+        "podmonitor.monitoring.coreos.com/",
+        "networkpolicy.networking.k8s.io/",
+    ] {
+        assert!(applied.contains(object), "{object} not admitted: {applied}");
+    }
 }

@@ -83,7 +83,9 @@ pub fn files(image: &str, node: &str) -> Vec<(String, String)> {
         (
             "base/harness-job.yaml".into(),
             yaml(&[
+                objects::results_claim(NAMESPACE),
                 objects::harness_job(NAMESPACE, image, node),
+                objects::results_reader(NAMESPACE, image),
                 objects::prometheus_ingress_policy(NAMESPACE, MONITORING),
             ]),
         ),

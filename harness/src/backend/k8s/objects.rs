@@ -648,8 +648,53 @@ pub fn dra_rbac(ns: &str, driver_ns: &str) -> Vec<Value> {
     ]
 }
 
-/// The harness as an in-cluster Job (results land in an emptyDir; copy them out with
-/// `kubectl cp` before the pod is deleted, or mount a volume).
+/// The claim the in-cluster harness writes its runs to: they outlive the Job's pod.
+pub const RESULTS_CLAIM: &str = "gpushare-bench-results";
+
+/// The results claim of the in-cluster Job (1 GiB, the cluster's default storage class).
+pub fn results_claim(ns: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": { "name": RESULTS_CLAIM, "namespace": ns },
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": { "requests": { "storage": "1Gi" } }
+        }
+    })
+}
+
+/// A pod that holds the results claim read-only, to copy the runs out:
+/// `kubectl cp NS/gpushare-bench-results:/results ./gpushare-results`. It runs beside the
+/// Job's pod (a ReadWriteOnce claim attaches to one node).
+pub fn results_reader(ns: &str, image: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": { "name": RESULTS_CLAIM, "namespace": ns, "labels": { APP_LABEL: "gpushare-bench-results" } },
+        "spec": {
+            "securityContext": { "runAsNonRoot": true, "runAsUser": 10001, "fsGroup": 10001 },
+            "affinity": { "podAffinity": { "preferredDuringSchedulingIgnoredDuringExecution": [{
+                "weight": 100,
+                "podAffinityTerm": {
+                    "labelSelector": { "matchLabels": { APP_LABEL: HARNESS_APP } },
+                    "topologyKey": "kubernetes.io/hostname"
+                }
+            }]}},
+            "containers": [{
+                "name": "results",
+                "image": image,
+                "command": ["sleep", "infinity"],
+                "volumeMounts": [{ "name": "results", "mountPath": "/results", "readOnly": true }],
+                "securityContext": { "allowPrivilegeEscalation": false, "capabilities": { "drop": ["ALL"] } }
+            }],
+            "volumes": [{ "name": "results", "persistentVolumeClaim": { "claimName": RESULTS_CLAIM, "readOnly": true } }]
+        }
+    })
+}
+
+/// The harness as an in-cluster Job; its runs land on the results claim
+/// ([`results_claim`]), read through [`results_reader`].
 pub fn harness_job(ns: &str, image: &str, node: &str) -> Value {
     json!({
         "apiVersion": "batch/v1",
@@ -662,7 +707,7 @@ pub fn harness_job(ns: &str, image: &str, node: &str) -> Value {
                 "spec": {
                     "serviceAccountName": "gpushare-bench",
                     "restartPolicy": "Never",
-                    "securityContext": { "runAsNonRoot": true, "runAsUser": 10001 },
+                    "securityContext": { "runAsNonRoot": true, "runAsUser": 10001, "fsGroup": 10001 },
                     "containers": [{
                         "name": "gpushare-bench",
                         "image": image,
@@ -673,7 +718,7 @@ pub fn harness_job(ns: &str, image: &str, node: &str) -> Value {
                         "volumeMounts": [{ "name": "results", "mountPath": "/results" }],
                         "securityContext": { "allowPrivilegeEscalation": false, "capabilities": { "drop": ["ALL"] } }
                     }],
-                    "volumes": [{ "name": "results", "emptyDir": {} }]
+                    "volumes": [{ "name": "results", "persistentVolumeClaim": { "claimName": RESULTS_CLAIM } }]
                 }
             }
         }
