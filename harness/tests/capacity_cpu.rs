@@ -119,7 +119,14 @@ fn a_search_measures_upwards_until_a_miss_and_reports_the_capacity() {
     // The report leads with the capacity table and the knee chart.
     let reports = common::report(BENCH, &dir, &out.path().join("reports"));
     let md = std::fs::read_to_string(reports.join("summary.md")).expect("summary.md");
-    let first_table = md.lines().find(|l| l.starts_with("## ")).unwrap_or_default();
+    let first_table = md
+        .lines()
+        .find(|l| l.starts_with("## ") && *l != "## The answer")
+        .unwrap_or_default();
+    assert!(
+        md.contains("## The answer\n\n- Pods per GPU that meet p99=5s at 20 requests/s each"),
+        "{md}"
+    );
     assert!(
         first_table.starts_with("## Capacity: pods per GPU at 20 requests/s per pod, p99=5s"),
         "{first_table}"
@@ -144,7 +151,7 @@ fn a_search_measures_upwards_until_a_miss_and_reports_the_capacity() {
     assert!(
         text.lines()
             .nth(1)
-            .is_some_and(|l| l.contains("time-slicing,20.0,p99=5s,2,2,40.0")),
+            .is_some_and(|l| l.contains("time-slicing,20,p99=5s,2,2,40,")),
         "{text}"
     );
 }

@@ -54,11 +54,54 @@ fn csv_and_markdown_match_their_golden_files() {
     let header: Vec<String> = reader.headers().expect("header").iter().map(str::to_string).collect();
     assert_eq!(&header[..6], &["run_id", "strategy", "pods", "repeat", "pod", "status"]);
     let rows: Vec<csv::StringRecord> = reader.records().collect::<Result<_, _>>().expect("rows");
-    assert_eq!(rows.len(), 64);
-    let tput = header.iter().position(|h| h == "throughput_per_s").expect("column");
+    assert_eq!(rows.len(), 16, "one row per cell: its totals");
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| h == name)
+            .unwrap_or_else(|| panic!("no column {name}"))
+    };
+    let (tput, util, gpu) = (col("throughput_per_s"), col("gpu_util"), col("gpu_name"));
+    assert!(
+        !header.iter().any(|h| h.ends_with("_pct")),
+        "shares are fractions: {header:?}"
+    );
     for r in &rows {
         let v = &r[tput];
         assert!(v.is_empty() || v.parse::<f64>().is_ok(), "not a plain number: {v}");
+        let digits = v.chars().filter(char::is_ascii_digit).collect::<String>();
+        assert!(
+            digits.trim_start_matches('0').len() <= 4,
+            "{v}: rounded to four significant digits"
+        );
+        assert!(r[util].is_empty() || r[util].parse::<f64>().is_ok_and(|u| (0.0..=1.0).contains(&u)));
+        assert_eq!(&r[gpu], "NVIDIA H100 80GB HBM3");
+        assert_eq!(&r[4], "all");
+    }
+    // The pods' rows are their own file: their throughputs add up to the cell's.
+    let pods = export(&run, "pods");
+    golden("h100-run.pods.csv", &pods);
+    let mut reader = csv::Reader::from_reader(pods.as_bytes());
+    let pod_rows: Vec<csv::StringRecord> = reader.records().collect::<Result<_, _>>().expect("rows");
+    assert_eq!(
+        pod_rows.len(),
+        48,
+        "1 + 3 + 5 + 7 pods for each of 3 measured strategies (MIG: none)"
+    );
+    for cell in &rows {
+        let sum: f64 = pod_rows
+            .iter()
+            .filter(|p| p[1] == cell[1] && p[2] == cell[2])
+            .filter_map(|p| p[tput].parse::<f64>().ok())
+            .sum();
+        if let Ok(total) = cell[tput].parse::<f64>() {
+            assert!(
+                (sum - total).abs() <= total * 0.01,
+                "{} {}: pods {sum} vs cell {total}",
+                &cell[1],
+                &cell[2]
+            );
+        }
     }
     let json: serde_json::Value = serde_json::from_str(&export(&run, "json")).expect("json");
     assert_eq!(json["cells"].as_array().map(Vec::len), Some(64));

@@ -340,7 +340,7 @@ fn a_mistyped_command_line_keeps_claps_tip_and_valid_values() {
         (
             vec!["export", "--format", "xlsx", "runs/x"],
             "invalid value 'xlsx' for '--format <FORMAT>'",
-            "[possible values: csv, json, markdown, summary, capacity]",
+            "[possible values: csv, pods, json, markdown, summary, capacity]",
         ),
     ] {
         let out = Command::new(BENCH).args(&args).output().expect("run");

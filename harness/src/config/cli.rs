@@ -321,8 +321,11 @@ pub struct ReportArgs {
 /// Export formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ExportFormat {
-    /// One row per pod per cell plus aggregate rows (spreadsheet-ready).
+    /// One row per cell and repeat, the cells' totals (an isolation run: one per trial).
+    /// Shares are fractions, numbers rounded to four significant digits, with the GPU's name.
     Csv,
+    /// One row per pod of each cell and repeat (CSV, as csv).
+    Pods,
     /// {"run": run.json, "cells": [...]}.
     Json,
     /// The report's tables.
@@ -340,7 +343,7 @@ pub enum ExportFormat {
 pub struct ExportArgs {
     /// The run directory.
     pub run_dir: PathBuf,
-    /// csv, json, markdown, summary or capacity.
+    /// csv, pods, json, markdown, summary or capacity.
     #[arg(long, value_enum)]
     pub format: ExportFormat,
 }

@@ -237,7 +237,8 @@ pub struct Report {
     /// (file name, SVG) of each chart.
     pub charts: Vec<(String, String)>,
     /// (file name, CSV): summary.csv, one row per cell with repeats combined and their
-    /// intervals (a capacity run adds capacity.csv, one row per strategy); for an
+    /// intervals; cells.csv, one per cell and repeat; pods.csv, one per pod (a capacity
+    /// run adds capacity.csv, one row per strategy); for an
     /// isolation run isolation.csv, one row per trial.
     pub csv: Vec<(String, Vec<u8>)>,
 }
@@ -273,20 +274,33 @@ pub fn render(data: &RunData) -> Result<Report> {
     if data.run.kind.isolation().is_some() {
         let charts: Vec<(String, String)> = isolation::chart(data)?.into_iter().collect();
         let tables = run_tables(data);
+        let raw = isolation_csv(&data.isolation)?;
         return Ok(Report {
             html: html::page(data, &tables, &charts),
             markdown: tables::markdown(data, &tables),
             charts,
-            csv: vec![("isolation.csv".into(), isolation_csv(&data.isolation)?)],
+            csv: vec![(
+                "isolation.csv".into(),
+                export::tidy::tidy(&raw, &data.device_name(), "isolation.csv")?,
+            )],
         });
     }
     let mut charts = charts::all(data)?;
     let tables = run_tables(data);
-    let mut csv = vec![("summary.csv".into(), export::summary::csv(data)?)];
+    let gpu = data.device_name();
+    let mut csv = vec![
+        (
+            "summary.csv".into(),
+            export::tidy::tidy(&export::summary::csv(data)?, &gpu, "summary.csv")?,
+        ),
+        ("cells.csv".into(), export::cells(data)?),
+        ("pods.csv".into(), export::pods(data)?),
+    ];
     if data.run.kind.capacity().is_some() {
         charts.splice(0..0, capacity::chart(data)?);
         let records = crate::capacity::record::records(&data.run, &data.cells);
-        csv.push(("capacity.csv".into(), crate::capacity::record::csv(&records)?));
+        let raw = crate::capacity::record::csv(&records)?;
+        csv.push(("capacity.csv".into(), export::tidy::tidy(&raw, &gpu, "capacity.csv")?));
     }
     Ok(Report {
         html: html::page(data, &tables, &charts),

@@ -190,8 +190,10 @@ fn capacity_lines(data: &RunData) -> Option<String> {
 }
 
 fn rate_text(r: f64) -> String {
-    if r >= 100.0 || r.fract() == 0.0 {
+    if r >= 100.0 {
         rate(r)
+    } else if r.fract() == 0.0 {
+        format!("{r:.0}")
     } else {
         format!("{r:.2}")
     }

@@ -1,11 +1,14 @@
 //! Exports of a run: one [`Exporter`] per format, each a pure function from the run's
 //! records to bytes (snapshot-tested in `tests/report.rs`). CSV and JSON derive from the
-//! record structs; Markdown is the report's tables. A partial run (run.json's `state`
+//! record structs, the CSV through [`tidy`] (shares as fractions, numbers rounded to what
+//! they resolve, the GPU's name); per-cell and per-pod rows are separate formats, so a
+//! column's sum is never counted twice; Markdown is the report's tables. A partial run (run.json's `state`
 //! not `complete`) is marked: the Markdown opens with a PARTIAL RUN line and the JSON
 //! carries run.json, state included; CSV rows are the cells on disk, nothing more. An
 //! isolation run exports its trial records (CSV, JSON) and its matrix (Markdown).
 
 pub mod summary;
+pub mod tidy;
 
 use crate::config::cli::ExportFormat;
 use crate::error::{BenchError, Result};
@@ -20,7 +23,8 @@ pub trait Exporter {
     fn export(&self, data: &RunData) -> Result<Vec<u8>>;
 }
 
-/// One row per pod per cell plus aggregate rows (spreadsheet-ready).
+/// One row per cell and repeat: the cells' totals (spreadsheet-ready); an isolation
+/// run's trials.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Csv;
 
@@ -30,10 +34,43 @@ impl Exporter for Csv {
     }
     fn export(&self, data: &RunData) -> Result<Vec<u8>> {
         if data.run.kind.isolation().is_some() {
-            return crate::results::isolation::isolation_csv(&data.isolation);
+            let raw = crate::results::isolation::isolation_csv(&data.isolation)?;
+            return tidy::tidy(&raw, &data.device_name(), "isolation.csv");
         }
-        cells_csv(&data.cells)
+        cells(data)
     }
+}
+
+/// One row per pod of each cell and repeat (CSV).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Pods;
+
+impl Exporter for Pods {
+    fn name(&self) -> &'static str {
+        "pods"
+    }
+    fn export(&self, data: &RunData) -> Result<Vec<u8>> {
+        if data.run.kind.isolation().is_some() {
+            return Err(BenchError::flag(
+                "--format",
+                "pods",
+                "an isolation run has one victim per trial: its records are --format csv",
+            ));
+        }
+        pods(data)
+    }
+}
+
+/// cells.csv of a report: the aggregate rows, one per cell and repeat.
+pub fn cells(data: &RunData) -> Result<Vec<u8>> {
+    let rows: Vec<_> = data.cells.iter().filter(|c| c.is_aggregate()).cloned().collect();
+    tidy::tidy(&cells_csv(&rows)?, &data.device_name(), "cells.csv")
+}
+
+/// pods.csv of a report: the per-pod rows.
+pub fn pods(data: &RunData) -> Result<Vec<u8>> {
+    let rows: Vec<_> = data.cells.iter().filter(|c| !c.is_aggregate()).cloned().collect();
+    tidy::tidy(&cells_csv(&rows)?, &data.device_name(), "pods.csv")
 }
 
 /// `{"run": run.json, "cells": [...]}`, pretty-printed.
@@ -89,7 +126,7 @@ impl Exporter for Summary {
                 "an isolation run has no cells to summarise: its records are one row per trial already (--format csv)",
             ));
         }
-        summary::csv(data)
+        tidy::tidy(&summary::csv(data)?, &data.device_name(), "summary.csv")
     }
 }
 
@@ -109,7 +146,8 @@ impl Exporter for Capacity {
                 "not a capacity run: `gpushare-bench capacity` makes one",
             ));
         }
-        crate::capacity::record::csv(&crate::capacity::record::records(&data.run, &data.cells))
+        let raw = crate::capacity::record::csv(&crate::capacity::record::records(&data.run, &data.cells))?;
+        tidy::tidy(&raw, &data.device_name(), "capacity.csv")
     }
 }
 
@@ -117,6 +155,7 @@ impl Exporter for Capacity {
 pub fn for_format(format: ExportFormat) -> Box<dyn Exporter> {
     match format {
         ExportFormat::Csv => Box::new(Csv),
+        ExportFormat::Pods => Box::new(Pods),
         ExportFormat::Json => Box::new(Json),
         ExportFormat::Markdown => Box::new(Markdown),
         ExportFormat::Summary => Box::new(Summary),
