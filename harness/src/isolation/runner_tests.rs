@@ -177,7 +177,7 @@ async fn a_fault_next_door_is_recorded_per_strategy_against_the_victim_alone() {
     // The matrix reads it plainly.
     let m = crate::report::isolation_matrix::matrix(&records);
     let fault = &m.table.rows[0].1;
-    use crate::report::isolation_matrix::Outcome;
+    use crate::report::outcome::Outcome;
     assert!(
         matches!(&fault[1], crate::report::tables::Cell::Rated(v, Outcome::Failed) if v.starts_with("victim failed (exit 5)") && v.ends_with("0/2 serving")),
         "{fault:?}"

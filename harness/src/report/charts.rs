@@ -134,8 +134,8 @@ fn draw(data: &RunData, chart: LineChart<'_>) -> Result<Option<(String, String)>
         .series
         .iter()
         .flat_map(|(_, v)| v.iter().map(|p| p.1))
-        .chain(chart.bands.iter().flat_map(|(_, v)| v.iter().map(|p| p.2)))
-        .chain(chart.errors.iter().flat_map(|(_, v)| v.iter().map(|p| p.2)))
+        .chain(chart.bands.iter().flat_map(|(_, v)| v.iter().flat_map(|p| [p.1, p.2])))
+        .chain(chart.errors.iter().flat_map(|(_, v)| v.iter().flat_map(|p| [p.1, p.2])))
         .chain(chart.scatter.iter().flat_map(|(_, v)| v.iter().map(|p| p.1)))
         .filter(|v| v.is_finite())
         .collect();
@@ -146,6 +146,8 @@ fn draw(data: &RunData, chart: LineChart<'_>) -> Result<Option<(String, String)>
     let lo = points.iter().cloned().fold(f64::INFINITY, f64::min);
     // Values spanning more than ten times (a 500 ms cell beside 2 ms ones) would flatten
     // every other line on a linear axis.
+    // Every drawn value counts, band and error-bar ends included; one at or below zero
+    // keeps the axis linear.
     let log = lo > 0.0 && hi / lo > LOG_SPAN;
     // The counts the run measured (a capacity run's search stops early).
     let pods = data.pods_order();

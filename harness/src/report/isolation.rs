@@ -134,7 +134,7 @@ pub fn tables(data: &RunData) -> Tables {
             .collect(),
     };
     let mut reading = vec![
-        crate::report::isolation_matrix::Outcome::rule(),
+        crate::report::outcome::Outcome::rule(),
         format!(
             "Each trial runs one victim pod {} beside its aggressors, from the pods' readiness for {} s (the first {} s are a discarded warm-up); an aggressor grows, faults or is killed {} s after readiness. Inflation is the victim's p99 over its own p99 alone under the same strategy; the SLO is {}.",
             match (data.run.plan.own_server(), &data.run.plan.request) {

@@ -5,61 +5,9 @@
 
 use crate::domain::{CellStatus, Strategy};
 use crate::isolation::plan::scenario_label;
+use crate::report::outcome::outcome;
 use crate::report::tables::{Cell, Table, note_number};
 use crate::results::isolation::IsolationRecord;
-
-/// What became of the victim in one trial, as the matrix colours it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Outcome {
-    /// Served, with at least [`PROTECTED_ATTAINMENT`] of its inferences within the
-    /// latency target (without one: its p99 within [`PROTECTED_INFLATION`] of alone).
-    Protected,
-    /// Served, but slower than that.
-    Degraded,
-    /// Did not serve to the end (failed, out of memory, killed).
-    Failed,
-}
-
-/// The share of the victim's inferences within its target that counts as protected
-/// (the target: `--slo`, else 1.5 × its p99 alone).
-pub const PROTECTED_ATTAINMENT: f64 = 0.99;
-/// Without a target: the p99 over alone that counts as protected.
-pub const PROTECTED_INFLATION: f64 = 1.5;
-
-impl Outcome {
-    /// The word a reader sees beside the colour.
-    pub fn word(self) -> &'static str {
-        match self {
-            Outcome::Protected => "protected",
-            Outcome::Degraded => "degraded",
-            Outcome::Failed => "failed",
-        }
-    }
-
-    /// How the matrix decides, in one sentence.
-    pub fn rule() -> String {
-        format!(
-            "Colours: protected (green) when the victim served to the end with at least {:.0}% of its inferences within its latency target (or, without one, a p99 within {PROTECTED_INFLATION}× of alone); degraded (amber) when it served but slower; failed (red) when it did not serve to the end.",
-            PROTECTED_ATTAINMENT * 100.0
-        )
-    }
-}
-
-/// The outcome of a trial (None: not measured).
-pub fn outcome(r: &IsolationRecord) -> Option<Outcome> {
-    match r.victim_status {
-        CellStatus::Unavailable => None,
-        CellStatus::Ok => {
-            let ok = match (r.slo_attainment, r.p99_inflation) {
-                (Some(a), _) => a >= PROTECTED_ATTAINMENT,
-                (None, Some(x)) => x <= PROTECTED_INFLATION,
-                (None, None) => return None,
-            };
-            Some(if ok { Outcome::Protected } else { Outcome::Degraded })
-        }
-        _ => Some(Outcome::Failed),
-    }
-}
 
 /// The matrix and the notes its cells refer to.
 #[derive(Debug, Clone, PartialEq)]
@@ -154,6 +102,7 @@ pub fn matrix(records: &[IsolationRecord]) -> Matrix {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::outcome::Outcome;
 
     fn rec(strategy: Strategy, scenario: &str, k: u32) -> IsolationRecord {
         IsolationRecord {

@@ -9,6 +9,7 @@ pub mod export;
 pub mod html;
 pub mod isolation;
 pub mod isolation_matrix;
+pub mod outcome;
 pub mod parallel;
 pub mod tables;
 pub mod verdict;
@@ -193,6 +194,23 @@ impl RunData {
         self.label().map(|_| "CPU run — not a GPU measurement")
     }
 
+    /// The names the CSV exports give each row's GPU.
+    pub fn gpu_names(&self) -> export::tidy::GpuNames {
+        export::tidy::GpuNames {
+            default: self.device_name(),
+            by_index: match self.run.plan.device {
+                DeviceKind::Cuda => self
+                    .run
+                    .environment
+                    .gpus
+                    .iter()
+                    .map(|g| (g.index, g.name.clone()))
+                    .collect(),
+                DeviceKind::Cpu => Vec::new(),
+            },
+        }
+    }
+
     /// The GPU's name, or the CPU's for CPU runs.
     pub fn device_name(&self) -> String {
         match (self.run.plan.device, self.run.environment.gpus.first()) {
@@ -281,13 +299,13 @@ pub fn render(data: &RunData) -> Result<Report> {
             charts,
             csv: vec![(
                 "isolation.csv".into(),
-                export::tidy::tidy(&raw, &data.device_name(), "isolation.csv")?,
+                export::tidy::tidy(&raw, &data.gpu_names(), "isolation.csv")?,
             )],
         });
     }
     let mut charts = charts::all(data)?;
     let tables = run_tables(data);
-    let gpu = data.device_name();
+    let gpu = data.gpu_names();
     let mut csv = vec![
         (
             "summary.csv".into(),

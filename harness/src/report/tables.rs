@@ -162,7 +162,7 @@ pub enum Cell {
     /// up): the number and the note that says why.
     Flagged(String, usize),
     /// A trial's outcome in words, coloured by what became of the victim.
-    Rated(String, super::isolation_matrix::Outcome),
+    Rated(String, super::outcome::Outcome),
     /// Not measured: the status and the number of its note.
     Status(CellStatus, usize),
     /// Measured, but this metric has no value (e.g. no telemetry).

@@ -101,7 +101,7 @@ fn fairness_line(pods: &str, mut cells: Vec<&Measured>) -> Option<String> {
 /// An isolation run's answer: per strategy, in how many scenarios the victim was
 /// protected, and which ones degraded or failed it; most protective first.
 fn isolation_lines(data: &RunData) -> Vec<String> {
-    use super::isolation_matrix::{Outcome, outcome};
+    use super::outcome::{Outcome, outcome};
     let mut per: Vec<(String, usize, usize, String)> = Vec::new();
     for s in data.strategies() {
         let (mut protected, mut total, mut degraded) = (0, 0, 0);
@@ -151,7 +151,7 @@ fn isolation_lines(data: &RunData) -> Vec<String> {
     vec![format!(
         "Scenarios in which the victim was protected, most first: {}. (Protected: it served with at least {:.0}% of its inferences within its latency target; the matrix below colours each trial.)",
         parts.join("; "),
-        super::isolation_matrix::PROTECTED_ATTAINMENT * 100.0
+        super::outcome::PROTECTED_ATTAINMENT * 100.0
     )]
 }
 
@@ -169,11 +169,8 @@ fn capacity_lines(data: &RunData) -> Option<String> {
         .iter()
         .map(|r| {
             let fits = r.pods_fit.unwrap_or(0);
-            let open = if r.finished || r.first_miss_pods.is_some() {
-                ""
-            } else {
-                "≥ "
-            };
+            // Without a miss the capacity is at least what was searched.
+            let open = if r.first_miss_pods.is_some() { "" } else { "≥ " };
             format!("{} {open}{fits}", r.arm().title())
         })
         .collect();
@@ -275,6 +272,7 @@ fn measured(data: &RunData, arms: &[Arm], pods: u32) -> Vec<Measured> {
             let flags = data
                 .repeats(arm, pods)
                 .iter()
+                .filter(|r| r.status == CellStatus::Ok)
                 .flat_map(|r| r.flags())
                 .collect::<std::collections::BTreeSet<_>>()
                 .into_iter()
@@ -313,10 +311,12 @@ fn rate(v: f64) -> String {
 /// "+21%", "−17%".
 fn percent(x: f64) -> String {
     let p = x * 100.0;
+    // Whole percents, but a gap under ten percent keeps its first decimal (never "−0%").
+    let decimals = usize::from(p.abs() < 9.95);
     if p < 0.0 {
-        format!("−{:.0}%", -p)
+        format!("−{:.decimals$}%", -p)
     } else {
-        format!("+{p:.0}%")
+        format!("+{p:.decimals$}%")
     }
 }
 
@@ -381,6 +381,8 @@ mod tests {
         assert_eq!(rate(1050.4), "1,050");
         assert_eq!(rate(87.46), "87.5");
         assert_eq!(percent(-0.171), "−17%");
+        assert_eq!(percent(-0.003), "−0.3%");
+        assert_eq!(percent(0.0996), "+10%");
         assert_eq!(
             lines[2],
             "Fairness at 7 pods, most even first (Jain's index over the requested pods, 1 = equal shares): Time-slicing 1.000; MPS 1.000; Exclusive (1 of 7 pods ran) 0.143."

@@ -35,7 +35,7 @@ impl Exporter for Csv {
     fn export(&self, data: &RunData) -> Result<Vec<u8>> {
         if data.run.kind.isolation().is_some() {
             let raw = crate::results::isolation::isolation_csv(&data.isolation)?;
-            return tidy::tidy(&raw, &data.device_name(), "isolation.csv");
+            return tidy::tidy(&raw, &data.gpu_names(), "isolation.csv");
         }
         cells(data)
     }
@@ -64,13 +64,13 @@ impl Exporter for Pods {
 /// cells.csv of a report: the aggregate rows, one per cell and repeat.
 pub fn cells(data: &RunData) -> Result<Vec<u8>> {
     let rows: Vec<_> = data.cells.iter().filter(|c| c.is_aggregate()).cloned().collect();
-    tidy::tidy(&cells_csv(&rows)?, &data.device_name(), "cells.csv")
+    tidy::tidy(&cells_csv(&rows)?, &data.gpu_names(), "cells.csv")
 }
 
 /// pods.csv of a report: the per-pod rows.
 pub fn pods(data: &RunData) -> Result<Vec<u8>> {
     let rows: Vec<_> = data.cells.iter().filter(|c| !c.is_aggregate()).cloned().collect();
-    tidy::tidy(&cells_csv(&rows)?, &data.device_name(), "pods.csv")
+    tidy::tidy(&cells_csv(&rows)?, &data.gpu_names(), "pods.csv")
 }
 
 /// `{"run": run.json, "cells": [...]}`, pretty-printed.
@@ -126,7 +126,7 @@ impl Exporter for Summary {
                 "an isolation run has no cells to summarise: its records are one row per trial already (--format csv)",
             ));
         }
-        tidy::tidy(&summary::csv(data)?, &data.device_name(), "summary.csv")
+        tidy::tidy(&summary::csv(data)?, &data.gpu_names(), "summary.csv")
     }
 }
 
@@ -147,7 +147,7 @@ impl Exporter for Capacity {
             ));
         }
         let raw = crate::capacity::record::csv(&crate::capacity::record::records(&data.run, &data.cells))?;
-        tidy::tidy(&raw, &data.device_name(), "capacity.csv")
+        tidy::tidy(&raw, &data.gpu_names(), "capacity.csv")
     }
 }
 
