@@ -27,7 +27,7 @@ app.kubernetes.io/part-of: gpushare-bench
 {{/* Standard labels of the chart's own objects. */}}
 {{- define "gpushare-bench.labels" -}}
 app.kubernetes.io/name: {{ .Chart.Name }}
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 {{ include "gpushare-bench.commonLabels" . }}
 {{- end -}}
 
@@ -37,7 +37,7 @@ PodMonitor): app.kubernetes.io/name is theirs, gpushare-workload.
 */}}
 {{- define "gpushare-bench.workloadLabels" -}}
 app.kubernetes.io/name: gpushare-workload
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 {{ include "gpushare-bench.commonLabels" . }}
 {{- end -}}
 
@@ -47,7 +47,7 @@ NetworkPolicy to Prometheus selects.
 */}}
 {{- define "gpushare-bench.harnessSelector" -}}
 app.kubernetes.io/name: gpushare-bench-harness
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 {{- end -}}
 
 {{/* The GPU node, required. */}}
