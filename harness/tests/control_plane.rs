@@ -67,7 +67,12 @@ async fn the_real_control_plane_schedules_serves_dra_and_enforces_the_harness_rb
         assert_eq!(prometheus_may_list(what, ns), "no", "{what} in {ns}");
     }
     let manifests = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests");
-    for f in ["base/namespace.yaml", "base/rbac.yaml", "workload/deployment.yaml"] {
+    for f in [
+        "base/namespace.yaml",
+        "base/rbac.yaml",
+        "node/rbac.yaml",
+        "workload/deployment.yaml",
+    ] {
         ok(
             &cp.kubectl(&["apply", "-f", &manifests.join(f).to_string_lossy()]),
             &format!("kubectl apply -f {f}"),
@@ -119,10 +124,10 @@ async fn the_real_control_plane_schedules_serves_dra_and_enforces_the_harness_rb
     // The in-cluster harness Job and the NetworkPolicy that lets it reach Prometheus
     // (kube-prometheus's own admits only its components): the policy's `from` selects the
     // pod the real Job controller makes and the namespace it runs in.
-    let job_file = manifests.join("base/harness-job.yaml");
+    let job_file = manifests.join("node/harness-job.yaml");
     ok(
         &cp.kubectl(&["apply", "-f", &job_file.to_string_lossy()]),
-        "kubectl apply -f base/harness-job.yaml",
+        "kubectl apply -f node/harness-job.yaml",
     );
     let text = std::fs::read_to_string(&job_file).expect("harness-job.yaml");
     let policy: serde_yaml_ng::Value = text

@@ -25,7 +25,7 @@ const SPEED: f64 = 50.0;
 
 /// A cluster of `spec` where the user generated the manifests for its node with the
 /// binary (`gpushare-bench manifests --node gpu-1 --out DIR`) and applied the given
-/// directories of them (`kubectl apply -k DIR/base`).
+/// directories of them (`kubectl apply -k DIR/base` and `DIR/node`).
 async fn cluster(spec: ClusterSpec, manifests: &[&str]) -> TestCluster {
     let c = TestCluster::start(spec, SPEED).await.unwrap_or_else(|e| panic!("{e}"));
     let dir = tempfile::tempdir().expect("tmp");
@@ -35,7 +35,11 @@ async fn cluster(spec: ClusterSpec, manifests: &[&str]) -> TestCluster {
         .output()
         .expect("run gpushare-bench manifests");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    for m in manifests {
+    // The base goes with the node's own directory, as the docs say.
+    for m in manifests
+        .iter()
+        .flat_map(|m| if *m == "base" { vec!["base", "node"] } else { vec![*m] })
+    {
         c.kubectl(&["apply", "-k", &dir.path().join(m).to_string_lossy()])
             .unwrap_or_else(|e| panic!("{e}"));
     }

@@ -80,7 +80,8 @@ pub struct DraFacts {
     pub driver: Result<crate::backend::k8s::dra::DriverFacts, String>,
 }
 
-/// The permissions the sweep needs: the rules `manifests/base/rbac.yaml` grants the
+/// The permissions the sweep needs: the rules `manifests/base/rbac.yaml` and
+/// `manifests/node/rbac.yaml` grant the
 /// harness (pure), as (verb, group, resource, subresource, namespace, name).
 pub fn required(t: &Target, cm: &PluginConfigMap) -> Vec<(String, String, String, String, String, String)> {
     let mut out = Vec::new();
@@ -304,7 +305,7 @@ pub fn checks(f: &Facts) -> Vec<Check> {
                 Fail,
                 match &p.allowed {
                     Ok(_) => format!(
-                        "denied: {} (the base's rbac.yaml grants it: gpushare-bench manifests --node {} --out DIR, then kubectl apply -k DIR/base)",
+                        "denied: {} (the manifests grant it: gpushare-bench manifests --node {} --out DIR, then kubectl apply -k DIR/base and kubectl apply -k DIR/node)",
                         p.what, t.node
                     ),
                     Err(e) => format!("{}: {e}", p.what),

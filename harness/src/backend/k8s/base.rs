@@ -140,7 +140,7 @@ pub fn client_from(mut config: kube::Config, read_timeout: Option<Duration>) -> 
 pub fn kube_error(what: &str, e: kube::Error) -> BenchError {
     let detail = match &e {
         kube::Error::Api(s) if s.code == 403 => format!(
-            "forbidden: {} (the harness's user or service account lacks RBAC permission; manifests/base/rbac.yaml lists what it needs, `gpushare-bench doctor --kubernetes --node NODE` checks it)",
+            "forbidden: {} (the harness's user or service account lacks RBAC permission; manifests/base/rbac.yaml and manifests/node/rbac.yaml list what it needs, `gpushare-bench doctor --kubernetes --node NODE` checks it)",
             s.message
         ),
         kube::Error::Api(s) if s.code == 404 => format!("not found: {}", s.message),

@@ -1,7 +1,7 @@
 //! The Kubernetes backend against Kubernetes' own control plane (v1.34: API server,
 //! scheduler, controllers) with a GPU node played through its API
 //! (`gpushare_k8s_sim::cluster`): whole sweeps as the service account of
-//! `manifests/base/rbac.yaml` (generated for the node), after the user's `kubectl apply -k`
+//! `manifests/base/rbac.yaml` and `manifests/node/rbac.yaml` (generated for the node), after the user's `kubectl apply -k`
 //! of that base; kills
 //! mid-switch, resume and restore, refused set-ups. Metrics are synthetic here: these
 //! tests are about what the harness does to the cluster, not about numbers.
@@ -116,7 +116,7 @@ pub(super) async fn state(c: &TestCluster) -> (BTreeMap<String, String>, Option<
 }
 
 /// A cluster where the user applied the base manifests generated for its node, as the
-/// docs say (`gpushare-bench manifests --node gpu-1 --out DIR`, `kubectl apply -k DIR/base`). The
+/// docs say (`gpushare-bench manifests --node gpu-1 --out DIR`, `kubectl apply -k DIR/base`, `-k DIR/node`). The
 /// operator's periodic relabelling is off, so that a label the harness wrongly removed
 /// stays removed.
 pub(super) async fn start(spec: ClusterSpec) -> TestCluster {
@@ -128,11 +128,14 @@ pub(super) async fn start(spec: ClusterSpec) -> TestCluster {
     c
 }
 
-/// `kubectl apply -k base` of the manifests the user generated for the cluster's node
-/// (`gpushare-bench manifests --node gpu-1`: the harness may read and label that node only).
+/// `kubectl apply -k base` and `-k node` of the manifests the user generated for the
+/// cluster's node (`gpushare-bench manifests --node gpu-1`: the harness may read and label
+/// that node only).
 pub(super) fn apply_base(c: &TestCluster) {
     let files = super::manifests::files(super::manifests::DEFAULT_IMAGE, &c.node.name);
-    c.apply_files(&files, "base").unwrap_or_else(|e| panic!("{e}"));
+    for dir in ["base", "node"] {
+        c.apply_files(&files, dir).unwrap_or_else(|e| panic!("{e}"));
+    }
 }
 
 /// Checks every cell was measured (not pending or failed) and what the pods ran on.

@@ -665,8 +665,9 @@ pub fn results_claim(ns: &str) -> Value {
 }
 
 /// A pod that holds the results claim read-only, to copy the runs out:
-/// `kubectl cp NS/gpushare-bench-results:/results ./gpushare-results`. It runs beside the
-/// Job's pod (a ReadWriteOnce claim attaches to one node).
+/// `kubectl cp NS/gpushare-bench-results:/results ./gpushare-results`. A ReadWriteOnce
+/// claim attaches to one node, so it runs only where the Job's pod runs (apply it while the
+/// Job runs), and a later Job prefers its node.
 pub fn results_reader(ns: &str, image: &str) -> Value {
     json!({
         "apiVersion": "v1",
@@ -674,12 +675,9 @@ pub fn results_reader(ns: &str, image: &str) -> Value {
         "metadata": { "name": RESULTS_CLAIM, "namespace": ns, "labels": { APP_LABEL: "gpushare-bench-results" } },
         "spec": {
             "securityContext": { "runAsNonRoot": true, "runAsUser": 10001, "fsGroup": 10001 },
-            "affinity": { "podAffinity": { "preferredDuringSchedulingIgnoredDuringExecution": [{
-                "weight": 100,
-                "podAffinityTerm": {
-                    "labelSelector": { "matchLabels": { APP_LABEL: HARNESS_APP } },
-                    "topologyKey": "kubernetes.io/hostname"
-                }
+            "affinity": { "podAffinity": { "requiredDuringSchedulingIgnoredDuringExecution": [{
+                "labelSelector": { "matchLabels": { APP_LABEL: HARNESS_APP } },
+                "topologyKey": "kubernetes.io/hostname"
             }]}},
             "containers": [{
                 "name": "results",
@@ -708,6 +706,14 @@ pub fn harness_job(ns: &str, image: &str, node: &str) -> Value {
                     "serviceAccountName": "gpushare-bench",
                     "restartPolicy": "Never",
                     "securityContext": { "runAsNonRoot": true, "runAsUser": 10001, "fsGroup": 10001 },
+                    // A run after the first: beside the reader, which holds the claim's node.
+                    "affinity": { "podAffinity": { "preferredDuringSchedulingIgnoredDuringExecution": [{
+                        "weight": 100,
+                        "podAffinityTerm": {
+                            "labelSelector": { "matchLabels": { APP_LABEL: "gpushare-bench-results" } },
+                            "topologyKey": "kubernetes.io/hostname"
+                        }
+                    }]}},
                     "containers": [{
                         "name": "gpushare-bench",
                         "image": image,
