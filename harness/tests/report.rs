@@ -325,10 +325,10 @@ fn compare_flags_a_planted_regression_and_passes_an_identical_run() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
 }
 
-/// Headless Chromium loads the report from disk: no console message (a failed fetch or
-/// script error would log one), and the screenshot is not blank.
-#[test]
-fn chromium_renders_the_report_without_console_errors() {
+/// A report's page in headless Chromium: its screenshot's pixels (RGB or RGBA, one
+/// slice each), its size, and Chromium's log. `GPUSHARE_SCREENSHOTS=DIR` keeps the PNG as
+/// `DIR/<keep_as>`.
+fn screenshot(index: &Path, height: u32, keep_as: &str) -> (Vec<Vec<u8>>, (u32, u32), String) {
     let chromium = ["chromium", "/usr/bin/chromium", "chromium-browser"]
         .into_iter()
         .find(|c| {
@@ -339,9 +339,7 @@ fn chromium_renders_the_report_without_console_errors() {
         })
         .expect("chromium is needed for this test: `make deps` installs Debian's chromium");
     let dir = tempfile::tempdir().expect("tempdir");
-    let index = report::write(&fixture("h100-run"), Some(dir.path())).expect("write");
     let shot = dir.path().join("shot.png");
-    let profile = dir.path().join("profile");
     let out = Command::new(chromium)
         .args([
             "--headless",
@@ -354,59 +352,45 @@ fn chromium_renders_the_report_without_console_errors() {
             "--disable-sync",
             "--enable-logging=stderr",
             "--v=0",
-            "--window-size=1200,2400",
         ])
-        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("--window-size=1200,{height}"))
+        .arg(format!("--user-data-dir={}", dir.path().join("profile").display()))
         .arg(format!("--screenshot={}", shot.display()))
         .arg(format!("file://{}", index.display()))
         .output()
         .expect("run chromium");
-    let log = String::from_utf8_lossy(&out.stderr);
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "chromium failed: {log}");
-    let console: Vec<&str> = log.lines().filter(|l| l.contains("CONSOLE")).collect();
-    assert!(console.is_empty(), "console messages: {console:?}");
     let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&shot).expect("screenshot")));
     let mut reader = decoder.read_info().expect("png");
     let mut buf = vec![0; reader.output_buffer_size().expect("size")];
     let info = reader.next_frame(&mut buf).expect("frame");
     let px = info.color_type.samples();
-    let pixels = &buf[..info.buffer_size()];
-    let dark = pixels.chunks(px).filter(|p| p.iter().take(3).any(|c| *c < 200)).count();
-    let share = dark as f64 / (pixels.len() / px) as f64;
-    println!(
-        "screenshot {}×{}: {:.1}% non-white pixels",
-        info.width,
-        info.height,
-        share * 100.0
-    );
-    assert!(share > 0.01, "the screenshot is blank ({share})");
+    let pixels = buf[..info.buffer_size()].chunks(px).map(<[u8]>::to_vec).collect();
     if let Some(keep) = std::env::var_os("GPUSHARE_SCREENSHOTS") {
-        let _ = std::fs::copy(&shot, Path::new(&keep).join("sweep-report.png"));
+        let _ = std::fs::copy(&shot, Path::new(&keep).join(keep_as));
     }
+    (pixels, (info.width, info.height), log)
+}
+
+/// Headless Chromium loads the report from disk: no console message (a failed fetch or
+/// script error would log one), and the screenshot is not blank; the isolation report's
+/// matrix shows each outcome's colour.
+#[test]
+fn chromium_renders_the_report_without_console_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let index = report::write(&fixture("h100-run"), Some(dir.path())).expect("write");
+    let (pixels, (width, height), log) = screenshot(&index, 2400, "sweep-report.png");
+    let console: Vec<&str> = log.lines().filter(|l| l.contains("CONSOLE")).collect();
+    assert!(console.is_empty(), "console messages: {console:?}");
+    let dark = pixels.iter().filter(|p| p.iter().take(3).any(|c| *c < 200)).count();
+    let share = dark as f64 / pixels.len() as f64;
+    println!("screenshot {width}×{height}: {:.1}% non-white pixels", share * 100.0);
+    assert!(share > 0.01, "the screenshot is blank ({share})");
 
     // The isolation matrix is coloured by outcome: each of its colours is on screen.
     let index = report::write(&fixture("h100-isolation"), Some(dir.path())).expect("write");
-    let shot = dir.path().join("isolation.png");
-    let out = Command::new(chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--window-size=1200,1600",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .arg(format!("--screenshot={}", shot.display()))
-        .arg(format!("file://{}", index.display()))
-        .output()
-        .expect("run chromium");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&shot).expect("screenshot")));
-    let mut reader = decoder.read_info().expect("png");
-    let mut buf = vec![0; reader.output_buffer_size().expect("size")];
-    let info = reader.next_frame(&mut buf).expect("frame");
-    let px = info.color_type.samples();
-    let pixels: Vec<&[u8]> = buf[..info.buffer_size()].chunks(px).collect();
+    let (pixels, _, _) = screenshot(&index, 1600, "isolation-report.png");
     for (name, rgb) in [
         ("protected", [0xd8, 0xf0, 0xdc]),
         ("degraded", [0xfd, 0xe9, 0xb8]),
@@ -414,9 +398,6 @@ fn chromium_renders_the_report_without_console_errors() {
     ] {
         let n = pixels.iter().filter(|p| p[..3] == rgb).count();
         assert!(n > 500, "{name} cells' colour {rgb:?} on {n} pixels");
-    }
-    if let Some(keep) = std::env::var_os("GPUSHARE_SCREENSHOTS") {
-        let _ = std::fs::copy(&shot, Path::new(&keep).join("isolation-report.png"));
     }
 }
 
