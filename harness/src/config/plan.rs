@@ -27,6 +27,15 @@ pub struct MeasureSettings {
     pub tolerance: f64,
 }
 
+impl MeasureSettings {
+    /// How long one cell measures: at least its warm-up and the windows that must agree,
+    /// at most its warm-up and its cap (pods' start-up and strategy switches come on top).
+    pub fn cell_time(&self) -> (Duration, Duration) {
+        let windows = self.window * self.stable_windows as u32;
+        (self.warmup + windows, self.warmup + self.max_cell.max(windows))
+    }
+}
+
 /// What a DRA sweep may set beyond the strategy (`--timeslice`, `--mps-thread-percentage`,
 /// `--mps-memory-limit`).
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -1154,6 +1163,23 @@ mod tests {
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_cell_measures_between_its_agreeing_windows_and_its_cap() {
+        let s = |secs| Duration::from_secs(secs);
+        let mut m = MeasureSettings {
+            ready_timeout: s(60),
+            warmup: s(10),
+            window: s(5),
+            max_cell: s(30),
+            stable_windows: 3,
+            tolerance: 0.05,
+        };
+        assert_eq!(m.cell_time(), (s(25), s(40)));
+        // A cap shorter than the windows that must agree never makes the most the least.
+        m.max_cell = s(5);
+        assert_eq!(m.cell_time(), (s(25), s(25)));
     }
 
     #[test]

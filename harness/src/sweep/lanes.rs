@@ -333,6 +333,10 @@ where
     }
     let total = (arms.len() * plan.pods.len()) as u64 * u64::from(repeats);
     let done = store.cells().iter().filter(|c| c.is_aggregate()).count() as u64;
+    // The GPUs measure side by side, so the bar's cells end about one per busy GPU at a time.
+    let busy = plan_of_lanes.iter().filter(|a| !a.is_empty()).count().max(1) as u32;
+    let (least, most) = measure.cell_time();
+    progress.plan_per_item(least / busy, most / busy);
     progress.sweep_start(total, done, "cells");
 
     let shared = Arc::new(SharedStore::new(store, lanes.len()));

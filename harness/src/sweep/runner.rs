@@ -237,10 +237,8 @@ async fn sweep_cells<B: Backend, S: MetricsSource>(
     let arms = plan.arms();
     let total = (arms.len() * plan.pods.len()) as u64 * u64::from(plan.repeat.max(1));
     let done = store.cells().iter().filter(|c| c.is_aggregate()).count() as u64;
-    // A cell measures at least its warm-up and the windows that must agree, at most its
-    // warm-up and its cap (pods' start-up and strategy switches come on top).
-    let least = settings.warmup + settings.window * settings.stable_windows as u32;
-    progress.plan_per_item(least, settings.warmup + settings.max_cell.max(least));
+    let (least, most) = settings.cell_time();
+    progress.plan_per_item(least, most);
     progress.sweep_start(total, done, "cells");
     let mut cells = CellRunner {
         backend,
