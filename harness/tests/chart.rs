@@ -110,6 +110,16 @@ fn rule(r: &Value) -> Rule {
         .collect()
 }
 
+/// (kind, namespace, name) of an object.
+fn object_key(o: &Value) -> (String, String, String) {
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    (
+        text(&o["kind"]),
+        text(&o["metadata"]["namespace"]),
+        text(&o["metadata"]["name"]),
+    )
+}
+
 /// (kind, namespace, name) of a Role or ClusterRole → its rules as a set.
 type Roles = BTreeMap<(String, String, String), BTreeSet<Rule>>;
 
@@ -117,11 +127,7 @@ fn roles<'a>(objs: impl IntoIterator<Item = &'a Value>) -> Roles {
     objs.into_iter()
         .filter(|o| o["kind"] == "Role" || o["kind"] == "ClusterRole")
         .map(|o| {
-            let key = (
-                o["kind"].as_str().unwrap_or_default().to_string(),
-                o["metadata"]["namespace"].as_str().unwrap_or_default().to_string(),
-                o["metadata"]["name"].as_str().unwrap_or_default().to_string(),
-            );
+            let key = object_key(o);
             let rules = o["rules"].as_array().expect("rules").iter().map(rule).collect();
             (key, rules)
         })
@@ -135,11 +141,7 @@ fn bindings<'a>(objs: impl IntoIterator<Item = &'a Value>) -> Bindings {
     objs.into_iter()
         .filter(|o| o["kind"] == "RoleBinding" || o["kind"] == "ClusterRoleBinding")
         .map(|o| {
-            let key = (
-                o["kind"].as_str().unwrap_or_default().to_string(),
-                o["metadata"]["namespace"].as_str().unwrap_or_default().to_string(),
-                o["metadata"]["name"].as_str().unwrap_or_default().to_string(),
-            );
+            let key = object_key(o);
             let subjects = o["subjects"]
                 .as_array()
                 .expect("subjects")

@@ -194,20 +194,12 @@ fn html_is_self_contained_with_tables_charts_and_labels() {
 #[test]
 fn every_number_of_a_cell_to_read_with_care_carries_its_flag() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let run = dir.path().join("run");
-    std::fs::create_dir_all(&run).expect("dir");
-    std::fs::copy(fixture("h100-run/run.json"), run.join("run.json")).expect("copy");
-    let text = std::fs::read_to_string(fixture("h100-run/cells.jsonl")).expect("cells");
-    let mut lines = Vec::new();
-    for l in text.lines() {
-        let mut v: serde_json::Value = serde_json::from_str(l).expect("row");
+    let run = edited_fixture(&dir.path().join("run"), |v| {
         if v["strategy"] == "time-slicing" && v["pods"] == 3 && v["pod"] == "all" {
             v["note"] = "did not settle within 30 s (last 3 windows differ by more than 5%)".into();
             v["throughput_spread"] = 0.59.into();
         }
-        lines.push(v.to_string());
-    }
-    std::fs::write(run.join("cells.jsonl"), lines.join("\n") + "\n").expect("cells");
+    });
     let r = report::render(&RunData::load(&run).expect("load")).expect("render");
     let note = "Time-slicing at 3 pods — read with care: unsettled: windows differ by 59%";
     let flagged = count(&r.html, "<td class=\"num flagged\"");
@@ -262,14 +254,23 @@ fn rendering_a_16_cell_run_takes_under_a_second() {
     }
 }
 
-fn planted(dir: &Path, factor: f64) -> PathBuf {
-    let out = dir.join("candidate");
-    std::fs::create_dir_all(&out).expect("dir");
+/// A copy of the H100 fixture run in `out`, each cells.jsonl row changed by `edit`.
+fn edited_fixture(out: &Path, edit: impl Fn(&mut serde_json::Value)) -> PathBuf {
+    std::fs::create_dir_all(out).expect("dir");
     std::fs::copy(fixture("h100-run/run.json"), out.join("run.json")).expect("copy");
     let text = std::fs::read_to_string(fixture("h100-run/cells.jsonl")).expect("cells");
     let mut lines = Vec::new();
     for l in text.lines() {
         let mut v: serde_json::Value = serde_json::from_str(l).expect("row");
+        edit(&mut v);
+        lines.push(v.to_string());
+    }
+    std::fs::write(out.join("cells.jsonl"), lines.join("\n") + "\n").expect("write");
+    out.to_path_buf()
+}
+
+fn planted(dir: &Path, factor: f64) -> PathBuf {
+    edited_fixture(&dir.join("candidate"), |v| {
         if v["strategy"] == "mps" && v["pods"] == 5 {
             for k in ["mean_s", "p50_s", "p90_s", "p99_s"] {
                 if let Some(x) = v[k].as_f64() {
@@ -280,10 +281,7 @@ fn planted(dir: &Path, factor: f64) -> PathBuf {
                 v["throughput_per_s"] = (x / factor).into();
             }
         }
-        lines.push(v.to_string());
-    }
-    std::fs::write(out.join("cells.jsonl"), lines.join("\n") + "\n").expect("write");
-    out
+    })
 }
 
 #[test]
