@@ -62,6 +62,7 @@ impl ControlPlane {
             }
         }
         std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        room_for_etcd(dir, ETCD_ROOM)?;
         let (etcd_port, peer_port, api_port) = (free_port()?, free_port()?, free_port()?);
         let server = format!("https://127.0.0.1:{api_port}");
         let pki = dir.join("pki");
@@ -94,6 +95,9 @@ impl ControlPlane {
                 "--unsafe-no-fsync=true",
             ],
         )?;
+        cp.wait_for(Duration::from_secs(60), "etcd serving", "etcd", || {
+            std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], etcd_port).into(), Duration::from_secs(1)).is_ok()
+        })?;
         cp.spawn(
             "kube-apiserver",
             &[
@@ -135,11 +139,16 @@ impl ControlPlane {
                 "--profiling=false",
             ],
         )?;
-        cp.wait_for(Duration::from_secs(120), "the default service account", || {
-            cp.kubectl(&["get", "serviceaccount", "default", "-n", "default", "-o", "name"])
-                .status
-                .success()
-        })?;
+        cp.wait_for(
+            Duration::from_secs(120),
+            "the default service account",
+            "kube-controller-manager",
+            || {
+                cp.kubectl(&["get", "serviceaccount", "default", "-n", "default", "-o", "name"])
+                    .status
+                    .success()
+            },
+        )?;
         Ok(cp)
     }
 
@@ -162,9 +171,9 @@ impl ControlPlane {
         Ok(())
     }
 
-    /// Polls `done` every 200 ms until it holds; fails after `limit`, or when a
-    /// component has exited, with the tail of that component's log.
-    fn wait_for(&self, limit: Duration, what: &str, mut done: impl FnMut() -> bool) -> Result<(), String> {
+    /// Polls `done` every 200 ms until it holds; fails when a component has exited, with
+    /// the tail of its log, or after `limit`, with the tails of `log`'s and etcd's logs.
+    fn wait_for(&self, limit: Duration, what: &str, log: &str, mut done: impl FnMut() -> bool) -> Result<(), String> {
         let start = Instant::now();
         loop {
             if done() {
@@ -177,32 +186,33 @@ impl ControlPlane {
                 ));
             }
             if start.elapsed() > limit {
-                return Err(format!(
-                    "no {what} after {} s; kube-apiserver's log: {}",
+                let mut text = format!(
+                    "no {what} after {} s; {log}'s log: {}",
                     limit.as_secs(),
-                    self.log_tail("kube-apiserver")
-                ));
+                    self.log_tail(log)
+                );
+                if log != "etcd" {
+                    text.push_str(&format!("\netcd's log: {}", self.log_tail("etcd")));
+                }
+                return Err(text);
             }
             std::thread::sleep(Duration::from_millis(200));
         }
     }
 
     fn wait_ready(&self, limit: Duration) -> Result<(), String> {
-        self.wait_for(limit, "ready API server", || {
+        self.wait_for(limit, "ready API server", "kube-apiserver", || {
             let out = self.kubectl(&["get", "--raw", "/readyz"]);
             out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "ok"
         })
     }
 
+    /// The first component that has exited, if any (left unreaped: `Child::wait` in
+    /// `drop` still reaps it).
     fn exited(&self) -> Option<String> {
-        self.children.iter().find_map(|(name, c)| {
-            // A component is ours alone; its status is read without reaping others.
-            let pid = c.id() as libc::pid_t;
-            let mut status = 0;
-            // SAFETY: waitpid with WNOHANG on our own child's pid.
-            let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG | libc::WNOWAIT) };
-            (r == pid).then(|| name.clone())
-        })
+        self.children
+            .iter()
+            .find_map(|(name, c)| has_exited(c.id()).then(|| name.clone()))
     }
 
     /// The last lines of a component's log.
@@ -268,6 +278,54 @@ impl ControlPlane {
     }
 }
 
+/// Whether our child `pid` has exited, without reaping it (waitid's WNOWAIT: waitpid
+/// refuses that flag with EINVAL).
+fn has_exited(pid: u32) -> bool {
+    // SAFETY: a zeroed siginfo_t is a valid out-parameter; waitid with WNOHANG on our
+    // own child's pid neither blocks nor reaps.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let r = libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        );
+        r == 0 && info.si_pid() != 0
+    }
+}
+
+/// etcd preallocates a 64 MiB write-ahead log and its database grows from there: with
+/// less room than this its start fails, which the API server reports only as etcd
+/// refusing connections.
+const ETCD_ROOM: u64 = 256 << 20;
+
+/// Refuses to start etcd in a directory whose file system has less than `need` bytes
+/// free, naming both.
+fn room_for_etcd(dir: &Path, need: u64) -> Result<(), String> {
+    let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+        .map_err(|_| format!("{} has a NUL byte", dir.display()))?;
+    // SAFETY: a zeroed statvfs is a valid out-parameter; `path` is NUL-terminated.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return Err(format!(
+            "statvfs {}: {}",
+            dir.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    let free = st.f_bavail as u64 * st.f_frsize as u64;
+    if free < need {
+        return Err(format!(
+            "only {} MiB free on the file system of {}: etcd needs at least {} MiB (set TMPDIR to a roomier place)",
+            free >> 20,
+            dir.display(),
+            need >> 20
+        ));
+    }
+    Ok(())
+}
+
 impl Drop for ControlPlane {
     fn drop(&mut self) {
         // The scheduler and controllers first, etcd last.
@@ -275,5 +333,35 @@ impl Drop for ControlPlane {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_exited_child_is_seen_and_left_for_wait_to_reap() {
+        let mut done = Command::new("true").spawn().expect("true");
+        let mut running = Command::new("sleep").arg("30").spawn().expect("sleep");
+        let start = Instant::now();
+        while !has_exited(done.id()) {
+            assert!(start.elapsed() < Duration::from_secs(10), "`true` never seen as exited");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!has_exited(running.id()));
+        // Still unreaped: wait() gets its status.
+        assert!(done.wait().expect("wait").success());
+        running.kill().expect("kill");
+        running.wait().expect("wait");
+    }
+
+    #[test]
+    fn too_little_room_for_etcd_names_the_directory_and_the_room() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        room_for_etcd(dir.path(), 1).expect("a byte fits");
+        let err = room_for_etcd(dir.path(), u64::MAX).expect_err("no file system has that");
+        assert!(err.contains(&dir.path().display().to_string()), "{err}");
+        assert!(err.contains("MiB free") && err.contains("etcd needs"), "{err}");
     }
 }
