@@ -252,7 +252,7 @@ async fn doctor_kubernetes_passes_a_ready_cluster_and_names_what_is_missing() {
     let (code, out) = doctor(&c).await;
     assert_eq!(code, 1, "{out}");
     assert!(
-        out.contains("FAIL  node                   gpu-1: 2 × NVIDIA-H100-80GB-HBM3 — 2 GPUs"),
+        out.contains("ok    node                   gpu-1: 2 × NVIDIA-H100-80GB-HBM3 — the device plugin spreads pods over the 2 GPUs"),
         "{out}"
     );
     assert!(

@@ -96,6 +96,8 @@ pub struct DeviceInfo {
     pub sm_count: Option<u32>,
     /// Device memory (GPU only).
     pub memory_total_bytes: Option<u64>,
+    /// The device's UUID (GPU only; a MIG instance's own inside one).
+    pub uuid: Option<String>,
 }
 
 /// A ready model and its input.
@@ -144,6 +146,7 @@ impl Engine {
                         name: cpu_name(),
                         sm_count: None,
                         memory_total_bytes: None,
+                        uuid: None,
                     },
                 })
             }
@@ -170,6 +173,7 @@ impl Engine {
                         name: g.name,
                         sm_count: Some(g.sm_count),
                         memory_total_bytes: Some(g.memory_total_bytes),
+                        uuid: Some(g.uuid),
                     },
                 })
             }

@@ -128,6 +128,7 @@ impl WorkloadMetrics {
                 "memory_total_bytes",
                 "load",
                 "load_seed",
+                "device_uuid",
             ],
         )
         .map_err(reg_err)?;
@@ -176,6 +177,7 @@ impl WorkloadMetrics {
     pub fn set_info(&self, preset: Preset, precision: Precision, device: &DeviceInfo, load: (&LoadPattern, u64)) {
         let sm = device.sm_count.map(|v| v.to_string()).unwrap_or_default();
         let mem = device.memory_total_bytes.map(|v| v.to_string()).unwrap_or_default();
+        let uuid = device.uuid.clone().unwrap_or_default();
         let pattern = load.0.to_string();
         let seed = match load.0 {
             LoadPattern::Closed => String::new(),
@@ -191,6 +193,7 @@ impl WorkloadMetrics {
                 &mem,
                 &pattern,
                 &seed,
+                &uuid,
             ])
             .set(1);
     }
@@ -242,6 +245,7 @@ mod tests {
                 name: "Test \"CPU\"".into(),
                 sm_count: None,
                 memory_total_bytes: None,
+                uuid: None,
             },
             (&LoadPattern::Poisson { rate: 50.0 }, 42),
         );
@@ -283,11 +287,40 @@ mod tests {
                     r#"model="tiny""#,
                     r#"load="poisson:50""#,
                     r#"load_seed="42""#,
+                    r#"device_uuid="""#,
                 ],
                 "1"
             ),
             "{text}"
         );
         assert!(has("workload_ready", &id, "1"), "{text}");
+    }
+
+    #[test]
+    fn a_gpus_uuid_is_in_workload_info() {
+        let id = Identity {
+            pod: "pod-1".into(),
+            strategy: "time-slicing".into(),
+        };
+        let m = WorkloadMetrics::new(&id).expect("registry");
+        m.set_info(
+            Preset::Tiny,
+            Precision::Bf16,
+            &DeviceInfo {
+                device: crate::config::Device::Cuda,
+                name: "NVIDIA H100 80GB HBM3".into(),
+                sm_count: Some(132),
+                memory_total_bytes: Some(85_045_346_304),
+                uuid: Some("5c6f2a1e-0b7d-4c1a-9e3f-0123456789ab".into()),
+            },
+            (&LoadPattern::Closed, 0),
+        );
+        let text = m.render();
+        assert!(
+            text.lines().any(|l| l.starts_with("workload_info{")
+                && l.contains(r#"device_uuid="5c6f2a1e-0b7d-4c1a-9e3f-0123456789ab""#)
+                && l.contains(r#"sm_count="132""#)),
+            "{text}"
+        );
     }
 }

@@ -539,3 +539,30 @@ fn reserve_memory_is_counted_and_oom_is_reported() {
         CudaModel::new(rt, &weights, Precision::Bf16, &input, total * 2, true).expect_err("twice the memory fails");
     assert_eq!(err.exit_code(), 4, "{err}");
 }
+
+/// The UUID the workload publishes (`workload_info{device_uuid}`) is the one nvidia-smi
+/// gives the GPU, so a pod's rows can be matched to the GPU it ran on.
+#[test]
+#[ignore = "needs GPU"]
+fn the_device_uuid_is_the_one_nvidia_smi_names() {
+    let ctx = Ctx::new();
+    let uuid = &ctx.rt.gpu().info().uuid;
+    let out = std::process::Command::new("nvidia-smi")
+        .args(["--query-gpu=uuid", "--format=csv,noheader"])
+        .output()
+        .expect("nvidia-smi");
+    let listed = String::from_utf8_lossy(&out.stdout);
+    let visible = std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_default();
+    println!(
+        "device_uuid {uuid}; nvidia-smi: {}; CUDA_VISIBLE_DEVICES={visible}",
+        listed.trim()
+    );
+    assert!(
+        listed.lines().any(|l| l.trim() == format!("GPU-{uuid}")),
+        "GPU-{uuid} is not among nvidia-smi's GPUs:\n{listed}"
+    );
+    // Ordinal 0 of a process that sees one GPU by its UUID is that GPU.
+    if let Some(v) = visible.strip_prefix("GPU-") {
+        assert_eq!(uuid, v);
+    }
+}

@@ -160,6 +160,10 @@ impl ClusterSpec {
 pub struct PodFacts {
     /// Index of the GPU (or MIG parent) its device is on.
     pub gpu: Option<u32>,
+    /// The UUID CUDA reports inside the pod for that GPU (`cuDeviceGetUuid_v2`, as
+    /// gpushare-workload publishes it in `workload_info{device_uuid}`): [`gpu_uuid`] of
+    /// its index. None for a MIG slice, whose UUID is the instance's.
+    pub device_uuid: Option<String>,
     /// Replicas the plugin advertised when it was allocated.
     pub plugin_replicas: Option<u32>,
     /// Replicas the MPS daemon enforced then (1/replicas of the SMs and memory).
@@ -183,4 +187,13 @@ pub struct PodFacts {
     pub dra_sharing: Option<crate::dra::Sharing>,
     /// The extended resources (`nvidia.com/…`) its container's limits ask for.
     pub gpu_resources: Vec<String>,
+}
+
+/// The UUID of the simulated node's GPU `index`, in the 8-4-4-4-12 form CUDA reports
+/// (nvidia-smi prints it after `GPU-`): fixed per index, distinct across indices.
+pub fn gpu_uuid(index: u32) -> String {
+    format!(
+        "5c6f2a1e-0b7d-4c1a-9e3f-{:012x}",
+        0x00de_ad00_0000_u64 + u64::from(index)
+    )
 }

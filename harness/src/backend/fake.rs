@@ -344,6 +344,7 @@ impl MetricsSource for ScriptedMetrics {
                         latency: histogram_at(s, now - t0),
                         errors: 0.0,
                         load_seed: None,
+                        device_uuid: None,
                         last_error: None,
                     }),
                     _ => Err(BenchError::Scrape {

@@ -102,7 +102,7 @@ pub fn records(run: &RunRecord, cells: &[CellRecord]) -> Vec<CapacityRecord> {
                 .then(|| {
                     cells
                         .iter()
-                        .filter(|c| c.repeat == 1 && c.arm() == arm && c.pods == o.fits && !c.is_aggregate())
+                        .filter(|c| c.repeat == 1 && c.arm() == arm && c.pods == o.fits && c.is_pod())
                         .filter_map(|c| c.slo_attainment_bound)
                         .reduce(f64::max)
                 })

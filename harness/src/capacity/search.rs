@@ -131,7 +131,7 @@ pub fn judge(aggregate: &CellRecord, pods: &[&CellRecord], slos: &[Slo]) -> Verd
 pub fn cell_verdict(rows: &[CellRecord], arm: Arm, pods: u32, slos: &[Slo]) -> Option<Verdict> {
     let same = |c: &&CellRecord| c.repeat == 1 && c.arm() == arm && c.pods == pods;
     let aggregate = rows.iter().filter(same).find(|c| c.is_aggregate())?;
-    let pod_rows: Vec<&CellRecord> = rows.iter().filter(same).filter(|c| !c.is_aggregate()).collect();
+    let pod_rows: Vec<&CellRecord> = rows.iter().filter(same).filter(|c| c.is_pod()).collect();
     Some(judge(aggregate, &pod_rows, slos))
 }
 

@@ -246,6 +246,7 @@ impl MetricsSource for RequestSource {
                             latency: p.tally.histogram(),
                             errors: p.tally.errors as f64,
                             load_seed: p.seed,
+                            device_uuid: None,
                             last_error: p.last_error.clone(),
                         })
                     }

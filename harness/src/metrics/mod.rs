@@ -29,6 +29,13 @@ pub fn load_seed(label: Option<&str>) -> Option<u64> {
     label.and_then(|v| v.parse().ok())
 }
 
+/// The `device_uuid` label of a `workload_info` series: the UUID of the GPU the pod
+/// runs on, as CUDA reports it (None: absent or empty, as on the CPU or for a workload
+/// that does not say).
+pub fn device_uuid(label: Option<&str>) -> Option<String> {
+    label.map(str::trim).filter(|v| !v.is_empty()).map(str::to_string)
+}
+
 /// A pod's counters at one moment.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodSnapshot {
@@ -40,6 +47,8 @@ pub struct PodSnapshot {
     pub errors: f64,
     /// The seed of the pod's open-loop arrivals, as it says (`workload_info`).
     pub load_seed: Option<u64>,
+    /// The UUID of the GPU it runs on, as it says (`workload_info{device_uuid}`).
+    pub device_uuid: Option<String>,
     /// Why the last failed request failed, where the harness sent the requests
     /// (`--request`): "HTTP 500 Internal Server Error", "timed out", a connection error.
     pub last_error: Option<String>,
@@ -104,16 +113,13 @@ pub fn snapshot_from_text(pod: &str, text: &str, at: Instant, metric: &str) -> R
         .filter(|s| s.name == ERRORS_METRIC)
         .map(|s| s.value)
         .sum();
-    let load_seed = exp
-        .samples
-        .iter()
-        .filter(|s| s.name == INFO_METRIC)
-        .find_map(|s| load_seed(s.label("load_seed")));
+    let info = || exp.samples.iter().filter(|s| s.name == INFO_METRIC);
     Ok(PodSnapshot {
         at,
         latency,
         errors,
-        load_seed,
+        load_seed: info().find_map(|s| load_seed(s.label("load_seed"))),
+        device_uuid: info().find_map(|s| device_uuid(s.label("device_uuid"))),
         last_error: None,
     })
 }

@@ -340,7 +340,7 @@ pub fn all(data: &RunData) -> Result<Vec<(String, String)>> {
                     let pts = data
                         .cells
                         .iter()
-                        .filter(|c| c.arm() == s && !c.is_aggregate() && c.status == CellStatus::Ok)
+                        .filter(|c| c.arm() == s && c.is_pod() && c.status == CellStatus::Ok)
                         .filter_map(|c| c.throughput_per_s.map(|t| (c.pods as f64 + off, t)))
                         .collect::<Vec<_>>();
                     (s, pts)

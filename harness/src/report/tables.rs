@@ -292,7 +292,7 @@ pub fn all(data: &RunData) -> Tables {
                 .filter_map(move |&p| data.aggregate(s, p).and_then(|a| a.quantile_resolution))
         })
         .reduce(f64::max);
-    let tables = METRICS
+    let tables: Vec<Table> = METRICS
         .iter()
         .filter(|m| {
             !m.optional
@@ -373,12 +373,106 @@ pub fn all(data: &RunData) -> Tables {
     }
     let (gpus, warnings) = super::parallel::lines(data);
     reading.extend(gpus);
+    let mut tables = tables;
+    if let Some((per_gpu, how)) = per_gpu_tables(data) {
+        tables.extend(per_gpu);
+        reading.push(how);
+    }
     Tables {
         tables,
         notes,
         reading,
         warnings,
     }
+}
+
+/// The GPU rows' metrics: throughput, p99 latency and fairness.
+const PER_GPU: [Metric; 3] = [
+    Metric {
+        title: "Throughput on each GPU",
+        unit: "inferences/s",
+        value: |c| c.throughput_per_s,
+        decimals: 1,
+        optional: false,
+    },
+    Metric {
+        title: "p99 latency on each GPU",
+        unit: "ms",
+        value: |c| c.p99_s.map(|v| v * 1e3),
+        decimals: 2,
+        optional: false,
+    },
+    Metric {
+        title: "Fairness on each GPU",
+        unit: "Jain's index over the pods that ran on it",
+        value: |c| c.fairness,
+        decimals: 3,
+        optional: false,
+    },
+];
+
+/// A run whose cells filled several GPUs of a node: a table per metric with a row per
+/// cell and a column per GPU (its rows `gpu:N` of the first pass), and how to read them
+/// (None: a run of one GPU).
+fn per_gpu_tables(data: &RunData) -> Option<(Vec<Table>, String)> {
+    let gpu_rows: Vec<&CellRecord> = data.cells.iter().filter(|c| c.is_gpu_row() && c.repeat == 1).collect();
+    let filled = data.run.environment.gpus_filled?;
+    let mut gpus: Vec<(&str, &str)> = gpu_rows
+        .iter()
+        .map(|c| (c.pod.as_str(), c.gpu_uuid.as_deref().unwrap_or("")))
+        .collect();
+    gpus.sort_by_key(|(pod, _)| {
+        pod.trim_start_matches(crate::results::record::GPU_ROW_PREFIX)
+            .parse::<u32>()
+            .unwrap_or(u32::MAX)
+    });
+    gpus.dedup();
+    let cells: Vec<(crate::domain::Arm, u32)> = data
+        .arms()
+        .into_iter()
+        .flat_map(|a| data.pods_order().into_iter().map(move |p| (a, p)))
+        .filter(|(a, p)| gpu_rows.iter().any(|c| c.arm() == *a && c.pods == *p))
+        .collect();
+    let tables = PER_GPU
+        .iter()
+        .map(|m| Table {
+            title: m.title.to_string(),
+            unit: m.unit.to_string(),
+            corner: "Cell (pods on each GPU)".into(),
+            columns: gpus.iter().map(|(pod, _)| pod.to_string()).collect(),
+            rows: cells
+                .iter()
+                .map(|&(arm, pods)| {
+                    let row = gpus
+                        .iter()
+                        .map(|(pod, _)| {
+                            match gpu_rows
+                                .iter()
+                                .find(|c| c.arm() == arm && c.pods == pods && c.pod == *pod)
+                            {
+                                None => Cell::Missing,
+                                Some(c) => match (m.value)(c) {
+                                    Some(v) if v.is_finite() => Cell::Value(format!("{v:.prec$}", prec = m.decimals)),
+                                    _ => Cell::Empty,
+                                },
+                            }
+                        })
+                        .collect();
+                    (format!("{} × {pods}", arm.title()), row)
+                })
+                .collect(),
+        })
+        .collect();
+    let names: Vec<String> = gpus.iter().map(|(pod, uuid)| format!("{pod} is {uuid}")).collect();
+    let how = format!(
+        "This node has {filled} GPUs and the device plugin shares them all: each cell asked its pods on every GPU (a Deployment of pods × {filled}, which the plugin spreads, the least-used GPU first), so the tables above pool all {filled} GPUs. The per-GPU tables split each cell by the GPU its pods said they ran on (workload_info's device_uuid): {}. MIG cells have no GPU rows: each pod has an instance of its own.",
+        if names.is_empty() {
+            "no pod said".to_string()
+        } else {
+            names.join(", ")
+        }
+    );
+    Some((if gpu_rows.is_empty() { Vec::new() } else { tables }, how))
 }
 
 /// Text from a run directory as Markdown text: on one line, and HTML's special

@@ -25,6 +25,11 @@ pub const CPU_RUN_LABEL: &str = "CPU RUN (--device cpu): the workload ran on the
 /// The `pod` value of a cell's aggregate row.
 pub const ALL_PODS: &str = "all";
 
+/// How the `pod` value of a cell's row on one GPU begins (`gpu:0`, `gpu:1`, …, the GPUs
+/// numbered in the order of their UUIDs): a cell that filled several GPUs has one such
+/// row per GPU besides its pooled aggregate. No pod name has a colon.
+pub const GPU_ROW_PREFIX: &str = "gpu:";
+
 /// One row of `cells.csv`: a pod of a cell, or the cell's aggregate (`pod = "all"`).
 /// Numbers that were not measured are empty (`None`), never zero.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -152,6 +157,14 @@ pub struct CellRecord {
     /// this cell ran (launch to stop; aggregate rows). 0: it ran alone.
     #[serde(default)]
     pub other_gpus_busy: Option<f64>,
+    /// The UUID of the GPU a pod ran on, as the pod reported it
+    /// (`workload_info{device_uuid}`), or of a GPU row's GPU. Empty when not reported.
+    #[serde(default)]
+    pub gpu_uuid: Option<String>,
+    /// A cell that filled several GPUs of a node (Kubernetes, device plugin): how many,
+    /// `pods` asked on each (aggregate rows; empty: one GPU).
+    #[serde(default)]
+    pub gpus: Option<u32>,
 }
 
 /// The repeat of a row or plan recorded before `--repeat` existed: the only one.
@@ -239,6 +252,8 @@ impl CellRecord {
             timeslice: None,
             gpu: None,
             other_gpus_busy: None,
+            gpu_uuid: None,
+            gpus: None,
         }
     }
 
@@ -253,6 +268,21 @@ impl CellRecord {
     /// Whether this is a cell's aggregate row.
     pub fn is_aggregate(&self) -> bool {
         self.pod == ALL_PODS
+    }
+
+    /// Whether this is a cell's row for one of the GPUs it filled (`gpu:N`).
+    pub fn is_gpu_row(&self) -> bool {
+        self.pod.starts_with(GPU_ROW_PREFIX)
+    }
+
+    /// Whether this is one pod's row.
+    pub fn is_pod(&self) -> bool {
+        !self.is_aggregate() && !self.is_gpu_row()
+    }
+
+    /// Pods asked of the cell in all: `pods` on each GPU it filled.
+    pub fn pods_asked(&self) -> u32 {
+        self.pods * self.gpus.unwrap_or(1)
     }
 }
 
@@ -883,8 +913,9 @@ pub fn parse_cells_jsonl(text: &str, path: &Path, plan: Option<&PlanRecord>) -> 
     // A cell: (arm, pods, repeat).
     type Key = (crate::domain::Arm, u32, u32);
     let mut seen: HashMap<(Key, &str), usize> = HashMap::new();
-    // Per cell: the first pod row's line, pod rows, and whether the aggregate is there.
-    let mut cells: Vec<(Key, usize, u32, bool)> = Vec::new();
+    // Per cell: the first pod row's line, pod rows, and the pods its aggregate asked
+    // (None: no aggregate row yet).
+    let mut cells: Vec<(Key, usize, u32, Option<u32>)> = Vec::new();
     for (i, l) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let line = i + 1;
         let row: CellRecord = serde_json::from_str(l).map_err(|e| at(line, e.to_string()))?;
@@ -947,13 +978,13 @@ pub fn parse_cells_jsonl(text: &str, path: &Path, plan: Option<&PlanRecord>) -> 
         let i = match cells.iter().position(|(k, ..)| *k == key) {
             Some(i) => i,
             None => {
-                cells.push((key, *line, 0, false));
+                cells.push((key, *line, 0, None));
                 cells.len() - 1
             }
         };
         if row.is_aggregate() {
-            cells[i].3 = true;
-        } else {
+            cells[i].3 = Some(row.pods_asked());
+        } else if row.is_pod() {
             cells[i].2 += 1;
         }
     }
@@ -963,13 +994,13 @@ pub fn parse_cells_jsonl(text: &str, path: &Path, plan: Option<&PlanRecord>) -> 
         } else {
             format!("cell {strategy} × {pods} pods (repeat {repeat})")
         };
-        if !aggregate {
+        let Some(asked) = aggregate else {
             return Err(at(
                 line,
                 format!("{cell} has pod rows but no aggregate row (pod \"{ALL_PODS}\")"),
             ));
-        }
-        if pod_rows > pods {
+        };
+        if pod_rows > asked {
             return Err(at(line, format!("{cell} has {pod_rows} pod rows")));
         }
     }
@@ -983,6 +1014,13 @@ fn check_row(row: &CellRecord) -> std::result::Result<(), String> {
     }
     if row.pod.trim().is_empty() {
         return Err("pod is empty".into());
+    }
+    if let Some(g) = row.gpus
+        && !(2..=64).contains(&g)
+    {
+        return Err(format!(
+            "gpus {g} is outside 2 to 64 (a cell on one GPU leaves it empty)"
+        ));
     }
     if !(1..=MAX_REPEAT).contains(&row.repeat) {
         return Err(format!("repeat {} is outside 1 to {MAX_REPEAT}", row.repeat));

@@ -11,7 +11,7 @@ use crate::clock::now_rfc3339;
 use crate::config::plan::{MeasureSettings, Slo};
 use crate::domain::{Arm, CellStatus, DeviceKind, Source};
 use crate::metrics::PodSnapshot;
-use crate::results::record::{ALL_PODS, CellRecord};
+use crate::results::record::{ALL_PODS, CellRecord, GPU_ROW_PREFIX};
 use crate::stats::{Histogram, WindowStat, jain_index, relative_spread, stable};
 use crate::telemetry::TelemetrySummary;
 
@@ -22,8 +22,11 @@ pub struct CellLabels {
     pub run_id: String,
     /// Strategy, and time-slicing's DRA interval.
     pub arm: Arm,
-    /// Pods requested.
+    /// Pods requested (on each GPU the cell fills).
     pub pods: u32,
+    /// GPUs the cell fills with `pods` each (a Kubernetes node with several GPUs on the
+    /// device-plugin path); 1 otherwise.
+    pub gpus: u32,
     /// Which pass over the plan, from 1.
     pub repeat: u32,
     /// Model preset.
@@ -242,6 +245,8 @@ pub fn cell_rows(
     let mut statuses = Vec::new();
     let mut layout_mismatch = Vec::new();
     let mut short = Vec::new();
+    // Per pod row: its histogram delta and its inferences per second of the cell.
+    let mut parts: Vec<(Option<Histogram>, f64)> = Vec::new();
     for name in order {
         let t = &tracked[name];
         let (status, exit_code, note) = pod_status(&t.state, &t.problem);
@@ -250,6 +255,7 @@ pub fn cell_rows(
         row.exit_code = exit_code;
         row.started_at = started_at.clone();
         row.load_seed = t.last.as_ref().or(t.first.as_ref()).and_then(|s| s.load_seed);
+        row.gpu_uuid = t.last.as_ref().or(t.first.as_ref()).and_then(|s| s.device_uuid.clone());
         let delta = match (&t.first, &t.last) {
             (Some(a), Some(b)) => b
                 .latency
@@ -281,6 +287,7 @@ pub fn cell_rows(
                 total_errors += errs.max(0.0);
                 total_inf += d.count as u64;
                 effective.push(if cell_secs > 0.0 { d.count / cell_secs } else { 0.0 });
+                parts.push((Some(d.clone()), effective.last().copied().unwrap_or(0.0)));
                 match total.as_mut() {
                     Some(h) => {
                         // Histograms with other bucket bounds cannot be summed: the pod's
@@ -319,7 +326,8 @@ pub fn cell_rows(
                     }
                 }
                 add_note(&mut row.note, &why);
-                effective.push(0.0)
+                effective.push(0.0);
+                parts.push((None, 0.0));
             }
         }
         rows.push(row);
@@ -328,8 +336,9 @@ pub fn cell_rows(
     let ran = statuses.iter().filter(|s| **s == CellStatus::Ok).count();
     let mut notes = Vec::new();
     let pending = statuses.iter().filter(|s| **s == CellStatus::Pending).count();
+    let asked = labels.pods * labels.gpus.max(1);
     if pending > 0 {
-        notes.push(format!("{ran} of {} pods ran; {pending} pending", labels.pods));
+        notes.push(format!("{ran} of {asked} pods ran; {pending} pending"));
     }
     for r in rows
         .iter()
@@ -363,7 +372,26 @@ pub fn cell_rows(
         agg.errors = Some(total_errors as u64);
     }
     agg.started_at = started_at.clone();
-    agg.offered_per_s = labels.offered_per_pod.map(|o| o * f64::from(labels.pods));
+    agg.offered_per_s = labels.offered_per_pod.map(|o| o * f64::from(asked));
+    if labels.gpus > 1 {
+        agg.gpus = Some(labels.gpus);
+    }
+    // A MIG instance is a device of its own (its UUID is the instance's): its pods
+    // share no GPU, so they get no GPU rows.
+    let per_gpu = if labels.gpus > 1 && labels.arm.strategy != crate::domain::Strategy::Mig {
+        let (per_gpu, unreported) = gpu_rows(labels, &rows, &parts, &short, cell_secs);
+        if unreported > 0 {
+            add_note(
+                &mut agg.note,
+                &format!(
+                    "pods that did not say which GPU they ran on (workload_info{{device_uuid}}), in no GPU's row: {unreported}"
+                ),
+            );
+        }
+        per_gpu
+    } else {
+        Vec::new()
+    };
     if !labels.slos.is_empty() && !short.is_empty() {
         add_note(
             &mut agg.note,
@@ -412,8 +440,94 @@ pub fn cell_rows(
             agg.slowdown_vs_1pod = Some(1.0);
         }
     }
+    rows.extend(per_gpu);
     rows.push(agg);
     rows
+}
+
+/// A cell's rows for each GPU its pods said they ran on (pure): the GPU's pods pooled
+/// as the cell's aggregate pools them all (histograms summed, throughput over the cell's
+/// measured time, fairness among them), named `gpu:0`, `gpu:1`, … in the order of their
+/// UUIDs. Also how many pod rows said no GPU.
+fn gpu_rows(
+    labels: &CellLabels,
+    pod_rows: &[CellRecord],
+    parts: &[(Option<Histogram>, f64)],
+    short: &[String],
+    cell_secs: f64,
+) -> (Vec<CellRecord>, usize) {
+    let mut by_gpu: std::collections::BTreeMap<&str, Vec<usize>> = Default::default();
+    let mut unreported = 0;
+    for (i, row) in pod_rows.iter().enumerate() {
+        match row.gpu_uuid.as_deref() {
+            Some(uuid) => by_gpu.entry(uuid).or_default().push(i),
+            // A pending pod never ran: it has no GPU to say.
+            None if row.status != CellStatus::Pending => unreported += 1,
+            None => {}
+        }
+    }
+    let rows = by_gpu
+        .into_iter()
+        .enumerate()
+        .map(|(k, (uuid, members))| {
+            let statuses: Vec<CellStatus> = members.iter().map(|&i| pod_rows[i].status).collect();
+            let mut note = match members.len() {
+                1 => format!("1 pod on GPU {uuid}"),
+                n => format!("{n} pods on GPU {uuid}"),
+            };
+            if members.len() != labels.pods as usize {
+                note += &format!(" ({} asked on each GPU)", labels.pods);
+            }
+            let first = &pod_rows[members[0]];
+            let mut row = empty_row(
+                labels,
+                &format!("{GPU_ROW_PREFIX}{k}"),
+                aggregate_status(&statuses),
+                first.source,
+                note,
+            );
+            row.started_at = first.started_at.clone();
+            row.gpu_uuid = Some(uuid.to_string());
+            row.offered_per_s = labels.offered_per_pod.map(|o| o * members.len() as f64);
+            let errors: u64 = members.iter().filter_map(|&i| pod_rows[i].errors).sum();
+            let mut total: Option<Histogram> = None;
+            for d in members.iter().filter_map(|&i| parts[i].0.as_ref()) {
+                match total.as_mut() {
+                    // Other bucket bounds: left out, as of the cell's aggregate.
+                    Some(h) => {
+                        h.add(d);
+                    }
+                    None => total = Some(d.clone()),
+                }
+            }
+            if members.iter().any(|&i| pod_rows[i].errors.is_some()) {
+                row.errors = Some(errors);
+            }
+            if let Some(h) = total.filter(|h| h.count > 0.0) {
+                let inferences: u64 = members.iter().filter_map(|&i| pod_rows[i].inferences).sum();
+                let tput = if cell_secs > 0.0 {
+                    inferences as f64 / cell_secs
+                } else {
+                    members.iter().filter_map(|&i| pod_rows[i].throughput_per_s).sum()
+                };
+                row.inferences = Some(inferences);
+                row.throughput_per_s = Some(tput);
+                row.mean_s = finite(h.mean());
+                row.p50_s = finite(h.quantile(0.5));
+                row.p90_s = finite(h.quantile(0.9));
+                row.p99_s = finite(h.quantile(0.99));
+                row.quantile_resolution = h.quantile_resolution();
+                row.duration_s = Some(cell_secs);
+                let effective: Vec<f64> = members.iter().map(|&i| parts[i].1).collect();
+                row.fairness = jain_index(&effective);
+                if !members.iter().any(|&i| short.contains(&pod_rows[i].pod)) {
+                    judge_slos(&mut row, &h, tput, &labels.slos);
+                }
+            }
+            row
+        })
+        .collect();
+    (rows, unreported)
 }
 
 #[cfg(test)]
@@ -459,6 +573,7 @@ mod tests {
             },
             errors: 0.0,
             load_seed: Some(7),
+            device_uuid: None,
             last_error: None,
         }
     }
@@ -495,6 +610,7 @@ mod tests {
             run_id: "r".into(),
             arm: Strategy::Mps.into(),
             pods: 2,
+            gpus: 1,
             repeat: 1,
             model: "tiny".into(),
             precision: "fp32".into(),
@@ -560,6 +676,52 @@ mod tests {
         let agg = rows.last().expect("aggregate");
         assert_eq!(agg.offered_per_s, Some(200.0));
         assert!(agg.note.contains("b could not keep up"), "{}", agg.note);
+    }
+
+    #[test]
+    fn a_cell_on_two_gpus_has_a_row_per_gpu_and_the_pooled_aggregate() {
+        // Two pods per GPU on two GPUs, a fifth that said no GPU; GPU "b…" has the faster pods.
+        let mut m = measured(&[
+            ("p1", 10.0, 100.0, &[0.002]),
+            ("p2", 10.0, 300.0, &[0.002]),
+            ("p3", 10.0, 1000.0, &[0.002]),
+            ("p4", 10.0, 1000.0, &[0.002]),
+            ("p5", 10.0, 100.0, &[0.002]),
+        ]);
+        for (pod, uuid) in [("p1", "aaaa"), ("p2", "aaaa"), ("p3", "bbbb"), ("p4", "bbbb")] {
+            let t = m.tracked.get_mut(pod).expect("pod");
+            for s in [t.first.as_mut(), t.last.as_mut()].into_iter().flatten() {
+                s.device_uuid = Some(uuid.into());
+            }
+        }
+        let l = CellLabels {
+            pods: 2,
+            gpus: 2,
+            offered_per_pod: None,
+            ..labels()
+        };
+        let rows = cell_rows(&m, &l, Source::Scrape, &settings(), None);
+        let pods: Vec<&str> = rows.iter().map(|r| r.pod.as_str()).collect();
+        assert_eq!(pods, ["p1", "p2", "p3", "p4", "p5", "gpu:0", "gpu:1", "all"]);
+        assert_eq!(rows[0].gpu_uuid.as_deref(), Some("aaaa"));
+        assert!(rows[0].is_pod() && !rows[5].is_pod() && rows[5].is_gpu_row());
+        let (g0, g1, all) = (&rows[5], &rows[6], &rows[7]);
+        assert_eq!(g0.gpu_uuid.as_deref(), Some("aaaa"));
+        assert_eq!(
+            (g0.inferences, g1.inferences, all.inferences),
+            (Some(400), Some(2000), Some(2500))
+        );
+        assert_eq!((g0.throughput_per_s, g1.throughput_per_s), (Some(40.0), Some(200.0)));
+        // Fairness among a GPU's own pods: 10/s and 30/s → (40²)/(2·(100+900)) = 0.8.
+        assert!((g0.fairness.expect("fairness") - 0.8).abs() < 1e-9);
+        assert_eq!(g1.fairness, Some(1.0));
+        assert!(g0.note.starts_with("2 pods on GPU aaaa"), "{}", g0.note);
+        assert_eq!(all.gpus, Some(2));
+        assert_eq!(all.pods_asked(), 4);
+        assert!(all.note.contains("in no GPU's row: 1"), "{}", all.note);
+        // One GPU, as every run but a multi-GPU node's: no GPU rows.
+        let rows = cell_rows(&m, &labels(), Source::Scrape, &settings(), None);
+        assert!(rows.iter().all(|r| !r.is_gpu_row()) && rows.last().expect("agg").gpus.is_none());
     }
 
     fn settings() -> MeasureSettings {

@@ -414,15 +414,18 @@ impl<T: BorrowMut<RunStore>> SharedStore<T> {
 pub(crate) fn labels(store: &RunStore, arm: Arm, pods: u32, repeat: u32) -> CellLabels {
     let run = store.run();
     let plan = &run.plan;
+    let gpus = run.environment.gpus_filled.unwrap_or(1).max(1);
     CellLabels {
         run_id: run.run_id.clone(),
         arm,
         pods,
+        gpus,
         repeat,
         model: plan.model.clone(),
         precision: plan.precision.clone(),
         device: plan.device,
-        offered_per_pod: plan.load.per_pod_rate(pods),
+        // `total:RATE` is shared by every pod of the cell, on all its GPUs.
+        offered_per_pod: plan.load.per_pod_rate(pods * gpus),
         slos: plan.slos.clone(),
     }
 }

@@ -64,4 +64,9 @@ pub struct Environment {
     /// (only with `--allow-busy-gpu`; otherwise the run refuses such a GPU).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpu_processes: Vec<String>,
+    /// Kubernetes through the device plugin on a node with several GPUs: how many GPUs
+    /// every cell fills, its `pods` on each (the plugin spreads a Deployment's pods over
+    /// the node's GPUs). Absent: one GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus_filled: Option<u32>,
 }

@@ -55,5 +55,6 @@ pub fn environment(inventory: &GpuInventory, workload: &str, mps: Option<&Path>)
         dra_driver: None,
         other_gpus: Vec::new(),
         gpu_processes: Vec::new(),
+        gpus_filled: None,
     }
 }

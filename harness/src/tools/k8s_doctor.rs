@@ -139,11 +139,11 @@ pub fn checks(f: &Facts) -> Vec<Check> {
         Ok((labels, taints)) => {
             let gpus = objects::physical_gpus(labels);
             let product = labels.get(objects::LABEL_PRODUCT).cloned().unwrap_or_default();
-            let verdict = if gpus == 1 { Verdict::Ok } else { Fail };
+            let verdict = if gpus >= 1 { Verdict::Ok } else { Fail };
             let hint = match gpus {
                 0 => " — no nvidia.com/gpu.count label: is GPU feature discovery running there?".to_string(),
                 1 => String::new(),
-                n => format!(" — {n} GPUs: the device plugin spreads replicas across them, so the sweep refuses this node; use a 1-GPU node"),
+                n => format!(" — the device plugin spreads pods over the {n} GPUs: a sweep's cells fill them all (N pods on each, a row per GPU); isolation and capacity need a 1-GPU node or --sharing-api dra"),
             };
             let taint = if taints.is_empty() {
                 String::new()

@@ -21,6 +21,23 @@ pub struct GpuInfo {
     pub memory_total_bytes: u64,
     /// Compute capability (major, minor).
     pub compute_capability: (i32, i32),
+    /// The device's UUID as `cuDeviceGetUuid_v2` gives it, in 8-4-4-4-12 hex: the GPU's
+    /// (nvidia-smi prints it after `GPU-`), or inside a MIG instance the instance's
+    /// (after `MIG-`). Stable across processes and containers, unlike the ordinal.
+    pub uuid: String,
+}
+
+/// A UUID's 16 bytes as 8-4-4-4-12 lower-case hex (pure).
+pub fn format_uuid(bytes: &[u8; 16]) -> String {
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
 }
 
 /// An open GPU: primary context, one stream, allocation accounting.
@@ -136,6 +153,12 @@ impl Gpu {
             compute_capability: ctx
                 .compute_capability()
                 .map_err(cuda_error("reading the compute capability"))?,
+            uuid: format_uuid(
+                &ctx.uuid()
+                    .map_err(cuda_error("reading the device UUID"))?
+                    .bytes
+                    .map(|b| b as u8),
+            ),
         };
         Ok(Self {
             ctx,
@@ -420,4 +443,17 @@ pub fn time_min_ms(
         ms = ms.min(start.elapsed_ms(end).map_err(cuda_error(what))?);
     }
     Ok(ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_uuid_reads_as_nvidia_smi_prints_it() {
+        let bytes = [
+            0x5c, 0x6f, 0x2a, 0x1e, 0x0b, 0x7d, 0x4c, 0x1a, 0x9e, 0x3f, 0x01, 0x23, 0x45, 0x67, 0x89, 0xab,
+        ];
+        assert_eq!(format_uuid(&bytes), "5c6f2a1e-0b7d-4c1a-9e3f-0123456789ab");
+    }
 }

@@ -163,14 +163,16 @@ impl Agent {
             };
             let gpu = (0..self.spec.gpus).min_by_key(|g| per_gpu(*g)).unwrap_or(0);
             device = Some((resource, gpu));
+            let mig = self.gpu_state.mig.is_some();
             facts = Some(PodFacts {
                 gpu: Some(gpu),
+                device_uuid: (!mig).then(|| crate::spec::gpu_uuid(gpu)),
                 plugin_replicas: config.as_ref().map(crate::gpu::PluginConfig::replicas),
                 mps_enforced: match config.as_ref().map(|c| &c.sharing) {
                     Some(Sharing::Mps { .. }) => self.mps_enforced(),
                     _ => None,
                 },
-                mig: self.gpu_state.mig.is_some(),
+                mig,
                 ..self.base_facts(pod)
             });
         }

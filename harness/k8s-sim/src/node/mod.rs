@@ -131,6 +131,20 @@ impl GpuNode {
         self.shared.lock().expect("node state").facts.clone()
     }
 
+    /// What a pod's own metrics would say of its GPU: the UUID CUDA reports inside it
+    /// (`PodFacts::device_uuid`), looked up by pod name as long as the node lives.
+    pub fn device_uuids(&self) -> impl Fn(&str) -> Option<String> + Send + Sync + 'static {
+        let shared = self.shared.clone();
+        move |pod| {
+            shared
+                .lock()
+                .expect("node state")
+                .facts
+                .get(pod)
+                .and_then(|f| f.device_uuid.clone())
+        }
+    }
+
     /// What happened on the node, with node times.
     pub fn log(&self) -> String {
         self.shared.lock().expect("node state").log.join("\n")

@@ -390,7 +390,11 @@ pub async fn ensure_namespace(client: &Client, ns: &str) -> Result<()> {
 }
 
 /// The pods of a sweep's cell (`strategy` × `pods`), not terminating, by name.
-pub async fn list_cell_pods(api: &Api<Pod>, arm: impl Into<crate::domain::Arm>, pods: u32) -> Result<Vec<CellPod>> {
+pub async fn list_cell_pods(
+    api: &Api<Pod>,
+    arm: impl Into<crate::domain::Arm>,
+    (pods, asked): (u32, u32),
+) -> Result<Vec<CellPod>> {
     let selector = format!("{}={}-{pods}", objects::CELL_LABEL, arm.into().name());
     let mut list = api
         .list(&ListParams::default().labels(&selector))
@@ -402,7 +406,7 @@ pub async fn list_cell_pods(api: &Api<Pod>, arm: impl Into<crate::domain::Arm>, 
     // active): the rejected one counts only while its replacement is missing.
     let failed = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed");
     let active = list.iter().filter(|p| !failed(p)).count();
-    if active >= pods as usize {
+    if active >= asked as usize {
         list.retain(|p| !failed(p));
     }
     list.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));

@@ -58,7 +58,7 @@ pub(super) async fn session_with(
     let client = c.harness_client().await.expect("the harness's service account");
     let mut backend = KubernetesBackend::new(client, settings);
     backend.check_cluster().await?;
-    let store = common_tests::run_store(plan, resume)?;
+    let store = common_tests::run_store_filling(plan, resume, backend.gpus())?;
     backend.attach_journal(store.dir())?;
     Ok(common_tests::session_of(backend, store, sim_measure()))
 }
@@ -576,11 +576,109 @@ async fn open_error(c: &TestCluster) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_two_gpu_node_and_a_cluster_policy_without_a_config_name_are_refused() {
+async fn on_a_node_with_two_gpus_every_cell_fills_both_and_each_gpu_gets_its_rows() {
+    use crate::results::record::CellRecord;
     let mut spec = ClusterSpec::h100("gpu-1");
     spec.gpus = 2;
-    let err = open_error(&start(spec).await).await;
-    assert!(err.contains("has 2 GPUs") && err.contains("distributedAlloc"), "{err}");
+    let c = start(spec).await;
+    let before = state(&c).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = plan(dir.path(), "exclusive,time-slicing,mps,mig", "1,3");
+    // The pods say which GPU they run on (workload_info{device_uuid}), as the node's
+    // device plugin placed them.
+    let metrics = SteadyMetrics::reporting_devices(Box::new(c.node.device_uuids()));
+    let s = session(&c, &p, false).await.unwrap_or_else(|e| panic!("{e}"));
+    let outcome = run_with_source(s, &metrics, &Quiet, &Shutdown::new())
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
+    assert_eq!((outcome.measured, outcome.failed), (8, 0), "{}", c.log());
+    // The plugin's allocator put `pods` on each GPU (exclusive × 3: one each, the rest pending).
+    let facts = c.node.facts();
+    for (cell, per_gpu) in [
+        ("exclusive-1", 1),
+        ("time-slicing-1", 1),
+        ("time-slicing-3", 3),
+        ("mps-3", 3),
+    ] {
+        let on = |g: u32| facts.values().filter(|f| f.cell == cell && f.gpu == Some(g)).count();
+        assert_eq!((on(0), on(1)), (per_gpu, per_gpu), "{cell}\n{}", c.log());
+    }
+    assert!(facts.values().any(|f| f.cell == "mps-3" && f.mps_enforced == Some(3)));
+    assert_eq!(facts.values().filter(|f| f.cell == "mig-3" && f.mig).count(), 6);
+    let rows = crate::results::store::read_cells(&dir.path().join("sim/cells.jsonl")).expect("cells");
+    let of = |cell: &str| -> Vec<&CellRecord> {
+        rows.iter()
+            .filter(|r| format!("{}-{}", r.strategy.name(), r.pods) == cell)
+            .collect()
+    };
+    for cell in ["time-slicing-3", "mps-3"] {
+        let rows = of(cell);
+        assert_eq!(rows.iter().filter(|r| r.is_pod()).count(), 6, "{cell}");
+        let gpu_rows: Vec<&&CellRecord> = rows.iter().filter(|r| r.is_gpu_row()).collect();
+        let uuids: Vec<String> = (0..2).map(gpushare_k8s_sim::spec::gpu_uuid).collect();
+        assert_eq!(gpu_rows.len(), 2, "{cell}");
+        for (k, g) in gpu_rows.iter().enumerate() {
+            assert_eq!(g.pod, format!("gpu:{k}"));
+            assert_eq!(g.gpu_uuid.as_ref(), Some(&uuids[k]), "{cell}");
+            assert!(
+                g.note.starts_with(&format!("3 pods on GPU {}", uuids[k])),
+                "{cell}: {}",
+                g.note
+            );
+        }
+        let all = rows.iter().find(|r| r.is_aggregate()).expect("aggregate");
+        assert_eq!(all.gpus, Some(2));
+        let by_gpu: u64 = gpu_rows.iter().filter_map(|g| g.inferences).sum();
+        assert_eq!(
+            all.inferences,
+            Some(by_gpu),
+            "{cell}: the pooled row is the GPUs' together"
+        );
+    }
+    let ex3 = of("exclusive-3");
+    let all = ex3.iter().find(|r| r.is_aggregate()).expect("aggregate");
+    assert!(all.note.contains("2 of 6 pods ran; 4 pending"), "{}", all.note);
+    assert_eq!(ex3.iter().filter(|r| r.is_gpu_row()).count(), 2);
+    // MIG instances are devices of their own: no GPU rows.
+    assert!(of("mig-3").iter().all(|r| !r.is_gpu_row()));
+    assert_eq!(state(&c).await, before, "{}", c.log());
+    // The report pools the GPUs in its tables and splits them in its per-GPU ones.
+    let data = crate::report::RunData::load(&dir.path().join("sim")).expect("run");
+    let report = crate::report::render(&data).expect("report");
+    for text in [&report.html, &report.markdown] {
+        assert!(text.contains("Throughput on each GPU") && text.contains("Fairness on each GPU"));
+        assert!(text.contains(&format!("gpu:1 is {}", gpushare_k8s_sim::spec::gpu_uuid(1))));
+        assert!(text.contains("This node has 2 GPUs"));
+    }
+    let pods_csv = &report.csv.iter().find(|(n, _)| n == "pods.csv").expect("pods.csv").1;
+    assert!(
+        !String::from_utf8_lossy(pods_csv).contains("gpu:0"),
+        "pods.csv holds pods only"
+    );
+    // An isolation trial needs its pods on one GPU, which the plugin does not promise here.
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = plan(dir.path(), "time-slicing", "1");
+    let mut s = session(&c, &p, false).await.expect("session");
+    let spec = |name: &str| crate::backend::PodSpec {
+        name: name.into(),
+        args: Vec::new(),
+        group: String::new(),
+        builtin: false,
+    };
+    let err = crate::backend::Backend::launch_pods(
+        &mut s.backend,
+        Strategy::TimeSlicing,
+        &[spec("victim"), spec("aggressor")],
+        &Shutdown::new(),
+    )
+    .await
+    .expect_err("refused")
+    .to_string();
+    assert!(err.contains("has 2 GPUs") && err.contains("--sharing-api dra"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_policy_without_a_config_name_is_refused() {
     let mut spec = ClusterSpec::h100("gpu-1");
     spec.plugin_config = (String::new(), String::new());
     let err = open_error(&start(spec).await).await;

@@ -23,10 +23,24 @@ use crate::stats::Histogram;
 use crate::sweep::progress::Progress;
 use crate::telemetry::NoTelemetry;
 
+/// What a pod's metrics say of its GPU, by pod name (`workload_info{device_uuid}`).
+pub type DeviceOf = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
 /// Every pod serves 100 inferences/s of 10 ms from its first scrape on.
 #[derive(Default)]
 pub struct SteadyMetrics {
     first: Mutex<HashMap<String, Instant>>,
+    device_of: Option<DeviceOf>,
+}
+
+impl SteadyMetrics {
+    /// Pods that also say which GPU they run on, as `device_of` tells.
+    pub fn reporting_devices(device_of: DeviceOf) -> Self {
+        Self {
+            device_of: Some(device_of),
+            ..Self::default()
+        }
+    }
 }
 
 impl MetricsSource for SteadyMetrics {
@@ -54,6 +68,7 @@ impl MetricsSource for SteadyMetrics {
                         latency,
                         errors: 0.0,
                         load_seed: None,
+                        device_uuid: self.device_of.as_ref().and_then(|f| f(&t.pod)),
                         last_error: None,
                     }),
                 )
@@ -129,13 +144,19 @@ pub fn measure(speed: f64) -> MeasureSettings {
 
 /// The run `sim` of `plan`: created, or reopened to resume.
 pub fn run_store(plan: &SweepPlan, resume: bool) -> Result<RunStore> {
+    run_store_filling(plan, resume, 1)
+}
+
+/// [`run_store`] of a run whose cells fill `gpus` GPUs of the node.
+pub fn run_store_filling(plan: &SweepPlan, resume: bool, gpus: u32) -> Result<RunStore> {
     if resume {
         RunStore::open(&plan.out, "sim")
     } else {
-        RunStore::create(
-            &plan.out,
-            RunRecord::new("sim".into(), plan, DeviceKind::Cuda, Environment::default()),
-        )
+        let env = Environment {
+            gpus_filled: (gpus > 1).then_some(gpus),
+            ..Environment::default()
+        };
+        RunStore::create(&plan.out, RunRecord::new("sim".into(), plan, DeviceKind::Cuda, env))
     }
 }
 

@@ -56,6 +56,14 @@ pub fn plugin_switched(node: &Node, strategy: Strategy, replicas: u32, gpus: u32
         && allocatable(node, "nvidia.com/gpu") == Some(gpus * per_gpu)
 }
 
+/// Why a run whose pods must share one GPU cannot run on a node with several through the
+/// device plugin (pure): the plugin, not the harness, picks each pod's GPU.
+pub fn several_gpus_refused(node: &str, gpus: u32, what: &str) -> String {
+    format!(
+        "node {node} has {gpus} GPUs: {what} needs its pods on one GPU, but the device plugin spreads a node's pods over its GPUs, the least-used first (k8s-device-plugin v0.20.0 internal/rm/allocate.go); run it on a node with one GPU, or with --sharing-api dra, whose claims pick the GPU"
+    )
+}
+
 /// How long the last switch took, for the cell's row.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SwitchCost {
@@ -97,6 +105,8 @@ pub struct KubernetesBackend {
     trial: Option<TrialCell>,
     /// The workload Deployments the current cell applied.
     applied: Vec<String>,
+    /// The node's GPUs (GFD's count): a cell's pods fill every one of them.
+    gpus: u32,
 }
 
 impl std::fmt::Debug for KubernetesBackend {
@@ -124,7 +134,14 @@ impl KubernetesBackend {
             resource: String::new(),
             trial: None,
             applied: Vec::new(),
+            gpus: 1,
         }
+    }
+
+    /// The node's GPUs, which every cell fills with its `pods` each (read by
+    /// [`check_cluster`](Self::check_cluster)).
+    pub fn gpus(&self) -> u32 {
+        self.gpus
     }
 
     /// Connects with the local kubeconfig or the in-cluster service account.
@@ -173,8 +190,8 @@ impl KubernetesBackend {
     }
 
     /// Reads what the sweep depends on and refuses clearly what it cannot handle: the
-    /// ClusterPolicy's device-plugin ConfigMap (which must exist), and a node with
-    /// exactly one GPU. Returns the node's labels.
+    /// ClusterPolicy's device-plugin ConfigMap (which must exist). Reads the node's GPUs
+    /// ([`gpus`](Self::gpus)). Returns the node's labels.
     pub async fn check_cluster(&mut self) -> Result<BTreeMap<String, String>> {
         super::base::check_workload_deployments(&self.client, &self.s.workload.namespace).await?;
         let setup = operator_setup(self.client.clone(), &self.s.operator_namespace).await?;
@@ -210,13 +227,11 @@ impl KubernetesBackend {
                 break labels;
             }
         };
-        let gpus = objects::physical_gpus(&labels);
-        if gpus > 1 {
-            return Err(BenchError::kube(format!(
-                "node {} has {gpus} GPUs: the device plugin shares every GPU of a node and spreads replicas across them (k8s-device-plugin v0.18.1 internal/rm/allocate.go distributedAlloc), so N pods would not share one GPU; use a node with one GPU",
-                self.s.node
-            )));
-        }
+        // The plugin shares every GPU of the node and spreads replicas over them, the
+        // least-used GPU first (k8s-device-plugin v0.20.0 internal/rm/allocate.go
+        // greedyAlloc, policy `distributed`; v0.14 to v0.19 distributedAlloc): a cell
+        // of N pods per GPU is a Deployment of N × GPUs pods.
+        self.gpus = objects::physical_gpus(&labels).max(1);
         Ok(labels)
     }
 
@@ -529,7 +544,7 @@ impl KubernetesBackend {
         if Self::current_entry(&labels).as_deref() != Some(entry.as_str()) {
             self.set_label(objects::LABEL_PLUGIN_CONFIG, &entry).await?;
         }
-        let gpus = 1;
+        let gpus = self.gpus;
         let what = format!("switch to {entry} ({} with {replicas} replica(s))", strategy.name());
         let settle = self.s.settle;
         self.wait_until(&what, self.s.switch_timeout, settle, shutdown, async |n: &Node| {
@@ -696,7 +711,7 @@ impl KubernetesBackend {
         let api = self.pods();
         match self.trial.as_mut() {
             Some(t) => trial_cell_pods(&api, t).await,
-            None => list_cell_pods(&api, strategy, pods).await,
+            None => list_cell_pods(&api, strategy, (pods, pods * self.gpus)).await,
         }
     }
 
@@ -794,9 +809,12 @@ impl Backend for KubernetesBackend {
     ) -> Result<Vec<CellPod>> {
         let resource = self.begin_cell(strategy, pods, shutdown).await?;
         self.trial = None;
-        let object = objects::deployment(&self.s.workload, strategy, pods, &resource, args);
-        self.apply_deployment(objects::APP, object, &format!("{} × {pods}", strategy.name()), shutdown)
-            .await?;
+        let object = objects::deployment_over_gpus(&self.s.workload, strategy, (pods, self.gpus), &resource, args);
+        let what = match self.gpus {
+            1 => format!("{} × {pods}", strategy.name()),
+            g => format!("{} × {pods} on each of {g} GPUs", strategy.name()),
+        };
+        self.apply_deployment(objects::APP, object, &what, shutdown).await?;
         self.cell = Some((strategy, pods));
         self.launched_at = Some(Instant::now());
         self.cell_pods().await
@@ -809,6 +827,13 @@ impl Backend for KubernetesBackend {
         specs: &[PodSpec],
         shutdown: &Shutdown,
     ) -> Result<Vec<CellPod>> {
+        if self.gpus > 1 {
+            return Err(BenchError::kube(several_gpus_refused(
+                &self.s.node,
+                self.gpus,
+                "an isolation trial",
+            )));
+        }
         let parts = trial::deployments(specs)?;
         let pods = specs.len() as u32;
         let resource = self.begin_cell(strategy, pods, shutdown).await?;
@@ -834,7 +859,9 @@ impl Backend for KubernetesBackend {
     }
 
     async fn wait_ready(&mut self, timeout: Duration, shutdown: &Shutdown) -> Result<Vec<CellPod>> {
-        let want = self.cell.map_or(0, |c| c.1) as usize;
+        let want = self
+            .cell
+            .map_or(0, |c| c.1 * if self.trial.is_some() { 1 } else { self.gpus }) as usize;
         let mut wait = shutdown.poll(EndsOn::Request, self.s.poll, timeout);
         loop {
             let pods = shutdown.guard(self.cell_pods()).await?;

@@ -703,7 +703,7 @@ impl DraBackend {
         let api = self.pods();
         match self.trial.as_mut() {
             Some(t) => trial::trial_cell_pods(&api, t).await,
-            None => k8s::list_cell_pods(&api, arm, pods).await,
+            None => k8s::list_cell_pods(&api, arm, (pods, pods)).await,
         }
     }
 

@@ -341,6 +341,19 @@ pub fn namespace(ns: &str) -> Value {
 
 /// The workload Deployment of one cell; `extra_args` (the cell's load) follow the run's.
 pub fn deployment(spec: &WorkloadSpec, strategy: Strategy, pods: u32, resource: &str, extra_args: &[String]) -> Value {
+    deployment_over_gpus(spec, strategy, (pods, 1), resource, extra_args)
+}
+
+/// The workload Deployment of a cell of `pods` on each of `gpus` GPUs: `pods × gpus`
+/// replicas, which the device plugin spreads over the node's GPUs (its cell label says
+/// `pods`, the count per GPU).
+pub fn deployment_over_gpus(
+    spec: &WorkloadSpec,
+    strategy: Strategy,
+    (pods, gpus): (u32, u32),
+    resource: &str,
+    extra_args: &[String],
+) -> Value {
     workload_deployment(
         spec,
         strategy,
@@ -348,7 +361,7 @@ pub fn deployment(spec: &WorkloadSpec, strategy: Strategy, pods: u32, resource: 
         &Shape {
             name: APP,
             role: None,
-            replicas: pods,
+            replicas: pods * gpus.max(1),
             pods,
             extra_args,
         },

@@ -13,7 +13,7 @@ use super::journal;
 use super::objects::{self, PluginConfigMap, WorkloadSpec};
 use crate::backend::Session;
 use crate::config::cli::RestoreArgs;
-use crate::config::plan::{DraSettings, KubernetesPlan, PrometheusSetting, SweepPlan};
+use crate::config::plan::{DraSettings, KubernetesPlan, PrometheusSetting, RunKind, SweepPlan};
 use crate::domain::{DeviceKind, Strategy};
 use crate::error::{BenchError, Result};
 use crate::metrics::prometheus::PromClient;
@@ -104,7 +104,7 @@ pub fn dry_run(plan: &SweepPlan, k: &KubernetesPlan) -> String {
         format!("# {title}\n{}---\n", serde_yaml_ng::to_string(&v).unwrap_or_default())
     };
     let mut out = format!(
-        "# Reads ClusterPolicy devicePlugin.config (name and default) and mig.strategy; the ConfigMap below is the\n# default {}; a node with more than one GPU is refused. Every change is journaled in the run directory\n# (kubernetes-journal.json) before it is made; restore undoes exactly those.\n",
+        "# Reads ClusterPolicy devicePlugin.config (name and default) and mig.strategy; the ConfigMap below is the\n# default {}. On a node with several GPUs every cell fills them all: its Deployment has pods × GPUs replicas,\n# which the device plugin spreads over the GPUs, and each GPU gets its own rows. Every change is journaled in\n# the run directory (kubernetes-journal.json) before it is made; restore undoes exactly those.\n",
         cm.id()
     );
     let max = plan.pods.iter().copied().max().unwrap_or(1);
@@ -281,7 +281,20 @@ pub async fn open(
             objects::LABEL_GPU_COUNT
         )));
     }
-    let store = open_store(plan, k, resume, &inventory)?;
+    let gpus = backend.gpus();
+    if gpus > 1 {
+        let what = match &plan.kind {
+            RunKind::Isolation(_) => Some("an isolation run"),
+            RunKind::Capacity(_) => Some("a capacity search"),
+            RunKind::Sweep => None,
+        };
+        if let Some(what) = what {
+            return Err(BenchError::kube(super::device_plugin::several_gpus_refused(
+                node, gpus, what,
+            )));
+        }
+    }
+    let store = open_store(plan, k, resume, &inventory, gpus)?;
     backend.attach_journal(store.dir())?;
     let recorded = store.run().plan.clone();
     // The pods' arguments and server come from the recorded plan (it wins when
@@ -356,16 +369,30 @@ fn recorded_server(recorded: &PlanRecord) -> Option<objects::OwnServer> {
     )
 }
 
-/// The run directory for the node's GPUs (new, or the one resumed).
+/// The run directory for the node's GPUs (new, or the one resumed), whose cells fill
+/// `gpus` GPUs. A resumed run must find the node with the GPUs its cells filled.
 fn open_store(
     plan: &SweepPlan,
     k: &KubernetesPlan,
     resume: Option<&str>,
     inventory: &GpuInventory,
+    gpus: u32,
 ) -> Result<RunStore> {
     let short = inventory.gpus.first().map_or("gpu".into(), |g| g.short_name());
-    let env = || host::environment(inventory, &format!("image {} on node {}", k.image, k.node), None);
-    RunStore::open_or_create(plan, resume, DeviceKind::Cuda, &short, env)
+    let env = || crate::results::record::Environment {
+        gpus_filled: (gpus > 1).then_some(gpus),
+        ..host::environment(inventory, &format!("image {} on node {}", k.image, k.node), None)
+    };
+    let store = RunStore::open_or_create(plan, resume, DeviceKind::Cuda, &short, env)?;
+    let filled = store.run().environment.gpus_filled.unwrap_or(1);
+    if filled != gpus {
+        return Err(BenchError::kube(format!(
+            "{} filled {filled} GPU(s) of node {} per cell, which now has {gpus}: resume it where it ran, or start a new run",
+            store.dir().display(),
+            k.node
+        )));
+    }
+    Ok(store)
 }
 
 /// The rest of a session: what the user reads first, and the cluster's Prometheus (by

@@ -104,6 +104,10 @@ pub fn snapshots_from_series(
                     .iter()
                     .filter(|s| inst(s) == instance)
                     .find_map(|s| crate::metrics::load_seed(s.metric.get("load_seed").map(String::as_str))),
+                device_uuid: info
+                    .iter()
+                    .filter(|s| inst(s) == instance)
+                    .find_map(|s| crate::metrics::device_uuid(s.metric.get("device_uuid").map(String::as_str))),
                 last_error: None,
             }),
         );

@@ -69,7 +69,7 @@ pub fn cells(data: &RunData) -> Result<Vec<u8>> {
 
 /// pods.csv of a report: the per-pod rows.
 pub fn pods(data: &RunData) -> Result<Vec<u8>> {
-    let rows: Vec<_> = data.cells.iter().filter(|c| !c.is_aggregate()).cloned().collect();
+    let rows: Vec<_> = data.cells.iter().filter(|c| c.is_pod()).cloned().collect();
     tidy::tidy(&cells_csv(&rows)?, &data.gpu_names(), "pods.csv")
 }
 
