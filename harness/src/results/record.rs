@@ -165,6 +165,15 @@ pub struct CellRecord {
     /// `pods` asked on each (aggregate rows; empty: one GPU).
     #[serde(default)]
     pub gpus: Option<u32>,
+    /// What slowed the GPU's clocks during the measurement (NVML's thermal and hardware
+    /// slowdown reasons): `none`, or the reasons and in how many of the once-a-second
+    /// samples (aggregate rows; empty: not read, as on the CPU or Kubernetes).
+    #[serde(default)]
+    pub clock_slowdown: Option<String>,
+    /// The share of samples whose clocks were held at the board's power limit
+    /// (aggregate rows; empty: not read).
+    #[serde(default)]
+    pub power_capped: Option<f64>,
 }
 
 /// The repeat of a row or plan recorded before `--repeat` existed: the only one.
@@ -190,6 +199,9 @@ impl CellRecord {
         }
         if self.note.contains("left out of the cell's quantiles") {
             flags.push("a pod's histogram left out of the quantiles".to_string());
+        }
+        if let Some(slowdown) = self.clock_slowdown.as_deref().filter(|s| *s != "none") {
+            flags.push(format!("throttled: {slowdown}"));
         }
         flags
     }
@@ -254,6 +266,8 @@ impl CellRecord {
             other_gpus_busy: None,
             gpu_uuid: None,
             gpus: None,
+            clock_slowdown: None,
+            power_capped: None,
         }
     }
 

@@ -429,6 +429,10 @@ pub fn cell_rows(
         agg.gpu_mem_bytes = summary.mem_bytes;
         agg.power_w = summary.power_w;
         agg.energy_j_per_inference = summary.energy_j.map(|e| e / total_inf.max(1) as f64);
+        if let Some(c) = summary.clocks {
+            agg.clock_slowdown = Some(c.describe());
+            agg.power_capped = Some(f64::from(c.power_capped) / f64::from(c.samples));
+        }
         if let Some(base) = baseline {
             agg.speedup_vs_1pod = base.throughput_per_s.zip(agg.throughput_per_s).map(|(b, t)| t / b);
             agg.slowdown_vs_1pod = match (agg.mean_s, base.mean_s) {
@@ -557,6 +561,17 @@ mod tests {
             line.ends_with("[unsettled: windows differ by 59%]  [a pod could not keep up with its load]"),
             "{line}"
         );
+        // Clocks slowed by heat are flagged; "none" and the power cap are not.
+        agg.note.clear();
+        agg.clock_slowdown = Some("none".into());
+        agg.power_capped = Some(0.8);
+        assert!(!cell_summary(std::slice::from_ref(&agg)).contains('['));
+        agg.clock_slowdown = Some("hardware thermal slowdown in 12 of 30 samples".into());
+        let line = cell_summary(std::slice::from_ref(&agg));
+        assert!(
+            line.ends_with("  [throttled: hardware thermal slowdown in 12 of 30 samples]"),
+            "{line}"
+        );
     }
 
     fn snap(at: tokio::time::Instant, bounds: &[f64], count: f64) -> PodSnapshot {
@@ -676,6 +691,21 @@ mod tests {
         let agg = rows.last().expect("aggregate");
         assert_eq!(agg.offered_per_s, Some(200.0));
         assert!(agg.note.contains("b could not keep up"), "{}", agg.note);
+    }
+
+    #[test]
+    fn the_clocks_limits_go_into_the_aggregate_row_and_its_flags() {
+        let mut m = measured(&[("a", 10.0, 1000.0, &[0.002])]);
+        m.summary.clocks = Some(crate::telemetry::ClockLimits::of([0x40, 0x4, 0x4, 0x0]));
+        let rows = cell_rows(&m, &labels(), Source::Scrape, &settings(), None);
+        let agg = rows.last().expect("aggregate");
+        assert_eq!(
+            agg.clock_slowdown.as_deref(),
+            Some("hardware thermal slowdown in 1 of 4 samples")
+        );
+        assert_eq!(agg.power_capped, Some(0.5));
+        assert!(agg.flags().iter().any(|f| f.starts_with("throttled: ")));
+        assert_eq!(rows[0].clock_slowdown, None, "a pod's row has no telemetry");
     }
 
     #[test]

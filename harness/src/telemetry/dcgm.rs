@@ -99,6 +99,7 @@ impl Telemetry for DcgmTelemetry {
                 mem_used_bytes: (mem_mib * 1024.0 * 1024.0) as u64,
                 power_w: power,
                 energy_mj: energy.map(|e| e as u64),
+                clock_reasons: None,
             })
         })
     }

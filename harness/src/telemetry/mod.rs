@@ -26,6 +26,70 @@ pub struct GpuSample {
     pub power_w: f64,
     /// Energy counter since driver load, millijoules.
     pub energy_mj: Option<u64>,
+    /// Why the clocks are below their maximum now: NVML's clock event reasons, a bit mask
+    /// (`nvmlClocksEventReason*`; None: not read, as from the DCGM exporter's series).
+    pub clock_reasons: Option<u64>,
+}
+
+/// NVML's clock event reasons that slow a busy GPU for its own protection, with their
+/// names (nvml.h `nvmlClocksEventReason*`: HwSlowdown, SwThermalSlowdown,
+/// HwThermalSlowdown, HwPowerBrakeSlowdown). Idle, application-clock, sync-boost and
+/// display reasons are settings or no load, not throttling.
+pub const SLOWDOWN_REASONS: [(u64, &str); 4] = [
+    (0x8, "hardware slowdown"),
+    (0x20, "software thermal slowdown"),
+    (0x40, "hardware thermal slowdown"),
+    (0x80, "hardware power brake"),
+];
+
+/// NVML's `nvmlClocksEventReasonSwPowerCap`: the clocks are held at the board's power
+/// limit. A GPU at full load often runs there; it is recorded, not flagged.
+pub const POWER_CAP_REASON: u64 = 0x4;
+
+/// What limited the clocks over a measurement's samples that read it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ClockLimits {
+    /// Samples that read the reasons.
+    pub samples: u32,
+    /// Of which with a slowdown ([`SLOWDOWN_REASONS`]).
+    pub slowed: u32,
+    /// Of which at the power cap.
+    pub power_capped: u32,
+    /// Every slowdown reason seen, as a mask.
+    pub reasons: u64,
+}
+
+impl ClockLimits {
+    /// From samples' reason masks (pure).
+    pub fn of(masks: impl IntoIterator<Item = u64>) -> Self {
+        let slowdown: u64 = SLOWDOWN_REASONS.iter().map(|(bit, _)| bit).sum();
+        let mut c = ClockLimits::default();
+        for m in masks {
+            c.samples += 1;
+            if m & slowdown != 0 {
+                c.slowed += 1;
+                c.reasons |= m & slowdown;
+            }
+            if m & POWER_CAP_REASON != 0 {
+                c.power_capped += 1;
+            }
+        }
+        c
+    }
+
+    /// `none`, or the reasons seen and in how many samples:
+    /// `hardware thermal slowdown in 12 of 30 samples`.
+    pub fn describe(&self) -> String {
+        if self.slowed == 0 {
+            return "none".into();
+        }
+        let names: Vec<&str> = SLOWDOWN_REASONS
+            .iter()
+            .filter(|(bit, _)| self.reasons & bit != 0)
+            .map(|(_, name)| *name)
+            .collect();
+        format!("{} in {} of {} samples", names.join(", "), self.slowed, self.samples)
+    }
 }
 
 /// Reads device telemetry (NVML on GPU 0, or nothing).
@@ -55,6 +119,8 @@ pub struct TelemetrySummary {
     pub power_w: Option<f64>,
     /// Energy over the measurement, joules (from the energy counter).
     pub energy_j: Option<f64>,
+    /// What limited the clocks (None: no sample read it).
+    pub clocks: Option<ClockLimits>,
 }
 
 /// Summarises samples taken once a second (pure).
@@ -75,6 +141,7 @@ pub fn summarise(samples: &[GpuSample]) -> TelemetrySummary {
         mem_bytes: samples.iter().map(|s| s.mem_used_bytes).max(),
         power_w: Some(samples.iter().map(|s| s.power_w).sum::<f64>() / n),
         energy_j,
+        clocks: Some(ClockLimits::of(samples.iter().filter_map(|s| s.clock_reasons))).filter(|c| c.samples > 0),
     }
 }
 
@@ -147,6 +214,7 @@ mod tests {
             mem_used_bytes: m,
             power_w: p,
             energy_mj: e,
+            clock_reasons: None,
         };
         let sum = summarise(&[s(50.0, 10, 100.0, Some(1_000)), s(100.0, 30, 300.0, Some(5_000))]);
         assert_eq!(sum.util_pct, Some(75.0));
@@ -156,5 +224,20 @@ mod tests {
         assert_eq!(summarise(&[]), TelemetrySummary::default());
         // One sample: no energy difference to take.
         assert_eq!(summarise(&[s(1.0, 1, 1.0, Some(9))]).energy_j, None);
+        assert_eq!(sum.clocks, None, "no sample read the clock reasons");
+    }
+
+    #[test]
+    fn clock_slowdowns_are_named_and_the_power_cap_only_counted() {
+        // Idle (0x1) and the power cap (0x4) are no slowdown; HW thermal (0x40) is.
+        let c = ClockLimits::of([0x1, 0x4, 0x4 | 0x40, 0x40, 0x0]);
+        assert_eq!((c.samples, c.slowed, c.power_capped), (5, 2, 2));
+        assert_eq!(c.describe(), "hardware thermal slowdown in 2 of 5 samples");
+        assert_eq!(ClockLimits::of([0x4, 0x0]).describe(), "none");
+        let both = ClockLimits::of([0x20, 0x80]);
+        assert_eq!(
+            both.describe(),
+            "software thermal slowdown, hardware power brake in 2 of 2 samples"
+        );
     }
 }

@@ -118,6 +118,7 @@ impl Telemetry for NvmlTelemetry {
             mem_used_bytes: d.memory_info().ok()?.used,
             power_w: d.power_usage().ok()? as f64 / 1000.0,
             energy_mj: d.total_energy_consumption().ok(),
+            clock_reasons: d.current_throttle_reasons().ok().map(|r| r.bits()),
         })
     }
 }

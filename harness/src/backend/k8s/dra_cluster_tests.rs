@@ -468,6 +468,7 @@ impl crate::telemetry::Telemetry for ScopeProbe {
             mem_used_bytes: 0,
             power_w: 0.0,
             energy_mj: None,
+            clock_reasons: None,
         })
     }
 }
