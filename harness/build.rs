@@ -1,6 +1,9 @@
 //! Records which commit the harness binary is built from (`git describe` at build
 //! time), so a run's record names the code that made it even when the binary runs in
-//! another checkout or none (the GPU machine gets the binaries carried over).
+//! another checkout or none (the GPU machine gets the binaries carried over); and the
+//! workload image it defaults to: `gpushare-workload:<version>`, under the registry of
+//! `GPUSHARE_IMAGE_REGISTRY` when the build is given one (the release workflow's, whose
+//! images carry that name).
 
 use std::path::Path;
 use std::process::Command;
@@ -23,4 +26,22 @@ fn main() {
     if let Some(rev) = described {
         println!("cargo:rustc-env=GPUSHARE_BUILD_REVISION={}", rev.trim());
     }
+    println!("cargo:rerun-if-env-changed=GPUSHARE_IMAGE_REGISTRY");
+    let version = env!("CARGO_PKG_VERSION");
+    let image = match std::env::var("GPUSHARE_IMAGE_REGISTRY") {
+        Ok(r) if !r.trim().is_empty() => {
+            let r = r.trim().trim_end_matches('/');
+            let fine = r
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-/:".contains(c));
+            if !fine || r.contains("://") {
+                panic!(
+                    "GPUSHARE_IMAGE_REGISTRY={r:?} is not an image registry and path (lower case, e.g. ghcr.io/acme)"
+                );
+            }
+            format!("{r}/gpushare-workload:{version}")
+        }
+        _ => format!("gpushare-workload:{version}"),
+    };
+    println!("cargo:rustc-env=GPUSHARE_DEFAULT_IMAGE={image}");
 }

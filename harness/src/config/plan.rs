@@ -270,8 +270,10 @@ pub const DEFAULT_MAX_CELL: Duration = Duration::from_secs(30);
 pub const MIN_WINDOW: Duration = Duration::from_millis(500);
 /// Readiness default.
 pub const DEFAULT_READY_TIMEOUT: Duration = Duration::from_secs(180);
-/// The Kubernetes workload image.
-pub const DEFAULT_IMAGE: &str = "gpushare-workload:0.1.0";
+/// The Kubernetes workload image: `gpushare-workload:<version>`, under the registry the
+/// build was given (`GPUSHARE_IMAGE_REGISTRY`: the release binaries name the images
+/// the release published; a source build names the image docs/kubernetes.md builds).
+pub const DEFAULT_IMAGE: &str = env!("GPUSHARE_DEFAULT_IMAGE");
 /// The GPU node's name in the committed manifests, which `gpushare-bench manifests
 /// --node` replaces (a valid node name, so that they validate as they are).
 pub const NODE_PLACEHOLDER: &str = "replace-with-the-gpu-node";
