@@ -211,6 +211,37 @@ fn every_number_of_a_cell_to_read_with_care_carries_its_flag() {
 }
 
 #[test]
+fn a_speed_up_over_a_1_pod_cell_to_read_with_care_carries_that_flag() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = edited_fixture(&dir.path().join("run"), |v| {
+        if v["strategy"] == "mps" && v["pods"] == 1 && v["pod"] == "all" {
+            v["note"] = "did not settle within 30 s (last 3 windows differ by more than 5%)".into();
+            v["throughput_spread"] = 0.26.into();
+        }
+    });
+    let r = report::render(&RunData::load(&run).expect("load")).expect("render");
+    let note = "MPS — each speed-up is a ratio over the 1-pod cell, which is to be read with care";
+    assert!(r.html.contains(note), "the baseline's note is listed");
+    // The speed-up table: MPS at 3, 5 and 7 pods carry it besides the 1-pod cell itself.
+    let speedup = r.html.split("Speed-up vs 1 pod").nth(1).expect("the speed-up table");
+    let table = &speedup[..speedup.find("</table>").expect("its end")];
+    let row = |table: &'_ str| -> String {
+        let tr = table
+            .split("<tr>")
+            .find(|r| r.contains(">MPS</th>"))
+            .expect("the MPS row");
+        tr.to_string()
+    };
+    let mps = row(table);
+    assert_eq!(count(&mps, "<td class=\"num flagged\""), 4, "{mps}");
+    // Tables of the cells' own numbers flag only the 1-pod cell.
+    let mean = r.html.split("Mean inference latency").nth(1).expect("the mean table");
+    let mean = &mean[..mean.find("</table>").expect("its end")];
+    let mps = row(mean);
+    assert_eq!(count(&mps, "<td class=\"num flagged\""), 1, "{mps}");
+}
+
+#[test]
 fn a_cpu_run_is_labelled_on_every_table_and_chart() {
     let data = RunData::load(&fixture("cpu-run")).expect("fixture");
     let r = report::render(&data).expect("render");

@@ -30,6 +30,9 @@ impl std::fmt::Debug for Metric {
     }
 }
 
+/// The speed-up table's title: its numbers are built on the strategy's 1-pod cell too.
+const SPEEDUP_TITLE: &str = "Speed-up vs 1 pod";
+
 /// The report's tables, in order: mean latency first, as in the reference study.
 pub const METRICS: [Metric; 17] = [
     Metric {
@@ -96,7 +99,7 @@ pub const METRICS: [Metric; 17] = [
         optional: true,
     },
     Metric {
-        title: "Speed-up vs 1 pod",
+        title: SPEEDUP_TITLE,
         unit: "× aggregate throughput",
         value: |c| c.speedup_vs_1pod,
         decimals: 2,
@@ -283,6 +286,34 @@ pub fn all(data: &RunData) -> Tables {
             }
         }
     }
+    // A speed-up is a ratio over the 1-pod cell: a 1-pod cell to read with care (or one
+    // that did not measure) makes every speed-up built on it one too.
+    let mut baseline_notes = std::collections::HashMap::new();
+    for s in data.arms() {
+        let why = match data.aggregate(s, 1) {
+            Some(a) if a.status != CellStatus::Ok => Some(format!("did not measure ({})", a.status)),
+            Some(_) => flag_notes
+                .get(&(s, 1))
+                .map(|n| format!("is to be read with care (note {n})")),
+            None => None,
+        };
+        let built_on: Vec<u32> = pods
+            .iter()
+            .copied()
+            .filter(|&p| p != 1 && data.aggregate(s, p).and_then(|a| a.speedup_vs_1pod).is_some())
+            .collect();
+        let Some(why) = why.filter(|_| !built_on.is_empty()) else {
+            continue;
+        };
+        let text = format!(
+            "{} — each speed-up is a ratio over the 1-pod cell, which {why}",
+            s.title()
+        );
+        let n = note_number(&mut notes, text);
+        for p in built_on {
+            baseline_notes.insert((s, p), n);
+        }
+    }
     // The coarsest quantile resolution of the run's cells (None: an older run).
     let resolution = data
         .arms()
@@ -333,7 +364,12 @@ pub fn all(data: &RunData) -> Tables {
                                         }
                                         _ => format!("{v:.prec$}", prec = m.decimals),
                                     };
-                                    match flag_notes.get(&(s, p)) {
+                                    let derived = if m.title == SPEEDUP_TITLE {
+                                        baseline_notes.get(&(s, p))
+                                    } else {
+                                        None
+                                    };
+                                    match flag_notes.get(&(s, p)).or(derived) {
                                         Some(&n) => Cell::Flagged(text, n),
                                         None => Cell::Value(text),
                                     }
