@@ -153,8 +153,9 @@ impl Agent {
                 );
                 return Ok(());
             }
-            // `internal/rm/allocate.go` `distributedAlloc`: the GPU with the fewest
-            // replicas in use.
+            // The GPU with the fewest replicas in use (k8s-device-plugin v0.20.0
+            // `internal/rm/allocate.go` `greedyAlloc`, policy `distributed`, the default;
+            // v0.14 to v0.19 `distributedAlloc`); among ties the lowest index (B10).
             let per_gpu = |g: u32| {
                 self.pods
                     .values()
