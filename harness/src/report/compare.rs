@@ -361,7 +361,7 @@ fn missing_cell(b: &CellRecord, cand: &RunData) -> CellComparison {
 
 /// Refuses to compare runs that measured different things: the kind of run (a sweep, a
 /// capacity search, an isolation run), model, precision, batch, load, SLOs, device (cuda
-/// vs cpu) or GPU. The error names the candidate's run.json and both values of every
+/// vs cpu), GPU, or the GPUs each cell filled. The error names the candidate's run.json and both values of every
 /// field that differs.
 pub fn check_comparable(base: &RunData, cand: &RunData) -> Result<()> {
     let (b, c) = (&base.run.plan, &cand.run.plan);
@@ -382,6 +382,9 @@ pub fn check_comparable(base: &RunData, cand: &RunData) -> Result<()> {
     };
     field("SLOs", slos(b), slos(c));
     field("device", b.device.name().into(), c.device.name().into());
+    // A node's cells that filled several GPUs pool them: not comparable with one GPU's.
+    let filled = |r: &RunData| r.run.environment.gpus_filled.unwrap_or(1).to_string();
+    field("GPUs filled per cell", filled(base), filled(cand));
     // GPUs only when both runs name one: a run without NVML records none.
     if let (Some(bg), Some(cg)) = (base.run.environment.gpus.first(), cand.run.environment.gpus.first())
         && b.device == c.device
@@ -657,6 +660,13 @@ mod tests {
         let mut bf = h100.clone();
         bf.run.plan.precision = "fp32".into();
         assert!(compare_runs(&h100, &bf, 0.05).is_err());
+        // A node's run whose cells filled two GPUs pools twice the pods.
+        let mut node = h100.clone();
+        node.run.environment.gpus_filled = Some(2);
+        let e = compare_runs(&h100, &node, 0.05)
+            .expect_err("two GPUs filled")
+            .to_string();
+        assert!(e.contains("GPUs filled per cell 1 (baseline) vs 2 (candidate)"), "{e}");
     }
 
     /// The fixture as a run of three repeats: latencies times `factors[r]`, throughput

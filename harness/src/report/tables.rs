@@ -286,17 +286,13 @@ pub fn all(data: &RunData) -> Tables {
             }
         }
     }
-    // A speed-up is a ratio over the 1-pod cell: a 1-pod cell to read with care (or one
-    // that did not measure) makes every speed-up built on it one too.
+    // A speed-up is a ratio over the 1-pod cell: a 1-pod cell to read with care makes
+    // every speed-up built on it one too (a cell with flags of its own shows those).
     let mut baseline_notes = std::collections::HashMap::new();
     for s in data.arms() {
-        let why = match data.aggregate(s, 1) {
-            Some(a) if a.status != CellStatus::Ok => Some(format!("did not measure ({})", a.status)),
-            Some(_) => flag_notes
-                .get(&(s, 1))
-                .map(|n| format!("is to be read with care (note {n})")),
-            None => None,
-        };
+        let why = flag_notes
+            .get(&(s, 1))
+            .map(|n| format!("is to be read with care (note {n})"));
         let built_on: Vec<u32> = pods
             .iter()
             .copied()
@@ -448,21 +444,18 @@ const PER_GPU: [Metric; 3] = [
 ];
 
 /// A run whose cells filled several GPUs of a node: a table per metric with a row per
-/// cell and a column per GPU (its rows `gpu:N` of the first pass), and how to read them
+/// cell and a column per GPU (its `gpu:<UUID>` rows of the first pass; the GPUs numbered
+/// gpu:0, gpu:1, … in the order of their UUIDs over the whole run), and how to read them
 /// (None: a run of one GPU).
 fn per_gpu_tables(data: &RunData) -> Option<(Vec<Table>, String)> {
     let gpu_rows: Vec<&CellRecord> = data.cells.iter().filter(|c| c.is_gpu_row() && c.repeat == 1).collect();
     let filled = data.run.environment.gpus_filled?;
-    let mut gpus: Vec<(&str, &str)> = gpu_rows
+    let gpus: Vec<&str> = gpu_rows
         .iter()
-        .map(|c| (c.pod.as_str(), c.gpu_uuid.as_deref().unwrap_or("")))
+        .filter_map(|c| c.gpu_uuid.as_deref())
+        .collect::<std::collections::BTreeSet<&str>>()
+        .into_iter()
         .collect();
-    gpus.sort_by_key(|(pod, _)| {
-        pod.trim_start_matches(crate::results::record::GPU_ROW_PREFIX)
-            .parse::<u32>()
-            .unwrap_or(u32::MAX)
-    });
-    gpus.dedup();
     let cells: Vec<(crate::domain::Arm, u32)> = data
         .arms()
         .into_iter()
@@ -475,16 +468,16 @@ fn per_gpu_tables(data: &RunData) -> Option<(Vec<Table>, String)> {
             title: m.title.to_string(),
             unit: m.unit.to_string(),
             corner: "Cell (pods on each GPU)".into(),
-            columns: gpus.iter().map(|(pod, _)| pod.to_string()).collect(),
+            columns: (0..gpus.len()).map(|k| format!("gpu:{k}")).collect(),
             rows: cells
                 .iter()
                 .map(|&(arm, pods)| {
                     let row = gpus
                         .iter()
-                        .map(|(pod, _)| {
+                        .map(|uuid| {
                             match gpu_rows
                                 .iter()
-                                .find(|c| c.arm() == arm && c.pods == pods && c.pod == *pod)
+                                .find(|c| c.arm() == arm && c.pods == pods && c.gpu_uuid.as_deref() == Some(*uuid))
                             {
                                 None => Cell::Missing,
                                 Some(c) => match (m.value)(c) {
@@ -499,7 +492,11 @@ fn per_gpu_tables(data: &RunData) -> Option<(Vec<Table>, String)> {
                 .collect(),
         })
         .collect();
-    let names: Vec<String> = gpus.iter().map(|(pod, uuid)| format!("{pod} is {uuid}")).collect();
+    let names: Vec<String> = gpus
+        .iter()
+        .enumerate()
+        .map(|(k, uuid)| format!("gpu:{k} is {uuid}"))
+        .collect();
     let how = format!(
         "This node has {filled} GPUs and the device plugin shares them all: each cell asked its pods on every GPU (a Deployment of pods × {filled}, which the plugin spreads, the least-used GPU first), so the tables above pool all {filled} GPUs. The per-GPU tables split each cell by the GPU its pods said they ran on (workload_info's device_uuid): {}. MIG cells have no GPU rows: each pod has an instance of its own.",
         if names.is_empty() {

@@ -25,12 +25,13 @@ pub const CPU_RUN_LABEL: &str = "CPU RUN (--device cpu): the workload ran on the
 /// The `pod` value of a cell's aggregate row.
 pub const ALL_PODS: &str = "all";
 
-/// How the `pod` value of a cell's row on one GPU begins (`gpu:0`, `gpu:1`, …, the GPUs
-/// numbered in the order of their UUIDs): a cell that filled several GPUs has one such
-/// row per GPU besides its pooled aggregate. No pod name has a colon.
+/// How the `pod` value of a cell's row on one GPU begins (`gpu:<the GPU's UUID>`): a
+/// cell that filled several GPUs has one such row per GPU besides its pooled aggregate.
+/// No pod name has a colon.
 pub const GPU_ROW_PREFIX: &str = "gpu:";
 
-/// One row of `cells.csv`: a pod of a cell, or the cell's aggregate (`pod = "all"`).
+/// One row of `cells.csv`: a pod of a cell, the cell's aggregate (`pod = "all"`), or,
+/// for a cell that filled several GPUs, one GPU's pods pooled (`pod = "gpu:<UUID>"`).
 /// Numbers that were not measured are empty (`None`), never zero.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CellRecord {
@@ -916,7 +917,7 @@ impl RunRecord {
 /// Parses `cells.jsonl` text and checks every row as strictly as flags: numbers finite
 /// and non-negative (but `exit_code`), pods 1 to 64, repeat from 1, no two rows for one
 /// (strategy, pods, repeat, pod), an aggregate row (`pod = "all"`) for every cell and no
-/// more pod rows than pods; with `plan`, every row's strategy, pods and repeat inside it.
+/// more pod rows than the pods it asked (pods × the GPUs it filled); with `plan`, every row's strategy, pods and repeat inside it.
 /// Errors name `path`, the line and the field.
 pub fn parse_cells_jsonl(text: &str, path: &Path, plan: Option<&PlanRecord>) -> Result<Vec<CellRecord>> {
     let at = |line: usize, reason: String| BenchError::RunDir {
@@ -1045,6 +1046,7 @@ fn check_row(row: &CellRecord) -> std::result::Result<(), String> {
         ("slo_p99_attainment", row.slo_p99_attainment),
         ("slo_attainment_bound", row.slo_attainment_bound),
         ("fairness", row.fairness),
+        ("power_capped", row.power_capped),
     ] {
         // Above 1 by more than rounding (a fairness of 1.0000000000000002 is 1).
         if let Some(x) = share.filter(|x| *x > 1.0 + 1e-9) {

@@ -98,14 +98,24 @@ pub fn add_note(note: &mut String, more: &str) {
 
 /// A row with the cell's labels and nothing measured.
 pub fn empty_row(l: &CellLabels, pod: &str, status: CellStatus, source: Source, note: String) -> CellRecord {
+    // A cell's aggregate row says how many GPUs it filled, and offers their pods' load.
+    let (gpus, offered) = if pod == ALL_PODS {
+        (
+            (l.gpus > 1).then_some(l.gpus),
+            l.offered_per_pod.map(|o| o * f64::from(l.pods * l.gpus.max(1))),
+        )
+    } else {
+        (None, l.offered_per_pod)
+    };
     CellRecord {
+        gpus,
         run_id: l.run_id.clone(),
         note,
         model: l.model.clone(),
         precision: l.precision.clone(),
         started_at: now_rfc3339(),
         repeat: l.repeat,
-        offered_per_s: l.offered_per_pod,
+        offered_per_s: offered,
         timeslice: l.arm.timeslice,
         ..CellRecord::unmeasured(l.arm.strategy, l.pods, pod, status, source, l.device)
     }
@@ -372,10 +382,6 @@ pub fn cell_rows(
         agg.errors = Some(total_errors as u64);
     }
     agg.started_at = started_at.clone();
-    agg.offered_per_s = labels.offered_per_pod.map(|o| o * f64::from(asked));
-    if labels.gpus > 1 {
-        agg.gpus = Some(labels.gpus);
-    }
     // A MIG instance is a device of its own (its UUID is the instance's): its pods
     // share no GPU, so they get no GPU rows.
     let per_gpu = if labels.gpus > 1 && labels.arm.strategy != crate::domain::Strategy::Mig {
@@ -451,8 +457,9 @@ pub fn cell_rows(
 
 /// A cell's rows for each GPU its pods said they ran on (pure): the GPU's pods pooled
 /// as the cell's aggregate pools them all (histograms summed, throughput over the cell's
-/// measured time, fairness among them), named `gpu:0`, `gpu:1`, … in the order of their
-/// UUIDs. Also how many pod rows said no GPU.
+/// measured time, fairness among the pods that ran there), named `gpu:<its UUID>` (the
+/// same in every cell of the run), in the order of their UUIDs. Also how many pod rows
+/// that ran said no GPU.
 fn gpu_rows(
     labels: &CellLabels,
     pod_rows: &[CellRecord],
@@ -472,8 +479,7 @@ fn gpu_rows(
     }
     let rows = by_gpu
         .into_iter()
-        .enumerate()
-        .map(|(k, (uuid, members))| {
+        .map(|(uuid, members)| {
             let statuses: Vec<CellStatus> = members.iter().map(|&i| pod_rows[i].status).collect();
             let mut note = match members.len() {
                 1 => format!("1 pod on GPU {uuid}"),
@@ -485,7 +491,7 @@ fn gpu_rows(
             let first = &pod_rows[members[0]];
             let mut row = empty_row(
                 labels,
-                &format!("{GPU_ROW_PREFIX}{k}"),
+                &format!("{GPU_ROW_PREFIX}{uuid}"),
                 aggregate_status(&statuses),
                 first.source,
                 note,
@@ -732,7 +738,7 @@ mod tests {
         };
         let rows = cell_rows(&m, &l, Source::Scrape, &settings(), None);
         let pods: Vec<&str> = rows.iter().map(|r| r.pod.as_str()).collect();
-        assert_eq!(pods, ["p1", "p2", "p3", "p4", "p5", "gpu:0", "gpu:1", "all"]);
+        assert_eq!(pods, ["p1", "p2", "p3", "p4", "p5", "gpu:aaaa", "gpu:bbbb", "all"]);
         assert_eq!(rows[0].gpu_uuid.as_deref(), Some("aaaa"));
         assert!(rows[0].is_pod() && !rows[5].is_pod() && rows[5].is_gpu_row());
         let (g0, g1, all) = (&rows[5], &rows[6], &rows[7]);
@@ -749,6 +755,21 @@ mod tests {
         assert_eq!(all.gpus, Some(2));
         assert_eq!(all.pods_asked(), 4);
         assert!(all.note.contains("in no GPU's row: 1"), "{}", all.note);
+        // Every aggregate of such a cell, measured or not, says how many GPUs it filled and
+        // offers all their pods' load.
+        let offered = CellLabels {
+            offered_per_pod: Some(10.0),
+            ..l.clone()
+        };
+        let agg = cell_rows(&m, &offered, Source::Scrape, &settings(), None)
+            .pop()
+            .expect("agg");
+        assert_eq!((agg.gpus, agg.offered_per_s), (Some(2), Some(40.0)));
+        let skipped = unavailable_rows(&offered, Source::Scrape, "no MIG").pop().expect("row");
+        assert_eq!(
+            (skipped.gpus, skipped.offered_per_s, skipped.pods_asked()),
+            (Some(2), Some(40.0), 4)
+        );
         // One GPU, as every run but a multi-GPU node's: no GPU rows.
         let rows = cell_rows(&m, &labels(), Source::Scrape, &settings(), None);
         assert!(rows.iter().all(|r| !r.is_gpu_row()) && rows.last().expect("agg").gpus.is_none());

@@ -300,11 +300,10 @@ pub(crate) async fn run_cells<B: Backend, S: MetricsSource, T: BorrowMut<RunStor
                     return Ok(ran);
                 }
                 let (labels, load, baseline) = shared.with(|s| {
-                    (
-                        labels(s, arm, pods, repeat),
-                        s.run().plan.load.workload_args(pods),
-                        s.aggregate(repeat, arm, 1).cloned(),
-                    )
+                    let labels = labels(s, arm, pods, repeat);
+                    // `total:RATE` is split over every pod of the cell, on all its GPUs.
+                    let load = s.run().plan.load.workload_args(labels.pods * labels.gpus);
+                    (labels, load, s.aggregate(repeat, arm, 1).cloned())
                 });
                 let title = cell_title(arm, pods, (repeats > 1).then_some((repeat, repeats)));
                 let start = lane.map(|(i, _)| shared.busy(i));
@@ -477,7 +476,7 @@ impl<B: Backend, S: MetricsSource> CellRunner<'_, B, S> {
         labels: &CellLabels,
         title: &str,
     ) -> Result<()> {
-        let load = store.run().plan.load.workload_args(labels.pods);
+        let load = store.run().plan.load.workload_args(labels.pods * labels.gpus);
         let baseline = store.aggregate(labels.repeat, labels.arm, 1).cloned();
         let mut measured = self.measure(prepared, labels, title, &load, baseline.as_ref()).await?;
         store.save_cell(std::mem::take(&mut measured.rows))?;

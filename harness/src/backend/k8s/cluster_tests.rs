@@ -618,7 +618,7 @@ async fn on_a_node_with_two_gpus_every_cell_fills_both_and_each_gpu_gets_its_row
         let uuids: Vec<String> = (0..2).map(gpushare_k8s_sim::spec::gpu_uuid).collect();
         assert_eq!(gpu_rows.len(), 2, "{cell}");
         for (k, g) in gpu_rows.iter().enumerate() {
-            assert_eq!(g.pod, format!("gpu:{k}"));
+            assert_eq!(g.pod, format!("gpu:{}", uuids[k]));
             assert_eq!(g.gpu_uuid.as_ref(), Some(&uuids[k]), "{cell}");
             assert!(
                 g.note.starts_with(&format!("3 pods on GPU {}", uuids[k])),
