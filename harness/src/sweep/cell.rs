@@ -255,8 +255,9 @@ pub fn cell_rows(
     let mut statuses = Vec::new();
     let mut layout_mismatch = Vec::new();
     let mut short = Vec::new();
-    // Per pod row: its histogram delta and its inferences per second of the cell.
-    let mut parts: Vec<(Option<Histogram>, f64)> = Vec::new();
+    // Per pod row: its histogram delta (its inferences per second of the cell are in
+    // `effective`, row for row).
+    let mut deltas: Vec<Option<Histogram>> = Vec::new();
     for name in order {
         let t = &tracked[name];
         let (status, exit_code, note) = pod_status(&t.state, &t.problem);
@@ -297,7 +298,7 @@ pub fn cell_rows(
                 total_errors += errs.max(0.0);
                 total_inf += d.count as u64;
                 effective.push(if cell_secs > 0.0 { d.count / cell_secs } else { 0.0 });
-                parts.push((Some(d.clone()), effective.last().copied().unwrap_or(0.0)));
+                deltas.push(Some(d.clone()));
                 match total.as_mut() {
                     Some(h) => {
                         // Histograms with other bucket bounds cannot be summed: the pod's
@@ -337,7 +338,7 @@ pub fn cell_rows(
                 }
                 add_note(&mut row.note, &why);
                 effective.push(0.0);
-                parts.push((None, 0.0));
+                deltas.push(None);
             }
         }
         rows.push(row);
@@ -385,7 +386,7 @@ pub fn cell_rows(
     // A MIG instance is a device of its own (its UUID is the instance's): its pods
     // share no GPU, so they get no GPU rows.
     let per_gpu = if labels.gpus > 1 && labels.arm.strategy != crate::domain::Strategy::Mig {
-        let (per_gpu, unreported) = gpu_rows(labels, &rows, &parts, &short, cell_secs);
+        let (per_gpu, unreported) = gpu_rows(labels, &rows, (&deltas, &effective), &short, cell_secs);
         if unreported > 0 {
             add_note(
                 &mut agg.note,
@@ -463,7 +464,7 @@ pub fn cell_rows(
 fn gpu_rows(
     labels: &CellLabels,
     pod_rows: &[CellRecord],
-    parts: &[(Option<Histogram>, f64)],
+    (deltas, effective): (&[Option<Histogram>], &[f64]),
     short: &[String],
     cell_secs: f64,
 ) -> (Vec<CellRecord>, usize) {
@@ -501,7 +502,7 @@ fn gpu_rows(
             row.offered_per_s = labels.offered_per_pod.map(|o| o * members.len() as f64);
             let errors: u64 = members.iter().filter_map(|&i| pod_rows[i].errors).sum();
             let mut total: Option<Histogram> = None;
-            for d in members.iter().filter_map(|&i| parts[i].0.as_ref()) {
+            for d in members.iter().filter_map(|&i| deltas[i].as_ref()) {
                 match total.as_mut() {
                     // Other bucket bounds: left out, as of the cell's aggregate.
                     Some(h) => {
@@ -528,8 +529,8 @@ fn gpu_rows(
                 row.p99_s = finite(h.quantile(0.99));
                 row.quantile_resolution = h.quantile_resolution();
                 row.duration_s = Some(cell_secs);
-                let effective: Vec<f64> = members.iter().map(|&i| parts[i].1).collect();
-                row.fairness = jain_index(&effective);
+                let shares: Vec<f64> = members.iter().map(|&i| effective[i]).collect();
+                row.fairness = jain_index(&shares);
                 if !members.iter().any(|&i| short.contains(&pod_rows[i].pod)) {
                     judge_slos(&mut row, &h, tput, &labels.slos);
                 }
