@@ -84,8 +84,10 @@ report: ## render a run: make report RUN=runs/<run-id> (the report goes to runs/
 	@if [ ! -x $(BUNDLE)/gpushare-bench ] && [ ! -x target/release/gpushare-bench ]; then $(MAKE) --no-print-directory build; fi
 	$(BENCH_BIN) report "$(RUN)"
 
+# A failing cluster test's message ends with the cluster's log; a backtrace after it would
+# push the assertion out of a CI log's tail (GPUSHARE_TEST_BACKTRACE=1 brings it back).
 TEST_ENV = LD_LIBRARY_PATH=$(NVRTC_LIB)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH} GPUSHARE_MINILM_DIR=$(MINILM_DIR) \
-	PATH=$(DEPS)/bin:$$PATH
+	PATH=$(DEPS)/bin:$$PATH RUST_BACKTRACE=$${GPUSHARE_TEST_BACKTRACE:-0}
 
 .PHONY: test
 test: deps lint ## lint, unit and integration tests (no GPU, no cluster): what CI runs

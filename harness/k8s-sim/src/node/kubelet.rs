@@ -203,11 +203,13 @@ impl Agent {
     fn start_pod(&mut self, key: &PodKey, pod: &Value, device: Option<(String, u32)>, facts: Option<PodFacts>) {
         self.ips += 1;
         // Simulated pods get cluster-network addresses; pods that run a process get one
-        // on loopback, where it listens.
+        // on loopback, where it listens: in a /16 of the node's own, so that the
+        // processes of clusters running side by side (tests in parallel) never bind the
+        // same address.
         let net = if self.spec.processes.is_some() {
-            "127.10"
+            format!("127.{}", self.loopback_net())
         } else {
-            "10.244"
+            "10.244".to_string()
         };
         let ip = format!("{net}.{}.{}", self.ips / 250, 2 + self.ips % 250);
         let status = json!({

@@ -261,9 +261,25 @@ pub(crate) struct Agent {
     exclusive_process: BTreeSet<u32>,
     writes: Vec<Write>,
     ips: u32,
+    /// The second octet of this node's loopback /16 for process pods (given on first use).
+    loopback: Option<u8>,
     last_lease: Option<Instant>,
     /// Containers that run as local processes (`ClusterSpec::processes`).
     processes: process::Processes,
+}
+
+/// The next loopback /16 (127.10 to 127.249) for a node whose pods run processes.
+static NEXT_LOOPBACK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+impl Agent {
+    /// This node's loopback /16, its second octet: one per node in this process, so
+    /// that nodes side by side never hand out the same pod address.
+    fn loopback_net(&mut self) -> u8 {
+        *self.loopback.get_or_insert_with(|| {
+            let n = NEXT_LOOPBACK.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            10 + (n % 240) as u8
+        })
+    }
 }
 
 fn ms(t: Secs) -> u64 {
@@ -297,6 +313,7 @@ impl Agent {
             exclusive_process: BTreeSet::new(),
             writes: Vec::new(),
             ips: 0,
+            loopback: None,
             last_lease: None,
             processes: process::Processes::default(),
         }

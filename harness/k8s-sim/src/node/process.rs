@@ -3,7 +3,7 @@
 //! with the pod's command and args as the kubelet passes them (`$(VAR)` expanded), its
 //! environment, and its own IP on loopback. A pod's network namespace would let every
 //! pod listen on `0.0.0.0:9400`; here the pods share one, so `0.0.0.0` in an argument
-//! becomes the pod's own address (`127.10.x.y`), which is what a process in a pod
+//! becomes the pod's own address (`127.N.x.y`, a /16 per node), which is what a process in a pod
 //! listening on all its interfaces serves on. Termination sends SIGTERM to the process
 //! group, the final delete SIGKILL; dropping the node kills every group it started, and
 //! each process gets SIGKILL when the test process dies.

@@ -606,7 +606,7 @@ async fn isolation_trials_through_dra_claims_share_the_victims_claim_and_leave_n
         victim_rate: 50.0,
         aggressors: vec![1],
         event_after_s: 0.3,
-        observe_s: 0.4,
+        observe_s: 1.0,
         slo_s: None,
         aggressor_image: None,
     };
