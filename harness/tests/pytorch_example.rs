@@ -214,8 +214,9 @@ fn the_harness_sends_the_requests_to_a_server_that_waits_for_them() {
 #[test]
 fn capacity_searches_a_server_of_ones_own_through_the_harnesss_requests() {
     let out = tempfile::tempdir().expect("tempdir");
-    // 40 requests/s per pod of 4 ms each, p99 within 100 ms: both counts fit (each
-    // pod is its own process, sleeping in its stand-in forward pass).
+    // 40 requests/s per pod of 4 ms each, p90 within 100 ms: both counts fit, shown at
+    // 95% by the hundred or more requests each pod completes (each pod is its own
+    // process, sleeping in its stand-in forward pass).
     let flags = [
         "--max-cell",
         "4s",
@@ -224,7 +225,7 @@ fn capacity_searches_a_server_of_ones_own_through_the_harnesss_requests() {
         "--load",
         "poisson:40",
         "--slo",
-        "p99=100ms",
+        "p90=100ms",
         "--request",
         "http://127.0.0.1:{port}/infer",
     ];

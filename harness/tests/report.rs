@@ -478,7 +478,8 @@ fn the_committed_h100_capacity_runs_give_the_readmes_answer() {
             "../results/20261123-h100-capacity",
             vec![
                 (Strategy::Exclusive, Some(1), None),
-                (Strategy::TimeSlicing, Some(3), Some(4)),
+                // Three time-sliced pods are marginal: one attained 99.29% of 1,817.
+                (Strategy::TimeSlicing, Some(2), Some(3)),
                 (Strategy::Mps, Some(2), Some(3)),
                 (Strategy::Mig, None, None),
             ],
@@ -486,7 +487,7 @@ fn the_committed_h100_capacity_runs_give_the_readmes_answer() {
         (
             "tests/fixtures/runs/20261123-h100-capacity-again",
             vec![
-                (Strategy::TimeSlicing, Some(3), Some(4)),
+                (Strategy::TimeSlicing, Some(2), Some(3)),
                 (Strategy::Mps, Some(2), Some(3)),
             ],
         ),

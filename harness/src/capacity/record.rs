@@ -3,10 +3,11 @@
 
 use serde::Serialize;
 
-use crate::capacity::search::{Verdict, cell_verdict, limit, outcome};
+use crate::capacity::search::{Verdict, attainment, cell_verdict, limit, outcome};
 use crate::domain::{CellStatus, Strategy};
 use crate::error::{BenchError, Result};
 use crate::results::record::{CellRecord, RunRecord};
+use crate::stats::binomial::attainment_bounds;
 
 /// What one strategy's search came to: the capacity table's row (`capacity.csv`,
 /// `export --format capacity`).
@@ -37,13 +38,17 @@ pub struct CapacityRecord {
     pub quantile_resolution: Option<f64>,
     /// The largest interpolation bound of an attainment at that count (pods' rows).
     pub slo_attainment_bound: Option<f64>,
+    /// The fit's confidence: at that count, the lowest one-sided 95% lower bound of a
+    /// pod's attainment of an SLO (`stats::binomial::attainment_bounds`), at least the SLO's
+    /// percentile when the count fits.
+    pub attainment_lower_bound: Option<f64>,
     /// Mean GPU utilisation at that count, percent.
     pub gpu_util_pct: Option<f64>,
     /// GPU energy per request at that count, joules.
     pub energy_j_per_request: Option<f64>,
     /// The first count that did not fit.
     pub first_miss_pods: Option<u32>,
-    /// Why: `misses: …` (clearly) or `marginal: …` (within the interpolation bound).
+    /// Why: `misses: …` (clearly) or `marginal: …` (neither shown at 95% confidence).
     pub first_miss: String,
     /// Every measured count and its verdict: `1 fits, 2 fits, 3 misses`.
     pub walk: String,
@@ -74,6 +79,13 @@ fn verdict_word(v: &Verdict) -> &'static str {
     }
 }
 
+/// A pod row's one-sided 95% lower bound of its attainment of the percentile `q`.
+fn lower_bound(row: &CellRecord, q: f64) -> Option<f64> {
+    let a = attainment(row, q)?;
+    let n = row.inferences? as f64;
+    Some(attainment_bounds(a, row.slo_attainment_bound.unwrap_or(0.0), n).0)
+}
+
 /// The capacity table of a capacity run (pure; empty for other runs).
 pub fn records(run: &RunRecord, cells: &[CellRecord]) -> Vec<CapacityRecord> {
     let Some(cap) = run.kind.capacity() else {
@@ -98,15 +110,18 @@ pub fn records(run: &RunRecord, cells: &[CellRecord]) -> Vec<CapacityRecord> {
                 o.first_miss = None;
             }
             let at_fit = (o.fits > 0).then(|| cell(o.fits)).flatten();
-            let bound = (o.fits > 0)
-                .then(|| {
-                    cells
-                        .iter()
-                        .filter(|c| c.repeat == 1 && c.arm() == arm && c.pods == o.fits && c.is_pod())
-                        .filter_map(|c| c.slo_attainment_bound)
-                        .reduce(f64::max)
-                })
-                .flatten();
+            let pods_at_fit: Vec<&CellRecord> = cells
+                .iter()
+                .filter(|c| o.fits > 0 && c.repeat == 1 && c.arm() == arm && c.pods == o.fits && c.is_pod())
+                .collect();
+            let bound = pods_at_fit
+                .iter()
+                .filter_map(|c| c.slo_attainment_bound)
+                .reduce(f64::max);
+            let lower = pods_at_fit
+                .iter()
+                .flat_map(|c| slos.iter().filter_map(|s| lower_bound(c, s.quantile?)))
+                .reduce(f64::min);
             CapacityRecord {
                 run_id: run.run_id.clone(),
                 strategy: arm.strategy,
@@ -124,6 +139,7 @@ pub fn records(run: &RunRecord, cells: &[CellRecord]) -> Vec<CapacityRecord> {
                 p99_s: at_fit.and_then(|c| c.p99_s),
                 quantile_resolution: at_fit.and_then(|c| c.quantile_resolution),
                 slo_attainment_bound: bound,
+                attainment_lower_bound: lower,
                 gpu_util_pct: at_fit.and_then(|c| c.gpu_util_pct),
                 energy_j_per_request: at_fit.and_then(|c| c.energy_j_per_inference),
                 first_miss_pods: o.first_miss.as_ref().map(|(n, _)| *n),

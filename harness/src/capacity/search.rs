@@ -3,17 +3,22 @@
 //! come to ([`outcome`]).
 //!
 //! The rule, as `capacity --help` and the report state it:
+//! - Each pod's attainment of each SLO (the share of its n measured requests within the
+//!   threshold) is a binomial proportion seen through a histogram: it can be off by the
+//!   row's interpolation bound (the share of requests in the bucket holding the
+//!   threshold; with several SLOs the largest over their thresholds), and n requests
+//!   only estimate the pod's true share. Its **95% bounds** are the one-sided
+//!   Clopper–Pearson lower bound of the lowest reading the bucket allows and the upper
+//!   bound of the highest ([`binomial::attainment_bounds`]).
 //! - A count **fits** when its cell measured (`ok`) and every pod served its offered
-//!   load (see `sweep::cell::shortfall`) and met every SLO, each attainment at least
-//!   its percentile (p99 needs 99% of the pod's requests within the threshold).
+//!   load (see `sweep::cell::shortfall`) and, for every SLO, the lower bound of its
+//!   attainment is at least the percentile (p99 needs 99%): at least 299 requests, all
+//!   within the threshold, can show that.
 //! - It **misses clearly** when the cell did not measure (failed, out of memory, a pod
-//!   pending or the strategy unavailable), a pod could not keep up, or an attainment
-//!   is below its percentile by more than the row's interpolation bound (the share of
-//!   requests in the histogram bucket holding the threshold; with several SLOs the
-//!   largest over their thresholds, so a miss is called clear only when no bucket
-//!   could hide it).
-//! - Otherwise it **misses marginally**: below the percentile, but within that bound,
-//!   so the histogram cannot tell.
+//!   pending or the strategy unavailable), a pod could not keep up, or an upper bound
+//!   is below its percentile.
+//! - Otherwise it is **marginal**: the bounds straddle the percentile, so neither a fit
+//!   nor a miss is shown at 95%.
 //! - Counts are walked upwards from 1 (latency is not assumed monotone in pods, so no
 //!   bisection). The walk stops at the first clear miss, at the second miss in a row,
 //!   or at the limit: `--max-pods`, or 1 for exclusive (a second pod stays pending).
@@ -22,13 +27,14 @@
 use crate::config::values::Slo;
 use crate::domain::{Arm, CellStatus, Strategy};
 use crate::results::record::CellRecord;
+use crate::stats::binomial;
 
 /// How one measured pod count stands against the SLOs.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdict {
     /// Every pod served its load and met every SLO.
     Fits,
-    /// Missed by no more than the histogram's interpolation bound: the reason.
+    /// Neither shown to fit nor to miss at 95% confidence: the reason.
     Marginal(String),
     /// Missed clearly: the reason.
     Misses(String),
@@ -42,7 +48,7 @@ impl Verdict {
 }
 
 /// The attainment a row records for a percentile (None: no such SLO on the row).
-fn attainment(row: &CellRecord, quantile: f64) -> Option<f64> {
+pub fn attainment(row: &CellRecord, quantile: f64) -> Option<f64> {
     match (quantile * 100.0).round() as u32 {
         50 => row.slo_p50_attainment,
         90 => row.slo_p90_attainment,
@@ -87,26 +93,31 @@ pub fn judge(aggregate: &CellRecord, pods: &[&CellRecord], slos: &[Slo]) -> Verd
             ));
         }
         let bound = row.slo_attainment_bound.unwrap_or(0.0);
+        let n = row.inferences.unwrap_or(0) as f64;
         for slo in slos {
             let Some(q) = slo.quantile else { continue };
             let Some(a) = attainment(row, q) else {
                 return Verdict::Misses(format!("{} has no attainment for {slo}", row.pod));
             };
-            if a >= q {
+            let (lo, hi) = binomial::attainment_bounds(a, bound, n);
+            if lo >= q {
                 continue;
             }
             let what = format!(
-                "{}: {:.2}% within {} (needs {:.0}%)",
+                "{}: {:.2}% of {} requests within {} (needs {:.0}%; 95% bounds {:.2}%–{:.2}%)",
                 row.pod,
                 a * 100.0,
+                n as u64,
                 humantime::format_duration(slo.threshold),
-                q * 100.0
+                q * 100.0,
+                lo * 100.0,
+                hi * 100.0
             );
-            if a + bound < q {
+            if hi < q {
                 clear.push((a - q, &row.pod, what));
                 continue;
             }
-            marginal.push(format!("{what}, within the ±{:.2}% interpolation bound", bound * 100.0));
+            marginal.push(what);
         }
     }
     clear.sort_by(|x, y| x.0.total_cmp(&y.0));
@@ -219,15 +230,20 @@ mod tests {
         }]
     }
 
-    /// A pod's row with a p99 attainment and bound.
+    /// A pod's row with a p99 attainment and bound, over 20,000 requests.
     fn pod(name: &str, attained: Option<f64>, bound: f64) -> CellRecord {
+        of(name, attained, bound, 20_000)
+    }
+
+    /// A pod's row with a p99 attainment and bound over `n` requests.
+    fn of(name: &str, attained: Option<f64>, bound: f64, n: u64) -> CellRecord {
         let mut r = test_row(Strategy::Mps, 3, name);
         r.status = CellStatus::Ok;
         r.slo_p99_attainment = attained;
         r.slo_attainment_bound = attained.map(|_| bound);
         r.slo_met = attained.map(|a| a >= 0.99);
         r.throughput_per_s = Some(90.0);
-        r.inferences = Some(900);
+        r.inferences = Some(n);
         r.offered_per_s = Some(100.0);
         r
     }
@@ -240,29 +256,61 @@ mod tests {
     }
 
     #[test]
-    fn a_count_fits_only_when_every_pod_meets_every_slo() {
-        let (a, b) = (pod("pod-1", Some(0.995), 0.001), pod("pod-2", Some(0.99), 0.0));
+    fn a_count_fits_only_when_every_pod_meets_every_slo_at_95_percent_confidence() {
+        let (a, b) = (pod("pod-1", Some(0.995), 0.001), of("pod-2", Some(1.0), 0.0, 400));
         assert_eq!(judge(&agg(CellStatus::Ok), &[&a, &b], &p99(25)), Verdict::Fits);
-        // 98.7% with 0.2% in the threshold's bucket: clearly below 99%.
-        let c = pod("pod-3", Some(0.987), 0.002);
+        // 98.4% of 20,000 with 0.2% in the threshold's bucket: clearly below 99%.
+        let c = pod("pod-3", Some(0.984), 0.002);
         match judge(&agg(CellStatus::Ok), &[&a, &c], &p99(25)) {
-            Verdict::Misses(why) => assert_eq!(why, "pod-3: 98.70% within 25ms (needs 99%)"),
+            Verdict::Misses(why) => assert!(
+                why.starts_with("pod-3: 98.40% of 20000 requests within 25ms (needs 99%; 95% bounds 98.0"),
+                "{why}"
+            ),
             v => panic!("{v:?}"),
         }
         // Several pods below: the count and the worst.
         let e = pod("pod-4", Some(0.95), 0.001);
         match judge(&agg(CellStatus::Ok), &[&c, &a, &e], &p99(25)) {
-            Verdict::Misses(why) => {
-                assert_eq!(why, "2 of 3 pods miss, the worst pod-4: 95.00% within 25ms (needs 99%)")
-            }
+            Verdict::Misses(why) => assert!(
+                why.starts_with("2 of 3 pods miss, the worst pod-4: 95.00% of 20000 requests"),
+                "{why}"
+            ),
             v => panic!("{v:?}"),
         }
         // 98.9% with 0.2% in the bucket: the histogram cannot tell.
         let d = pod("pod-3", Some(0.989), 0.002);
-        match judge(&agg(CellStatus::Ok), &[&a, &d], &p99(25)) {
-            Verdict::Marginal(why) => assert!(why.contains("within the ±0.20% interpolation bound"), "{why}"),
+        assert!(matches!(
+            judge(&agg(CellStatus::Ok), &[&a, &d], &p99(25)),
+            Verdict::Marginal(_)
+        ));
+    }
+
+    #[test]
+    fn an_attainment_above_the_percentile_by_a_few_requests_is_not_a_fit() {
+        // 13 of 1,817 requests over the threshold: 99.28%, above 99%, but seeing ≤ 13
+        // misses is 13% likely when the true miss rate is exactly 1%.
+        let thin = of("pod-1", Some(1804.0 / 1817.0), 0.0, 1817);
+        match judge(&agg(CellStatus::Ok), &[&thin], &p99(25)) {
+            Verdict::Marginal(why) => assert!(
+                why.starts_with("pod-1: 99.28% of 1817 requests within 25ms (needs 99%; 95% bounds 98.8"),
+                "{why}"
+            ),
             v => panic!("{v:?}"),
         }
+        // Every one of 200 requests within: too few to show 99% (299 are needed).
+        let few = of("pod-1", Some(1.0), 0.0, 200);
+        assert!(matches!(
+            judge(&agg(CellStatus::Ok), &[&few], &p99(25)),
+            Verdict::Marginal(_)
+        ));
+        let enough = of("pod-1", Some(1.0), 0.0, 299);
+        assert_eq!(judge(&agg(CellStatus::Ok), &[&enough], &p99(25)), Verdict::Fits);
+        // A fit only inside the interpolation bound is marginal too.
+        let bucket = pod("pod-1", Some(0.9905), 0.002);
+        assert!(matches!(
+            judge(&agg(CellStatus::Ok), &[&bucket], &p99(25)),
+            Verdict::Marginal(_)
+        ));
     }
 
     #[test]

@@ -79,18 +79,19 @@ pub enum Command {
     ///
     /// Every pod gets Poisson arrivals at --load poisson:RATE. Per strategy, pod counts
     /// are measured upwards from 1 (as sweep cells, saved after each) until a count
-    /// misses the SLO:
+    /// misses the SLO. Each pod's attainment (p99=25ms: the share of its requests within
+    /// 25 ms) is judged at 95% confidence: its one-sided Clopper–Pearson bounds, widened
+    /// by the histogram's interpolation bound.
     ///   fits      the cell measured, every pod served its offered rate (within 5% or
-    ///             3 Poisson standard deviations) and met every --slo: p99=25ms needs
-    ///             at least 99% of each pod's requests within 25 ms
+    ///             3 Poisson standard deviations) and every attainment's lower bound
+    ///             clears its percentile (a p99 needs at least 299 requests, all within)
     ///   misses    a pod failed, ran out of memory, stayed pending or fell behind its
-    ///             rate, or an attainment is below its percentile by more than the
-    ///             histogram's interpolation bound (the share of requests in the
-    ///             bucket holding a threshold; with several SLOs the largest)
-    ///   marginal  below the percentile, but within that bound (the histogram cannot tell)
-    /// The walk stops at the first clear miss, at a second miss in a row, or at
-    /// --max-pods (exclusive: at 1, a second pod stays pending). The capacity is the
-    /// largest count that fits with every smaller one.
+    ///             rate, or an attainment's upper bound is below its percentile
+    ///   marginal  the bounds straddle the percentile: neither is shown
+    /// A cell runs on past its stable windows until every pod's attainments are decided,
+    /// or to --max-cell. The walk stops at the first clear miss, at a second marginal or
+    /// missed count in a row, or at --max-pods (exclusive: at 1, a second pod stays
+    /// pending). The capacity is the largest count that fits with every smaller one.
     ///
     /// Prints the capacity table (strategy → pods that fit, aggregate goodput, p99, GPU
     /// utilisation, energy per request, first miss and why); `report` adds the

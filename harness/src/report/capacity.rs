@@ -14,7 +14,7 @@ use super::charts::{draw_legend, draw_line, draw_markers, err, legend_entry, loo
 use super::tables::{Cell, Table, note_number};
 
 /// The search's rule, as the report states it.
-pub const RULE: &str = "How the capacity was found: per strategy, pod counts were measured upwards from 1. A count fits when every pod served its offered rate (within 5% or three Poisson standard deviations) and met every SLO (p99=25ms: at least 99% of each pod's requests within 25 ms, read from its histogram). It misses clearly when a pod failed, ran out of memory, stayed pending or fell behind, or an attainment is below its percentile by more than the interpolation bound (the share of requests in the bucket holding the threshold, the largest such share with several SLOs); a miss within that bound is marginal. A count whose cell failed (a pod crashed or never became ready) ends the search too: its note says why. The walk stops at the first clear miss, a second miss in a row, or --max-pods (exclusive: at 1, since a second pod stays pending). The capacity is the largest count that fits with every smaller one. Each count is one measurement: the table's bound is the histogram's, not the run-to-run noise.";
+pub const RULE: &str = "How the capacity was found: per strategy, pod counts were measured upwards from 1. Each pod's attainment of an SLO (p99=25ms: the share of its requests within 25 ms, read from its histogram) is judged with sampling confidence: its one-sided 95% Clopper–Pearson bounds, widened by the histogram's interpolation bound (the share of requests in the bucket holding the threshold). A count fits when every pod served its offered rate (within 5% or three Poisson standard deviations) and the lower bound of every attainment is at least its percentile (a p99 needs at least 299 requests, all within, to show that). It misses clearly when a pod failed, ran out of memory, stayed pending or fell behind, or an upper bound is below its percentile; otherwise it is marginal: the bounds straddle the percentile. A count whose cell failed (a pod crashed or never became ready) ends the search too: its note says why. The walk stops at the first clear miss, a second marginal or missed count in a row, or --max-pods (exclusive: at 1, since a second pod stays pending). The capacity is the largest count that fits with every smaller one. The table's lower bound is the lowest over the pods and SLOs at that count; each count is one measurement, so the bounds are sampling confidence, not run-to-run noise.";
 
 fn num(v: Option<f64>, decimals: usize) -> Cell {
     match v {
@@ -42,7 +42,7 @@ pub fn table(data: &RunData, notes: &mut Vec<(usize, String)>) -> Option<Table> 
             "Offered (req/s)",
             "Goodput (req/s)",
             "p99 (ms)",
-            "Attainment bound (%)",
+            "Attainment, 95% lower bound (%)",
             "GPU utilisation (%)",
             "Energy per request (J)",
             "First miss",
@@ -86,7 +86,7 @@ fn row(r: &CapacityRecord, notes: &mut Vec<(usize, String)>) -> Vec<Cell> {
         num(r.offered_per_s, 0),
         num(r.goodput_per_s, 1),
         num(r.p99_s.map(|v| v * 1e3), 2),
-        num(r.slo_attainment_bound.map(|v| v * 100.0), 2),
+        num(r.attainment_lower_bound.map(|v| v * 100.0), 2),
         num(r.gpu_util_pct, 0),
         num(r.energy_j_per_request, 3),
         miss,

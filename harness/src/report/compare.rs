@@ -65,9 +65,39 @@ pub struct Noise {
 }
 
 impl Noise {
-    /// The largest of the noises and the resolution: the column `compare` prints.
-    pub fn largest(&self) -> f64 {
-        self.mean.max(self.p99).max(self.throughput).max(self.resolution)
+    /// The band a change of `metric` is judged against: its own noise, and for p99 the
+    /// resolution where that is wider.
+    pub fn band(&self, metric: Metric) -> f64 {
+        match metric {
+            Metric::Mean => self.mean,
+            Metric::P99 => self.p99.max(self.resolution),
+            Metric::Throughput => self.throughput,
+        }
+    }
+}
+
+/// A metric `compare` judges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Metric {
+    /// Mean latency.
+    Mean,
+    /// p99 latency.
+    P99,
+    /// Aggregate throughput.
+    Throughput,
+}
+
+impl Metric {
+    /// All three, in the table's order.
+    pub const ALL: [Metric; 3] = [Metric::Mean, Metric::P99, Metric::Throughput];
+
+    /// Its name in a verdict.
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::Mean => "mean latency",
+            Metric::P99 => "p99 latency",
+            Metric::Throughput => "throughput",
+        }
     }
 }
 
@@ -99,6 +129,43 @@ impl CellComparison {
     /// Whether this cell makes `compare` fail (a regression or a missing cell).
     pub fn is_failure(&self) -> bool {
         !self.regressions.is_empty()
+    }
+
+    /// The relative change of `metric`.
+    pub fn change(&self, metric: Metric) -> Option<f64> {
+        match metric {
+            Metric::Mean => self.mean,
+            Metric::P99 => self.p99,
+            Metric::Throughput => self.throughput,
+        }
+    }
+
+    /// Whether the change of `metric` is inside its own noise band (None: no change to
+    /// judge, or a p99 of a run that records no resolution, which is not judged).
+    pub fn within_noise(&self, metric: Metric) -> Option<bool> {
+        let x = self.change(metric)?;
+        if metric == Metric::P99 && self.noise.resolution == 0.0 {
+            return None;
+        }
+        Some(x.abs() <= self.noise.band(metric))
+    }
+
+    /// The changes, better or worse, larger than their own noise band: "mean latency
+    /// +2.1% (noise ±0.3%)".
+    pub fn beyond_noise(&self) -> Vec<String> {
+        Metric::ALL
+            .into_iter()
+            .filter(|&m| self.within_noise(m) == Some(false))
+            .filter_map(|m| {
+                let x = self.change(m)?;
+                Some(format!(
+                    "{} {:+.1}% (noise ±{:.1}%)",
+                    m.name(),
+                    x * 100.0,
+                    self.noise.band(m) * 100.0
+                ))
+            })
+            .collect()
     }
 }
 
@@ -453,12 +520,18 @@ pub fn compare(base: &RunData, cand: &RunData, threshold: f64) -> Vec<CellCompar
     compare_runs(base, cand, threshold).map_or_else(|_| Vec::new(), |c| c.rows)
 }
 
-/// The comparison as a text table.
+/// The comparison as a text table: each metric's change beside its own noise band
+/// (p99's: its noise or the resolution, whichever is wider), and a verdict that names
+/// every change beyond its band, regression or not.
 pub fn render(rows: &[CellComparison]) -> String {
-    let pct = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{:+.1}%", x * 100.0));
+    let cell = |r: &CellComparison, m: Metric| match r.change(m) {
+        None => "-".to_string(),
+        Some(x) if m == Metric::P99 && r.noise.resolution == 0.0 => format!("{:+.1}% ±?", x * 100.0),
+        Some(x) => format!("{:+.1}% ±{:.1}%", x * 100.0, r.noise.band(m) * 100.0),
+    };
     let mut s = format!(
-        "{:<13} {:>4}  {:>9} {:>9} {:>11} {:>9}  verdict\n",
-        "strategy", "pods", "mean", "p99", "throughput", "noise"
+        "{:<13} {:>4}  {:>15} {:>15} {:>15}  verdict\n",
+        "strategy", "pods", "mean", "p99", "throughput"
     );
     for r in rows {
         let verdict = match r.verdict {
@@ -466,16 +539,18 @@ pub fn render(rows: &[CellComparison]) -> String {
             Verdict::Missing => r.regressions.join("; "),
             Verdict::StatusChanged => format!("status {}", r.status.as_deref().unwrap_or("changed")),
             Verdict::NotMeasured => "—".into(),
-            Verdict::Ok => "ok".into(),
+            Verdict::Ok => match r.beyond_noise() {
+                b if b.is_empty() => "ok, within noise".into(),
+                b => format!("ok; beyond noise: {}", b.join(", ")),
+            },
         };
         s.push_str(&format!(
-            "{:<13} {:>4}  {:>9} {:>9} {:>11} {:>8.1}%  {verdict}\n",
+            "{:<13} {:>4}  {:>15} {:>15} {:>15}  {verdict}\n",
             r.arm.title(),
             r.pods,
-            pct(r.mean),
-            pct(r.p99),
-            pct(r.throughput),
-            r.noise.largest() * 100.0
+            cell(r, Metric::Mean),
+            cell(r, Metric::P99),
+            cell(r, Metric::Throughput),
         ));
     }
     s
@@ -527,7 +602,11 @@ mod tests {
         for l in text.lines().filter(|l| l.starts_with("MIG")) {
             assert!(l.ends_with("  —"), "{l}");
         }
-        assert_eq!(text.lines().filter(|l| l.ends_with("  ok")).count(), 12, "{text}");
+        assert_eq!(
+            text.lines().filter(|l| l.ends_with("  ok, within noise")).count(),
+            12,
+            "{text}"
+        );
     }
 
     #[test]

@@ -171,18 +171,17 @@ fn capacity_lines(data: &RunData) -> Option<String> {
             let fits = r.pods_fit.unwrap_or(0);
             // Without a miss the capacity is at least what was searched.
             let open = if r.first_miss_pods.is_some() { "" } else { "≥ " };
-            format!("{} {open}{fits}", r.arm().title())
+            let sure = r
+                .attainment_lower_bound
+                .map(|l| format!(" (≥ {:.2}%)", l * 100.0))
+                .unwrap_or_default();
+            format!("{} {open}{fits}{sure}", r.arm().title())
         })
         .collect();
-    let bound = recs.iter().filter_map(|r| r.slo_attainment_bound).reduce(f64::max);
     Some(format!(
-        "Pods per GPU that meet {slos}{}, most first: {}. ({}; one measurement per count.)",
+        "Pods per GPU that meet {slos}{}, most first: {}. (A count fits when every pod's attainment clears its percentile at 95% confidence: in brackets, the lowest one-sided 95% lower bound at that count, the histogram's interpolation included; one measurement per count.)",
         rate.map_or(String::new(), |r| format!(" at {} requests/s each", rate_text(r))),
         parts.join("; "),
-        match bound {
-            Some(b) => format!("attainments read within ±{:.2}%", b * 100.0),
-            None => "no attainment bound recorded".to_string(),
-        }
     ))
 }
 
@@ -418,7 +417,7 @@ mod tests {
         assert_eq!(
             lines(&fixture("runs/20261123-h100-capacity-again")),
             [
-                "Pods per GPU that meet p99=25ms at 125 requests/s each, most first: Time-slicing 3; MPS 2. (attainments read within ±0.15%; one measurement per count.)"
+                "Pods per GPU that meet p99=25ms at 125 requests/s each, most first: Time-slicing 2 (≥ 99.88%); MPS 2 (≥ 99.88%). (A count fits when every pod's attainment clears its percentile at 95% confidence: in brackets, the lowest one-sided 95% lower bound at that count, the histogram's interpolation included; one measurement per count.)"
             ]
         );
     }

@@ -1,6 +1,7 @@
 //! Statistics of a cell: histogram deltas and quantiles, fairness, window stability;
 //! and between cells: intervals over repeats.
 
+pub mod binomial;
 pub mod fairness;
 pub mod histogram;
 pub mod interval;

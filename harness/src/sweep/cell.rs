@@ -12,7 +12,7 @@ use crate::config::plan::{MeasureSettings, Slo};
 use crate::domain::{Arm, CellStatus, DeviceKind, Source};
 use crate::metrics::PodSnapshot;
 use crate::results::record::{ALL_PODS, CellRecord, GPU_ROW_PREFIX};
-use crate::stats::{Histogram, WindowStat, jain_index, relative_spread, stable};
+use crate::stats::{Histogram, WindowStat, binomial, jain_index, relative_spread, stable};
 use crate::telemetry::TelemetrySummary;
 
 /// What the rows of a cell need besides measurements.
@@ -68,6 +68,31 @@ pub fn judge_slos(row: &mut CellRecord, h: &Histogram, throughput: f64, slos: &[
     row.slo_met = Some(met);
     let tightest = slos.iter().map(|s| s.threshold).min().unwrap_or_default();
     row.goodput_per_s = finite(throughput * h.fraction_at_most(tightest.as_secs_f64()));
+}
+
+/// The SLOs whose attainment a pod's requests `h` decide neither way yet (pure): the
+/// one-sided 95% bounds ([`binomial::attainment_bounds`]) straddle the percentile, each
+/// said with its count and bounds. A cell with SLOs runs on until none is left, or
+/// to `--max-cell`.
+pub fn undecided_slos(h: &Histogram, slos: &[Slo]) -> Vec<String> {
+    slos.iter()
+        .filter_map(|slo| {
+            let q = slo.quantile?;
+            let x = slo.threshold.as_secs_f64();
+            let a = h.fraction_at_most(x);
+            let (lo, hi) = binomial::attainment_bounds(a, h.fraction_bound(x), h.count);
+            (lo < q && hi >= q).then(|| {
+                format!(
+                    "{slo} undecided at 95% after {} requests: {:.2}% within, bounds {:.2}%–{:.2}% straddle {:.0}%",
+                    h.count as u64,
+                    a * 100.0,
+                    lo * 100.0,
+                    hi * 100.0,
+                    q * 100.0
+                )
+            })
+        })
+        .collect()
 }
 
 /// Whether a pod served the load it was offered (pure): its completed requests per
@@ -289,6 +314,9 @@ pub fn cell_rows(
                 let why = labels.offered_per_pod.and_then(|o| shortfall(o, d.count / secs, secs));
                 if why.is_none() {
                     judge_slos(&mut row, &d, d.count / secs, &labels.slos);
+                    for undecided in undecided_slos(&d, &labels.slos) {
+                        add_note(&mut row.note, &undecided);
+                    }
                 }
                 if let Some(why) = why {
                     short.push(name.clone());

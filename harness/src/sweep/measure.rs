@@ -16,7 +16,7 @@ use crate::metrics::{MetricsSource, Target};
 use crate::results::record::CellRecord;
 use crate::shutdown::Shutdown;
 use crate::stats::{Histogram, WindowStat, stable};
-use crate::sweep::cell::{CellLabels, Measured, Tracked, cell_rows};
+use crate::sweep::cell::{CellLabels, Measured, Tracked, cell_rows, undecided_slos};
 use crate::sweep::progress::Progress;
 use crate::telemetry::{Sampler, Telemetry, TelemetrySummary};
 
@@ -147,7 +147,20 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
             let is_stable = stable(&windows, settings.stable_windows, settings.tolerance);
             progress.window(windows.len(), window_tput, mean, is_stable);
             measured = t0.elapsed();
-            if (windows.len() >= settings.stable_windows && is_stable)
+            // With SLOs, a settled cell also needs the requests that decide each pod's
+            // attainment at 95% (a p99 at least 299).
+            let decided = || {
+                now_alive.iter().all(|target| {
+                    tracked.get(&target.pod).is_none_or(|t| match (&t.first, &t.last) {
+                        (Some(a), Some(b)) => b
+                            .latency
+                            .delta(&a.latency)
+                            .is_none_or(|d| undecided_slos(&d, &labels.slos).is_empty()),
+                        _ => true,
+                    })
+                })
+            };
+            if (windows.len() >= settings.stable_windows && is_stable && decided())
                 || measured + settings.window > settings.max_cell + Duration::from_millis(500)
                 || alive(&tracked).is_empty()
             {

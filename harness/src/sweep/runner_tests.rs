@@ -569,7 +569,7 @@ async fn capacity_walks_up_to_the_first_miss_and_resume_replays_the_search_from_
     assert_eq!(ts.walk, "1 fits, 2 fits, 3 fits, 4 misses");
     assert_eq!(
         ts.first_miss,
-        "misses: 4 of 4 pods miss, the worst pod-0: 0.00% within 5ms (needs 99%)"
+        "misses: 4 of 4 pods miss, the worst pod-0: 0.00% of 300 requests within 5ms (needs 99%; 95% bounds 0.00%–0.99%)"
     );
     assert_eq!((ts.offered_per_s, ts.goodput_per_s), (Some(300.0), Some(300.0)));
     assert!(table.iter().all(|r| r.finished));
@@ -590,9 +590,18 @@ async fn a_threshold_inside_a_bucket_is_marginal_and_two_marginal_misses_end_the
     let table = crate::capacity::record::records(&run, &cells(&plan));
     assert_eq!(table[0].walk, "1 fits, 2 fits, 3 fits, 4 marginal, 5 marginal");
     assert_eq!(table[0].pods_fit, Some(3));
+    // An undecided cell runs on to --max-cell (10 s here, 1,000 requests a pod), where
+    // the 3 s of a decided one gave 300; its pods' rows say why.
+    let four: Vec<CellRecord> = cells(&plan).into_iter().filter(|c| c.pods == 4 && c.is_pod()).collect();
+    assert!(four.iter().all(|c| c.inferences == Some(1000)), "{four:#?}");
+    assert!(
+        four.iter()
+            .all(|c| c.note.contains("p99=8ms undecided at 95% after 1000 requests")),
+        "{four:#?}"
+    );
     assert!(
         table[0].first_miss.starts_with(
-            "marginal: pod-0: 60.00% within 8ms (needs 99%), within the ±100.00% interpolation bound; pod-1"
+            "marginal: pod-0: 60.00% of 1000 requests within 8ms (needs 99%; 95% bounds 0.00%–100.00%); pod-1"
         ),
         "{}",
         table[0].first_miss
