@@ -94,6 +94,7 @@ test: deps lint ## lint, unit and integration tests (no GPU, no cluster): what C
 	$(CARGO) build --workspace --locked
 	$(TEST_ENV) $(CARGO) test --workspace --locked
 	$(TEST_ENV) actionlint .github/workflows/*.yml
+	$(MAKE) --no-print-directory verify-results VERIFY_BIN=target/debug/gpushare-bench
 	$(MAKE) --no-print-directory validate-manifests
 	$(MAKE) --no-print-directory validate-chart
 
@@ -101,6 +102,16 @@ test: deps lint ## lint, unit and integration tests (no GPU, no cluster): what C
 soak: deps ## (long, not in CI) 100 CPU sweeps hit by a random signal at a random moment, then resumed
 	$(CARGO) build --workspace --locked
 	$(TEST_ENV) $(CARGO) test --locked -p gpushare-bench --test soak -- --ignored --nocapture
+
+VERIFY_BIN ?= $(BENCH_BIN)
+
+.PHONY: verify-results
+verify-results: ## recompute every committed reference run's rows from its raw windows (runs without them are named)
+	@status=0; for d in results/*/; do \
+	  [ -f "$$d/run.json" ] || continue; \
+	  if [ -f "$$d/windows.jsonl" ]; then $(VERIFY_BIN) verify "$$d" || status=1; \
+	  else echo "not verifiable (made before runs kept their raw windows): $$d"; fi; \
+	done; exit $$status
 
 .PHONY: validate-manifests
 validate-manifests: deps ## manifests/ (but the Helm chart: validate-chart) against the Kubernetes 1.33 and 1.34 schemas (kubernetes-validate); overlays/dra (resource.k8s.io/v1) against 1.34 only

@@ -221,6 +221,28 @@ async fn run(cli: Cli, shutdown: &Shutdown) -> Result<u8> {
             print_out(&export::for_format(args.format).export(&data)?)?;
             Ok(0)
         }
+        Command::Verify(args) => {
+            let v = gpushare_bench::report::verify::verify_dir(&args.run_dir)?;
+            for m in &v.mismatches {
+                outln!("{m}");
+            }
+            if v.mismatches.is_empty() {
+                outln!(
+                    "verified {}: {} numbers of {} cells recomputed from their windows, all equal",
+                    args.run_dir.display(),
+                    v.numbers,
+                    v.cells
+                );
+                Ok(0)
+            } else {
+                errln!(
+                    "gpushare-bench: {} of {} numbers differ from the windows they came from",
+                    v.mismatches.len(),
+                    v.numbers
+                );
+                Ok(1)
+            }
+        }
         Command::Compare(args) => {
             let cmp = compare::compare_dirs(&args.baseline, &args.candidate, &args.threshold)?;
             for notice in &cmp.notices {

@@ -485,6 +485,16 @@ fn the_committed_h100_capacity_runs_give_the_readmes_answer() {
             ],
         ),
         (
+            "../results/20261127-h200-capacity-raw",
+            vec![
+                (Strategy::Exclusive, Some(1), None),
+                (Strategy::TimeSlicing, Some(5), Some(6)),
+                // Five MPS pods are marginal: three pods' bounds straddle 99%.
+                (Strategy::Mps, Some(4), Some(5)),
+                (Strategy::Mig, None, None),
+            ],
+        ),
+        (
             "tests/fixtures/runs/20261123-h100-capacity-again",
             vec![
                 (Strategy::TimeSlicing, Some(2), Some(3)),

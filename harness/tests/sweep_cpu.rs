@@ -205,6 +205,76 @@ fn open_loop_pods_draw_their_own_arrivals_and_the_rows_say_which() {
     }
     let run = read_run(&out.path().join("open/run.json")).expect("run.json");
     assert_eq!(run.plan.load.to_string(), "total:60");
+    verify_finds_every_tampered_number(&out.path().join("open"));
+}
+
+/// `verify` recomputes the run's rows from its windows, and fails on a copy whose row,
+/// or whose windows, were changed after the run, naming what differs.
+fn verify_finds_every_tampered_number(dir: &Path) {
+    let verify = |d: &Path| Command::new(BENCH).arg("verify").arg(d).output().expect("verify");
+    let o = verify(dir);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        stdout.contains("numbers of 2 cells recomputed from their windows, all equal"),
+        "{stdout}"
+    );
+    let copy = tempfile::tempdir().expect("tempdir");
+    let tampered = |file: &str, edit: &dyn Fn(&mut serde_json::Value)| {
+        let to = copy.path().join(file.replace('.', "-"));
+        std::fs::create_dir_all(&to).expect("mkdir");
+        for f in ["run.json", "cells.jsonl", "windows.jsonl", "bucket-layouts.json"] {
+            std::fs::copy(dir.join(f), to.join(f)).expect("copy");
+        }
+        let text = std::fs::read_to_string(to.join(file)).expect("read");
+        let mut lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("json line"))
+            .collect();
+        edit(&mut lines[0]);
+        let out: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        std::fs::write(to.join(file), out).expect("write");
+        verify(&to)
+    };
+    // The first pod's p99, 1% off.
+    let o = tampered("cells.jsonl", &|row| {
+        let p99 = row["p99_s"].as_f64().expect("p99");
+        row["p99_s"] = serde_json::json!(p99 * 1.01);
+    });
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("× 1 (repeat 1), pod-0: p99_s is "), "{stdout}");
+    // One request more in the first window of the first cell.
+    let o = tampered("windows.jsonl", &|cell| {
+        let w = &mut cell["series"][0]["windows"][0];
+        w["count"] = serde_json::json!(w["count"].as_f64().expect("count") + 1.0);
+        let c = &mut w["counts"][0];
+        *c = serde_json::json!(c.as_f64().expect("requests") + 1.0);
+    });
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("× 1 (repeat 1), pod-0: inferences is ") && stdout.contains("from windows.jsonl"),
+        "{stdout}"
+    );
+    // Without windows there is nothing to verify from: a clear refusal.
+    let bare = copy.path().join("bare");
+    std::fs::create_dir_all(&bare).expect("mkdir");
+    for f in ["run.json", "cells.jsonl"] {
+        std::fs::copy(dir.join(f), bare.join(f)).expect("copy");
+    }
+    let o = verify(&bare);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("windows.jsonl: missing: nothing to verify from"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 #[test]

@@ -106,6 +106,15 @@ pub enum Command {
     Export(ExportArgs),
     /// Compare two runs cell by cell; exit code 1 when a cell regressed.
     Compare(CompareArgs),
+    /// Recompute a run's rows from its raw windows; exit code 1 when a number differs.
+    ///
+    /// A run keeps each pod's latency-histogram increments per window in windows.jsonl.
+    /// From them verify recomputes every pod's inferences, throughput, mean, p50, p90,
+    /// p99, resolution, errors and SLO attainments, and each cell's pooled numbers and
+    /// window spreads, and names every number cells.jsonl records otherwise (and every
+    /// measured cell without windows). Capacity verdicts, intervals over repeats and
+    /// comparisons are computed from those rows when read.
+    Verify(VerifyArgs),
     /// Check the GPU, driver, CUDA libraries, MPS, MIG, NVML, Prometheus and Kubernetes.
     ///
     /// With --kubernetes --node NODE: every prerequisite of a Kubernetes sweep on that
@@ -347,6 +356,13 @@ pub struct ExportArgs {
     /// csv, pods, json, markdown, summary or capacity.
     #[arg(long, value_enum)]
     pub format: ExportFormat,
+}
+
+/// `verify` flags.
+#[derive(Debug, Clone, Args)]
+pub struct VerifyArgs {
+    /// The run directory.
+    pub run_dir: PathBuf,
 }
 
 /// `compare` flags.

@@ -13,6 +13,7 @@ pub mod outcome;
 pub mod parallel;
 pub mod tables;
 pub mod verdict;
+pub mod verify;
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};

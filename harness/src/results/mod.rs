@@ -1,10 +1,12 @@
 //! What a run leaves on disk: the records ([`record`], one serde struct per record;
 //! [`isolation`], one per isolation trial) and the run directory that holds them
 //! ([`store`]: atomic writes, resume; [`lock`]: one sweep at a time); [`repeats`] makes
-//! one row of a cell measured in several repeats.
+//! one row of a cell measured in several repeats; [`raw`] keeps each cell's per-window
+//! histogram increments, from which `verify` recomputes the rows.
 
 pub mod isolation;
 pub mod lock;
+pub mod raw;
 pub mod record;
 pub mod repeats;
 pub mod store;

@@ -1,8 +1,8 @@
 //! The directory of a run: `<out>/<run-id>/{run.json, cells.csv, cells.jsonl,
-//! logs/}`. Every write goes to a temporary file that is renamed into place, and the
-//! cell files are rewritten after every cell, so a crash or Ctrl-C never leaves half a
-//! file and never loses a finished cell. `--resume` reopens a run and skips the cells
-//! already on disk.
+//! windows.jsonl, bucket-layouts.json, logs/}`. Every write goes to a temporary file
+//! that is renamed into place, and the cell files are rewritten after every cell (its
+//! raw windows first), so a crash or Ctrl-C never leaves half a file and never loses a
+//! finished cell. `--resume` reopens a run and skips the cells already on disk.
 
 use std::path::{Path, PathBuf};
 
@@ -12,6 +12,7 @@ use crate::error::{BenchError, Result};
 use crate::files::write_atomic;
 use crate::results::isolation::{IsolationRecord, isolation_csv, isolation_jsonl, parse_isolation_jsonl};
 use crate::results::lock::RunLock;
+use crate::results::raw::{CellWindows, LAYOUTS_FILE, Layouts, RAW_FILE, RawCell, raw_jsonl, read_layouts, read_raw};
 use crate::results::record::{CellRecord, Environment, RunRecord, cells_csv, cells_jsonl, parse_cells_jsonl};
 
 /// An open run directory.
@@ -26,6 +27,10 @@ pub struct RunStore {
     isolation: Vec<IsolationRecord>,
     /// A `--gpus` sweep's cells measured again alone ([`ALONE_FILE`]).
     alone: Vec<CellRecord>,
+    /// The saved cells' raw windows ([`RAW_FILE`]).
+    raw: Vec<RawCell>,
+    /// The bucket layouts they count in ([`LAYOUTS_FILE`]).
+    layouts: Layouts,
 }
 
 /// A `--gpus` sweep's cells measured a second time with the other GPUs idle, beside
@@ -124,6 +129,8 @@ impl RunStore {
             cells: Vec::new(),
             isolation: Vec::new(),
             alone: Vec::new(),
+            raw: Vec::new(),
+            layouts: Layouts::default(),
         };
         store.write_run()?;
         store.write_cells()?;
@@ -157,6 +164,14 @@ impl RunStore {
         let cells = read_cells_in(&dir.join("cells.jsonl"), Some(&run.plan))?;
         let isolation = read_isolation(&dir.join("isolation.jsonl"), &run)?;
         let alone = read_alone(&dir, &run.plan)?;
+        // Windows of cells that are not (or no longer) in cells.jsonl are left out.
+        let layouts = read_layouts(&dir)?;
+        let mut raw = read_raw(&dir)?;
+        raw.retain(|r| {
+            cells
+                .iter()
+                .any(|c| c.is_aggregate() && c.repeat == r.repeat && c.arm() == r.arm() && c.pods == r.pods)
+        });
         std::fs::create_dir_all(dir.join("logs"))
             .map_err(BenchError::io(format!("creating {}/logs", dir.display())))?;
         Ok(Self {
@@ -166,6 +181,8 @@ impl RunStore {
             cells,
             isolation,
             alone,
+            raw,
+            layouts,
         })
     }
 
@@ -235,6 +252,12 @@ impl RunStore {
 
     /// Appends one cell's rows and rewrites the cell files atomically.
     pub fn save_cell(&mut self, rows: Vec<CellRecord>) -> Result<()> {
+        self.save_cell_with(rows, None)
+    }
+
+    /// [`save_cell`](Self::save_cell) with the cell's raw windows, written first (to
+    /// [`RAW_FILE`]): rows are never on disk without the windows they came from.
+    pub fn save_cell_with(&mut self, rows: Vec<CellRecord>, raw: Option<CellWindows>) -> Result<()> {
         if let Some(first) = rows.first()
             && self.has_cell(first.repeat, first.arm(), first.pods)
         {
@@ -247,6 +270,21 @@ impl RunStore {
                     first.repeat
                 ),
             });
+        }
+        if let Some(CellWindows { mut cell, bounds }) = raw {
+            let known = self.layouts.layouts.len();
+            for (series, bounds) in cell.series.iter_mut().zip(&bounds) {
+                series.layout = self.layouts.index_of(bounds);
+            }
+            if self.layouts.layouts.len() > known {
+                let json = serde_json::to_vec(&self.layouts).map_err(|e| BenchError::Results {
+                    path: self.dir.join(LAYOUTS_FILE),
+                    reason: e.to_string(),
+                })?;
+                write_atomic(&self.dir.join(LAYOUTS_FILE), &json)?;
+            }
+            self.raw.push(cell);
+            write_atomic(&self.dir.join(RAW_FILE), &raw_jsonl(&self.raw))?;
         }
         self.cells.extend(rows);
         self.write_cells()

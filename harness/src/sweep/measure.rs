@@ -13,6 +13,7 @@ use crate::clock::now_rfc3339;
 use crate::config::plan::MeasureSettings;
 use crate::error::Result;
 use crate::metrics::{MetricsSource, Target};
+use crate::results::raw::{CellWindows, RawCell, RawPod};
 use crate::results::record::CellRecord;
 use crate::shutdown::Shutdown;
 use crate::stats::{Histogram, WindowStat, stable};
@@ -31,7 +32,7 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
     baseline: Option<&CellRecord>,
     progress: &dyn Progress,
     shutdown: &Shutdown,
-) -> Result<Vec<CellRecord>> {
+) -> Result<(Vec<CellRecord>, Option<CellWindows>)> {
     progress.phase("starting pods");
     let pods: Vec<Pod> = backend.wait_ready(settings.ready_timeout, shutdown).await?;
     let order: Vec<String> = pods.iter().map(|p| p.name.clone()).collect();
@@ -69,6 +70,7 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
     let mut windows: Vec<WindowStat> = Vec::new();
     let mut measured = Duration::ZERO;
     let mut summary = TelemetrySummary::default();
+    let mut raw_cell = None;
     if !targets.is_empty() {
         progress.phase(&format!("warm-up {} s", settings.warmup.as_secs()));
         shutdown.sleep(settings.warmup).await?;
@@ -96,6 +98,14 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
         }
         let sampler = Sampler::start(telemetry.clone());
         let t0 = Instant::now();
+        // Each pod's increments per window: the run's raw data (`windows.jsonl`).
+        let mut raw: HashMap<String, (RawPod, Vec<f64>)> = tracked
+            .iter()
+            .filter_map(|(name, t)| {
+                let bounds = RawPod::bounds_of(&t.first.as_ref()?.latency);
+                Some((name.clone(), (RawPod::new(name), bounds)))
+            })
+            .collect();
         loop {
             progress.phase(&format!("window {}", windows.len() + 1));
             shutdown.sleep(settings.window).await?;
@@ -118,9 +128,13 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
                 match snap {
                     Ok(s) => {
                         let prev = t.last.as_ref();
-                        match prev.and_then(|p| s.latency.delta(&p.latency).map(|d| (d, s.at - p.at))) {
-                            Some((d, dt)) => {
+                        match prev.and_then(|p| s.latency.delta(&p.latency).map(|d| (d, s.at - p.at, p.errors))) {
+                            Some((d, dt, errors_before)) => {
                                 window_tput += d.count / dt.as_secs_f64().max(1e-9);
+                                if let (Some((series, _)), Some(first)) = (raw.get_mut(&pod), t.first.as_ref()) {
+                                    let at = (s.at - first.at).as_secs_f64();
+                                    series.push(windows.len() as u32 + 1, at, &d, s.errors - errors_before);
+                                }
                                 match window_hist.as_mut() {
                                     Some(h) => {
                                         h.add(&d);
@@ -168,6 +182,19 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
             }
         }
         summary = sampler.finish(telemetry.clone()).await;
+        let (series, bounds): (Vec<RawPod>, Vec<Vec<f64>>) = order.iter().filter_map(|name| raw.remove(name)).unzip();
+        raw_cell = Some(CellWindows {
+            cell: RawCell {
+                repeat: labels.repeat,
+                strategy: labels.arm.strategy,
+                timeslice: labels.arm.timeslice,
+                pods: labels.pods,
+                measured_s: measured.as_secs_f64(),
+                windows: windows.len() as u32,
+                series,
+            },
+            bounds,
+        });
     }
 
     let measured = Measured {
@@ -178,5 +205,8 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
         summary,
         started_at,
     };
-    Ok(cell_rows(&measured, labels, source.kind(), settings, baseline))
+    Ok((
+        cell_rows(&measured, labels, source.kind(), settings, baseline),
+        raw_cell,
+    ))
 }

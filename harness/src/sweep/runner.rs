@@ -320,7 +320,7 @@ pub(crate) async fn run_cells<B: Backend, S: MetricsSource, T: BorrowMut<RunStor
                         }
                     }
                 }
-                shared.with(|s| s.save_cell(std::mem::take(&mut measured.rows)))?;
+                shared.with(|s| s.save_cell_with(std::mem::take(&mut measured.rows), measured.raw.take()))?;
                 measured.after_save(shutdown)?;
                 ran += 1;
             }
@@ -479,7 +479,7 @@ impl<B: Backend, S: MetricsSource> CellRunner<'_, B, S> {
         let load = store.run().plan.load.workload_args(labels.pods * labels.gpus);
         let baseline = store.aggregate(labels.repeat, labels.arm, 1).cloned();
         let mut measured = self.measure(prepared, labels, title, &load, baseline.as_ref()).await?;
-        store.save_cell(std::mem::take(&mut measured.rows))?;
+        store.save_cell_with(std::mem::take(&mut measured.rows), measured.raw.take())?;
         measured.after_save(self.shutdown)
     }
 
@@ -504,6 +504,7 @@ impl<B: Backend, S: MetricsSource> CellRunner<'_, B, S> {
         // A failure to stop the cell's pods ends the run, but only after the cell's rows
         // are on disk: a measured cell is never lost.
         let mut stop_error = None;
+        let mut raw = None;
         let rows = match prepared {
             Prepared::Unavailable(reason) => unavailable_rows(labels, kind, reason),
             Prepared::Ready => {
@@ -527,8 +528,9 @@ impl<B: Backend, S: MetricsSource> CellRunner<'_, B, S> {
                 // Pods stop before anything else happens, whatever the outcome.
                 let stopped = self.backend.stop_pods(shutdown).await;
                 match measured {
-                    Ok(rows) => {
+                    Ok((rows, windows)) => {
                         stop_error = stopped.err();
+                        raw = windows;
                         rows
                     }
                     Err(e) if e.is_interrupt() => {
@@ -562,7 +564,7 @@ impl<B: Backend, S: MetricsSource> CellRunner<'_, B, S> {
         }
         let failed = rows.iter().any(|r| r.is_aggregate() && r.status == CellStatus::Failed);
         self.progress.cell_done(&cell_summary(&rows), failed);
-        Ok(MeasuredCell { rows, stop_error })
+        Ok(MeasuredCell { rows, raw, stop_error })
     }
 }
 
@@ -584,6 +586,8 @@ pub(crate) fn record_unavailable(store: &mut RunStore, arm: Arm, reason: &str) -
 pub(crate) struct MeasuredCell {
     /// The cell's rows.
     pub rows: Vec<CellRecord>,
+    /// The windows they came from (none for a cell that measured nothing).
+    pub raw: Option<crate::results::raw::CellWindows>,
     /// The pods could not be stopped: the run ends, after the rows are saved.
     pub stop_error: Option<BenchError>,
 }

@@ -573,6 +573,9 @@ async fn capacity_walks_up_to_the_first_miss_and_resume_replays_the_search_from_
     );
     assert_eq!((ts.offered_per_s, ts.goodput_per_s), (Some(300.0), Some(300.0)));
     assert!(table.iter().all(|r| r.finished));
+    // Every measured cell, resumed or not, kept its windows; its rows recompute from them.
+    let v = crate::report::verify::verify_dir(&plan.out.join("fake")).expect("verify");
+    assert_eq!((v.cells, v.mismatches.len()), (10, 0), "{:?}", v.mismatches);
     assert_eq!(state(&plan), "complete");
     assert_eq!(b.running(), 0);
 }

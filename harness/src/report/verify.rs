@@ -1,0 +1,256 @@
+//! `verify RUN_DIR`: recomputes a run's rows from its raw windows (`windows.jsonl`,
+//! [`crate::results::raw`]) and names every number that differs (pure but for reading
+//! the run). Per pod: inferences, throughput, mean, p50, p90, p99 and their resolution,
+//! errors, measured time and, with SLOs, each attainment, its interpolation bound,
+//! whether every SLO held and the goodput. Per cell: the pooled quantiles and mean,
+//! inferences, throughput over the cell's time base, the number of windows and the
+//! window-to-window spreads. The capacity verdicts, the intervals over repeats and the
+//! comparisons are computed from these rows when read, so rows that verify carry them.
+//! A cell's GPU rows (several GPUs per cell) are not recomputed.
+
+use std::path::Path;
+
+use crate::error::{BenchError, Result};
+use crate::results::raw::{Layouts, RAW_FILE, RawCell, RawPod, read_layouts, read_raw};
+use crate::results::record::CellRecord;
+use crate::stats::{Histogram, relative_spread};
+
+use super::RunData;
+
+/// What `verify` found.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Verification {
+    /// Cells whose rows were recomputed.
+    pub cells: usize,
+    /// Numbers compared.
+    pub numbers: usize,
+    /// Every number that differs, and every cell without its windows: one line each.
+    pub mismatches: Vec<String>,
+}
+
+/// Two numbers agree when within a billionth of each other (relative) or 1e-12.
+fn agree(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-12_f64.max(1e-9 * a.abs().max(b.abs()))
+}
+
+/// Compares the recorded `field` of a row with what the windows give.
+struct Checker<'a> {
+    out: &'a mut Verification,
+    what: String,
+}
+
+impl Checker<'_> {
+    fn number(&mut self, field: &str, recorded: Option<f64>, computed: Option<f64>) {
+        self.out.numbers += 1;
+        let same = match (recorded, computed) {
+            (Some(a), Some(b)) => agree(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        if !same {
+            let show = |v: Option<f64>| v.map_or("nothing".to_string(), |v| format!("{v}"));
+            self.out.mismatches.push(format!(
+                "{}: {field} is {} in cells.jsonl, {} from {RAW_FILE}",
+                self.what,
+                show(recorded),
+                show(computed)
+            ));
+        }
+    }
+
+    fn count(&mut self, field: &str, recorded: Option<u64>, computed: Option<u64>) {
+        self.number(field, recorded.map(|v| v as f64), computed.map(|v| v as f64));
+    }
+}
+
+fn finite(v: f64) -> Option<f64> {
+    v.is_finite().then_some(v)
+}
+
+/// Verifies the run in `dir`: an error when it cannot be read or keeps no raw windows.
+pub fn verify_dir(dir: &Path) -> Result<Verification> {
+    let data = RunData::load(dir)?;
+    if !dir.join(RAW_FILE).is_file() {
+        return Err(BenchError::RunDir {
+            path: dir.join(RAW_FILE),
+            reason: "missing: nothing to verify from (a run made before runs kept their raw windows: its rows cannot be rechecked)".into(),
+        });
+    }
+    let raw = read_raw(dir)?;
+    let layouts = read_layouts(dir)?;
+    Ok(verify(&data, &raw, &layouts))
+}
+
+/// Recomputes every cell of `data` that `raw` has windows for, and names each measured
+/// cell without them (pure).
+pub fn verify(data: &RunData, raw: &[RawCell], layouts: &Layouts) -> Verification {
+    let mut out = Verification::default();
+    let slos = &data.run.plan.slos;
+    for cell in raw {
+        let rows: Vec<&CellRecord> = data
+            .cells
+            .iter()
+            .filter(|c| c.repeat == cell.repeat && c.arm() == cell.arm() && c.pods == cell.pods)
+            .collect();
+        let title = format!("{} × {} (repeat {})", cell.arm(), cell.pods, cell.repeat);
+        let Some(agg) = rows.iter().find(|c| c.is_aggregate()) else {
+            out.mismatches
+                .push(format!("{title}: windows for a cell cells.jsonl lacks"));
+            continue;
+        };
+        out.cells += 1;
+        let mut pooled: Option<Histogram> = None;
+        let mut inferences = 0u64;
+        for series in &cell.series {
+            let what = format!("{title}, {}", series.pod);
+            let Some(bounds) = layouts.layouts.get(series.layout as usize) else {
+                out.mismatches.push(format!(
+                    "{what}: layout {} is not in bucket-layouts.json",
+                    series.layout
+                ));
+                continue;
+            };
+            let Some(h) = series.histogram(bounds, None) else {
+                out.mismatches
+                    .push(format!("{what}: a bucket index beyond its {} bounds", bounds.len()));
+                continue;
+            };
+            match rows.iter().find(|r| r.pod == series.pod) {
+                Some(row) => pod_row(&mut Checker { out: &mut out, what }, row, series, &h, slos),
+                None => out.mismatches.push(format!("{what}: windows for a pod without a row")),
+            }
+            if h.count > 0.0 {
+                inferences += h.count as u64;
+                match pooled.as_mut() {
+                    Some(p) => {
+                        // Other bucket bounds are left out of the cell's numbers, as measured.
+                        p.add(&h);
+                    }
+                    None => pooled = Some(h),
+                }
+            }
+        }
+        let mut c = Checker {
+            out: &mut out,
+            what: format!("{title}, all pods"),
+        };
+        if let Some(h) = pooled.filter(|h| h.count > 0.0) {
+            c.count("inferences", agg.inferences, Some(inferences));
+            let secs = cell.measured_s;
+            c.number("duration_s", agg.duration_s, Some(secs));
+            if secs > 0.0 {
+                c.number("throughput_per_s", agg.throughput_per_s, Some(inferences as f64 / secs));
+            }
+            quantiles(&mut c, agg, &h);
+            spreads(&mut c, agg, cell, layouts);
+        }
+    }
+    for agg in data.cells.iter().filter(|c| c.is_aggregate() && c.inferences.is_some()) {
+        let has = raw
+            .iter()
+            .any(|r| r.repeat == agg.repeat && r.arm() == agg.arm() && r.pods == agg.pods);
+        if !has {
+            out.mismatches.push(format!(
+                "{} × {} (repeat {}): measured, but {RAW_FILE} has no windows for it",
+                agg.arm(),
+                agg.pods,
+                agg.repeat
+            ));
+        }
+    }
+    out
+}
+
+/// The mean, quantiles and resolution of `h` against a row.
+fn quantiles(c: &mut Checker, row: &CellRecord, h: &Histogram) {
+    c.number("mean_s", row.mean_s, finite(h.mean()));
+    c.number("p50_s", row.p50_s, finite(h.quantile(0.5)));
+    c.number("p90_s", row.p90_s, finite(h.quantile(0.9)));
+    c.number("p99_s", row.p99_s, finite(h.quantile(0.99)));
+    c.number("quantile_resolution", row.quantile_resolution, h.quantile_resolution());
+}
+
+/// One pod's row against its windows.
+fn pod_row(c: &mut Checker, row: &CellRecord, series: &RawPod, h: &Histogram, slos: &[crate::config::values::Slo]) {
+    if h.count <= 0.0 {
+        c.count("inferences", row.inferences.filter(|&n| n > 0), None);
+        return;
+    }
+    let secs = series.windows.last().map_or(0.0, |w| w.at_s);
+    let errors: f64 = series.windows.iter().map(|w| w.errors).sum();
+    c.count("inferences", row.inferences, Some(h.count as u64));
+    c.number("throughput_per_s", row.throughput_per_s, Some(h.count / secs));
+    c.number("duration_s", row.duration_s, Some(secs));
+    c.count("errors", row.errors, Some(errors.max(0.0) as u64));
+    quantiles(c, row, h);
+    // A pod that fell behind its load gets no attainment (its latency is its queue's).
+    if slos.is_empty() || row.slo_met.is_none() {
+        return;
+    }
+    let mut met = true;
+    let mut bound: f64 = 0.0;
+    for slo in slos {
+        let x = slo.threshold.as_secs_f64();
+        let share = h.fraction_at_most(x);
+        bound = bound.max(h.fraction_bound(x));
+        let Some(q) = slo.quantile else { continue };
+        met &= share >= q;
+        let (field, recorded) = match (q * 100.0).round() as u32 {
+            50 => ("slo_p50_attainment", row.slo_p50_attainment),
+            90 => ("slo_p90_attainment", row.slo_p90_attainment),
+            _ => ("slo_p99_attainment", row.slo_p99_attainment),
+        };
+        c.number(field, recorded, finite(share));
+    }
+    c.number("slo_attainment_bound", row.slo_attainment_bound, finite(bound));
+    c.number(
+        "slo_met",
+        row.slo_met.map(|m| f64::from(u8::from(m))),
+        Some(f64::from(u8::from(met))),
+    );
+    let tightest = slos.iter().map(|s| s.threshold).min().unwrap_or_default();
+    let goodput = h.count / secs * h.fraction_at_most(tightest.as_secs_f64());
+    c.number("goodput_per_s", row.goodput_per_s, finite(goodput));
+}
+
+/// The cell's windows: their count and the spreads of throughput, mean and median.
+fn spreads(c: &mut Checker, agg: &CellRecord, cell: &RawCell, layouts: &Layouts) {
+    let last = cell.windows;
+    c.count("windows", agg.windows.map(u64::from), Some(u64::from(last)));
+    let (mut tputs, mut means, mut p50s) = (Vec::new(), Vec::new(), Vec::new());
+    for k in 1..=last {
+        let mut h: Option<Histogram> = None;
+        let mut tput = 0.0;
+        for s in &cell.series {
+            let Some(i) = s.windows.iter().position(|w| w.window == k) else {
+                continue;
+            };
+            let w = &s.windows[i];
+            let before = if i == 0 { 0.0 } else { s.windows[i - 1].at_s };
+            tput += w.count / (w.at_s - before).max(1e-9);
+            let Some(d) = layouts
+                .layouts
+                .get(s.layout as usize)
+                .and_then(|b| s.histogram(b, Some(&[w])))
+            else {
+                continue;
+            };
+            match h.as_mut() {
+                Some(h) => {
+                    h.add(&d);
+                }
+                None => h = Some(d),
+            }
+        }
+        tputs.push(tput);
+        means.push(h.as_ref().map_or(f64::NAN, Histogram::mean));
+        p50s.push(h.as_ref().map_or(f64::NAN, |h| h.quantile(0.5)));
+    }
+    c.number(
+        "throughput_spread",
+        agg.throughput_spread,
+        finite(relative_spread(&tputs)),
+    );
+    c.number("mean_spread", agg.mean_spread, finite(relative_spread(&means)));
+    c.number("p50_spread", agg.p50_spread, finite(relative_spread(&p50s)));
+}

@@ -1,0 +1,345 @@
+//! The raw measurements behind a run's rows: for every measured cell, each pod's
+//! latency-histogram increments per window, sparse (only the buckets that grew), with
+//! the window's time, count, sum and errors (`windows.jsonl`, one line per cell), and
+//! the bucket bounds they count in (`bucket-layouts.json`, each layout once per run).
+//! From them `verify` recomputes every pod's row and the cell's pooled row; anyone can
+//! recompute them with Prometheus' own rules (`histogram_quantile` over the summed
+//! increments).
+//!
+//! A line of `windows.jsonl`:
+//! `{"repeat":1,"strategy":"mps","pods":3,"measured_s":15.0,"windows":3,"series":[{"pod":
+//! "pod-0","layout":0,"windows":[{"window":1,"at_s":5.0,"count":620.0,"sum":1.41,"errors":
+//! 0.0,"from":12,"counts":[3,510,107]}]}]}`. `layout` indexes `bucket-layouts.json`'s
+//! `layouts`, each the finite upper bounds in seconds, increasing (the +Inf bucket is
+//! implied, index `bounds.len()`); `counts` are the observations that fell in each
+//! bucket alone during the window (not cumulative), from bucket `from` to the last that
+//! grew; `at_s` counts from the pod's first snapshot.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::{Arm, Strategy, TimeSliceInterval};
+use crate::error::{BenchError, Result};
+use crate::stats::Histogram;
+
+/// The file beside cells.jsonl.
+pub const RAW_FILE: &str = "windows.jsonl";
+
+/// The bucket layouts the windows count in.
+pub const LAYOUTS_FILE: &str = "bucket-layouts.json";
+
+/// `bucket-layouts.json`: every bucket layout of the run's pods, once each.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Layouts {
+    /// Finite upper bounds, seconds, increasing; a series' `layout` is its index here.
+    pub layouts: Vec<Vec<f64>>,
+}
+
+impl Layouts {
+    /// The index of `bounds`, added when new.
+    pub fn index_of(&mut self, bounds: &[f64]) -> u32 {
+        let i = match self.layouts.iter().position(|l| l == bounds) {
+            Some(i) => i,
+            None => {
+                self.layouts.push(bounds.to_vec());
+                self.layouts.len() - 1
+            }
+        };
+        i as u32
+    }
+}
+
+/// A cell's windows as measured: the record, and each series' bucket bounds (to be
+/// given layout indices when saved).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CellWindows {
+    /// The record, its series' `layout` not yet set.
+    pub cell: RawCell,
+    /// Each series' finite bucket bounds, in the order of `cell.series`.
+    pub bounds: Vec<Vec<f64>>,
+}
+
+/// One cell's raw measurements.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCell {
+    /// Which pass over the plan, from 1.
+    pub repeat: u32,
+    /// Strategy.
+    pub strategy: Strategy,
+    /// Time-slicing through DRA: the claims' interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeslice: Option<TimeSliceInterval>,
+    /// Pods requested.
+    pub pods: u32,
+    /// The measured time, seconds: the cell's time base (its aggregate's `duration_s`).
+    pub measured_s: f64,
+    /// Windows measured (a window where no pod could be read has no pod's increments).
+    pub windows: u32,
+    /// Each pod measured, in the cell's order.
+    pub series: Vec<RawPod>,
+}
+
+impl RawCell {
+    /// The arm it measured.
+    pub fn arm(&self) -> Arm {
+        Arm {
+            strategy: self.strategy,
+            timeslice: self.timeslice,
+        }
+    }
+}
+
+/// One pod's windows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPod {
+    /// The pod's name, as its row names it.
+    pub pod: String,
+    /// Its bucket bounds: an index into [`Layouts::layouts`].
+    pub layout: u32,
+    /// Its windows, in order.
+    pub windows: Vec<RawWindow>,
+}
+
+/// A pod's increments over one window (since its previous snapshot that was read).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWindow {
+    /// The cell's window it ended in, from 1.
+    pub window: u32,
+    /// Seconds from the pod's first snapshot to this one.
+    pub at_s: f64,
+    /// Requests completed.
+    pub count: f64,
+    /// Their latencies added, seconds.
+    pub sum: f64,
+    /// Failed requests.
+    pub errors: f64,
+    /// The index of the first bucket that grew (0 when none did).
+    pub from: u32,
+    /// Requests in each bucket alone, from bucket `from` to the last that grew.
+    #[serde(serialize_with = "whole_numbers")]
+    pub counts: Vec<f64>,
+}
+
+/// Writes counts that are whole numbers without a fraction (`3`, not `3.0`): windows
+/// hold thousands of them.
+fn whole_numbers<S: serde::Serializer>(values: &[f64], s: S) -> std::result::Result<S::Ok, S::Error> {
+    use serde::ser::SerializeSeq;
+    let mut seq = s.serialize_seq(Some(values.len()))?;
+    for &v in values {
+        if v.fract() == 0.0 && v.abs() < 9.0e15 {
+            seq.serialize_element(&(v as i64))?;
+        } else {
+            seq.serialize_element(&v)?;
+        }
+    }
+    seq.end()
+}
+
+impl RawPod {
+    /// A pod's series, no window yet (its layout set when saved).
+    pub fn new(pod: &str) -> Self {
+        Self {
+            pod: pod.to_string(),
+            layout: 0,
+            windows: Vec::new(),
+        }
+    }
+
+    /// The finite bucket bounds of a histogram.
+    pub fn bounds_of(h: &Histogram) -> Vec<f64> {
+        h.buckets.iter().map(|b| b.0).filter(|b| b.is_finite()).collect()
+    }
+
+    /// Appends the increments `d` (a histogram delta with this pod's bounds).
+    pub fn push(&mut self, window: u32, at_s: f64, d: &Histogram, errors: f64) {
+        let mut below = 0.0;
+        let own: Vec<f64> = d
+            .buckets
+            .iter()
+            .map(|(_, cumulative)| {
+                let own = cumulative - below;
+                below = *cumulative;
+                own
+            })
+            .collect();
+        let first = own.iter().position(|&c| c != 0.0);
+        let last = own.iter().rposition(|&c| c != 0.0);
+        let (from, counts) = match (first, last) {
+            (Some(a), Some(b)) => (a as u32, own[a..=b].to_vec()),
+            _ => (0, Vec::new()),
+        };
+        self.windows.push(RawWindow {
+            window,
+            at_s,
+            count: d.count,
+            sum: d.sum,
+            errors,
+            from,
+            counts,
+        });
+    }
+
+    /// The increments of `windows` (all when None) as one cumulative histogram over
+    /// `bounds`; None when a bucket index lies outside them.
+    pub fn histogram(&self, bounds: &[f64], windows: Option<&[&RawWindow]>) -> Option<Histogram> {
+        let all: Vec<&RawWindow> = self.windows.iter().collect();
+        let windows = windows.unwrap_or(&all);
+        let n = bounds.len() + 1;
+        let mut own = vec![0.0; n];
+        let (mut sum, mut count) = (0.0, 0.0);
+        for w in windows {
+            for (i, &c) in w.counts.iter().enumerate() {
+                *own.get_mut(w.from as usize + i)? += c;
+            }
+            sum += w.sum;
+            count += w.count;
+        }
+        let mut below = 0.0;
+        let buckets = bounds
+            .iter()
+            .copied()
+            .chain(std::iter::once(f64::INFINITY))
+            .zip(own)
+            .map(|(b, c)| {
+                below += c;
+                (b, below)
+            })
+            .collect();
+        Some(Histogram { buckets, sum, count })
+    }
+}
+
+/// The raw cells as JSON lines (pure).
+pub fn raw_jsonl(cells: &[RawCell]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for c in cells {
+        // A struct of numbers, strings and enums always serializes.
+        if let Ok(line) = serde_json::to_vec(c) {
+            out.extend(line);
+            out.push(b'\n');
+        }
+    }
+    out
+}
+
+/// Reads a run's `bucket-layouts.json` (missing: none yet).
+pub fn read_layouts(dir: &Path) -> Result<Layouts> {
+    let path = dir.join(LAYOUTS_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(t) => serde_json::from_str(&t).map_err(|e| BenchError::RunDir {
+            path,
+            reason: e.to_string(),
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Layouts::default()),
+        Err(e) => Err(BenchError::RunDir {
+            path,
+            reason: e.to_string(),
+        }),
+    }
+}
+
+/// Reads a run's `windows.jsonl` (missing: a run made before raw windows were kept, or
+/// one that measured nothing yet: none). A line that does not parse is an error
+/// naming the file and line.
+pub fn read_raw(dir: &Path) -> Result<Vec<RawCell>> {
+    let path = dir.join(RAW_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => {
+            return Err(BenchError::RunDir {
+                path,
+                reason: e.to_string(),
+            });
+        }
+    };
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            serde_json::from_str::<RawCell>(l).map_err(|e| BenchError::RunDir {
+                path: path.clone(),
+                reason: format!("line {}: {e}", i + 1),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hist(cumulative: &[f64], sum: f64) -> Histogram {
+        let bounds = [0.001, 0.002, 0.005, f64::INFINITY];
+        Histogram {
+            buckets: bounds.iter().copied().zip(cumulative.iter().copied()).collect(),
+            sum,
+            count: *cumulative.last().expect("buckets"),
+        }
+    }
+
+    #[test]
+    fn windows_are_sparse_and_add_up_to_the_whole_delta() {
+        let a = hist(&[0.0, 5.0, 5.0, 5.0], 0.008);
+        let b = hist(&[1.0, 1.0, 4.0, 6.0], 0.03);
+        let bounds = RawPod::bounds_of(&a);
+        assert_eq!(bounds, [0.001, 0.002, 0.005]);
+        let mut pod = RawPod::new("pod-0");
+        pod.push(1, 1.0, &a, 0.0);
+        pod.push(2, 2.0, &b, 1.0);
+        assert_eq!((pod.windows[0].from, &pod.windows[0].counts[..]), (1, &[5.0][..]));
+        assert_eq!(
+            (pod.windows[1].from, &pod.windows[1].counts[..]),
+            (0, &[1.0, 0.0, 3.0, 2.0][..])
+        );
+        let mut whole = a.clone();
+        assert!(whole.add(&b));
+        assert_eq!(pod.histogram(&bounds, None), Some(whole));
+        let cell = RawCell {
+            repeat: 1,
+            strategy: Strategy::Mps,
+            timeslice: None,
+            pods: 1,
+            measured_s: 2.0,
+            windows: 2,
+            series: vec![pod],
+        };
+        let text = raw_jsonl(std::slice::from_ref(&cell));
+        assert!(String::from_utf8_lossy(&text).contains(r#""from":0,"counts":[1,0,3,2]"#));
+        let dir = tempfile::tempdir().expect("tmp");
+        std::fs::write(dir.path().join(RAW_FILE), &text).expect("write");
+        assert_eq!(read_raw(dir.path()).expect("read"), [cell]);
+        std::fs::write(dir.path().join(RAW_FILE), b"{\"repeat\":1}\n").expect("write");
+        let e = read_raw(dir.path()).expect_err("bad line").to_string();
+        assert!(e.contains("windows.jsonl") && e.contains("line 1:"), "{e}");
+        let mut layouts = Layouts::default();
+        assert_eq!(
+            (
+                layouts.index_of(&bounds),
+                layouts.index_of(&[1.0]),
+                layouts.index_of(&bounds)
+            ),
+            (0, 1, 0)
+        );
+    }
+
+    #[test]
+    fn a_bucket_outside_the_bounds_is_no_histogram() {
+        let mut pod = RawPod::new("pod-0");
+        pod.windows.push(RawWindow {
+            window: 1,
+            at_s: 1.0,
+            count: 1.0,
+            sum: 0.001,
+            errors: 0.0,
+            from: 9,
+            counts: vec![1.0],
+        });
+        assert_eq!(pod.histogram(&[0.001, 0.002], None), None);
+    }
+}
