@@ -1,6 +1,7 @@
 //! `verify RUN_DIR`: recomputes a run's rows from its raw windows (`windows.jsonl`,
 //! [`crate::results::raw`]) and names every number that differs (pure but for reading
-//! the run). Per pod: inferences, throughput, mean, p50, p90, p99 and their resolution,
+//! the run). Per pod: inferences, throughput, mean, p50, p90, p99, its 95% interval and
+//! the quantiles' resolution,
 //! errors, measured time and, with SLOs, each attainment, its interpolation bound,
 //! whether every SLO held and the goodput. Per cell: the pooled quantiles and mean,
 //! inferences, throughput over the cell's time base, the number of windows and the
@@ -168,6 +169,12 @@ fn quantiles(c: &mut Checker, row: &CellRecord, h: &Histogram) {
     c.number("p90_s", row.p90_s, finite(h.quantile(0.9)));
     c.number("p99_s", row.p99_s, finite(h.quantile(0.99)));
     c.number("quantile_resolution", row.quantile_resolution, h.quantile_resolution());
+    // Runs made before p99 carried its interval record none: nothing to compare.
+    if row.p99_low_s.is_some() || row.p99_high_s.is_some() {
+        let (low, high) = h.quantile_interval(0.99);
+        c.number("p99_low_s", row.p99_low_s, low);
+        c.number("p99_high_s", row.p99_high_s, high);
+    }
 }
 
 /// One pod's row against its windows.

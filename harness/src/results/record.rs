@@ -65,6 +65,15 @@ pub struct CellRecord {
     /// were interpolated in (0.0219 = ±2.2%).
     #[serde(default)]
     pub quantile_resolution: Option<f64>,
+    /// The low end of p99's 95% sampling interval, seconds: distribution-free, the
+    /// order statistic at the binomial rank below it, read from the histogram (empty:
+    /// too few requests to bound it).
+    #[serde(default)]
+    pub p99_low_s: Option<f64>,
+    /// The high end of p99's 95% sampling interval, seconds (empty: too few requests
+    /// to bound it; p99 needs at least 368).
+    #[serde(default)]
+    pub p99_high_s: Option<f64>,
     /// Failed or dropped inferences during the measurement.
     pub errors: Option<u64>,
     /// Jain's fairness index over the requested pods' throughput (aggregate rows).
@@ -231,6 +240,8 @@ impl CellRecord {
             p90_s: None,
             p99_s: None,
             quantile_resolution: None,
+            p99_low_s: None,
+            p99_high_s: None,
             errors: None,
             fairness: None,
             gpu_util_pct: None,

@@ -145,6 +145,48 @@ pub fn attainment_bounds(a: f64, bound: f64, n: f64) -> (f64, f64) {
     )
 }
 
+/// P(X ≤ k) for X ~ Binomial(n, p) (k and n whole numbers, as f64).
+pub fn binomial_cdf(k: f64, n: f64, p: f64) -> f64 {
+    if k < 0.0 {
+        0.0
+    } else if k >= n {
+        1.0
+    } else {
+        1.0 - incomplete_beta(p, k + 1.0, n - k)
+    }
+}
+
+/// The ranks (1-based order statistics) that bracket the `q`-quantile of `n` samples
+/// with `confidence` (pure), distribution-free: the r-th and s-th smallest samples
+/// cover the true quantile with probability at least `confidence`, where r is the
+/// largest rank with P(B < r) ≤ (1 − confidence)/2 and s the smallest with
+/// P(B < s) ≥ (1 + confidence)/2, B ~ Binomial(n, q) the samples below it. None for
+/// a side that needs a rank outside 1…n (too few samples to bound it).
+pub fn quantile_ranks(n: u64, q: f64, confidence: f64) -> (Option<u64>, Option<u64>) {
+    let tail = (1.0 - confidence) / 2.0;
+    let nf = n as f64;
+    let below = |r: u64| binomial_cdf(r as f64 - 1.0, nf, q);
+    // The largest r in 1..=n with P(B ≤ r−1) ≤ tail (P is increasing in r).
+    let (mut lo, mut hi) = (0u64, n);
+    while lo < hi {
+        let mid = (lo + hi).div_ceil(2);
+        if below(mid) <= tail { lo = mid } else { hi = mid - 1 }
+    }
+    let r = (lo >= 1).then_some(lo);
+    // The smallest s in 1..=n with P(B ≤ s−1) ≥ 1 − tail.
+    let (mut lo, mut hi) = (1u64, n + 1);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if below(mid) >= 1.0 - tail {
+            hi = mid
+        } else {
+            lo = mid + 1
+        }
+    }
+    let s = (lo <= n).then_some(lo);
+    (r, s)
+}
+
 /// The fewest requests a pod must complete, all within its threshold, for the lower
 /// bound of its attainment to reach `quantile`: (1 − confidence)^(1/n) ≥ quantile.
 /// A p99 needs 299 at 95% confidence; a pod with any miss needs more.
@@ -205,6 +247,24 @@ mod tests {
         );
         // All n successes: the lower bound is 0.05^(1/n).
         assert!((lower_bound(300.0, 300.0, CONFIDENCE) - 0.05f64.powf(1.0 / 300.0)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_quantiles_interval_is_the_order_statistics_the_binomial_brackets() {
+        // The median of 100 samples: ranks 40 and 61 (every table's values).
+        assert_eq!(quantile_ranks(100, 0.5, 0.95), (Some(40), Some(61)));
+        // p99 of 1,000: ranks 983 and 997 (the 18th and 4th largest samples).
+        let (r, s) = quantile_ranks(1000, 0.99, 0.95);
+        let (r, s) = (r.expect("r"), s.expect("s"));
+        assert!(super::binomial_cdf(r as f64 - 1.0, 1000.0, 0.99) <= 0.025);
+        assert!(super::binomial_cdf(r as f64, 1000.0, 0.99) > 0.025);
+        assert!(super::binomial_cdf(s as f64 - 1.0, 1000.0, 0.99) >= 0.975);
+        assert!(super::binomial_cdf(s as f64 - 2.0, 1000.0, 0.99) < 0.975);
+        assert_eq!((r, s), (983, 997));
+        // p99 cannot be bounded above below 368 samples: 0.99^n must fall under 2.5%.
+        assert_eq!(quantile_ranks(367, 0.99, 0.95).1, None);
+        assert_eq!(quantile_ranks(368, 0.99, 0.95).1, Some(368));
+        assert_eq!(quantile_ranks(0, 0.99, 0.95), (None, None));
     }
 
     #[test]

@@ -51,6 +51,22 @@ impl Histogram {
         true
     }
 
+    /// The 95% sampling interval of the q-quantile (distribution-free, by order
+    /// statistics: [`super::binomial::quantile_ranks`]), each end read from the histogram
+    /// as a quantile at its rank; None for an end the observations cannot bound.
+    pub fn quantile_interval(&self, q: f64) -> (Option<f64>, Option<f64>) {
+        if self.count.is_nan() || self.count < 1.0 {
+            return (None, None);
+        }
+        let n = self.count.round() as u64;
+        let (r, s) = super::binomial::quantile_ranks(n, q, super::binomial::CONFIDENCE);
+        let at = |rank: Option<u64>| {
+            let v = self.quantile(rank? as f64 / n as f64);
+            v.is_finite().then_some(v)
+        };
+        (at(r), at(s))
+    }
+
     /// Exact mean: sum / count (NaN without observations).
     pub fn mean(&self) -> f64 {
         if self.count > 0.0 {

@@ -309,6 +309,7 @@ pub fn cell_rows(
                 row.p90_s = finite(d.quantile(0.9));
                 row.p99_s = finite(d.quantile(0.99));
                 row.quantile_resolution = d.quantile_resolution();
+                (row.p99_low_s, row.p99_high_s) = d.quantile_interval(0.99);
                 row.errors = Some(errs.max(0.0) as u64);
                 row.duration_s = Some(secs);
                 let why = labels.offered_per_pod.and_then(|o| shortfall(o, d.count / secs, secs));
@@ -447,6 +448,7 @@ pub fn cell_rows(
         agg.p90_s = finite(h.quantile(0.9));
         agg.p99_s = finite(h.quantile(0.99));
         agg.quantile_resolution = h.quantile_resolution();
+        (agg.p99_low_s, agg.p99_high_s) = h.quantile_interval(0.99);
         if short.is_empty() {
             let tput = agg.throughput_per_s.unwrap_or(0.0);
             judge_slos(&mut agg, &h, tput, &labels.slos);
@@ -556,6 +558,7 @@ fn gpu_rows(
                 row.p90_s = finite(h.quantile(0.9));
                 row.p99_s = finite(h.quantile(0.99));
                 row.quantile_resolution = h.quantile_resolution();
+                (row.p99_low_s, row.p99_high_s) = h.quantile_interval(0.99);
                 row.duration_s = Some(cell_secs);
                 let shares: Vec<f64> = members.iter().map(|&i| effective[i]).collect();
                 row.fairness = jain_index(&shares);
