@@ -283,14 +283,29 @@ fn noise(base: &RunData, cand: &RunData, b: &CellRecord, c: &CellRecord) -> Nois
     window_noise(b, c)
 }
 
+/// The half-width of a row's p99 95% sampling interval, relative to its p99 (None: the
+/// row records no bounded interval).
+fn p99_half_width(r: &CellRecord) -> Option<f64> {
+    let (lo, hi, p99) = (r.p99_low_s?, r.p99_high_s?, r.p99_s?);
+    (p99 > 0.0 && hi >= lo).then(|| (hi - lo) / 2.0 / p99)
+}
+
+/// The sampling noise of a change between two p99s: their 95% half-widths combined
+/// (root sum of squares, as for independent estimates); None unless both have one.
+fn p99_sampling_noise(b: &CellRecord, c: &CellRecord) -> Option<f64> {
+    let (hb, hc) = (p99_half_width(b)?, p99_half_width(c)?);
+    Some((hb * hb + hc * hc).sqrt())
+}
+
 /// The noise of the changes between two single measurements of a cell (pure): the
-/// larger window-to-window spread of the two, and their quantile resolutions added.
+/// larger window-to-window spread of the two (for p99, the two p99s' sampling
+/// intervals combined where both rows record one), and their quantile resolutions added.
 pub(crate) fn window_noise(b: &CellRecord, c: &CellRecord) -> Noise {
     let lat = latency_spread;
     let latency = lat(b).max(lat(c));
     Noise {
         mean: latency,
-        p99: latency,
+        p99: p99_sampling_noise(b, c).unwrap_or(latency),
         throughput: b
             .throughput_spread
             .unwrap_or(0.0)
@@ -820,6 +835,31 @@ mod tests {
             "{:?}",
             row.noise
         );
+    }
+
+    #[test]
+    fn a_single_pass_p99_is_judged_against_the_two_p99s_sampling_intervals() {
+        let mut base = fixture("h100-run");
+        for c in &mut base.cells {
+            c.quantile_resolution = Some(0.022);
+            c.mean_spread = Some(0.001);
+            if let Some(p) = c.p99_s {
+                // ±6% and ±8%: combined ±10%.
+                (c.p99_low_s, c.p99_high_s) = (Some(p * 0.94), Some(p * 1.06));
+            }
+        }
+        let mut cand = base.clone();
+        for c in &mut cand.cells {
+            if let Some(p) = c.p99_s {
+                c.p99_s = Some(p * 1.08);
+                (c.p99_low_s, c.p99_high_s) = (Some(p * 1.08 * 0.92), Some(p * 1.08 * 1.08));
+            }
+        }
+        let c = compare_runs(&base, &cand, 0.05).expect("comparable");
+        assert_eq!(c.failures(), 0, "{}", render(&c));
+        let row = c.rows.iter().find(|r| r.p99.is_some()).expect("a p99");
+        assert!((row.noise.p99 - 0.1).abs() < 1e-9, "{:?}", row.noise);
+        assert!(render(&c).contains("+8.0% ±10.0%"), "{}", render(&c));
     }
 
     #[test]

@@ -30,6 +30,9 @@ impl std::fmt::Debug for Metric {
     }
 }
 
+/// The p99 table's title: one measurement's p99 shows its sampling interval.
+const P99_TITLE: &str = "p99 latency";
+
 /// The speed-up table's title: its numbers are built on the strategy's 1-pod cell too.
 const SPEEDUP_TITLE: &str = "Speed-up vs 1 pod";
 
@@ -50,7 +53,7 @@ pub const METRICS: [Metric; 17] = [
         optional: false,
     },
     Metric {
-        title: "p99 latency",
+        title: P99_TITLE,
         unit: "ms",
         value: |c| c.p99_s.map(|v| v * 1e3),
         decimals: 2,
@@ -358,7 +361,20 @@ pub fn all(data: &RunData) -> Tables {
                                         Some(h) if h.is_finite() => {
                                             format!("{v:.prec$} ± {h:.prec$}", prec = m.decimals)
                                         }
-                                        _ => format!("{v:.prec$}", prec = m.decimals),
+                                        _ => match (m.title == P99_TITLE, a.p99_low_s) {
+                                            // One measurement: p99's sampling interval.
+                                            (true, Some(lo)) => format!(
+                                                "{v:.prec$} ({:.prec$}–{})",
+                                                lo * 1e3,
+                                                a.p99_high_s.map_or("?".to_string(), |hi| format!(
+                                                    "{:.prec$}",
+                                                    hi * 1e3,
+                                                    prec = m.decimals
+                                                )),
+                                                prec = m.decimals
+                                            ),
+                                            _ => format!("{v:.prec$}", prec = m.decimals),
+                                        },
                                     };
                                     let derived = if m.title == SPEEDUP_TITLE {
                                         baseline_notes.get(&(s, p))
@@ -402,6 +418,10 @@ pub fn all(data: &RunData) -> Tables {
             "The p50 and p99 are interpolated inside the workload's histogram buckets: each can be off by up to {:.1}% of its value (the widest bucket they fell in; the `quantile_resolution` column gives it per cell). Differences smaller than that are not resolved.",
             r * 100.0
         ));
+    }
+    let intervals = data.cells.iter().any(|c| c.is_aggregate() && c.p99_low_s.is_some());
+    if intervals && data.planned_repeats() < 2 {
+        reading.push("In the p99 table, brackets give each p99's 95% sampling interval: distribution-free, the order statistics at the binomial ranks around the 99th percentile, read from the histogram (\"?\": too few requests to bound it above, fewer than 368).".to_string());
     }
     let (gpus, warnings) = super::parallel::lines(data);
     reading.extend(gpus);

@@ -1149,7 +1149,7 @@ async fn a_mig_capacity_search_fits_one_pod_per_instance_and_the_eighth_stays_pe
     let dir = tempfile::tempdir().expect("tmp");
     let mut p = plan(dir.path(), "mig", "1");
     p.load = crate::config::values::Load::PerPod(100.0);
-    p.slos = vec!["p99=20ms".parse().expect("slo")];
+    p.slos = vec!["p90=20ms".parse().expect("slo")];
     p.pods = (1..=8).collect();
     p.kind = crate::config::plan::RunKind::Capacity(crate::config::plan::CapacityPlan { max_pods: 8 });
     let s = session(&c, &p, false)
