@@ -283,18 +283,19 @@ fn noise(base: &RunData, cand: &RunData, b: &CellRecord, c: &CellRecord) -> Nois
     window_noise(b, c)
 }
 
-/// The half-width of a row's p99 95% sampling interval, relative to its p99 (None: the
-/// row records no bounded interval).
+/// The half-width of a row's p99 95% sampling interval, seconds (None: the row records
+/// no bounded interval).
 fn p99_half_width(r: &CellRecord) -> Option<f64> {
-    let (lo, hi, p99) = (r.p99_low_s?, r.p99_high_s?, r.p99_s?);
-    (p99 > 0.0 && hi >= lo).then(|| (hi - lo) / 2.0 / p99)
+    let (lo, hi) = (r.p99_low_s?, r.p99_high_s?);
+    (hi >= lo).then(|| (hi - lo) / 2.0)
 }
 
-/// The sampling noise of a change between two p99s: their 95% half-widths combined
-/// (root sum of squares, as for independent estimates); None unless both have one.
+/// The sampling noise of a change between two p99s, relative to the baseline's p99 (as
+/// the change is): their 95% half-widths combined (root sum of squares, as for
+/// independent estimates); None unless both have one.
 fn p99_sampling_noise(b: &CellRecord, c: &CellRecord) -> Option<f64> {
-    let (hb, hc) = (p99_half_width(b)?, p99_half_width(c)?);
-    Some((hb * hb + hc * hc).sqrt())
+    let (hb, hc, base) = (p99_half_width(b)?, p99_half_width(c)?, b.p99_s?);
+    (base > 0.0).then(|| (hb * hb + hc * hc).sqrt() / base)
 }
 
 /// The noise of the changes between two single measurements of a cell (pure): the
@@ -844,7 +845,7 @@ mod tests {
             c.quantile_resolution = Some(0.022);
             c.mean_spread = Some(0.001);
             if let Some(p) = c.p99_s {
-                // ±6% and ±8%: combined ±10%.
+                // ±6% and ±8% of the baseline's p99: combined ±10%.
                 (c.p99_low_s, c.p99_high_s) = (Some(p * 0.94), Some(p * 1.06));
             }
         }
@@ -852,7 +853,7 @@ mod tests {
         for c in &mut cand.cells {
             if let Some(p) = c.p99_s {
                 c.p99_s = Some(p * 1.08);
-                (c.p99_low_s, c.p99_high_s) = (Some(p * 1.08 * 0.92), Some(p * 1.08 * 1.08));
+                (c.p99_low_s, c.p99_high_s) = (Some(p * 1.08 - p * 0.08), Some(p * 1.08 + p * 0.08));
             }
         }
         let c = compare_runs(&base, &cand, 0.05).expect("comparable");

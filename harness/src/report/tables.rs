@@ -322,6 +322,8 @@ pub fn all(data: &RunData) -> Tables {
                 .filter_map(move |&p| data.aggregate(s, p).and_then(|a| a.quantile_resolution))
         })
         .reduce(f64::max);
+    // Whether a p99 shows its sampling interval (then a reading line says what it is).
+    let bracketed = std::cell::Cell::new(false);
     let tables: Vec<Table> = METRICS
         .iter()
         .filter(|m| {
@@ -363,16 +365,13 @@ pub fn all(data: &RunData) -> Tables {
                                         }
                                         _ => match (m.title == P99_TITLE, a.p99_low_s) {
                                             // One measurement: p99's sampling interval.
-                                            (true, Some(lo)) => format!(
-                                                "{v:.prec$} ({:.prec$}–{})",
-                                                lo * 1e3,
-                                                a.p99_high_s.map_or("?".to_string(), |hi| format!(
-                                                    "{:.prec$}",
-                                                    hi * 1e3,
-                                                    prec = m.decimals
-                                                )),
-                                                prec = m.decimals
-                                            ),
+                                            (true, Some(lo)) => {
+                                                bracketed.set(true);
+                                                let hi = a.p99_high_s.map_or("?".to_string(), |hi| {
+                                                    format!("{:.prec$}", hi * 1e3, prec = m.decimals)
+                                                });
+                                                format!("{v:.prec$} ({:.prec$}–{hi})", lo * 1e3, prec = m.decimals)
+                                            }
                                             _ => format!("{v:.prec$}", prec = m.decimals),
                                         },
                                     };
@@ -419,8 +418,7 @@ pub fn all(data: &RunData) -> Tables {
             r * 100.0
         ));
     }
-    let intervals = data.cells.iter().any(|c| c.is_aggregate() && c.p99_low_s.is_some());
-    if intervals && data.planned_repeats() < 2 {
+    if bracketed.get() {
         reading.push("In the p99 table, brackets give each p99's 95% sampling interval: distribution-free, the order statistics at the binomial ranks around the 99th percentile, read from the histogram (\"?\": too few requests to bound it above, fewer than 368).".to_string());
     }
     let (gpus, warnings) = super::parallel::lines(data);

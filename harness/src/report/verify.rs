@@ -6,8 +6,11 @@
 //! whether every SLO held and the goodput. Per cell: the pooled quantiles and mean,
 //! inferences, throughput over the cell's time base, the number of windows and the
 //! window-to-window spreads. The capacity verdicts, the intervals over repeats and the
-//! comparisons are computed from these rows when read, so rows that verify carry them.
-//! A cell's GPU rows (several GPUs per cell) are not recomputed.
+//! comparisons are computed from rows when read; besides the numbers verified here they
+//! read the rows' statuses and notes (a pod pending, failed, out of memory), which
+//! come from the pods' states, not from histograms, and are not recomputed. Neither
+//! are a cell's GPU rows (several GPUs per cell), its fairness, its errors or its
+//! attainments, nor the GPU telemetry columns.
 
 use std::path::Path;
 
@@ -15,6 +18,7 @@ use crate::error::{BenchError, Result};
 use crate::results::raw::{Layouts, RAW_FILE, RawCell, RawPod, read_layouts, read_raw};
 use crate::results::record::CellRecord;
 use crate::stats::{Histogram, relative_spread};
+use crate::sweep::cell::{judge_slos, shortfall};
 
 use super::RunData;
 
@@ -87,6 +91,8 @@ pub fn verify_dir(dir: &Path) -> Result<Verification> {
 pub fn verify(data: &RunData, raw: &[RawCell], layouts: &Layouts) -> Verification {
     let mut out = Verification::default();
     let slos = &data.run.plan.slos;
+    // A run made since rows carry p99's interval has it on every row with a p99.
+    let intervals = data.cells.iter().any(|c| c.p99_low_s.is_some());
     for cell in raw {
         let rows: Vec<&CellRecord> = data
             .cells
@@ -100,6 +106,15 @@ pub fn verify(data: &RunData, raw: &[RawCell], layouts: &Layouts) -> Verificatio
             continue;
         };
         out.cells += 1;
+        for row in rows
+            .iter()
+            .filter(|r| r.is_pod() && r.inferences.is_some_and(|n| n > 0))
+        {
+            if !cell.series.iter().any(|s| s.pod == row.pod) {
+                out.mismatches
+                    .push(format!("{title}, {}: completed requests, but has no windows", row.pod));
+            }
+        }
         let mut pooled: Option<Histogram> = None;
         let mut inferences = 0u64;
         for series in &cell.series {
@@ -117,7 +132,7 @@ pub fn verify(data: &RunData, raw: &[RawCell], layouts: &Layouts) -> Verificatio
                 continue;
             };
             match rows.iter().find(|r| r.pod == series.pod) {
-                Some(row) => pod_row(&mut Checker { out: &mut out, what }, row, series, &h, slos),
+                Some(row) => pod_row(&mut Checker { out: &mut out, what }, row, series, &h, (slos, intervals)),
                 None => out.mismatches.push(format!("{what}: windows for a pod without a row")),
             }
             if h.count > 0.0 {
@@ -142,7 +157,7 @@ pub fn verify(data: &RunData, raw: &[RawCell], layouts: &Layouts) -> Verificatio
             if secs > 0.0 {
                 c.number("throughput_per_s", agg.throughput_per_s, Some(inferences as f64 / secs));
             }
-            quantiles(&mut c, agg, &h);
+            quantiles(&mut c, agg, &h, intervals);
             spreads(&mut c, agg, cell, layouts);
         }
     }
@@ -162,15 +177,16 @@ pub fn verify(data: &RunData, raw: &[RawCell], layouts: &Layouts) -> Verificatio
     out
 }
 
-/// The mean, quantiles and resolution of `h` against a row.
-fn quantiles(c: &mut Checker, row: &CellRecord, h: &Histogram) {
+/// The mean, quantiles and resolution of `h` against a row, and p99's interval where
+/// the run records intervals.
+fn quantiles(c: &mut Checker, row: &CellRecord, h: &Histogram, intervals: bool) {
     c.number("mean_s", row.mean_s, finite(h.mean()));
     c.number("p50_s", row.p50_s, finite(h.quantile(0.5)));
     c.number("p90_s", row.p90_s, finite(h.quantile(0.9)));
     c.number("p99_s", row.p99_s, finite(h.quantile(0.99)));
     c.number("quantile_resolution", row.quantile_resolution, h.quantile_resolution());
     // Runs made before p99 carried its interval record none: nothing to compare.
-    if row.p99_low_s.is_some() || row.p99_high_s.is_some() {
+    if intervals {
         let (low, high) = h.quantile_interval(0.99);
         c.number("p99_low_s", row.p99_low_s, low);
         c.number("p99_high_s", row.p99_high_s, high);
@@ -178,7 +194,13 @@ fn quantiles(c: &mut Checker, row: &CellRecord, h: &Histogram) {
 }
 
 /// One pod's row against its windows.
-fn pod_row(c: &mut Checker, row: &CellRecord, series: &RawPod, h: &Histogram, slos: &[crate::config::values::Slo]) {
+fn pod_row(
+    c: &mut Checker,
+    row: &CellRecord,
+    series: &RawPod,
+    h: &Histogram,
+    (slos, intervals): (&[crate::config::values::Slo], bool),
+) {
     if h.count <= 0.0 {
         c.count("inferences", row.inferences.filter(|&n| n > 0), None);
         return;
@@ -189,35 +211,37 @@ fn pod_row(c: &mut Checker, row: &CellRecord, series: &RawPod, h: &Histogram, sl
     c.number("throughput_per_s", row.throughput_per_s, Some(h.count / secs));
     c.number("duration_s", row.duration_s, Some(secs));
     c.count("errors", row.errors, Some(errors.max(0.0) as u64));
-    quantiles(c, row, h);
-    // A pod that fell behind its load gets no attainment (its latency is its queue's).
-    if slos.is_empty() || row.slo_met.is_none() {
-        return;
+    quantiles(c, row, h, intervals);
+    // A pod that fell behind its load gets no attainment (its latency is its queue's);
+    // whether it fell behind follows from its rate, and the attainments from its
+    // histogram, by the rules the run applied (`sweep::cell`).
+    let rate = h.count / secs;
+    let behind = row.offered_per_s.and_then(|o| shortfall(o, rate, secs));
+    let mut expect = row.clone();
+    (
+        expect.slo_p50_attainment,
+        expect.slo_p90_attainment,
+        expect.slo_p99_attainment,
+    ) = (None, None, None);
+    (expect.slo_attainment_bound, expect.slo_met, expect.goodput_per_s) = (None, None, None);
+    if behind.is_none() {
+        judge_slos(&mut expect, h, rate, slos);
     }
-    let mut met = true;
-    let mut bound: f64 = 0.0;
-    for slo in slos {
-        let x = slo.threshold.as_secs_f64();
-        let share = h.fraction_at_most(x);
-        bound = bound.max(h.fraction_bound(x));
-        let Some(q) = slo.quantile else { continue };
-        met &= share >= q;
-        let (field, recorded) = match (q * 100.0).round() as u32 {
-            50 => ("slo_p50_attainment", row.slo_p50_attainment),
-            90 => ("slo_p90_attainment", row.slo_p90_attainment),
-            _ => ("slo_p99_attainment", row.slo_p99_attainment),
-        };
-        c.number(field, recorded, finite(share));
+    let flag = |m: Option<bool>| m.map(|m| f64::from(u8::from(m)));
+    for (field, recorded, computed) in [
+        ("slo_p50_attainment", row.slo_p50_attainment, expect.slo_p50_attainment),
+        ("slo_p90_attainment", row.slo_p90_attainment, expect.slo_p90_attainment),
+        ("slo_p99_attainment", row.slo_p99_attainment, expect.slo_p99_attainment),
+        (
+            "slo_attainment_bound",
+            row.slo_attainment_bound,
+            expect.slo_attainment_bound,
+        ),
+        ("slo_met", flag(row.slo_met), flag(expect.slo_met)),
+        ("goodput_per_s", row.goodput_per_s, expect.goodput_per_s),
+    ] {
+        c.number(field, recorded, computed);
     }
-    c.number("slo_attainment_bound", row.slo_attainment_bound, finite(bound));
-    c.number(
-        "slo_met",
-        row.slo_met.map(|m| f64::from(u8::from(m))),
-        Some(f64::from(u8::from(met))),
-    );
-    let tightest = slos.iter().map(|s| s.threshold).min().unwrap_or_default();
-    let goodput = h.count / secs * h.fraction_at_most(tightest.as_secs_f64());
-    c.number("goodput_per_s", row.goodput_per_s, finite(goodput));
 }
 
 /// The cell's windows: their count and the spreads of throughput, mean and median.

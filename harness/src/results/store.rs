@@ -167,11 +167,17 @@ impl RunStore {
         // Windows of cells that are not (or no longer) in cells.jsonl are left out.
         let layouts = read_layouts(&dir)?;
         let mut raw = read_raw(&dir)?;
+        let read = raw.len();
         raw.retain(|r| {
             cells
                 .iter()
                 .any(|c| c.is_aggregate() && c.repeat == r.repeat && c.arm() == r.arm() && c.pods == r.pods)
         });
+        if raw.len() < read {
+            // A stop between writing a cell's windows and its rows: the cell is measured
+            // again, so its old windows go from disk too.
+            write_atomic(&dir.join(RAW_FILE), &raw_jsonl(&raw))?;
+        }
         std::fs::create_dir_all(dir.join("logs"))
             .map_err(BenchError::io(format!("creating {}/logs", dir.display())))?;
         Ok(Self {

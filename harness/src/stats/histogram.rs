@@ -60,8 +60,15 @@ impl Histogram {
         }
         let n = self.count.round() as u64;
         let (r, s) = super::binomial::quantile_ranks(n, q, super::binomial::CONFIDENCE);
+        // A rank above the last finite bucket lies in +Inf, where a quantile reads the
+        // highest finite bound: that is no bound, so that end is left empty.
+        let finite_count = self.buckets.iter().rev().find(|b| b.0.is_finite()).map_or(0.0, |b| b.1);
         let at = |rank: Option<u64>| {
-            let v = self.quantile(rank? as f64 / n as f64);
+            let rank = rank?;
+            if rank as f64 > finite_count {
+                return None;
+            }
+            let v = self.quantile(rank as f64 / n as f64);
             v.is_finite().then_some(v)
         };
         (at(r), at(s))
@@ -227,6 +234,18 @@ mod tests {
             sum: 0.0,
             count: buckets.last().map_or(0.0, |b| b.1),
         }
+    }
+
+    #[test]
+    fn a_p99_interval_end_in_the_inf_bucket_is_no_bound() {
+        // 400 observations, 3 of them above the last finite bound: the high rank (400)
+        // lies in +Inf, so the interval has no upper end; the low one (392) does not.
+        let x = h(&[(1.0, 300.0), (2.0, 397.0), (f64::INFINITY, 400.0)]);
+        let (lo, hi) = x.quantile_interval(0.99);
+        assert!(lo.is_some_and(|v| v > 1.0 && v <= 2.0), "{lo:?}");
+        assert_eq!(hi, None);
+        let y = h(&[(1.0, 300.0), (2.0, 400.0), (f64::INFINITY, 400.0)]);
+        assert!(y.quantile_interval(0.99).1.is_some_and(|v| v <= 2.0));
     }
 
     // Expected values worked by hand from promql/quantile.go's bucketQuantile, and

@@ -71,16 +71,28 @@ pub fn judge_slos(row: &mut CellRecord, h: &Histogram, throughput: f64, slos: &[
 }
 
 /// The SLOs whose attainment a pod's requests `h` decide neither way yet (pure): the
-/// one-sided 95% bounds ([`binomial::attainment_bounds`]) straddle the percentile, each
-/// said with its count and bounds. A cell with SLOs runs on until none is left, or
-/// to `--max-cell`.
+/// one-sided 95% bounds ([`binomial::attainment_bounds`], widened by the largest bucket
+/// share over the SLOs' thresholds, as the row records it) straddle the percentile,
+/// each said with its count and bounds. A cell with SLOs runs on until none is left,
+/// or to `--max-cell`; a pod that completed nothing has none.
 pub fn undecided_slos(h: &Histogram, slos: &[Slo]) -> Vec<String> {
+    if h.count.is_nan() || h.count <= 0.0 {
+        // Nothing completed: nothing to decide (the pod's row fails it).
+        return Vec::new();
+    }
+    // The bound the row records and the capacity rule reads: the largest over the SLOs'
+    // thresholds (`judge_slos`).
+    let bound = slos
+        .iter()
+        .map(|s| h.fraction_bound(s.threshold.as_secs_f64()))
+        .filter(|b| b.is_finite())
+        .fold(0.0, f64::max);
     slos.iter()
         .filter_map(|slo| {
             let q = slo.quantile?;
             let x = slo.threshold.as_secs_f64();
             let a = h.fraction_at_most(x);
-            let (lo, hi) = binomial::attainment_bounds(a, h.fraction_bound(x), h.count);
+            let (lo, hi) = binomial::attainment_bounds(a, bound, h.count);
             (lo < q && hi >= q).then(|| {
                 format!(
                     "{slo} undecided at 95% after {} requests: {:.2}% within, bounds {:.2}%–{:.2}% straddle {:.0}%",
@@ -701,6 +713,25 @@ mod tests {
         assert_eq!(row.slo_attainment_bound, Some(0.3));
         assert_eq!(row.slo_met, Some(false));
         assert_eq!(row.goodput_per_s, Some(37.5));
+    }
+
+    #[test]
+    fn an_slo_is_undecided_until_its_requests_show_it_and_a_pod_without_any_has_none() {
+        let slo = |t: &str| t.parse::<Slo>().expect("slo");
+        let clean = |n: f64| Histogram {
+            buckets: vec![(0.01, n), (0.02, n), (f64::INFINITY, n)],
+            sum: n * 0.005,
+            count: n,
+        };
+        // Every request within: 200 cannot show p99 at 95%, 299 can.
+        let open = undecided_slos(&clean(200.0), &[slo("p99=20ms")]);
+        assert_eq!(open.len(), 1);
+        assert!(
+            open[0].starts_with("p99=20ms undecided at 95% after 200 requests"),
+            "{open:?}"
+        );
+        assert!(undecided_slos(&clean(299.0), &[slo("p99=20ms")]).is_empty());
+        assert!(undecided_slos(&clean(0.0), &[slo("p99=20ms")]).is_empty());
     }
 
     #[test]

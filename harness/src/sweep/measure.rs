@@ -17,7 +17,7 @@ use crate::results::raw::{CellWindows, RawCell, RawPod};
 use crate::results::record::CellRecord;
 use crate::shutdown::Shutdown;
 use crate::stats::{Histogram, WindowStat, stable};
-use crate::sweep::cell::{CellLabels, Measured, Tracked, cell_rows, undecided_slos};
+use crate::sweep::cell::{CellLabels, Measured, Tracked, cell_rows, shortfall, undecided_slos};
 use crate::sweep::progress::Progress;
 use crate::telemetry::{Sampler, Telemetry, TelemetrySummary};
 
@@ -162,14 +162,18 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
             progress.window(windows.len(), window_tput, mean, is_stable);
             measured = t0.elapsed();
             // With SLOs, a settled cell also needs the requests that decide each pod's
-            // attainment at 95% (a p99 at least 299).
+            // attainment at 95% (a p99 at least 299); a pod behind its offered load is
+            // not judged on attainment, so it waits for nothing.
             let decided = || {
                 now_alive.iter().all(|target| {
                     tracked.get(&target.pod).is_none_or(|t| match (&t.first, &t.last) {
-                        (Some(a), Some(b)) => b
-                            .latency
-                            .delta(&a.latency)
-                            .is_none_or(|d| undecided_slos(&d, &labels.slos).is_empty()),
+                        (Some(a), Some(b)) => b.latency.delta(&a.latency).is_none_or(|d| {
+                            let secs = (b.at - a.at).as_secs_f64();
+                            let behind = labels
+                                .offered_per_pod
+                                .is_some_and(|o| shortfall(o, d.count / secs.max(1e-9), secs).is_some());
+                            behind || undecided_slos(&d, &labels.slos).is_empty()
+                        }),
                         _ => true,
                     })
                 })

@@ -204,8 +204,8 @@ impl Agent {
         self.ips += 1;
         // Simulated pods get cluster-network addresses; pods that run a process get one
         // on loopback, where it listens: in a /16 of the node's own, so that the
-        // processes of clusters running side by side (tests in parallel) never bind the
-        // same address.
+        // processes of clusters running side by side in one test process (240 nodes
+        // before the /16s repeat) never bind the same address.
         let net = if self.spec.processes.is_some() {
             format!("127.{}", self.loopback_net())
         } else {
