@@ -18,7 +18,7 @@ use crate::error::{BenchError, Result};
 use crate::results::raw::{Layouts, RAW_FILE, RawCell, RawPod, read_layouts, read_raw};
 use crate::results::record::CellRecord;
 use crate::stats::{Histogram, relative_spread};
-use crate::sweep::cell::{judge_slos, shortfall};
+use crate::sweep::cell::{finite, judge_slos, shortfall};
 
 use super::RunData;
 
@@ -66,10 +66,6 @@ impl Checker<'_> {
     fn count(&mut self, field: &str, recorded: Option<u64>, computed: Option<u64>) {
         self.number(field, recorded.map(|v| v as f64), computed.map(|v| v as f64));
     }
-}
-
-fn finite(v: f64) -> Option<f64> {
-    v.is_finite().then_some(v)
 }
 
 /// Verifies the run in `dir`: an error when it cannot be read or keeps no raw windows.
