@@ -193,14 +193,10 @@ fn open_loop_pods_draw_their_own_arrivals_and_the_rows_say_which() {
             let goodput = c.goodput_per_s.expect("goodput");
             assert!(goodput <= c.throughput_per_s.expect("rate") + 1e-9, "{c:?}");
         }
-        // A row says it fell short exactly when its rate did.
+        // Keeping up is judged on the backlog the workload reports (verify below
+        // recomputes the judgement from the windows).
         if !c.is_aggregate() {
-            let short = gpushare_bench::sweep::cell::shortfall(
-                per_pod,
-                c.throughput_per_s.expect("rate"),
-                c.duration_s.expect("duration"),
-            );
-            assert_eq!(short.is_some(), c.note.contains("could not keep up"), "{c:?}");
+            assert!(c.backlog_growth.is_some(), "the workload reports its queue: {c:?}");
         }
     }
     let run = read_run(&out.path().join("open/run.json")).expect("run.json");

@@ -33,6 +33,9 @@ pub struct PodScript {
     pub exit: Option<(Duration, i32)>,
     /// Restarts (its counters start again from zero) at this time.
     pub restart_at: Option<Duration>,
+    /// Its backlog (requests waiting), where it reports one: this many when ready,
+    /// growing by the second number per second after.
+    pub backlog: Option<(f64, f64)>,
 }
 
 impl PodScript {
@@ -45,6 +48,7 @@ impl PodScript {
             pending: None,
             exit: None,
             restart_at: None,
+            backlog: None,
         }
     }
 }
@@ -343,6 +347,9 @@ impl MetricsSource for ScriptedMetrics {
                         at: now,
                         latency: histogram_at(s, now - t0),
                         errors: 0.0,
+                        backlog: s.backlog.map(|(at_ready, per_s)| {
+                            at_ready + per_s * (now - t0).saturating_sub(s.ready_after).as_secs_f64()
+                        }),
                         load_seed: None,
                         device_uuid: None,
                         last_error: None,

@@ -10,8 +10,9 @@
 //!   only estimate the pod's true share. Its **95% bounds** are the one-sided
 //!   Clopper–Pearson lower bound of the lowest reading the bucket allows and the upper
 //!   bound of the highest ([`binomial::attainment_bounds`]).
-//! - A count **fits** when its cell measured (`ok`) and every pod served its offered
-//!   load (see `sweep::cell::shortfall`) and, for every SLO, the lower bound of its
+//! - A count **fits** when its cell measured (`ok`) and every pod kept up with its
+//!   offered load (no request failed or dropped, and its backlog did not grow beyond
+//!   its own window-to-window variation: see `sweep::cell::fell_behind`) and, for every SLO, the lower bound of its
 //!   attainment is at least the percentile (p99 needs 99%): at least 299 requests, all
 //!   within the threshold, can show that.
 //! - It **misses clearly** when the cell did not measure (failed, out of memory, a pod
@@ -86,8 +87,9 @@ pub fn judge(aggregate: &CellRecord, pods: &[&CellRecord], slos: &[Slo]) -> Verd
             return Verdict::Misses(format!(
                 "{} could not keep up with its offered load{}",
                 row.pod,
-                match (row.throughput_per_s, row.offered_per_s) {
-                    (Some(t), Some(o)) => format!(" (served {t:.1}/s of {o}/s)"),
+                match (row.throughput_per_s, row.offered_per_s, row.backlog_growth) {
+                    (Some(t), Some(o), Some(g)) => format!(" (served {t:.1}/s of {o}/s; its backlog grew by {g})"),
+                    (Some(t), Some(o), None) => format!(" (served {t:.1}/s of {o}/s)"),
                     _ => String::new(),
                 }
             ));

@@ -44,6 +44,9 @@ struct Request {
 struct PodLoad {
     tally: Tally,
     seed: Option<u64>,
+    /// Open loop: requests arrived and not yet answered (None: a closed loop, whose
+    /// backlog is one request by construction).
+    backlog: Option<u64>,
     /// Why the last failed request failed.
     last_error: Option<String>,
 }
@@ -132,6 +135,9 @@ async fn send(client: &PostClient, url: &str, req: &Request) -> std::result::Res
 
 fn record(pod: &Mutex<PodLoad>, outcome: std::result::Result<(), String>, took: Duration) {
     let mut p = locked(pod);
+    if let Some(b) = p.backlog.as_mut() {
+        *b = b.saturating_sub(1);
+    }
     match outcome {
         Ok(()) => p.tally.observe(took.as_secs_f64()),
         Err(why) => {
@@ -176,6 +182,9 @@ async fn open_loop(
             p.last_error = Some(format!("dropped: {MAX_IN_FLIGHT} requests already in flight"));
             continue;
         }
+        if let Some(b) = locked(&pod).backlog.as_mut() {
+            *b += 1;
+        }
         let (client, url, req, pod, arrival) = (client.clone(), url.clone(), req.clone(), pod.clone(), next);
         in_flight.spawn(async move {
             let outcome = send(&client, &url, &req).await;
@@ -213,7 +222,10 @@ impl MetricsSource for RequestSource {
                 }
                 Some(rate) => {
                     let seed = crate::client::fresh_seed(index as u32);
-                    locked(&pod).seed = Some(seed);
+                    let mut p = locked(&pod);
+                    p.seed = Some(seed);
+                    p.backlog = Some(0);
+                    drop(p);
                     tasks.spawn(open_loop(client, url, req, pod.clone(), Arrivals::new(seed, rate)));
                 }
             }
@@ -245,6 +257,7 @@ impl MetricsSource for RequestSource {
                             at,
                             latency: p.tally.histogram(),
                             errors: p.tally.errors as f64,
+                            backlog: p.backlog.map(|b| b as f64),
                             load_seed: p.seed,
                             device_uuid: None,
                             last_error: p.last_error.clone(),

@@ -82,11 +82,13 @@ pub enum Command {
     /// misses the SLO. Each pod's attainment (p99=25ms: the share of its requests within
     /// 25 ms) is judged at 95% confidence: its one-sided Clopper–Pearson bounds, widened
     /// by the histogram's interpolation bound.
-    ///   fits      the cell measured, every pod served its offered rate (within 5% or
-    ///             3 Poisson standard deviations) and every attainment's lower bound
-    ///             clears its percentile (a p99 needs at least 299 requests, all within)
+    ///   fits      the cell measured, every pod kept up with its load (no request
+    ///             failed or dropped, its backlog grew by no more than 3 standard
+    ///             deviations of its change between windows, plus one) and every
+    ///             attainment's lower bound clears its percentile (a p99 needs at
+    ///             least 299 requests, all within)
     ///   misses    a pod failed, ran out of memory, stayed pending or fell behind its
-    ///             rate, or an attainment's upper bound is below its percentile
+    ///             load, or an attainment's upper bound is below its percentile
     ///   marginal  the bounds straddle the percentile: neither is shown
     /// A cell runs on past its stable windows until every pod's attainments are decided,
     /// or to --max-cell. The walk stops at the first clear miss, at a second marginal or

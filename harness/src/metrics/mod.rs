@@ -19,6 +19,9 @@ use crate::stats::Histogram;
 pub const LATENCY_METRIC: &str = "inference_time_seconds";
 /// The error counter of the metrics contract.
 pub const ERRORS_METRIC: &str = "inference_errors_total";
+/// The requests a pod has accepted and not yet answered (gpushare-workload's open loop:
+/// its queue), read to judge whether it keeps up with an open load.
+pub const BACKLOG_METRIC: &str = "workload_queue_depth";
 /// The workload's description (value 1); its `load_seed` label is the seed of an open
 /// loop's arrival times.
 pub const INFO_METRIC: &str = "workload_info";
@@ -45,6 +48,9 @@ pub struct PodSnapshot {
     pub latency: Histogram,
     /// Cumulative errors (all kinds).
     pub errors: f64,
+    /// Requests accepted and not yet answered, where the pod says
+    /// ([`BACKLOG_METRIC`]) or the harness sends the requests itself.
+    pub backlog: Option<f64>,
     /// The seed of the pod's open-loop arrivals, as it says (`workload_info`).
     pub load_seed: Option<u64>,
     /// The UUID of the GPU it runs on, as it says (`workload_info{device_uuid}`).
@@ -114,10 +120,18 @@ pub fn snapshot_from_text(pod: &str, text: &str, at: Instant, metric: &str) -> R
         .map(|s| s.value)
         .sum();
     let info = || exp.samples.iter().filter(|s| s.name == INFO_METRIC);
+    let backlog = exp
+        .samples
+        .iter()
+        .filter(|s| s.name == BACKLOG_METRIC)
+        .map(|s| s.value)
+        .reduce(|a, b| a + b)
+        .filter(|v| v.is_finite() && *v >= 0.0);
     Ok(PodSnapshot {
         at,
         latency,
         errors,
+        backlog,
         load_seed: info().find_map(|s| load_seed(s.label("load_seed"))),
         device_uuid: info().find_map(|s| device_uuid(s.label("device_uuid"))),
         last_error: None,
@@ -171,10 +185,23 @@ mod tests {
                     inference_time_seconds_sum{pod=\"p\"} 0.05\n\
                     inference_time_seconds_count{pod=\"p\"} 4\n\
                     inference_errors_total{kind=\"dropped\",pod=\"p\"} 2\n\
-                    inference_errors_total{kind=\"failed\",pod=\"p\"} 1\n";
+                    inference_errors_total{kind=\"failed\",pod=\"p\"} 1\n\
+                    workload_queue_depth{pod=\"p\"} 7\n";
         let s = snapshot_from_text("p", text, Instant::now(), LATENCY_METRIC).expect("valid");
         assert_eq!(s.latency.count, 4.0);
         assert_eq!(s.errors, 3.0);
+        assert_eq!(s.backlog, Some(7.0));
+        let none = snapshot_from_text(
+            "p",
+            &text.replace("workload_queue_depth", "other"),
+            Instant::now(),
+            LATENCY_METRIC,
+        );
+        assert_eq!(
+            none.map(|s| s.backlog).ok(),
+            Some(None),
+            "a pod that does not say has no backlog"
+        );
         let err = snapshot_from_text("pod-1", "up 1\n", Instant::now(), LATENCY_METRIC)
             .err()
             .map(|e| e.to_string())

@@ -1,8 +1,7 @@
 //! `verify RUN_DIR`: recomputes a run's rows from its raw windows (`windows.jsonl`,
 //! [`crate::results::raw`]) and names every number that differs (pure but for reading
-//! the run). Per pod: inferences, throughput, mean, p50, p90, p99, its 95% interval and
-//! the quantiles' resolution,
-//! errors, measured time and, with SLOs, each attainment, its interpolation bound,
+//! the run). Per pod: inferences, throughput, mean, p50, p90, p99, their 95% intervals
+//! and resolution, errors, measured time, the backlog's growth and, with SLOs, each attainment, its interpolation bound,
 //! whether every SLO held and the goodput. Per cell: the pooled quantiles and mean,
 //! inferences, throughput over the cell's time base, the number of windows and the
 //! window-to-window spreads. The capacity verdicts, the intervals over repeats and the
@@ -18,7 +17,7 @@ use crate::error::{BenchError, Result};
 use crate::results::raw::{Layouts, RAW_FILE, RawCell, RawPod, read_layouts, read_raw};
 use crate::results::record::CellRecord;
 use crate::stats::{Histogram, relative_spread};
-use crate::sweep::cell::{finite, judge_slos, shortfall};
+use crate::sweep::cell::{fell_behind, finite, judge_slos};
 
 use super::RunData;
 
@@ -87,8 +86,13 @@ pub fn verify_dir(dir: &Path) -> Result<Verification> {
 pub fn verify(data: &RunData, raw: &[RawCell], layouts: &Layouts) -> Verification {
     let mut out = Verification::default();
     let slos = &data.run.plan.slos;
-    // A run made since rows carry p99's interval has it on every row with a p99.
-    let intervals = data.cells.iter().any(|c| c.p99_low_s.is_some());
+    // A run made since rows carry a quantile's interval has it on every row with
+    // enough requests for it; older runs record none.
+    let intervals = Intervals {
+        p50: data.cells.iter().any(|c| c.p50_low_s.is_some()),
+        p90: data.cells.iter().any(|c| c.p90_low_s.is_some()),
+        p99: data.cells.iter().any(|c| c.p99_low_s.is_some()),
+    };
     for cell in raw {
         let rows: Vec<&CellRecord> = data
             .cells
@@ -173,19 +177,48 @@ pub fn verify(data: &RunData, raw: &[RawCell], layouts: &Layouts) -> Verificatio
     out
 }
 
-/// The mean, quantiles and resolution of `h` against a row, and p99's interval where
-/// the run records intervals.
-fn quantiles(c: &mut Checker, row: &CellRecord, h: &Histogram, intervals: bool) {
+/// Which quantiles' sampling intervals a run records (runs made before a quantile
+/// carried its interval record none for it: nothing to compare).
+#[derive(Debug, Clone, Copy)]
+struct Intervals {
+    p50: bool,
+    p90: bool,
+    p99: bool,
+}
+
+/// The mean, quantiles and resolution of `h` against a row, and the quantiles'
+/// intervals the run records.
+fn quantiles(c: &mut Checker, row: &CellRecord, h: &Histogram, intervals: Intervals) {
     c.number("mean_s", row.mean_s, finite(h.mean()));
     c.number("p50_s", row.p50_s, finite(h.quantile(0.5)));
     c.number("p90_s", row.p90_s, finite(h.quantile(0.9)));
     c.number("p99_s", row.p99_s, finite(h.quantile(0.99)));
     c.number("quantile_resolution", row.quantile_resolution, h.quantile_resolution());
-    // Runs made before p99 carried its interval record none: nothing to compare.
-    if intervals {
-        let (low, high) = h.quantile_interval(0.99);
-        c.number("p99_low_s", row.p99_low_s, low);
-        c.number("p99_high_s", row.p99_high_s, high);
+    for (on, q, (name_low, low), (name_high, high)) in [
+        (
+            intervals.p50,
+            0.5,
+            ("p50_low_s", row.p50_low_s),
+            ("p50_high_s", row.p50_high_s),
+        ),
+        (
+            intervals.p90,
+            0.9,
+            ("p90_low_s", row.p90_low_s),
+            ("p90_high_s", row.p90_high_s),
+        ),
+        (
+            intervals.p99,
+            0.99,
+            ("p99_low_s", row.p99_low_s),
+            ("p99_high_s", row.p99_high_s),
+        ),
+    ] {
+        if on {
+            let (l, h) = h.quantile_interval(q);
+            c.number(name_low, low, l);
+            c.number(name_high, high, h);
+        }
     }
 }
 
@@ -195,7 +228,7 @@ fn pod_row(
     row: &CellRecord,
     series: &RawPod,
     h: &Histogram,
-    (slos, intervals): (&[crate::config::values::Slo], bool),
+    (slos, intervals): (&[crate::config::values::Slo], Intervals),
 ) {
     if h.count <= 0.0 {
         c.count("inferences", row.inferences.filter(|&n| n > 0), None);
@@ -209,10 +242,16 @@ fn pod_row(
     c.count("errors", row.errors, Some(errors.max(0.0) as u64));
     quantiles(c, row, h, intervals);
     // A pod that fell behind its load gets no attainment (its latency is its queue's);
-    // whether it fell behind follows from its rate, and the attainments from its
-    // histogram, by the rules the run applied (`sweep::cell`).
+    // whether it fell behind follows from its errors and backlog (or, where it reports
+    // none, its rate), and the attainments from its histogram, by the rules the run
+    // applied (`sweep::cell`).
     let rate = h.count / secs;
-    let behind = row.offered_per_s.and_then(|o| shortfall(o, rate, secs));
+    let backlog = series.backlog();
+    let growth = (row.offered_per_s.is_some() && backlog.len() >= 2).then(|| backlog[backlog.len() - 1] - backlog[0]);
+    c.number("backlog_growth", row.backlog_growth, growth);
+    let behind = row
+        .offered_per_s
+        .and_then(|o| fell_behind(o, rate, secs, &backlog, errors.max(0.0)));
     let mut expect = row.clone();
     (
         expect.slo_p50_attainment,

@@ -1,6 +1,6 @@
 //! The raw measurements behind a run's rows: for every measured cell, each pod's
 //! latency-histogram increments per window, sparse (only the buckets that grew), with
-//! the window's time, count, sum and errors (`windows.jsonl`, one line per cell), and
+//! the window's time, count, sum, errors and backlog (`windows.jsonl`, one line per cell), and
 //! the bucket bounds they count in (`bucket-layouts.json`, each layout once per run).
 //! From them `verify` recomputes every pod's row and the cell's pooled row; anyone can
 //! recompute them with Prometheus' own rules (`histogram_quantile` over the summed
@@ -100,6 +100,10 @@ pub struct RawPod {
     pub pod: String,
     /// Its bucket bounds: an index into [`Layouts::layouts`].
     pub layout: u32,
+    /// Requests it held waiting at its first snapshot, where it reports a backlog
+    /// (`workload_queue_depth`, or the harness's count of requests in flight).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backlog_start: Option<f64>,
     /// Its windows, in order.
     pub windows: Vec<RawWindow>,
 }
@@ -118,6 +122,9 @@ pub struct RawWindow {
     pub sum: f64,
     /// Failed requests.
     pub errors: f64,
+    /// Requests it held waiting at the window's end, where it reports a backlog.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backlog: Option<f64>,
     /// The index of the first bucket that grew (0 when none did).
     pub from: u32,
     /// Requests in each bucket alone, from bucket `from` to the last that grew.
@@ -142,12 +149,22 @@ fn whole_numbers<S: serde::Serializer>(values: &[f64], s: S) -> std::result::Res
 
 impl RawPod {
     /// A pod's series, no window yet (its layout set when saved).
-    pub fn new(pod: &str) -> Self {
+    pub fn new(pod: &str, backlog_start: Option<f64>) -> Self {
         Self {
             pod: pod.to_string(),
             layout: 0,
+            backlog_start,
             windows: Vec::new(),
         }
+    }
+
+    /// Its backlog at the first snapshot and after each window, as far as it reported
+    /// one: what the keep-up rule reads (`sweep::cell::fell_behind`).
+    pub fn backlog(&self) -> Vec<f64> {
+        self.backlog_start
+            .into_iter()
+            .chain(self.windows.iter().filter_map(|w| w.backlog))
+            .collect()
     }
 
     /// The finite bucket bounds of a histogram.
@@ -155,8 +172,9 @@ impl RawPod {
         h.buckets.iter().map(|b| b.0).filter(|b| b.is_finite()).collect()
     }
 
-    /// Appends the increments `d` (a histogram delta with this pod's bounds).
-    pub fn push(&mut self, window: u32, at_s: f64, d: &Histogram, errors: f64) {
+    /// Appends the increments `d` (a histogram delta with this pod's bounds), its
+    /// errors and its backlog at the window's end.
+    pub fn push(&mut self, window: u32, at_s: f64, d: &Histogram, errors: f64, backlog: Option<f64>) {
         let mut below = 0.0;
         let own: Vec<f64> = d
             .buckets
@@ -179,6 +197,7 @@ impl RawPod {
             count: d.count,
             sum: d.sum,
             errors,
+            backlog,
             from,
             counts,
         });
@@ -289,9 +308,10 @@ mod tests {
         let b = hist(&[1.0, 1.0, 4.0, 6.0], 0.03);
         let bounds = RawPod::bounds_of(&a);
         assert_eq!(bounds, [0.001, 0.002, 0.005]);
-        let mut pod = RawPod::new("pod-0");
-        pod.push(1, 1.0, &a, 0.0);
-        pod.push(2, 2.0, &b, 1.0);
+        let mut pod = RawPod::new("pod-0", Some(2.0));
+        pod.push(1, 1.0, &a, 0.0, Some(3.0));
+        pod.push(2, 2.0, &b, 1.0, Some(1.0));
+        assert_eq!(pod.backlog(), [2.0, 3.0, 1.0]);
         assert_eq!((pod.windows[0].from, &pod.windows[0].counts[..]), (1, &[5.0][..]));
         assert_eq!(
             (pod.windows[1].from, &pod.windows[1].counts[..]),
@@ -330,13 +350,14 @@ mod tests {
 
     #[test]
     fn a_bucket_outside_the_bounds_is_no_histogram() {
-        let mut pod = RawPod::new("pod-0");
+        let mut pod = RawPod::new("pod-0", None);
         pod.windows.push(RawWindow {
             window: 1,
             at_s: 1.0,
             count: 1.0,
             sum: 0.001,
             errors: 0.0,
+            backlog: None,
             from: 9,
             counts: vec![1.0],
         });

@@ -74,8 +74,25 @@ pub struct CellRecord {
     /// to bound it; p99 needs at least 368).
     #[serde(default)]
     pub p99_high_s: Option<f64>,
+    /// The low end of p50's 95% sampling interval, seconds (as `p99_low_s`).
+    #[serde(default)]
+    pub p50_low_s: Option<f64>,
+    /// The high end of p50's 95% sampling interval, seconds.
+    #[serde(default)]
+    pub p50_high_s: Option<f64>,
+    /// The low end of p90's 95% sampling interval, seconds.
+    #[serde(default)]
+    pub p90_low_s: Option<f64>,
+    /// The high end of p90's 95% sampling interval, seconds.
+    #[serde(default)]
+    pub p90_high_s: Option<f64>,
     /// Failed or dropped inferences during the measurement.
     pub errors: Option<u64>,
+    /// Open loop, a pod's row: requests waiting at the end of the measurement less
+    /// those waiting at its start, as the pod reports them (`workload_queue_depth`) or
+    /// the harness counts them (`--request`); empty where neither says.
+    #[serde(default)]
+    pub backlog_growth: Option<f64>,
     /// Jain's fairness index over the requested pods' throughput (aggregate rows).
     pub fairness: Option<f64>,
     /// Mean GPU utilisation during the measurement, percent (aggregate rows).
@@ -242,6 +259,11 @@ impl CellRecord {
             quantile_resolution: None,
             p99_low_s: None,
             p99_high_s: None,
+            p50_low_s: None,
+            p50_high_s: None,
+            p90_low_s: None,
+            p90_high_s: None,
+            backlog_growth: None,
             errors: None,
             fairness: None,
             gpu_util_pct: None,

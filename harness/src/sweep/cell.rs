@@ -107,10 +107,60 @@ pub fn undecided_slos(h: &Histogram, slos: &[Slo]) -> Vec<String> {
         .collect()
 }
 
-/// Whether a pod served the load it was offered (pure): its completed requests per
-/// second may fall short of the offered rate by at most 5% or three standard deviations
-/// of a Poisson count over the measured time, whichever is more. Otherwise the reason,
-/// for its row: it could not keep up, so its latency is its queue's.
+/// The most a pod's backlog may grow over its measurement and still count as kept up
+/// (pure): three standard deviations of its window-to-window change, plus one request.
+/// A queue that keeps up wanders around its mean, so its growth over the cell is no
+/// larger than its changes between windows; one that falls behind grows by about the
+/// same amount every window, its changes vary little, and its growth stands out. The
+/// deviation is taken as at least a Poisson count's at the mean depth, √(2 · mean): a
+/// stable queue varies at least that much, and a few windows can by chance change
+/// alike (with one window there is nothing else to go by).
+pub fn backlog_limit(samples: &[f64]) -> f64 {
+    let changes: Vec<f64> = samples.windows(2).map(|w| w[1] - w[0]).collect();
+    let of_changes = if changes.len() >= 2 {
+        let n = changes.len() as f64;
+        let mean = changes.iter().sum::<f64>() / n;
+        (changes.iter().map(|c| (c - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
+    } else {
+        0.0
+    };
+    let mean_depth = samples.iter().sum::<f64>() / (samples.len().max(1) as f64);
+    3.0 * of_changes.max((2.0 * mean_depth.max(0.0)).sqrt()) + 1.0
+}
+
+/// Whether a pod kept up with the open load it was offered (pure), judged on what the
+/// server shows over the measurement: `backlog` is the requests it held waiting at the
+/// first snapshot and after each window (`workload_queue_depth`, or the harness's own
+/// count of requests in flight), `errors` the requests that failed or were dropped.
+/// It fell behind when any request failed or was dropped, or its backlog grew by more
+/// than [`backlog_limit`]. A server that reports no backlog is judged by throughput
+/// instead ([`shortfall`]), and its reason says so. The reason goes in its row: its
+/// latency is then its queue's, and it gets no SLO attainment.
+pub fn fell_behind(offered: f64, achieved: f64, secs: f64, backlog: &[f64], errors: f64) -> Option<String> {
+    if errors > 0.0 {
+        return Some(format!(
+            "{errors} of its requests failed or were dropped while measured: it could not keep up with its offered load"
+        ));
+    }
+    match (backlog.first(), backlog.last()) {
+        (Some(&first), Some(&last)) if backlog.len() >= 2 => {
+            let limit = backlog_limit(backlog);
+            (last - first > limit).then(|| {
+                format!(
+                    "its backlog grew from {first} to {last} requests while measured (more than {limit:.1}: three standard deviations of its change between windows, plus one): it could not keep up, so its latency is its queue's"
+                )
+            })
+        }
+        _ => {
+            shortfall(offered, achieved, secs).map(|why| format!("{why} (judged by throughput: it reports no backlog)"))
+        }
+    }
+}
+
+/// Whether a pod served the load it was offered, for a server that reports no backlog
+/// (pure): its completed requests per second may fall short of the offered rate by at
+/// most 5% or three standard deviations of a Poisson count over the measured time,
+/// whichever is more. Otherwise the reason, for its row.
 pub fn shortfall(offered: f64, achieved: f64, secs: f64) -> Option<String> {
     let arrivals = offered * secs;
     if arrivals.is_nan() || arrivals <= 0.0 {
@@ -123,6 +173,19 @@ pub fn shortfall(offered: f64, achieved: f64, secs: f64) -> Option<String> {
             tolerance * 100.0
         )
     })
+}
+
+/// The three quantiles of `h` with their resolution and 95% sampling intervals, into a
+/// row.
+pub fn set_quantiles(row: &mut CellRecord, h: &Histogram) {
+    row.mean_s = finite(h.mean());
+    row.p50_s = finite(h.quantile(0.5));
+    row.p90_s = finite(h.quantile(0.9));
+    row.p99_s = finite(h.quantile(0.99));
+    row.quantile_resolution = h.quantile_resolution();
+    (row.p50_low_s, row.p50_high_s) = h.quantile_interval(0.5);
+    (row.p90_low_s, row.p90_high_s) = h.quantile_interval(0.9);
+    (row.p99_low_s, row.p99_high_s) = h.quantile_interval(0.99);
 }
 
 /// Adds `more` to a row's note, after "; " when it has one already.
@@ -180,6 +243,8 @@ pub struct Tracked {
     pub state: PodState,
     /// Why its numbers cannot be trusted (a scrape error, a counter reset).
     pub problem: Option<String>,
+    /// Its backlog at the first snapshot and after each window, where it reports one.
+    pub backlog: Vec<f64>,
 }
 
 /// The value when it is a finite number.
@@ -316,15 +381,15 @@ pub fn cell_rows(
                 let secs = dt.as_secs_f64();
                 row.inferences = Some(d.count as u64);
                 row.throughput_per_s = Some(d.count / secs);
-                row.mean_s = finite(d.mean());
-                row.p50_s = finite(d.quantile(0.5));
-                row.p90_s = finite(d.quantile(0.9));
-                row.p99_s = finite(d.quantile(0.99));
-                row.quantile_resolution = d.quantile_resolution();
-                (row.p99_low_s, row.p99_high_s) = d.quantile_interval(0.99);
+                set_quantiles(&mut row, &d);
                 row.errors = Some(errs.max(0.0) as u64);
                 row.duration_s = Some(secs);
-                let why = labels.offered_per_pod.and_then(|o| shortfall(o, d.count / secs, secs));
+                if labels.offered_per_pod.is_some() && t.backlog.len() >= 2 {
+                    row.backlog_growth = Some(t.backlog[t.backlog.len() - 1] - t.backlog[0]);
+                }
+                let why = labels
+                    .offered_per_pod
+                    .and_then(|o| fell_behind(o, d.count / secs, secs, &t.backlog, errs.max(0.0)));
                 if why.is_none() {
                     judge_slos(&mut row, &d, d.count / secs, &labels.slos);
                     for undecided in undecided_slos(&d, &labels.slos) {
@@ -455,12 +520,7 @@ pub fn cell_rows(
         } else {
             total_tput
         });
-        agg.mean_s = finite(h.mean());
-        agg.p50_s = finite(h.quantile(0.5));
-        agg.p90_s = finite(h.quantile(0.9));
-        agg.p99_s = finite(h.quantile(0.99));
-        agg.quantile_resolution = h.quantile_resolution();
-        (agg.p99_low_s, agg.p99_high_s) = h.quantile_interval(0.99);
+        set_quantiles(&mut agg, &h);
         if short.is_empty() {
             let tput = agg.throughput_per_s.unwrap_or(0.0);
             judge_slos(&mut agg, &h, tput, &labels.slos);
@@ -565,12 +625,7 @@ fn gpu_rows(
                 };
                 row.inferences = Some(inferences);
                 row.throughput_per_s = Some(tput);
-                row.mean_s = finite(h.mean());
-                row.p50_s = finite(h.quantile(0.5));
-                row.p90_s = finite(h.quantile(0.9));
-                row.p99_s = finite(h.quantile(0.99));
-                row.quantile_resolution = h.quantile_resolution();
-                (row.p99_low_s, row.p99_high_s) = h.quantile_interval(0.99);
+                set_quantiles(&mut row, &h);
                 row.duration_s = Some(cell_secs);
                 let shares: Vec<f64> = members.iter().map(|&i| effective[i]).collect();
                 row.fairness = jain_index(&shares);
@@ -637,6 +692,7 @@ mod tests {
                 count,
             },
             errors: 0.0,
+            backlog: None,
             load_seed: Some(7),
             device_uuid: None,
             last_error: None,
@@ -656,6 +712,7 @@ mod tests {
                         last: Some(snap(t0 + Duration::from_secs_f64(*secs), bounds, *count)),
                         state: PodState::Running,
                         problem: None,
+                        backlog: Vec::new(),
                     },
                 )
             })
@@ -732,6 +789,86 @@ mod tests {
         );
         assert!(undecided_slos(&clean(299.0), &[slo("p99=20ms")]).is_empty());
         assert!(undecided_slos(&clean(0.0), &[slo("p99=20ms")]).is_empty());
+    }
+
+    #[test]
+    fn a_pod_is_behind_when_it_fails_drops_or_its_backlog_grows_beyond_its_variation() {
+        // A queue that wanders: growth 2, changes 4, −3, 1 (sd 3.6): kept up, whatever
+        // its rate says.
+        assert_eq!(fell_behind(100.0, 50.0, 15.0, &[5.0, 9.0, 6.0, 7.0], 0.0), None);
+        // One that grows by about the same each window.
+        let why = fell_behind(125.0, 122.0, 15.0, &[20.0, 33.0, 51.0, 63.0], 0.0).expect("behind");
+        assert!(
+            why.contains("grew from 20 to 63 requests") && why.contains("could not keep up"),
+            "{why}"
+        );
+        // Its changes (13, 18, 12) vary by 3.2, less than a Poisson count at its mean
+        // depth of 41.75 (√83.5 = 9.1): the limit is 3 × 9.1 + 1.
+        assert!((backlog_limit(&[20.0, 33.0, 51.0, 63.0]) - (3.0 * 83.5f64.sqrt() + 1.0)).abs() < 1e-9);
+        // Changes that vary more than that set the limit.
+        assert!((backlog_limit(&[0.0, 10.0, 0.0, 10.0]) - (3.0 * (400.0f64 / 3.0).sqrt() + 1.0)).abs() < 1e-9);
+        // One window: a Poisson count's variation at the mean depth.
+        assert_eq!(backlog_limit(&[0.0, 8.0]), 3.0 * 8f64.sqrt() + 1.0);
+        assert_eq!(fell_behind(100.0, 100.0, 5.0, &[0.0, 10.0], 0.0), None);
+        assert!(fell_behind(100.0, 100.0, 5.0, &[0.0, 11.0], 0.0).is_some());
+        // An empty queue throughout keeps up.
+        assert_eq!(fell_behind(100.0, 100.0, 15.0, &[0.0; 4], 0.0), None);
+        // A failed or dropped request: not served, whatever the backlog.
+        let why = fell_behind(100.0, 100.0, 15.0, &[0.0; 4], 2.0).expect("errors");
+        assert!(why.starts_with("2 of its requests failed or were dropped"), "{why}");
+        // No backlog reported: judged by throughput, and said so.
+        let why = fell_behind(100.0, 90.0, 10.0, &[], 0.0).expect("short");
+        assert!(why.ends_with("(judged by throughput: it reports no backlog)"), "{why}");
+        assert_eq!(fell_behind(100.0, 91.0, 10.0, &[3.0], 0.0), None);
+    }
+
+    /// The depth of a single-server FIFO queue (Poisson arrivals at `rate`, exponential
+    /// service at `rate / utilisation`) after 5 s of warm-up and then every 5 s, over
+    /// `windows` windows: what a pod's backlog samples look like.
+    fn simulated_backlog(seed: u64, rate: f64, utilisation: f64, windows: usize) -> Vec<f64> {
+        let mut arrivals = crate::client::Arrivals::new(seed, rate);
+        let mut service = crate::client::Arrivals::new(seed ^ 0x5DEE_CE66_D1CE_4E5B, rate / utilisation);
+        let (mut next_arrival, mut next_departure, mut depth) = (arrivals.gap(), f64::INFINITY, 0u64);
+        let mut samples = Vec::new();
+        for k in 0..=windows {
+            let at = 5.0 + 5.0 * k as f64;
+            while next_arrival.min(next_departure) <= at {
+                if next_arrival <= next_departure {
+                    depth += 1;
+                    if depth == 1 {
+                        next_departure = next_arrival + service.gap();
+                    }
+                    next_arrival += arrivals.gap();
+                } else {
+                    depth -= 1;
+                    next_departure = if depth > 0 {
+                        next_departure + service.gap()
+                    } else {
+                        f64::INFINITY
+                    };
+                }
+            }
+            samples.push(depth as f64);
+        }
+        samples
+    }
+
+    #[test]
+    fn the_backlog_rule_rarely_calls_a_stable_queue_behind_and_catches_a_clear_overload() {
+        // 400 simulated pods at 125 requests/s, 3 windows of 5 s (a short cell).
+        let share_behind = |utilisation: f64| {
+            let behind = (0..400u64)
+                .filter(|&seed| {
+                    let b = simulated_backlog(seed * 7919 + 1, 125.0, utilisation, 3);
+                    fell_behind(125.0, 125.0, 15.0, &b, 0.0).is_some()
+                })
+                .count();
+            behind as f64 / 400.0
+        };
+        let (at_80, at_90, at_110) = (share_behind(0.8), share_behind(0.9), share_behind(1.1));
+        assert!(at_80 <= 0.02, "false alarms at 80% utilisation: {at_80}");
+        assert!(at_90 <= 0.04, "false alarms at 90% utilisation: {at_90}");
+        assert!(at_110 >= 0.75, "a 10% overload caught in: {at_110}");
     }
 
     #[test]

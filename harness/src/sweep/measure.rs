@@ -17,7 +17,7 @@ use crate::results::raw::{CellWindows, RawCell, RawPod};
 use crate::results::record::CellRecord;
 use crate::shutdown::Shutdown;
 use crate::stats::{Histogram, WindowStat, stable};
-use crate::sweep::cell::{CellLabels, Measured, Tracked, cell_rows, shortfall, undecided_slos};
+use crate::sweep::cell::{CellLabels, Measured, Tracked, cell_rows, fell_behind, undecided_slos};
 use crate::sweep::progress::Progress;
 use crate::telemetry::{Sampler, Telemetry, TelemetrySummary};
 
@@ -46,6 +46,7 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
                     last: None,
                     state: p.state.clone(),
                     problem: None,
+                    backlog: Vec::new(),
                 },
             )
         })
@@ -89,6 +90,7 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
             if let Some(t) = tracked.get_mut(&pod) {
                 match snap {
                     Ok(s) => {
+                        t.backlog.extend(s.backlog);
                         t.first = Some(s.clone());
                         t.last = Some(s);
                     }
@@ -102,8 +104,9 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
         let mut raw: HashMap<String, (RawPod, Vec<f64>)> = tracked
             .iter()
             .filter_map(|(name, t)| {
-                let bounds = RawPod::bounds_of(&t.first.as_ref()?.latency);
-                Some((name.clone(), (RawPod::new(name), bounds)))
+                let first = t.first.as_ref()?;
+                let bounds = RawPod::bounds_of(&first.latency);
+                Some((name.clone(), (RawPod::new(name, first.backlog), bounds)))
             })
             .collect();
         loop {
@@ -133,8 +136,9 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
                                 window_tput += d.count / dt.as_secs_f64().max(1e-9);
                                 if let (Some((series, _)), Some(first)) = (raw.get_mut(&pod), t.first.as_ref()) {
                                     let at = (s.at - first.at).as_secs_f64();
-                                    series.push(windows.len() as u32 + 1, at, &d, s.errors - errors_before);
+                                    series.push(windows.len() as u32 + 1, at, &d, s.errors - errors_before, s.backlog);
                                 }
+                                t.backlog.extend(s.backlog);
                                 match window_hist.as_mut() {
                                     Some(h) => {
                                         h.add(&d);
@@ -169,9 +173,10 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
                     tracked.get(&target.pod).is_none_or(|t| match (&t.first, &t.last) {
                         (Some(a), Some(b)) => b.latency.delta(&a.latency).is_none_or(|d| {
                             let secs = (b.at - a.at).as_secs_f64();
-                            let behind = labels
-                                .offered_per_pod
-                                .is_some_and(|o| shortfall(o, d.count / secs.max(1e-9), secs).is_some());
+                            let behind = labels.offered_per_pod.is_some_and(|o| {
+                                let errors = (b.errors - a.errors).max(0.0);
+                                fell_behind(o, d.count / secs.max(1e-9), secs, &t.backlog, errors).is_some()
+                            });
                             behind || undecided_slos(&d, &labels.slos).is_empty()
                         }),
                         _ => true,

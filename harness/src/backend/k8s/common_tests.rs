@@ -67,6 +67,7 @@ impl MetricsSource for SteadyMetrics {
                         at: now,
                         latency,
                         errors: 0.0,
+                        backlog: None,
                         load_seed: None,
                         device_uuid: self.device_of.as_ref().and_then(|f| f(&t.pod)),
                         last_error: None,

@@ -93,6 +93,7 @@ mod tests {
             times: &[s("a:1", None, 98.0)],
             errors: &[s("a:1", None, 1.0), s("a:1", None, 2.0)],
             info: &[info, closed],
+            backlog: &[s("a:1", None, 12.0)],
         };
         let snaps = snapshots_from_series(series, 100.0, now);
         let a = snaps["a:1"].as_ref().expect("a:1");
@@ -100,6 +101,7 @@ mod tests {
         assert_eq!((a.latency.sum, a.latency.count, a.errors), (0.2, 4.0, 3.0));
         assert_eq!(now - a.at, Duration::from_secs(2), "dated by the scrape, 2 s ago");
         assert_eq!(a.load_seed, Some(42));
+        assert_eq!(a.backlog, Some(12.0));
         // b:2 has no scrape time: an error, not a snapshot dated by the query.
         let b = snaps["b:2"].as_ref().expect_err("b:2 has no scrape time");
         assert!(b.contains("no scrape time"), "{b}");
@@ -110,6 +112,7 @@ mod tests {
         let b = snaps["b:2"].as_ref().expect("b:2 with its scrape time");
         assert_eq!(b.latency.buckets[0], (0.1, 1.0));
         assert_eq!(b.load_seed, None);
+        assert_eq!(b.backlog, None, "b:2 reports no backlog");
     }
 
     #[test]

@@ -38,6 +38,8 @@ pub struct Series<'a> {
     pub errors: &'a [VectorSample],
     /// `workload_info`.
     pub info: &'a [VectorSample],
+    /// `workload_queue_depth`.
+    pub backlog: &'a [VectorSample],
 }
 
 /// The name the snapshot query gives the count's scrape times.
@@ -45,8 +47,8 @@ const SCRAPED: &str = "gpushare_bench_scraped_at";
 
 /// Splits one query's samples by metric name into `names`' order (pure); samples of
 /// other names are dropped.
-pub fn split_by_name(samples: Vec<VectorSample>, names: &[String; 6]) -> [Vec<VectorSample>; 6] {
-    let mut out: [Vec<VectorSample>; 6] = Default::default();
+pub fn split_by_name<const N: usize>(samples: Vec<VectorSample>, names: &[String; N]) -> [Vec<VectorSample>; N] {
+    let mut out: [Vec<VectorSample>; N] = std::array::from_fn(|_| Vec::new());
     for s in samples {
         let name = s.metric.get("__name__").map(String::as_str).unwrap_or_default();
         if let Some(k) = names.iter().position(|n| n == name) {
@@ -71,6 +73,7 @@ pub fn snapshots_from_series(
         times,
         errors,
         info,
+        backlog,
     } = series;
     let inst = |s: &VectorSample| s.metric.get("instance").cloned().unwrap_or_default();
     let mut by: HashMap<String, Vec<(f64, f64)>> = HashMap::new();
@@ -100,6 +103,12 @@ pub fn snapshots_from_series(
                     count: find(counts),
                 },
                 errors: find(errors),
+                backlog: backlog
+                    .iter()
+                    .filter(|s| inst(s) == instance)
+                    .map(|s| s.value)
+                    .reduce(|a, b| a + b)
+                    .filter(|v| v.is_finite() && *v >= 0.0),
                 load_seed: info
                     .iter()
                     .filter(|s| inst(s) == instance)
@@ -227,13 +236,14 @@ impl MetricsSource for PrometheusSource {
             SCRAPED.to_string(),
             "inference_errors_total".to_string(),
             crate::metrics::INFO_METRIC.to_string(),
+            crate::metrics::BACKLOG_METRIC.to_string(),
         ];
-        let raw: Vec<&str> = [0, 1, 2, 4, 5].iter().map(|&i| names[i].as_str()).collect();
+        let raw: Vec<&str> = [0, 1, 2, 4, 5, 6].iter().map(|&i| names[i].as_str()).collect();
         // Every series in one query, so that they all come from one scrape of each pod.
         let q = promql::raw_with_time(&raw, &names[2], SCRAPED, &sel);
         let at = epoch_now();
         let all = self.client.query(&q, Some(at)).await?;
-        let [b, s, c, t, e, i] = split_by_name(all, &names);
+        let [b, s, c, t, e, i, q] = split_by_name(all, &names);
         let series = Series {
             buckets: &b,
             sums: &s,
@@ -241,6 +251,7 @@ impl MetricsSource for PrometheusSource {
             times: &t,
             errors: &e,
             info: &i,
+            backlog: &q,
         };
         let snaps = snapshots_from_series(series, at, Instant::now());
         Ok(targets
@@ -320,7 +331,7 @@ mod evaluation_time_tests {
         assert!(time.is_some(), "an evaluation time is given");
         let query = query.as_deref().unwrap_or_default();
         for part in [
-            "inference_time_seconds_bucket|inference_time_seconds_sum|inference_time_seconds_count|inference_errors_total|workload_info",
+            "inference_time_seconds_bucket|inference_time_seconds_sum|inference_time_seconds_count|inference_errors_total|workload_info|workload_queue_depth",
             "instance=~\"127\\\\.0\\\\.0\\\\.1:9\"",
             "or on(__name__) label_replace(timestamp(inference_time_seconds_count{",
         ] {
