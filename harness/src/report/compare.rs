@@ -123,6 +123,9 @@ pub struct CellComparison {
     pub status: Option<String>,
     /// The verdict column.
     pub verdict: Verdict,
+    /// What to read with care in either run's cell (unsettled, a pod behind its load,
+    /// an SLO undecided, throttled): the changes are built on it. Empty: nothing.
+    pub care: Vec<String>,
 }
 
 impl CellComparison {
@@ -328,6 +331,10 @@ fn compare_cell(base: &RunData, cand: &RunData, b: &CellRecord, c: &CellRecord, 
         regressions: Vec::new(),
         status: (b.status != c.status).then(|| format!("{} → {}", b.status, c.status)),
         verdict: Verdict::Ok,
+        care: care(base, b, "baseline")
+            .into_iter()
+            .chain(care(cand, c, "candidate"))
+            .collect(),
     };
     if b.status == CellStatus::Ok && c.status != CellStatus::Ok {
         out.regressions
@@ -416,6 +423,20 @@ fn measured_less(b: &CellRecord, c: &CellRecord) -> Option<String> {
     (!lost.is_empty()).then(|| format!("lost its {}{errors}", lost.join(", ")))
 }
 
+/// The flags of a run's measured passes of a cell, each named by the run ("baseline:
+/// unsettled: windows differ by 26%").
+fn care(data: &RunData, row: &CellRecord, which: &str) -> Vec<String> {
+    let mut flags: Vec<String> = data
+        .repeats(row.arm(), row.pods)
+        .iter()
+        .filter(|r| r.status == CellStatus::Ok)
+        .flat_map(|r| r.flags())
+        .map(|f| format!("{which}: {f}"))
+        .collect();
+    flags.dedup();
+    flags
+}
+
 /// The row of a baseline cell the candidate lacks: a failure.
 fn missing_cell(b: &CellRecord, cand: &RunData) -> CellComparison {
     let why = if cand.run.is_complete() {
@@ -439,6 +460,7 @@ fn missing_cell(b: &CellRecord, cand: &RunData) -> CellComparison {
         regressions: vec![why],
         status: None,
         verdict: Verdict::Missing,
+        care: Vec::new(),
     }
 }
 
@@ -559,6 +581,12 @@ pub fn render(rows: &[CellComparison]) -> String {
                 b if b.is_empty() => "ok, within noise".into(),
                 b => format!("ok; beyond noise: {}", b.join(", ")),
             },
+        };
+        // The changes are built on these cells: say so beside every verdict.
+        let verdict = if r.care.is_empty() {
+            verdict
+        } else {
+            format!("{verdict} ⚑ read with care: {}", r.care.join("; "))
         };
         s.push_str(&format!(
             "{:<13} {:>4}  {:>15} {:>15} {:>15}  {verdict}\n",
@@ -861,6 +889,31 @@ mod tests {
         let row = c.rows.iter().find(|r| r.p99.is_some()).expect("a p99");
         assert!((row.noise.p99 - 0.1).abs() < 1e-9, "{:?}", row.noise);
         assert!(render(&c).contains("+8.0% ±10.0%"), "{}", render(&c));
+    }
+
+    #[test]
+    fn a_change_built_on_a_cell_to_read_with_care_is_marked() {
+        let base = fixture("h100-run");
+        let mut cand = base.clone();
+        for c in cand
+            .cells
+            .iter_mut()
+            .filter(|c| c.strategy == Strategy::Mps && c.pods == 3 && c.is_aggregate())
+        {
+            c.note =
+                "pod-1 left an SLO undecided at 95% when the cell ended (their rows say with how many requests)".into();
+        }
+        let c = compare_runs(&base, &cand, 0.05).expect("comparable");
+        let text = render(&c.rows);
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("MPS") && l.contains("   3 "))
+            .unwrap_or_default();
+        assert!(
+            line.ends_with("⚑ read with care: candidate: an SLO undecided at 95% when the cell ended"),
+            "{text}"
+        );
+        assert_eq!(text.matches('⚑').count(), 1, "{text}");
     }
 
     #[test]

@@ -210,8 +210,9 @@ fn first_repeat() -> u32 {
 
 impl CellRecord {
     /// What a reader must know before trusting a measured cell's numbers, in a few words:
-    /// its windows did not settle (by how much they differ), or a pod could not keep up
-    /// with its offered load. Empty for a clean cell.
+    /// its windows did not settle (by how much they differ), a pod could not keep up
+    /// with its offered load, an SLO was left undecided, a pod's histogram was left out,
+    /// or the GPU throttled. Empty for a clean cell.
     pub fn flags(&self) -> Vec<String> {
         let mut flags = Vec::new();
         if self.note.contains("did not settle") {
@@ -223,6 +224,9 @@ impl CellRecord {
         }
         if self.note.contains("could not keep up") {
             flags.push("a pod could not keep up with its load".to_string());
+        }
+        if self.note.contains("undecided at 95%") {
+            flags.push("an SLO undecided at 95% when the cell ended".to_string());
         }
         if self.note.contains("left out of the cell's quantiles") {
             flags.push("a pod's histogram left out of the quantiles".to_string());

@@ -357,6 +357,8 @@ pub fn cell_rows(
     let mut statuses = Vec::new();
     let mut layout_mismatch = Vec::new();
     let mut short = Vec::new();
+    // Pods whose SLO attainment the cell ended without deciding at 95%.
+    let mut undecided = Vec::new();
     // Per pod row: its histogram delta (its inferences per second of the cell are in
     // `effective`, row for row).
     let mut deltas: Vec<Option<Histogram>> = Vec::new();
@@ -392,8 +394,12 @@ pub fn cell_rows(
                     .and_then(|o| fell_behind(o, d.count / secs, secs, &t.backlog, errs.max(0.0)));
                 if why.is_none() {
                     judge_slos(&mut row, &d, d.count / secs, &labels.slos);
-                    for undecided in undecided_slos(&d, &labels.slos) {
-                        add_note(&mut row.note, &undecided);
+                    let open = undecided_slos(&d, &labels.slos);
+                    if !open.is_empty() {
+                        undecided.push(name.clone());
+                    }
+                    for slo in open {
+                        add_note(&mut row.note, &slo);
                     }
                 }
                 if let Some(why) = why {
@@ -467,6 +473,12 @@ pub fn cell_rows(
         notes.push(format!(
             "{} could not keep up with the offered load (their rows say by how much)",
             short.join(", ")
+        ));
+    }
+    if !undecided.is_empty() {
+        notes.push(format!(
+            "{} left an SLO undecided at 95% when the cell ended (their rows say with how many requests)",
+            undecided.join(", ")
         ));
     }
     if !layout_mismatch.is_empty() {
@@ -770,6 +782,31 @@ mod tests {
         assert_eq!(row.slo_attainment_bound, Some(0.3));
         assert_eq!(row.slo_met, Some(false));
         assert_eq!(row.goodput_per_s, Some(37.5));
+    }
+
+    #[test]
+    fn a_cell_ended_with_an_slo_undecided_is_flagged() {
+        // 200 requests all within: p99 undecided (299 would show it); 400: decided.
+        let m = measured(&[("a", 10.0, 200.0, &[0.002]), ("b", 10.0, 400.0, &[0.002])]);
+        let l = CellLabels {
+            slos: vec!["p99=20ms".parse().expect("slo")],
+            ..labels()
+        };
+        let rows = cell_rows(&m, &l, Source::Scrape, &settings(), None);
+        assert!(
+            rows[0].note.contains("undecided at 95% after 200 requests"),
+            "{:?}",
+            rows[0]
+        );
+        assert!(!rows[1].note.contains("undecided"), "{:?}", rows[1]);
+        let agg = rows.iter().find(|r| r.is_aggregate()).expect("aggregate");
+        assert!(agg.note.contains("a left an SLO undecided at 95%"), "{}", agg.note);
+        assert!(
+            agg.flags()
+                .contains(&"an SLO undecided at 95% when the cell ended".to_string()),
+            "{:?}",
+            agg.flags()
+        );
     }
 
     #[test]

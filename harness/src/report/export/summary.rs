@@ -82,6 +82,10 @@ pub struct SummaryRecord {
     pub goodput_per_s_ci95: Option<f64>,
     /// The combined note.
     pub note: String,
+    /// What to read with care in the cell's numbers, and in its speed-up the 1-pod
+    /// cell's (unsettled, a pod behind its load, an SLO undecided, throttled), "; "
+    /// between; empty for a clean cell.
+    pub read_with_care: String,
     /// Time-slicing through DRA: the claims' interval (empty otherwise).
     pub timeslice: Option<crate::domain::TimeSliceInterval>,
 }
@@ -111,6 +115,24 @@ pub fn records(data: &RunData) -> Vec<SummaryRecord> {
             let (gpu_util_pct, gpu_util_pct_ci95) = with_ci(&rows, |r| r.gpu_util_pct);
             let (goodput_per_s, goodput_per_s_ci95) = with_ci(&rows, |r| r.goodput_per_s);
             let judged: Vec<bool> = rows.iter().filter_map(|r| r.slo_met).collect();
+            let flags_of = |pods: u32| -> Vec<String> {
+                let mut f: Vec<String> = data
+                    .repeats(s, pods)
+                    .iter()
+                    .filter(|r| r.status == CellStatus::Ok)
+                    .flat_map(|r| r.flags())
+                    .collect();
+                f.dedup();
+                f
+            };
+            let mut care = flags_of(p);
+            if p != 1 && speedup_vs_1pod.is_some() {
+                care.extend(
+                    flags_of(1)
+                        .into_iter()
+                        .map(|f| format!("its speed-up's 1-pod cell: {f}")),
+                );
+            }
             out.push(SummaryRecord {
                 run_id: data.run.run_id.clone(),
                 strategy: s.strategy,
@@ -146,6 +168,7 @@ pub fn records(data: &RunData) -> Vec<SummaryRecord> {
                 goodput_per_s,
                 goodput_per_s_ci95,
                 note: combined.note.clone(),
+                read_with_care: care.join("; "),
                 timeslice: s.timeslice,
             });
         }
@@ -214,5 +237,34 @@ mod tests {
             "{text:.200}"
         );
         assert_eq!(text.lines().count(), 17);
+    }
+
+    #[test]
+    fn a_speed_up_over_an_unsettled_1_pod_cell_says_so() {
+        let mut data = fixture();
+        for c in data
+            .cells
+            .iter_mut()
+            .filter(|c| c.strategy == Strategy::Mps && c.pods == 1 && c.is_aggregate())
+        {
+            c.note = "did not settle within 30 s (last 3 windows differ by more than 5%)".into();
+            c.throughput_spread = Some(0.26);
+        }
+        let rows = records(&data);
+        let at = |p: u32| {
+            rows.iter()
+                .find(|r| r.strategy == Strategy::Mps && r.pods == p)
+                .expect("mps")
+        };
+        assert_eq!(at(1).read_with_care, "unsettled: windows differ by 26%");
+        assert_eq!(
+            at(7).read_with_care,
+            "its speed-up's 1-pod cell: unsettled: windows differ by 26%"
+        );
+        let ts = rows
+            .iter()
+            .find(|r| r.strategy == Strategy::TimeSlicing && r.pods == 7)
+            .expect("time-slicing");
+        assert_eq!(ts.read_with_care, "");
     }
 }
