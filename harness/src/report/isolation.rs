@@ -84,8 +84,11 @@ pub fn tables(data: &RunData) -> Tables {
     let latency = Table {
         title: "Victim latency".into(),
         unit: match resolution {
-            Some(r) => format!("ms, p50 / p99, resolution ±{:.1}%", r * 100.0),
-            None => "ms, p50 / p99".into(),
+            Some(r) => format!(
+                "ms, p50 / p99 (p99's 95% sampling interval where recorded), resolution ±{:.1}%",
+                r * 100.0
+            ),
+            None => "ms, p50 / p99 (p99's 95% sampling interval where recorded)".into(),
         },
         corner: "Scenario".into(),
         columns: columns.clone(),
@@ -96,7 +99,14 @@ pub fn tables(data: &RunData) -> Tables {
                     .iter()
                     .map(|&s| {
                         cell(records, &mut notes, (s, scenario, *k), |r| {
-                            Some(format!("{:.2} / {:.2}", r.victim_p50_s? * 1e3, r.victim_p99_s? * 1e3))
+                            let p99 = r.victim_p99_s? * 1e3;
+                            // p99's 95% sampling interval where the victim served enough.
+                            let interval = match (r.victim_p99_low_s, r.victim_p99_high_s) {
+                                (Some(lo), Some(hi)) => format!(" ({:.2}–{:.2})", lo * 1e3, hi * 1e3),
+                                (Some(lo), None) => format!(" ({:.2}–?)", lo * 1e3),
+                                _ => String::new(),
+                            };
+                            Some(format!("{:.2} / {p99:.2}{interval}", r.victim_p50_s? * 1e3))
                         })
                     })
                     .collect();

@@ -32,6 +32,20 @@ pub struct IsolationRecord {
     pub victim_p50_s: Option<f64>,
     /// Victim p99, seconds.
     pub victim_p99_s: Option<f64>,
+    /// The 95% sampling interval of the victim's p50, seconds (order statistics read
+    /// from its histogram; empty: too few requests).
+    #[serde(default)]
+    pub victim_p50_low_s: Option<f64>,
+    /// Its high end, seconds.
+    #[serde(default)]
+    pub victim_p50_high_s: Option<f64>,
+    /// The 95% sampling interval of the victim's p99, seconds (empty: too few requests;
+    /// the high end needs at least 368).
+    #[serde(default)]
+    pub victim_p99_low_s: Option<f64>,
+    /// Its high end, seconds.
+    #[serde(default)]
+    pub victim_p99_high_s: Option<f64>,
     /// Resolution of the victim's quantiles (0.022 = ±2.2%).
     pub quantile_resolution: Option<f64>,
     /// The victim's p99 over its p99 alone under the same strategy.
