@@ -106,12 +106,24 @@ soak: deps ## (long, not in CI) 100 CPU sweeps hit by a random signal at a rando
 VERIFY_BIN ?= $(BENCH_BIN)
 
 .PHONY: verify-results
-verify-results: ## recompute every committed reference run's rows from its raw windows (runs without them are named)
+verify-results: ## recompute every committed reference run's rows from its raw windows (runs without them are named), and results/host-noise.jsonl from its runs
 	@status=0; for d in results/*/; do \
 	  [ -f "$$d/run.json" ] || continue; \
 	  if [ -f "$$d/windows.jsonl" ]; then $(VERIFY_BIN) verify "$$d" || status=1; \
 	  else echo "not verifiable (made before runs kept their raw windows): $$d"; fi; \
-	done; exit $$status
+	done; \
+	if $(VERIFY_BIN) host-noise $(HOST_NOISE_H200) 2>/dev/null | cmp -s - results/host-noise.jsonl; then \
+	  echo "results/host-noise.jsonl: recomputed from its runs, equal"; \
+	else echo "results/host-noise.jsonl differs from what \`make host-noise\` computes from its runs"; status=1; fi; \
+	exit $$status
+
+# The same default sweep on three H200s, each on its own host: the between-host noise
+# compare uses for runs made on different GPUs of that model.
+HOST_NOISE_H200 = results/20261127-h200-sweep-raw results/20261127-h200-sweep-repeat3 results/20261127-h200-sweep-host3
+
+.PHONY: host-noise
+host-noise: ## between-host noise of the committed runs of one sweep on different GPUs (results/host-noise.jsonl)
+	$(VERIFY_BIN) host-noise $(HOST_NOISE_H200) > results/host-noise.jsonl
 
 .PHONY: validate-manifests
 validate-manifests: deps ## manifests/ (but the Helm chart: validate-chart) against the Kubernetes 1.33 and 1.34 schemas (kubernetes-validate); overlays/dra (resource.k8s.io/v1) against 1.34 only

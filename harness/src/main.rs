@@ -243,8 +243,36 @@ async fn run(cli: Cli, shutdown: &Shutdown) -> Result<u8> {
                 Ok(1)
             }
         }
+        Command::HostNoise(args) => {
+            let runs = args
+                .run_dirs
+                .iter()
+                .map(|d| RunData::load(d))
+                .collect::<gpushare_bench::error::Result<Vec<_>>>()?;
+            let h = gpushare_bench::report::host_noise::measure(&runs)?;
+            errln!(
+                "between-host noise of {} over {} GPUs and {} cells: mean ±{:.2}%, p99 ±{:.2}%, throughput ±{:.2}%",
+                h.gpu_name,
+                h.runs.len(),
+                h.cells,
+                h.mean * 100.0,
+                h.p99 * 100.0,
+                h.throughput * 100.0
+            );
+            let line = serde_json::to_string(&h).map_err(|e| gpushare_bench::error::BenchError::Results {
+                path: "host-noise".into(),
+                reason: e.to_string(),
+            })?;
+            outln!("{line}");
+            Ok(0)
+        }
         Command::Compare(args) => {
-            let cmp = compare::compare_dirs(&args.baseline, &args.candidate, &args.threshold)?;
+            let cmp = compare::compare_dirs(
+                &args.baseline,
+                &args.candidate,
+                &args.threshold,
+                args.host_noise.as_deref(),
+            )?;
             for notice in &cmp.notices {
                 errln!("gpushare-bench: {notice}");
             }

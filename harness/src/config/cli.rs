@@ -117,6 +117,17 @@ pub enum Command {
     /// measured cell without windows). Capacity verdicts, intervals over repeats and
     /// comparisons are computed from those rows when read.
     Verify(VerifyArgs),
+    /// Measure between-host noise from one sweep run on several GPUs of one model.
+    ///
+    /// Give at least three run directories of the same plan, each made on a GPU of its
+    /// own (and host). Per cell measured in all of them, the relative standard deviation
+    /// over the hosts of mean latency, p99 and throughput is pooled over the cells; the
+    /// band of a change between two hosts is t(0.975, df) · s · √2. Prints one JSON line:
+    /// the line `compare` reads from results/host-noise.jsonl (or --host-noise FILE) to
+    /// judge runs made on different GPUs of that model.
+    ///   gpushare-bench host-noise results/A results/B results/C >> results/host-noise.jsonl
+    #[command(verbatim_doc_comment)]
+    HostNoise(HostNoiseArgs),
     /// Check the GPU, driver, CUDA libraries, MPS, MIG, NVML, Prometheus and Kubernetes.
     ///
     /// With --kubernetes --node NODE: every prerequisite of a Kubernetes sweep on that
@@ -367,6 +378,14 @@ pub struct VerifyArgs {
     pub run_dir: PathBuf,
 }
 
+/// `host-noise` flags.
+#[derive(Debug, Clone, Args)]
+pub struct HostNoiseArgs {
+    /// Run directories of one sweep plan, each on a different GPU of one model (three or more).
+    #[arg(required = true, num_args = 1..)]
+    pub run_dirs: Vec<PathBuf>,
+}
+
 /// `compare` flags.
 #[derive(Debug, Clone, Args)]
 pub struct CompareArgs {
@@ -377,6 +396,10 @@ pub struct CompareArgs {
     /// A change counts when it is worse by more than this, than the noise (between repeats when both runs repeated the cell, else the window-to-window spread) and, for p99, than the quantile resolution.
     #[arg(long, default_value = "5%")]
     pub threshold: String,
+    /// Between-host noise to judge runs made on different GPUs by (JSON lines from
+    /// `host-noise`) [default: the measurements built in, from results/host-noise.jsonl].
+    #[arg(long, value_name = "FILE")]
+    pub host_noise: Option<PathBuf>,
 }
 
 /// `manifests` flags.

@@ -47,6 +47,9 @@ pub enum NoiseSource {
     Repeats,
     /// A run measured the cell once: the window-to-window spreads the two runs recorded.
     Windows,
+    /// The runs ran on different GPUs: the between-host noise measured for the model
+    /// (`results/host-noise.jsonl`) where it is wider than the runs' own.
+    Hosts,
 }
 
 /// The noise of one cell's changes, relative to the baseline (0.02 = 2%).
@@ -203,11 +206,24 @@ impl Comparison {
 
 /// `compare BASELINE CANDIDATE --threshold T`: loads both run directories and compares
 /// them; runs that share no cell are an error naming both.
-pub fn compare_dirs(baseline: &Path, candidate: &Path, threshold: &str) -> Result<Comparison> {
+pub fn compare_dirs(
+    baseline: &Path,
+    candidate: &Path,
+    threshold: &str,
+    host_noise: Option<&Path>,
+) -> Result<Comparison> {
     let threshold = parse_threshold(threshold)?;
+    let hosts = match host_noise {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| BenchError::flag("--host-noise", &path.display().to_string(), e.to_string()))?;
+            super::host_noise::parse(&text, &path.display().to_string())?
+        }
+        None => super::host_noise::parse(super::host_noise::COMMITTED, "results/host-noise.jsonl")?,
+    };
     let base = RunData::load(baseline)?;
     let cand = RunData::load(candidate)?;
-    let cmp = compare_runs(&base, &cand, threshold)?;
+    let cmp = compare_runs_with(&base, &cand, threshold, &hosts)?;
     if cmp.rows.is_empty() {
         return Err(BenchError::RunDir {
             path: candidate.to_path_buf(),
@@ -286,6 +302,21 @@ fn noise(base: &RunData, cand: &RunData, b: &CellRecord, c: &CellRecord) -> Nois
     window_noise(b, c)
 }
 
+/// A cell's noise widened to the between-host bands where the runs ran on different
+/// GPUs of a measured model (pure): each metric's noise is at least its band, and the
+/// source says hosts when any band was the wider.
+fn with_hosts(noise: Noise, host: Option<&super::host_noise::HostNoise>) -> Noise {
+    let Some(h) = host else { return noise };
+    let wider = h.mean > noise.mean || h.p99 > noise.p99 || h.throughput > noise.throughput;
+    Noise {
+        mean: noise.mean.max(h.mean),
+        p99: noise.p99.max(h.p99),
+        throughput: noise.throughput.max(h.throughput),
+        resolution: noise.resolution,
+        source: if wider { NoiseSource::Hosts } else { noise.source },
+    }
+}
+
 /// The half-width of a row's p99 95% sampling interval, seconds (None: the row records
 /// no bounded interval).
 fn p99_half_width(r: &CellRecord) -> Option<f64> {
@@ -319,8 +350,15 @@ pub(crate) fn window_noise(b: &CellRecord, c: &CellRecord) -> Noise {
     }
 }
 
-fn compare_cell(base: &RunData, cand: &RunData, b: &CellRecord, c: &CellRecord, threshold: f64) -> CellComparison {
-    let noise = noise(base, cand, b, c);
+fn compare_cell(
+    base: &RunData,
+    cand: &RunData,
+    b: &CellRecord,
+    c: &CellRecord,
+    threshold: f64,
+    host: Option<&super::host_noise::HostNoise>,
+) -> CellComparison {
+    let noise = with_hosts(noise(base, cand, b, c), host);
     let mut out = CellComparison {
         arm: b.arm(),
         pods: b.pods,
@@ -362,6 +400,7 @@ fn compare_cell(base: &RunData, cand: &RunData, b: &CellRecord, c: &CellRecord, 
     let source = match noise.source {
         NoiseSource::Repeats => "between repeats",
         NoiseSource::Windows => "within cells",
+        NoiseSource::Hosts => "between hosts",
     };
     let worse = |change: Option<f64>, noise: f64, resolution: f64, what: &str, out: &mut Vec<String>| {
         if let Some(x) = change
@@ -512,8 +551,42 @@ pub fn check_comparable(base: &RunData, cand: &RunData) -> Result<()> {
 /// Compares two runs: refuses runs that are not comparable ([`check_comparable`]), then
 /// one row per baseline cell, with a notice when the candidate is partial.
 pub fn compare_runs(base: &RunData, cand: &RunData, threshold: f64) -> Result<Comparison> {
+    let hosts = super::host_noise::parse(super::host_noise::COMMITTED, "results/host-noise.jsonl")?;
+    compare_runs_with(base, cand, threshold, &hosts)
+}
+
+/// [`compare_runs`] with the between-host noise measurements `hosts`: when the runs
+/// ran on different GPUs of a model measured there, each metric's noise is at least
+/// that model's between-host band.
+pub fn compare_runs_with(
+    base: &RunData,
+    cand: &RunData,
+    threshold: f64,
+    hosts: &[super::host_noise::HostNoise],
+) -> Result<Comparison> {
     check_comparable(base, cand)?;
     let mut notices = Vec::new();
+    let (b_gpus, c_gpus) = (super::host_noise::gpu_uuids(base), super::host_noise::gpu_uuids(cand));
+    let host = super::host_noise::between(base, cand, hosts);
+    if !b_gpus.is_empty() && !c_gpus.is_empty() && b_gpus != c_gpus {
+        match host {
+            Some(h) => notices.push(format!(
+                "the runs ran on different GPUs ({} and {}): each change is judged against at least the between-host noise measured on {} {} GPUs (mean ±{:.1}%, p99 ±{:.1}%, throughput ±{:.1}%)",
+                b_gpus.join(","),
+                c_gpus.join(","),
+                h.runs.len(),
+                h.gpu_name,
+                h.mean * 100.0,
+                h.p99 * 100.0,
+                h.throughput * 100.0
+            )),
+            None => notices.push(format!(
+                "the runs ran on different GPUs ({} and {}), and no between-host noise is measured for this GPU model: the bands are the runs' own, which understate the difference between cards",
+                b_gpus.join(","),
+                c_gpus.join(",")
+            )),
+        }
+    }
     for (which, run) in [("baseline", base), ("candidate", cand)] {
         if !run.run.is_complete() {
             notices.push(format!(
@@ -523,7 +596,7 @@ pub fn compare_runs(base: &RunData, cand: &RunData, threshold: f64) -> Result<Co
             ));
         }
     }
-    let rows = rows(base, cand, threshold);
+    let rows = rows(base, cand, threshold, host);
     for (which, run) in [("baseline", base), ("candidate", cand)] {
         let unresolved = run.cells.iter().any(|c| {
             c.is_aggregate() && c.status == CellStatus::Ok && c.p99_s.is_some() && c.quantile_resolution.is_none()
@@ -540,13 +613,18 @@ pub fn compare_runs(base: &RunData, cand: &RunData, threshold: f64) -> Result<Co
 
 /// One row per cell of the baseline (in its plan's order; repeats combined): compared
 /// when the candidate has it, `missing` (a failure) when it does not.
-fn rows(base: &RunData, cand: &RunData, threshold: f64) -> Vec<CellComparison> {
+fn rows(
+    base: &RunData,
+    cand: &RunData,
+    threshold: f64,
+    host: Option<&super::host_noise::HostNoise>,
+) -> Vec<CellComparison> {
     base.arms()
         .into_iter()
         .flat_map(|s| base.run.plan.pods.iter().map(move |&p| (s, p)))
         .filter_map(|(s, p)| base.aggregate(s, p))
         .map(|b| match cand.aggregate(b.arm(), b.pods) {
-            Some(c) => compare_cell(base, cand, &b, &c, threshold),
+            Some(c) => compare_cell(base, cand, &b, &c, threshold, host),
             None => missing_cell(&b, cand),
         })
         .collect()
@@ -889,6 +967,54 @@ mod tests {
         let row = c.rows.iter().find(|r| r.p99.is_some()).expect("a p99");
         assert!((row.noise.p99 - 0.1).abs() < 1e-9, "{:?}", row.noise);
         assert!(render(&c).contains("+8.0% ±10.0%"), "{}", render(&c));
+    }
+
+    #[test]
+    fn runs_on_different_gpus_are_judged_against_the_between_host_noise() {
+        let base = fixture("h100-run");
+        let mut cand = base.clone();
+        for g in &mut cand.run.environment.gpus {
+            g.uuid = "GPU-another".into();
+        }
+        for c in &mut cand.cells {
+            c.mean_s = c.mean_s.map(|v| v * 1.06);
+        }
+        let host = crate::report::host_noise::HostNoise {
+            gpu_name: base.run.environment.gpus[0].name.clone(),
+            runs: Vec::new(),
+            cells: 12,
+            mean: 0.07,
+            p99: 0.0,
+            throughput: 0.0,
+            method: String::new(),
+        };
+        // 6% slower: a regression against one host's noise, not against 7% between hosts.
+        let alone = compare_runs_with(&base, &cand, 0.05, &[]).expect("comparable");
+        assert!(alone.failures() > 0, "{}", render(&alone));
+        assert!(
+            alone
+                .notices
+                .iter()
+                .any(|n| n.contains("no between-host noise is measured")),
+            "{:?}",
+            alone.notices
+        );
+        let hosts = compare_runs_with(&base, &cand, 0.05, std::slice::from_ref(&host)).expect("comparable");
+        assert_eq!(hosts.failures(), 0, "{}", render(&hosts));
+        let row = hosts.rows.iter().find(|r| r.mean.is_some()).expect("a row");
+        assert_eq!((row.noise.source, row.noise.mean), (NoiseSource::Hosts, 0.07));
+        assert!(render(&hosts).contains("+6.0% ±7.0%"), "{}", render(&hosts));
+        assert!(
+            hosts
+                .notices
+                .iter()
+                .any(|n| n.contains("between-host noise measured on")),
+            "{:?}",
+            hosts.notices
+        );
+        // The same GPU: the runs' own noise.
+        let same = compare_runs_with(&base, &base, 0.05, std::slice::from_ref(&host)).expect("comparable");
+        assert!(same.rows.iter().all(|r| r.noise.source != NoiseSource::Hosts));
     }
 
     #[test]

@@ -6,6 +6,7 @@ pub mod capacity;
 pub mod charts;
 pub mod compare;
 pub mod export;
+pub mod host_noise;
 pub mod html;
 pub mod isolation;
 pub mod isolation_matrix;

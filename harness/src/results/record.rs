@@ -1090,7 +1090,8 @@ fn check_row(row: &CellRecord) -> std::result::Result<(), String> {
             return Err(format!("{field} = {}: a share, at most 1", shown(x)));
         }
     }
-    check_numbers(row, &["exit_code"])
+    // A backlog may shrink over the measurement.
+    check_numbers(row, &["exit_code", "backlog_growth"])
 }
 
 /// Checks every number of a record, by its serde name, so a field added later is
@@ -1413,6 +1414,14 @@ mod tests {
         );
         let e = parse_err(&tampered(2, |v| v["energy_j_per_inference"] = (-0.1).into()), None);
         assert!(e.contains("line 2: energy_j_per_inference = -0.1"), "{e}");
+        // A backlog that shrank over the measurement is a number like any other.
+        let shrank = tampered(2, |v| v["backlog_growth"] = (-3.0).into());
+        assert_eq!(
+            parse_cells_jsonl(&shrank, Path::new("x"), Some(&plan))
+                .map(|c| c[1].backlog_growth)
+                .ok(),
+            Some(Some(-3.0))
+        );
         // Shares are at most 1, but for rounding (an H100 run recorded a fairness of
         // 1.0000000000000002).
         let e = parse_err(&tampered(2, |v| v["slo_p99_attainment"] = 1.5.into()), None);
