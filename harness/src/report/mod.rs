@@ -393,6 +393,39 @@ mod tests {
     }
 
     #[test]
+    fn a_single_pass_shows_p50_and_p99_with_their_sampling_intervals() {
+        let mut data = fixture();
+        for c in data.cells.iter_mut().filter(|c| c.is_aggregate()) {
+            if let (Some(p50), Some(p99)) = (c.p50_s, c.p99_s) {
+                (c.p50_low_s, c.p50_high_s) = (Some(p50 * 0.99), Some(p50 * 1.01));
+                (c.p99_low_s, c.p99_high_s) = (Some(p99 * 0.98), None);
+            }
+        }
+        let t = tables::all(&data);
+        let a = data.aggregate(crate::domain::Strategy::Mps, 3).expect("mps × 3");
+        let shown = |title: &str| {
+            let table = t.tables.iter().find(|x| x.title == title).expect("table");
+            let (_, cells) = table.rows.iter().find(|(s, _)| s == "MPS").expect("MPS row");
+            match &cells[1] {
+                tables::Cell::Value(v) => v.clone(),
+                other => format!("{other:?}"),
+            }
+        };
+        let p50 = a.p50_s.expect("p50") * 1e3;
+        assert_eq!(
+            shown("Median (p50) latency"),
+            format!("{p50:.2} ({:.2}–{:.2})", p50 * 0.99, p50 * 1.01)
+        );
+        let p99 = a.p99_s.expect("p99") * 1e3;
+        assert_eq!(shown("p99 latency"), format!("{p99:.2} ({:.2}–?)", p99 * 0.98));
+        assert!(
+            t.reading
+                .iter()
+                .any(|r| r.starts_with("In the p50 and p99 tables, brackets"))
+        );
+    }
+
+    #[test]
     fn charts_of_a_repeated_run_carry_error_bars() {
         let once = fixture();
         let thrice = once.repeated(&[0.97, 1.0, 1.03], |c, f| {

@@ -32,6 +32,7 @@ impl std::fmt::Debug for Metric {
 
 /// The p99 table's title: one measurement's p99 shows its sampling interval.
 const P99_TITLE: &str = "p99 latency";
+const P50_TITLE: &str = "Median (p50) latency";
 
 /// The speed-up table's title: its numbers are built on the strategy's 1-pod cell too.
 const SPEEDUP_TITLE: &str = "Speed-up vs 1 pod";
@@ -46,7 +47,7 @@ pub const METRICS: [Metric; 17] = [
         optional: false,
     },
     Metric {
-        title: "Median (p50) latency",
+        title: P50_TITLE,
         unit: "ms",
         value: |c| c.p50_s.map(|v| v * 1e3),
         decimals: 2,
@@ -158,6 +159,16 @@ pub const METRICS: [Metric; 17] = [
         optional: true,
     },
 ];
+
+/// The 95% sampling interval a single pass records for the quantile a table shows, in
+/// seconds (the high end None when too few requests bound it); None for other tables.
+fn sampling_interval(title: &str, row: &CellRecord) -> Option<(f64, Option<f64>)> {
+    match title {
+        P50_TITLE => Some((row.p50_low_s?, row.p50_high_s)),
+        P99_TITLE => Some((row.p99_low_s?, row.p99_high_s)),
+        _ => None,
+    }
+}
 
 /// A table cell.
 #[derive(Debug, Clone, PartialEq)]
@@ -363,16 +374,16 @@ pub fn all(data: &RunData) -> Tables {
                                         Some(h) if h.is_finite() => {
                                             format!("{v:.prec$} ± {h:.prec$}", prec = m.decimals)
                                         }
-                                        _ => match (m.title == P99_TITLE, a.p99_low_s) {
-                                            // One measurement: p99's sampling interval.
-                                            (true, Some(lo)) => {
+                                        // One measurement: a quantile's sampling interval.
+                                        _ => match sampling_interval(m.title, &a) {
+                                            Some((lo, hi)) => {
                                                 bracketed.set(true);
-                                                let hi = a.p99_high_s.map_or("?".to_string(), |hi| {
+                                                let hi = hi.map_or("?".to_string(), |hi| {
                                                     format!("{:.prec$}", hi * 1e3, prec = m.decimals)
                                                 });
                                                 format!("{v:.prec$} ({:.prec$}–{hi})", lo * 1e3, prec = m.decimals)
                                             }
-                                            _ => format!("{v:.prec$}", prec = m.decimals),
+                                            None => format!("{v:.prec$}", prec = m.decimals),
                                         },
                                     };
                                     let derived = if m.title == SPEEDUP_TITLE {
@@ -419,7 +430,7 @@ pub fn all(data: &RunData) -> Tables {
         ));
     }
     if bracketed.get() {
-        reading.push("In the p99 table, brackets give each p99's 95% sampling interval: distribution-free, the order statistics at the binomial ranks around the 99th percentile, read from the histogram (\"?\": too few requests to bound it above, fewer than 368).".to_string());
+        reading.push("In the p50 and p99 tables, brackets give each quantile's 95% sampling interval: distribution-free, the order statistics at the binomial ranks around the 50th or 99th percentile, read from the histogram (\"?\": too few requests to bound it above; a p99 needs at least 368).".to_string());
     }
     let (gpus, warnings) = super::parallel::lines(data);
     reading.extend(gpus);
