@@ -827,3 +827,45 @@ fn a_cell_counts_the_other_gpus_busy_beside_it() {
     assert!((v - 0.75).abs() < 1e-12, "{v}");
     assert_eq!(others_busy((3.0, 3.0), &[(0.0, 9.0)]), None);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_whose_backlog_grows_fell_behind_whatever_its_rate_and_verify_rechecks_it() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let mut plan = plan(tmp.path(), "time-slicing", "2");
+    plan.load = crate::config::values::Load::PerPod(100.0);
+    // Both serve their 100/s; pod-1's queue grows by 20 requests a second all the same
+    // (as a server whose rate counts requests it accepts but cannot finish would).
+    let b = FakeBackend::new(|_, n| {
+        (0..n)
+            .map(|i| PodScript {
+                backlog: Some(if i == 1 { (5.0, 20.0) } else { (3.0, 0.0) }),
+                ..PodScript::steady(100.0, 0.001)
+            })
+            .collect()
+    });
+    sweep(&plan, &b, false, &Recorder::default(), &Shutdown::new())
+        .await
+        .expect("sweep");
+    let rows = cells(&plan);
+    let pod = |name: &str| rows.iter().find(|c| c.pod == name).expect("pod row");
+    assert_eq!(pod("pod-0").backlog_growth, Some(0.0));
+    assert!(!pod("pod-0").note.contains("keep up"), "{:?}", pod("pod-0"));
+    let behind = pod("pod-1");
+    let growth = behind.backlog_growth.expect("growth");
+    let secs = behind.duration_s.expect("duration");
+    assert!((growth - 20.0 * secs).abs() < 1e-6, "{growth} over {secs} s");
+    assert!(
+        // 5 at ready, 45 after the 2-s warm-up, 20 more a second while measured.
+        behind.note.contains("its backlog grew from 45 to 105 requests") && behind.note.contains("could not keep up"),
+        "{behind:?}"
+    );
+    assert_eq!(behind.slo_met, None, "no attainment for a pod that fell behind");
+    let agg = rows.iter().find(|c| c.is_aggregate()).expect("aggregate");
+    assert!(agg.flags().iter().any(|f| f.contains("could not keep up")), "{agg:?}");
+    // The windows hold the backlog, and verify reaches the same judgement from them.
+    let v = crate::report::verify::verify_dir(&plan.out.join("fake")).expect("verify");
+    assert!(v.mismatches.is_empty(), "{:?}", v.mismatches);
+    let raw = crate::results::raw::read_raw(&plan.out.join("fake")).expect("windows");
+    let series = raw[0].series.iter().find(|s| s.pod == "pod-1").expect("pod-1 windows");
+    assert_eq!(series.backlog().len(), series.windows.len() + 1);
+}
