@@ -11,8 +11,9 @@
 //!   Clopper–Pearson lower bound of the lowest reading the bucket allows and the upper
 //!   bound of the highest ([`binomial::attainment_bounds`]).
 //! - A count **fits** when its cell measured (`ok`) and every pod kept up with its
-//!   offered load (no request failed or dropped, and its backlog did not grow beyond
-//!   its own window-to-window variation: see `sweep::cell::fell_behind`) and, for every SLO, the lower bound of its
+//!   offered load (no request failed or dropped, its backlog did not grow beyond its
+//!   own window-to-window variation, and it served its rate: see
+//!   `sweep::cell::fell_behind`) and, for every SLO, the lower bound of its
 //!   attainment is at least the percentile (p99 needs 99%): at least 299 requests, all
 //!   within the threshold, can show that.
 //! - It **misses clearly** when the cell did not measure (failed, out of memory, a pod

@@ -84,7 +84,8 @@ pub enum Command {
     /// by the histogram's interpolation bound.
     ///   fits      the cell measured, every pod kept up with its load (no request
     ///             failed or dropped, its backlog grew by no more than 3 standard
-    ///             deviations of its change between windows, plus one) and every
+    ///             deviations of its change between windows, plus one, and it
+    ///             served its rate within 5% or 3 Poisson deviations) and every
     ///             attainment's lower bound clears its percentile (a p99 needs at
     ///             least 299 requests, all within)
     ///   misses    a pod failed, ran out of memory, stayed pending or fell behind its

@@ -472,7 +472,9 @@ fn care(data: &RunData, row: &CellRecord, which: &str) -> Vec<String> {
         .flat_map(|r| r.flags())
         .map(|f| format!("{which}: {f}"))
         .collect();
-    flags.dedup();
+    // Each once, in the order first seen (passes may repeat a flag out of order).
+    let mut seen = std::collections::HashSet::new();
+    flags.retain(|f| seen.insert(f.clone()));
     flags
 }
 
@@ -568,7 +570,7 @@ pub fn compare_runs_with(
     let mut notices = Vec::new();
     let (b_gpus, c_gpus) = (super::host_noise::gpu_uuids(base), super::host_noise::gpu_uuids(cand));
     let host = super::host_noise::between(base, cand, hosts);
-    if !b_gpus.is_empty() && !c_gpus.is_empty() && b_gpus != c_gpus {
+    if super::host_noise::on_different_gpus(base, cand) {
         match host {
             Some(h) => notices.push(format!(
                 "the runs ran on different GPUs ({} and {}): each change is judged against at least the between-host noise measured on {} {} GPUs (mean ±{:.1}%, p99 ±{:.1}%, throughput ±{:.1}%)",

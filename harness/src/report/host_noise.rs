@@ -5,11 +5,12 @@
 //! it as the least noise of runs made on different GPUs.
 //!
 //! Per metric (mean latency, p99, aggregate throughput) and per cell measured in every
-//! run, each run's value (its mean over repeats) gives a relative sample standard
-//! deviation over the hosts; these are pooled over the cells (root mean square, with
-//! cells × (hosts − 1) degrees of freedom). Two single runs on two hosts differ by two
-//! independent host draws, so the band a change between them is judged against is
-//! t(0.975, df) · s · √2.
+//! run, each run's first pass gives a relative sample standard deviation over the hosts;
+//! these are pooled over the cells (root mean square). A card's offset is shared by all
+//! its cells, so the cells are not independent draws: the degrees of freedom are those
+//! of the hosts, hosts − 1. Two single runs on two hosts differ by two independent host
+//! draws, so the band a change between them is judged against is t(0.975, hosts − 1) ·
+//! s · √2.
 
 use serde::{Deserialize, Serialize};
 
@@ -24,7 +25,7 @@ use super::RunData;
 pub const COMMITTED: &str = include_str!("../../../results/host-noise.jsonl");
 
 /// How the band is computed, as the methodology page and `compare` say it.
-pub const METHOD: &str = "per cell measured on every host, the relative standard deviation over the hosts of each run's value; pooled over the cells (root mean square, cells × (hosts − 1) degrees of freedom); the band of a change between two hosts is t(0.975, df) · s · √2";
+pub const METHOD: &str = "per cell measured on every host, the relative standard deviation over the hosts of each run's first pass; pooled over the cells (root mean square); the band of a change between two hosts is t(0.975, hosts − 1) · s · √2 (a card's offset is shared by its cells, so the hosts, not the cells, are the independent draws)";
 
 /// One run that went into a measurement.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -110,7 +111,16 @@ pub fn measure(runs: &[RunData]) -> Result<HostNoise> {
             let mut rel_var = [0.0f64; 3];
             let mut complete = true;
             for (k, f) in metrics.iter().enumerate() {
-                let values: Option<Vec<f64>> = runs.iter().map(|r| r.interval(arm, pods, *f).map(|i| i.mean)).collect();
+                // One pass per host, so that every value is a draw of the same kind.
+                let values: Option<Vec<f64>> = runs
+                    .iter()
+                    .map(|r| {
+                        r.repeats(arm, pods)
+                            .first()
+                            .filter(|a| a.status == CellStatus::Ok)
+                            .and_then(|a| f(a))
+                    })
+                    .collect();
                 let Some(i) = values.as_deref().and_then(crate::stats::interval::Interval::of) else {
                     complete = false;
                     break;
@@ -132,7 +142,7 @@ pub fn measure(runs: &[RunData]) -> Result<HostNoise> {
     if cells == 0 {
         return Err(bad("no cell was measured in every run".into()));
     }
-    let df = (cells * (runs.len() - 1)) as f64;
+    let df = (runs.len() - 1) as f64;
     let band = |k: usize| t975(df) * (sum_sq[k] / cells as f64).sqrt() * std::f64::consts::SQRT_2;
     Ok(HostNoise {
         gpu_name: name,
@@ -166,11 +176,17 @@ pub fn parse(text: &str, source: &str) -> Result<Vec<HostNoise>> {
         .collect()
 }
 
-/// The measurement for the GPU model both runs used, when they ran on different GPUs
-/// (None: the same GPUs, a run that records none, or no measurement for the model).
-pub fn between<'a>(base: &RunData, cand: &RunData, known: &'a [HostNoise]) -> Option<&'a HostNoise> {
+/// Whether two runs ran on different cards: each records its GPUs and they share none
+/// (a run on GPUs 0 and 1 against one on GPU 0 of the same host shares a card).
+pub fn on_different_gpus(base: &RunData, cand: &RunData) -> bool {
     let (b, c) = (gpu_uuids(base), gpu_uuids(cand));
-    if b.is_empty() || c.is_empty() || b == c {
+    !b.is_empty() && !c.is_empty() && !b.iter().any(|u| c.contains(u))
+}
+
+/// The measurement for the GPU model both runs used, when they ran on different cards
+/// (None: a shared card, a run that records none, or no measurement for the model).
+pub fn between<'a>(base: &RunData, cand: &RunData, known: &'a [HostNoise]) -> Option<&'a HostNoise> {
+    if !on_different_gpus(base, cand) {
         return None;
     }
     let name = gpu_name(base)?;
@@ -205,9 +221,8 @@ mod tests {
     fn three_hosts_give_a_pooled_band_and_fewer_or_the_same_gpu_are_refused() {
         let runs = [on("GPU-a", 0.99), on("GPU-b", 1.0), on("GPU-c", 1.01)];
         let h = measure(&runs).expect("three hosts");
-        // Every measured cell moves ±1% in mean: s = 1% of the mean, df = cells × 2.
-        let df = (h.cells * 2) as f64;
-        let want = t975(df) * 0.01 * std::f64::consts::SQRT_2;
+        // Every measured cell moves ±1% in mean: s = 1% of the mean, df = hosts − 1 = 2.
+        let want = t975(2.0) * 0.01 * std::f64::consts::SQRT_2;
         assert!((h.mean - want).abs() < 1e-9 && (h.p99 - want).abs() < 1e-9, "{h:?}");
         assert!(h.throughput > 0.0 && h.cells == 12, "{h:?}");
         assert_eq!(h.runs[2].gpu_uuid, "GPU-c");
@@ -221,6 +236,12 @@ mod tests {
         let known = [h];
         assert!(between(&runs[0], &runs[1], &known).is_some());
         assert!(between(&runs[0], &on("GPU-a", 1.0), &known).is_none());
+        // Two GPUs of a host against one of them: a shared card, no host noise.
+        let mut pair = on("GPU-a", 1.0);
+        let mut second = pair.run.environment.gpus[0].clone();
+        second.uuid = "GPU-z".into();
+        pair.run.environment.gpus.push(second);
+        assert!(!on_different_gpus(&runs[0], &pair) && on_different_gpus(&runs[1], &pair));
     }
 
     #[test]

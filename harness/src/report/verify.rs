@@ -17,7 +17,7 @@ use crate::error::{BenchError, Result};
 use crate::results::raw::{Layouts, RAW_FILE, RawCell, RawPod, read_layouts, read_raw};
 use crate::results::record::CellRecord;
 use crate::stats::{Histogram, relative_spread};
-use crate::sweep::cell::{fell_behind, finite, judge_slos};
+use crate::sweep::cell::{fell_behind, finite, judge_slos, shortfall};
 
 use super::RunData;
 
@@ -249,9 +249,15 @@ fn pod_row(
     let backlog = series.backlog();
     let growth = (row.offered_per_s.is_some() && backlog.len() >= 2).then(|| backlog[backlog.len() - 1] - backlog[0]);
     c.number("backlog_growth", row.backlog_growth, growth);
-    let behind = row
-        .offered_per_s
-        .and_then(|o| fell_behind(o, rate, secs, &backlog, errors.max(0.0)));
+    // Runs made before keeping up was judged on the backlog and failures (they record
+    // no p50 interval, which came with it) were judged on their rate alone.
+    let behind = row.offered_per_s.and_then(|o| {
+        if intervals.p50 {
+            fell_behind(o, rate, secs, &backlog, errors.max(0.0))
+        } else {
+            shortfall(o, rate, secs)
+        }
+    });
     let mut expect = row.clone();
     (
         expect.slo_p50_attainment,

@@ -133,28 +133,32 @@ pub fn backlog_limit(samples: &[f64]) -> f64 {
 /// first snapshot and after each window (`workload_queue_depth`, or the harness's own
 /// count of requests in flight), `errors` the requests that failed or were dropped.
 /// It fell behind when any request failed or was dropped, or its backlog grew by more
-/// than [`backlog_limit`]. A server that reports no backlog is judged by throughput
-/// instead ([`shortfall`]), and its reason says so. The reason goes in its row: its
-/// latency is then its queue's, and it gets no SLO attainment.
+/// than [`backlog_limit`]; as a cross-check, and alone for a server that reports no
+/// backlog (its reason says so), when it served less than its rate allows
+/// ([`shortfall`]). The reason goes in its row: its latency is then its queue's, and it
+/// gets no SLO attainment.
 pub fn fell_behind(offered: f64, achieved: f64, secs: f64, backlog: &[f64], errors: f64) -> Option<String> {
     if errors > 0.0 {
         return Some(format!(
             "{errors} of its requests failed or were dropped while measured: it could not keep up with its offered load"
         ));
     }
-    match (backlog.first(), backlog.last()) {
-        (Some(&first), Some(&last)) if backlog.len() >= 2 => {
-            let limit = backlog_limit(backlog);
-            (last - first > limit).then(|| {
-                format!(
-                    "its backlog grew from {first} to {last} requests while measured (more than {limit:.1}: three standard deviations of its change between windows, plus one): it could not keep up, so its latency is its queue's"
-                )
-            })
-        }
-        _ => {
-            shortfall(offered, achieved, secs).map(|why| format!("{why} (judged by throughput: it reports no backlog)"))
+    if let (Some(&first), Some(&last)) = (backlog.first(), backlog.last())
+        && backlog.len() >= 2
+    {
+        let limit = backlog_limit(backlog);
+        if last - first > limit {
+            return Some(format!(
+                "its backlog grew from {first} to {last} requests while measured (more than {limit:.1}: three standard deviations of its change between windows, plus one): it could not keep up, so its latency is its queue's"
+            ));
         }
     }
+    let why = shortfall(offered, achieved, secs)?;
+    Some(match backlog.len() {
+        0 => format!("{why} (judged by throughput: it reports no backlog)"),
+        1 => format!("{why} (judged by throughput: it reported its backlog once)"),
+        _ => why,
+    })
 }
 
 /// Whether a pod served the load it was offered, for a server that reports no backlog
@@ -830,9 +834,14 @@ mod tests {
 
     #[test]
     fn a_pod_is_behind_when_it_fails_drops_or_its_backlog_grows_beyond_its_variation() {
-        // A queue that wanders: growth 2, changes 4, −3, 1 (sd 3.6): kept up, whatever
-        // its rate says.
-        assert_eq!(fell_behind(100.0, 50.0, 15.0, &[5.0, 9.0, 6.0, 7.0], 0.0), None);
+        // A queue that wanders: growth 2, changes 4, −3, 1 (sd 3.6): kept up.
+        assert_eq!(fell_behind(100.0, 98.0, 15.0, &[5.0, 9.0, 6.0, 7.0], 0.0), None);
+        // The same backlog beside a rate far short of the load: the cross-check catches it.
+        let why = fell_behind(100.0, 50.0, 15.0, &[5.0, 9.0, 6.0, 7.0], 0.0).expect("short");
+        assert!(
+            why.starts_with("served 50.0/s of the 100/s offered") && !why.contains("judged by"),
+            "{why}"
+        );
         // One that grows by about the same each window.
         let why = fell_behind(125.0, 122.0, 15.0, &[20.0, 33.0, 51.0, 63.0], 0.0).expect("behind");
         assert!(
@@ -857,6 +866,11 @@ mod tests {
         let why = fell_behind(100.0, 90.0, 10.0, &[], 0.0).expect("short");
         assert!(why.ends_with("(judged by throughput: it reports no backlog)"), "{why}");
         assert_eq!(fell_behind(100.0, 91.0, 10.0, &[3.0], 0.0), None);
+        let why = fell_behind(100.0, 90.0, 10.0, &[3.0], 0.0).expect("short");
+        assert!(
+            why.ends_with("(judged by throughput: it reported its backlog once)"),
+            "{why}"
+        );
     }
 
     /// The depth of a single-server FIFO queue (Poisson arrivals at `rate`, exponential

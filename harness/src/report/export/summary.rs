@@ -122,7 +122,9 @@ pub fn records(data: &RunData) -> Vec<SummaryRecord> {
                     .filter(|r| r.status == CellStatus::Ok)
                     .flat_map(|r| r.flags())
                     .collect();
-                f.dedup();
+                // Each once, in the order first seen.
+                let mut seen = std::collections::HashSet::new();
+                f.retain(|x| seen.insert(x.clone()));
                 f
             };
             let mut care = flags_of(p);
