@@ -249,6 +249,10 @@ async fn run(cli: Cli, shutdown: &Shutdown) -> Result<u8> {
                 .iter()
                 .map(|d| RunData::load(d))
                 .collect::<gpushare_bench::error::Result<Vec<_>>>()?;
+            // One plan on every host: what compare would accept against the first run.
+            for r in runs.iter().skip(1) {
+                compare::check_comparable(&runs[0], r)?;
+            }
             let h = gpushare_bench::report::host_noise::measure(&runs)?;
             errln!(
                 "between-host noise of {} over {} GPUs and {} cells: mean ±{:.2}%, p99 ±{:.2}%, throughput ±{:.2}%",

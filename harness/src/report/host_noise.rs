@@ -69,8 +69,9 @@ pub fn gpu_name(data: &RunData) -> Option<String> {
     data.run.environment.gpus.first().map(|g| g.name.clone())
 }
 
-/// The between-host noise of `runs`: at least three runs of one plan, each on a GPU of
-/// the same model and a GPU of its own.
+/// The between-host noise of `runs`: at least three runs, each on a GPU of the same
+/// model and a GPU of its own. That they measured the same plan is the caller's to check
+/// (`compare::check_comparable`, as the `host-noise` command does).
 pub fn measure(runs: &[RunData]) -> Result<HostNoise> {
     let bad = |reason: String| BenchError::Results {
         path: "host-noise".into(),
@@ -86,7 +87,13 @@ pub fn measure(runs: &[RunData]) -> Result<HostNoise> {
     let name = gpu_name(first).ok_or_else(|| bad(format!("{} records no GPU", first.dir.display())))?;
     let mut seen: Vec<Vec<String>> = Vec::new();
     for r in runs {
-        super::compare::check_comparable(first, r)?;
+        if gpu_name(r).as_deref() != Some(name.as_str()) {
+            return Err(bad(format!(
+                "{} ran on {}, not {name}: one GPU model per measurement",
+                r.dir.display(),
+                gpu_name(r).unwrap_or_else(|| "no recorded GPU".into())
+            )));
+        }
         let ids = gpu_uuids(r);
         if seen.contains(&ids) {
             return Err(bad(format!(
