@@ -465,17 +465,10 @@ fn measured_less(b: &CellRecord, c: &CellRecord) -> Option<String> {
 /// The flags of a run's measured passes of a cell, each named by the run ("baseline:
 /// unsettled: windows differ by 26%").
 fn care(data: &RunData, row: &CellRecord, which: &str) -> Vec<String> {
-    let mut flags: Vec<String> = data
-        .repeats(row.arm(), row.pods)
-        .iter()
-        .filter(|r| r.status == CellStatus::Ok)
-        .flat_map(|r| r.flags())
+    data.flags(row.arm(), row.pods)
+        .into_iter()
         .map(|f| format!("{which}: {f}"))
-        .collect();
-    // Each once, in the order first seen (passes may repeat a flag out of order).
-    let mut seen = std::collections::HashSet::new();
-    flags.retain(|f| seen.insert(f.clone()));
-    flags
+        .collect()
 }
 
 /// The row of a baseline cell the candidate lacks: a failure.

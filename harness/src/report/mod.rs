@@ -19,7 +19,7 @@ pub mod verify;
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
-use crate::domain::{Arm, DeviceKind, Strategy};
+use crate::domain::{Arm, CellStatus, DeviceKind, Strategy};
 use crate::error::{BenchError, Result};
 use crate::results::isolation::{IsolationRecord, isolation_csv};
 use crate::results::record::{CellRecord, RunRecord, parse_cells_jsonl};
@@ -132,6 +132,18 @@ impl RunData {
             [one] => Some(Cow::Borrowed(*one)),
             _ => combine(&rows).map(Cow::Owned),
         }
+    }
+
+    /// What to read with care in a cell: the flags of its measured passes
+    /// ([`CellRecord::flags`]), each once, in the order first seen.
+    pub fn flags(&self, arm: impl Into<Arm>, pods: u32) -> Vec<String> {
+        let mut seen = std::collections::HashSet::new();
+        self.repeats(arm, pods)
+            .iter()
+            .filter(|r| r.status == CellStatus::Ok)
+            .flat_map(|r| r.flags())
+            .filter(|f| seen.insert(f.clone()))
+            .collect()
     }
 
     /// The aggregate rows of a cell, one per repeat, in repeat order.

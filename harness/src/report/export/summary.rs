@@ -115,22 +115,10 @@ pub fn records(data: &RunData) -> Vec<SummaryRecord> {
             let (gpu_util_pct, gpu_util_pct_ci95) = with_ci(&rows, |r| r.gpu_util_pct);
             let (goodput_per_s, goodput_per_s_ci95) = with_ci(&rows, |r| r.goodput_per_s);
             let judged: Vec<bool> = rows.iter().filter_map(|r| r.slo_met).collect();
-            let flags_of = |pods: u32| -> Vec<String> {
-                let mut f: Vec<String> = data
-                    .repeats(s, pods)
-                    .iter()
-                    .filter(|r| r.status == CellStatus::Ok)
-                    .flat_map(|r| r.flags())
-                    .collect();
-                // Each once, in the order first seen.
-                let mut seen = std::collections::HashSet::new();
-                f.retain(|x| seen.insert(x.clone()));
-                f
-            };
-            let mut care = flags_of(p);
+            let mut care = data.flags(s, p);
             if p != 1 && speedup_vs_1pod.is_some() {
                 care.extend(
-                    flags_of(1)
+                    data.flags(s, 1)
                         .into_iter()
                         .map(|f| format!("its speed-up's 1-pod cell: {f}")),
                 );
