@@ -485,7 +485,9 @@ fn a_server_killed_mid_cell_is_a_clear_error_and_the_pods_stop() {
 /// `pci_bus_id`, `device`, `modelName`, (MIG) `GPU_I_PROFILE`, `GPU_I_ID`, `Hostname` (the
 /// node's name, from `NODE_NAME`), then the driver-version label; a MIG instance's series
 /// carry its parent's UUID and have no `DCGM_FI_DEV_GPU_UTIL`, and repeat the whole GPU's
-/// power and energy (as users report of dcgm-exporter: NVIDIA/dcgm-exporter#257).
+/// power and energy (as users report of dcgm-exporter: NVIDIA/dcgm-exporter#257). Clocks
+/// and temperature are in the operator's default collectors (`dcp-metrics-included.csv`),
+/// the clock event reasons are not: only node `gpu-2`'s exporter here was given them.
 fn dcgm_exposition() -> String {
     let gpu = |i: u32, uuid: &str, host: &str| {
         format!(
@@ -518,7 +520,18 @@ fn dcgm_exposition() -> String {
          DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{m7}}} 9000000\nDCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{m8}}} 9000000\n\
          # HELP DCGM_FI_PROF_GR_ENGINE_ACTIVE Ratio of time the graphics engine is active.\n# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge\n\
          DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{a}}} 0.400000\nDCGM_FI_PROF_GR_ENGINE_ACTIVE{{{b}}} 0.900000\n\
-         DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{m7}}} 0.250000\nDCGM_FI_PROF_GR_ENGINE_ACTIVE{{{m8}}} 0.750000\n"
+         DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{m7}}} 0.250000\nDCGM_FI_PROF_GR_ENGINE_ACTIVE{{{m8}}} 0.750000\n\
+         # HELP DCGM_FI_DEV_SM_CLOCK SM clock frequency (in MHz).\n# TYPE DCGM_FI_DEV_SM_CLOCK gauge\n\
+         DCGM_FI_DEV_SM_CLOCK{{{a}}} 1980\nDCGM_FI_DEV_SM_CLOCK{{{b}}} 1755\nDCGM_FI_DEV_SM_CLOCK{{{z}}} 345\n\
+         DCGM_FI_DEV_SM_CLOCK{{{m7}}} 1410\nDCGM_FI_DEV_SM_CLOCK{{{m8}}} 1410\n\
+         # HELP DCGM_FI_DEV_MEM_CLOCK Memory clock frequency (in MHz).\n# TYPE DCGM_FI_DEV_MEM_CLOCK gauge\n\
+         DCGM_FI_DEV_MEM_CLOCK{{{a}}} 2619\nDCGM_FI_DEV_MEM_CLOCK{{{b}}} 2619\nDCGM_FI_DEV_MEM_CLOCK{{{z}}} 2619\n\
+         DCGM_FI_DEV_MEM_CLOCK{{{m7}}} 2619\nDCGM_FI_DEV_MEM_CLOCK{{{m8}}} 2619\n\
+         # HELP DCGM_FI_DEV_GPU_TEMP GPU temperature (in C).\n# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n\
+         DCGM_FI_DEV_GPU_TEMP{{{a}}} 41\nDCGM_FI_DEV_GPU_TEMP{{{b}}} 67\nDCGM_FI_DEV_GPU_TEMP{{{z}}} 30\n\
+         DCGM_FI_DEV_GPU_TEMP{{{m7}}} 55\nDCGM_FI_DEV_GPU_TEMP{{{m8}}} 55\n\
+         # HELP DCGM_FI_DEV_CLOCKS_EVENT_REASONS Current clock event reasons.\n# TYPE DCGM_FI_DEV_CLOCKS_EVENT_REASONS gauge\n\
+         DCGM_FI_DEV_CLOCKS_EVENT_REASONS{{{z}}} 68\n"
     )
 }
 
@@ -585,12 +598,26 @@ async fn dcgm_telemetry_reads_the_nodes_gpus_or_only_a_cells_by_uuid() {
     assert_eq!(node.util_pct, 65.0);
     assert_eq!(node.mem_used_bytes, (1000 + 3000 + 500 + 700) << 20);
     assert_eq!((node.power_w, node.energy_mj), (600.0, Some(21_000_000)));
+    // Clocks: the mean over the GPUs (a MIG GPU's once); temperature: the hottest. The
+    // clock event reasons are not collected on gpu-1: not read, rather than "none".
+    assert_eq!(
+        (node.sm_clock_mhz, node.mem_clock_mhz, node.temp_c),
+        (Some((1980.0 + 1755.0 + 1410.0) / 3.0), Some(2619.0), Some(67.0))
+    );
+    assert_eq!(node.clock_reasons, None);
+    let other = DcgmTelemetry::new(prom.client().clone(), "gpu-2", GpuScope::node());
+    let z = tokio::task::spawn_blocking(move || other.sample())
+        .await
+        .expect("join")
+        .expect("gpu-2");
+    assert_eq!((z.clock_reasons, z.sm_clock_mhz), (Some(0x44), Some(345.0)));
     // A cell on GPU-bbbb reads it alone.
     let b = read(Some(&["GPU-bbbb"])).await.expect("GPU-bbbb");
     assert_eq!(
         (b.util_pct, b.mem_used_bytes, b.power_w, b.energy_mj),
         (90.0, 3000 << 20, 300.0, Some(7_000_000))
     );
+    assert_eq!((b.sm_clock_mhz, b.temp_c), (Some(1755.0), Some(67.0)));
     // Two GPUs: the mean of their utilisation, the sum of the rest.
     let ab = read(Some(&["GPU-aaaa", "GPU-bbbb"])).await.expect("both");
     assert_eq!((ab.util_pct, ab.mem_used_bytes), (65.0, 4000 << 20));

@@ -139,11 +139,14 @@ fn html_is_self_contained_with_tables_charts_and_labels() {
     let data = RunData::load(&fixture("h100-run")).expect("fixture");
     let r = report::render(&data).expect("render");
     let h = &r.html;
-    // The Kubernetes-only tables (switching costs) are left out of a local run.
+    // The Kubernetes-only tables (switching costs) are left out of a local run; of the
+    // GPU state tables, a run that recorded power but not clocks nor temperature has
+    // power's alone.
     assert_eq!(
         count(h, "<table>"),
-        report::tables::METRICS.iter().filter(|m| !m.optional).count()
+        report::tables::METRICS.iter().filter(|m| !m.optional).count() + 1
     );
+    assert!(h.contains("Power draw") && !h.contains("SM clock") && !h.contains("GPU temperature"));
     assert_eq!(count(h, "<svg"), 5, "latency, throughput, per-pod, utilisation, energy");
     assert_eq!(r.charts.len(), 5);
     for needle in [

@@ -220,6 +220,9 @@ impl<B: Backend> Work<B> for Trials {
             event_after: Duration::from_secs_f64(iso.event_after_s),
             observe_after: Duration::from_secs_f64(iso.observe_s),
             slo_s: iso.slo_s,
+            // The harness's requests or gpushare-workload's own Poisson load; a server
+            // of the user's own without --request makes its own.
+            victim_rate: (!run.plan.own_server() || run.plan.request.is_some()).then_some(iso.victim_rate),
             memory_total_bytes: memory,
         };
         let done = session.store.isolation().to_vec();

@@ -1,5 +1,5 @@
-//! The trials of an isolation run, planned as pure functions: per strategy, the victim
-//! alone (the baseline), then per scenario the victim beside its aggressors, each pod
+//! The trials of an isolation run, planned as pure functions: per strategy (exclusive
+//! first), the victim alone (the baseline), then per scenario the victim beside its aggressors, each pod
 //! with the workload arguments that make it what it is. A backend launches a trial's
 //! pods in order (the victim first, so under exclusive it is the pod that gets the GPU
 //! and the aggressors stay pending).
@@ -154,8 +154,9 @@ fn aggressor(i: u32, args: Vec<String>) -> TrialPod {
     }
 }
 
-/// Every trial, strategy by strategy: the victim alone, then each scenario's (the
-/// noisy neighbour once per aggressor count). Errors name the bad setting.
+/// Every trial, strategy by strategy (exclusive first, the others in their order): the
+/// victim alone, then each scenario's (the noisy neighbour once per aggressor count).
+/// Errors name the bad setting.
 pub fn trials(s: &IsolationSettings) -> Result<Vec<Trial>> {
     if !(s.victim_rate.is_finite() && s.victim_rate > 0.0) {
         return Err(BenchError::flag(
@@ -168,7 +169,10 @@ pub fn trials(s: &IsolationSettings) -> Result<Vec<Trial>> {
         return Err(BenchError::flag("--aggressors", &k.to_string(), "expected 1 to 63"));
     }
     let mut out = Vec::new();
-    for &strategy in &s.strategies {
+    // Exclusive's trials first: its victim alone sets the run's one latency target.
+    let mut strategies = s.strategies.clone();
+    strategies.sort_by_key(|&x| x != Strategy::Exclusive);
+    for strategy in strategies {
         out.push(Trial {
             strategy,
             scenario: None,

@@ -3,7 +3,7 @@
 //! strategy.
 
 use crate::backend::{Pod, PodState};
-use crate::domain::CellStatus;
+use crate::domain::{CellStatus, Strategy};
 use crate::isolation::plan::{Role, Trial};
 use crate::results::isolation::IsolationRecord;
 use crate::stats::Histogram;
@@ -25,6 +25,54 @@ pub struct Observed {
     /// Errors the victim counted over the measurement (failed or dropped inferences,
     /// or the harness's failed requests): they add no latency, so they are said.
     pub victim_errors: f64,
+    /// The victim's backlog at its first read and at each read after, where it reports
+    /// one (`workload_queue_depth`, or the harness's requests in flight).
+    pub victim_backlog: Vec<f64>,
+    /// Seconds between the victim's first and last reads.
+    pub victim_secs: f64,
+    /// The load the victim was offered, requests per second (None: a server of the
+    /// user's own making its own).
+    pub victim_offered: Option<f64>,
+    /// A victim that exited: seconds from its first read to its exit being seen.
+    pub victim_died_after: Option<f64>,
+}
+
+impl Observed {
+    /// A trial where nothing was measured (its pods as they were last seen).
+    pub fn nothing(pods: Vec<Pod>) -> Self {
+        Observed {
+            victim: None,
+            pods,
+            recovery: None,
+            victim_errors: 0.0,
+            victim_backlog: Vec::new(),
+            victim_secs: 0.0,
+            victim_offered: None,
+            victim_died_after: None,
+        }
+    }
+}
+
+/// The run's one latency target for a trial's record.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SloTarget {
+    /// Known: `--slo`, or set by the reference victim alone, seconds.
+    Set(f64),
+    /// This trial is the reference victim alone: [`DEFAULT_SLO_FACTOR`] × its own p99.
+    FromThisVictim,
+    /// The reference was not measured: no target.
+    Unset,
+}
+
+/// The target of a run's trials when `--slo` gave none (pure): [`DEFAULT_SLO_FACTOR`]
+/// × the p99 of the victim alone under `reference`, the run's first strategy
+/// (exclusive where the run has it), once measured.
+pub fn common_target(records: &[IsolationRecord], reference: Strategy) -> SloTarget {
+    records
+        .iter()
+        .find(|r| r.strategy == reference && r.scenario == "alone" && r.victim_status == CellStatus::Ok)
+        .and_then(|r| r.victim_p99_s)
+        .map_or(SloTarget::Unset, |p| SloTarget::Set(p * DEFAULT_SLO_FACTOR))
 }
 
 /// After a fault or a kill: did the strategy serve the victim again?
@@ -49,13 +97,13 @@ fn outcome_of(pod: &Pod) -> String {
 }
 
 /// The record of a trial (pure). `alone` is the same strategy's record of the victim
-/// alone (None for the baseline itself); `slo_s` overrides the default target.
+/// alone (None for the baseline itself); `target` the run's latency target.
 pub fn record(
     run_id: &str,
     trial: &Trial,
     seen: &Observed,
     alone: Option<&IsolationRecord>,
-    slo_s: Option<f64>,
+    target: SloTarget,
     mps_split: Option<String>,
 ) -> IsolationRecord {
     let victim_name = trial.victim_name();
@@ -76,7 +124,22 @@ pub fn record(
     };
     let p99 = h.and_then(|h| finite(h.quantile(0.99)));
     let mean = h.and_then(|h| finite(h.mean()));
-    let slo = slo_s.or_else(|| alone.and_then(|a| a.victim_p99_s).map(|p| p * DEFAULT_SLO_FACTOR));
+    let slo = match target {
+        SloTarget::Set(s) => Some(s),
+        SloTarget::FromThisVictim => p99.map(|p| p * DEFAULT_SLO_FACTOR),
+        SloTarget::Unset => None,
+    };
+    // Kept up with its load? Judged as a sweep's pods are, while it served.
+    let behind = match (h, seen.victim_offered) {
+        (Some(h), Some(offered)) if seen.victim_secs > 0.0 => Some(crate::sweep::cell::fell_behind(
+            offered,
+            h.count / seen.victim_secs,
+            seen.victim_secs,
+            &seen.victim_backlog,
+            seen.victim_errors,
+        )),
+        _ => None,
+    };
     let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
         (Some(a), Some(b)) if b > 0.0 => Some(a / b),
         _ => None,
@@ -132,20 +195,45 @@ pub fn record(
             Some(Recovery::Failed(why)) => format!("a new victim did not serve: {why}"),
         },
         mps_split,
-        note: match seen.victim_errors {
-            n if n >= 1.0 => {
-                let mut note = victim_note;
-                crate::sweep::cell::add_note(
+        note: {
+            let mut note = victim_note;
+            let add = |note: &mut String, text: &str| crate::sweep::cell::add_note(note, text);
+            if seen.victim_errors >= 1.0 {
+                add(
                     &mut note,
                     &format!(
-                        "the victim counted {n:.0} errors over the measurement (failed or dropped inferences or requests), which add no latency"
+                        "the victim counted {:.0} errors over the measurement (failed or dropped inferences or requests), which add no latency",
+                        seen.victim_errors
                     ),
                 );
-                note
             }
-            _ => victim_note,
+            if let Some(Some(why)) = &behind
+                && seen.victim_errors < 1.0
+            {
+                add(&mut note, &format!("the victim: {why}"));
+            }
+            if let Some(t) = seen.victim_died_after {
+                add(
+                    &mut note,
+                    &format!("the victim exited {t:.1} s into its measurement: its numbers cover that time only"),
+                );
+            }
+            if slo.is_none() && status_measured(h) {
+                add(
+                    &mut note,
+                    "no latency target: the victim alone under the run's first strategy, which sets it, was not measured (--slo gives one)",
+                );
+            }
+            note
         },
+        victim_kept_up: behind.map(|b| b.is_none()),
+        victim_died_after_s: seen.victim_died_after,
     }
+}
+
+/// Whether the victim was measured at all (a target matters only then).
+fn status_measured(h: Option<&Histogram>) -> bool {
+    h.is_some()
 }
 
 /// Whether `record` is the record of `trial`.
@@ -209,13 +297,11 @@ mod tests {
             "r",
             &alone_trial,
             &Observed {
-                recovery: None,
-                victim_errors: 0.0,
                 victim: Some(spread(1.0)),
-                pods: vec![pod("victim", PodState::Running)],
+                ..Observed::nothing(vec![pod("victim", PodState::Running)])
             },
             None,
-            None,
+            SloTarget::Unset,
             None,
         );
         assert_eq!(
@@ -229,13 +315,15 @@ mod tests {
             "r",
             &trial(Some(Scenario::NoisyNeighbour), Strategy::TimeSlicing),
             &Observed {
-                recovery: None,
                 victim_errors: 12.0,
                 victim: Some(spread(2.0)),
-                pods: vec![pod("victim", PodState::Running), pod("aggressor-1", PodState::Running)],
+                ..Observed::nothing(vec![
+                    pod("victim", PodState::Running),
+                    pod("aggressor-1", PodState::Running),
+                ])
             },
             Some(&alone),
-            None,
+            common_target(std::slice::from_ref(&alone), Strategy::TimeSlicing),
             None,
         );
         assert!((noisy.p99_inflation.expect("inflation") - 2.0).abs() < 1e-9);
@@ -251,7 +339,77 @@ mod tests {
             "{}",
             noisy.note
         );
-        assert!(alone.note.is_empty(), "{}", alone.note);
+        // The reference victim alone sets the target from its own p99; another
+        // strategy's does not, and the trials wait for the reference's.
+        assert_eq!(alone.slo_s, None);
+        assert!(alone.note.contains("no latency target"), "{}", alone.note);
+        let ex = record(
+            "r",
+            &trial(None, Strategy::Exclusive),
+            &Observed {
+                victim: Some(spread(1.0)),
+                ..Observed::nothing(vec![pod("victim", PodState::Running)])
+            },
+            None,
+            SloTarget::FromThisVictim,
+            None,
+        );
+        assert!((ex.slo_s.expect("its own target") - 0.01485).abs() < 1e-12);
+        assert_eq!(
+            common_target(&[alone.clone(), ex.clone()], Strategy::Exclusive),
+            SloTarget::Set(ex.slo_s.expect("target"))
+        );
+        assert_eq!(
+            common_target(std::slice::from_ref(&alone), Strategy::Exclusive),
+            SloTarget::Unset
+        );
+        assert!(ex.note.is_empty(), "{}", ex.note);
+    }
+
+    #[test]
+    fn a_victim_behind_its_load_is_said_and_one_that_kept_up_too() {
+        let t = trial(Some(Scenario::NoisyNeighbour), Strategy::TimeSlicing);
+        // spread(): 100 requests; over 1 s at 100/s offered it kept up, at 200/s not.
+        let seen = |offered: f64, backlog: Vec<f64>| Observed {
+            victim: Some(spread(1.0)),
+            victim_secs: 1.0,
+            victim_offered: Some(offered),
+            victim_backlog: backlog,
+            ..Observed::nothing(vec![pod("victim", PodState::Running)])
+        };
+        let kept = record(
+            "r",
+            &t,
+            &seen(100.0, vec![2.0, 3.0, 1.0, 2.0]),
+            None,
+            SloTarget::Set(0.01),
+            None,
+        );
+        assert_eq!(kept.victim_kept_up, Some(true));
+        assert!(!kept.outcome_text().contains("fell behind"));
+        let behind = record(
+            "r",
+            &t,
+            &seen(100.0, vec![0.0, 40.0, 80.0, 120.0]),
+            None,
+            SloTarget::Set(0.01),
+            None,
+        );
+        assert_eq!(behind.victim_kept_up, Some(false));
+        assert!(behind.note.contains("the victim: its backlog grew"), "{}", behind.note);
+        assert!(behind.outcome_text().contains("victim fell behind its load"));
+        let slow = record("r", &t, &seen(200.0, Vec::new()), None, SloTarget::Set(0.01), None);
+        assert_eq!(slow.victim_kept_up, Some(false));
+        assert!(slow.note.contains("judged by throughput"), "{}", slow.note);
+        // A server of the user's own making its own load is not judged.
+        let unjudged = Observed {
+            victim_offered: None,
+            ..seen(100.0, Vec::new())
+        };
+        assert_eq!(
+            record("r", &t, &unjudged, None, SloTarget::Set(0.01), None).victim_kept_up,
+            None
+        );
     }
 
     #[test]
@@ -260,9 +418,8 @@ mod tests {
             "r",
             &trial(Some(Scenario::Fault), Strategy::Mps),
             &Observed {
-                recovery: None,
-                victim_errors: 0.0,
                 victim: Some(spread(1.0)),
+                victim_died_after: Some(12.25),
                 pods: vec![
                     pod(
                         "victim",
@@ -279,9 +436,10 @@ mod tests {
                         },
                     ),
                 ],
+                ..Observed::nothing(Vec::new())
             },
             None,
-            Some(0.02),
+            SloTarget::Set(0.02),
             Some("50% of the SMs".into()),
         );
         assert_eq!(
@@ -296,21 +454,30 @@ mod tests {
             Some(1.0),
             "what it served before, it served in time"
         );
+        // Its numbers are marked as those of the time before its exit.
+        assert_eq!(fault.victim_died_after_s, Some(12.25));
+        assert!(
+            fault.note.contains("exited 12.2 s into its measurement"),
+            "{}",
+            fault.note
+        );
+        assert!(
+            fault
+                .outcome_text()
+                .starts_with("victim failed (exit 5) 12.2 s in, numbers until then"),
+            "{}",
+            fault.outcome_text()
+        );
         // Exclusive: the aggressor is pending, not started.
         let ex = record(
             "r",
             &trial(Some(Scenario::Crash), Strategy::Exclusive),
-            &Observed {
-                recovery: None,
-                victim_errors: 0.0,
-                victim: None,
-                pods: vec![
-                    pod("victim", PodState::Running),
-                    pod("aggressor-1", PodState::Pending("the GPU is taken".into())),
-                ],
-            },
+            &Observed::nothing(vec![
+                pod("victim", PodState::Running),
+                pod("aggressor-1", PodState::Pending("the GPU is taken".into())),
+            ]),
             None,
-            None,
+            SloTarget::Unset,
             None,
         );
         assert_eq!((ex.survivors, ex.started, ex.victim_inferences), (1, 1, None));

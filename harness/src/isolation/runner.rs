@@ -14,7 +14,7 @@ use crate::backend::{Backend, Pod, PodSpec, PodState, Prepared};
 use crate::domain::{CellStatus, Strategy};
 use crate::error::{BenchError, Result};
 use crate::isolation::plan::{Role, Scenario, Trial, mps_split};
-use crate::isolation::record::{Observed, Recovery, record};
+use crate::isolation::record::{Observed, Recovery, SloTarget, common_target, record};
 use crate::metrics::{MetricsSource, PodSnapshot, Release, Target};
 use crate::results::isolation::IsolationRecord;
 use crate::shutdown::Shutdown;
@@ -31,8 +31,11 @@ pub struct TrialSettings {
     pub event_after: Duration,
     /// How long the victim is followed after the events.
     pub observe_after: Duration,
-    /// The victim's latency target (None: 1.5 × its p99 alone).
+    /// The run's latency target (None: 1.5 × the exclusive victim's p99 alone).
     pub slo_s: Option<f64>,
+    /// The load the victim is offered, requests per second (None: a server of the
+    /// user's own making its own load).
+    pub victim_rate: Option<f64>,
     /// The GPU's memory, for the MPS split in words.
     pub memory_total_bytes: Option<u64>,
 }
@@ -44,16 +47,11 @@ const READ_EVERY: u32 = 4;
 
 /// A record for a trial whose strategy cannot run here.
 fn unavailable(run_id: &str, trial: &Trial, reason: &str) -> IsolationRecord {
-    let nothing = Observed {
-        victim_errors: 0.0,
-        victim: None,
-        pods: Vec::new(),
-        recovery: None,
-    };
+    let nothing = Observed::nothing(Vec::new());
     IsolationRecord {
         victim_status: CellStatus::Unavailable,
         note: reason.to_string(),
-        ..record(run_id, trial, &nothing, None, None, None)
+        ..record(run_id, trial, &nothing, None, SloTarget::Unset, None)
     }
 }
 
@@ -73,6 +71,15 @@ pub async fn run_trials<B: Backend, S: MetricsSource>(
 ) -> Result<Vec<IsolationRecord>> {
     let mut prepared: HashMap<Strategy, Prepared> = HashMap::new();
     let mut out: Vec<IsolationRecord> = done.to_vec();
+    // One latency target for every trial: --slo, or set by the victim alone under the
+    // first strategy (the plan puts exclusive first).
+    let reference = trials.first().map(|t| t.strategy);
+    let target = |trial: &Trial, out: &[IsolationRecord]| match (s.slo_s, reference) {
+        (Some(slo), _) => SloTarget::Set(slo),
+        (None, Some(r)) if trial.strategy == r && trial.scenario.is_none() => SloTarget::FromThisVictim,
+        (None, Some(r)) => common_target(out, r),
+        (None, None) => SloTarget::Unset,
+    };
     let on_disk = trials
         .iter()
         .filter(|t| out.iter().any(|r| crate::isolation::record::is_record_of(r, t)))
@@ -112,7 +119,7 @@ pub async fn run_trials<B: Backend, S: MetricsSource>(
                 // The pods stop before anything else, whatever happened.
                 let stopped = backend.stop_pods(shutdown).await;
                 let rec = match seen {
-                    Ok(seen) => record(run_id, trial, &seen, alone.as_ref(), s.slo_s, None),
+                    Ok(seen) => record(run_id, trial, &seen, alone.as_ref(), target(trial, &out), None),
                     Err(e) if e.is_interrupt() => {
                         if let Err(se) = stopped {
                             tracing::warn!("stopping the trial's pods after the interrupt: {se}");
@@ -201,12 +208,7 @@ async fn run_one<B: Backend, S: MetricsSource>(
             })
         });
     let Some(target) = target else {
-        return Ok(Observed {
-            victim_errors: 0.0,
-            victim: None,
-            pods,
-            recovery: None,
-        });
+        return Ok(Observed::nothing(pods));
     };
     // The source follows the victim alone: a private Prometheus scrapes it, the
     // harness's requests (`--request`) go to it; they end with the trial.
@@ -217,14 +219,11 @@ async fn run_one<B: Backend, S: MetricsSource>(
     shutdown.sleep(s.warmup.saturating_sub(ready_at.elapsed())).await?;
     let read = |snaps: Vec<(String, Result<PodSnapshot>)>| snaps.into_iter().next().and_then(|(_, r)| r.ok());
     let Some(first) = read(source.snapshot(std::slice::from_ref(&target)).await?) else {
-        return Ok(Observed {
-            victim_errors: 0.0,
-            victim: None,
-            pods: backend.poll().await,
-            recovery: None,
-        });
+        return Ok(Observed::nothing(backend.poll().await));
     };
     let mut last = first.clone();
+    let mut backlog: Vec<f64> = first.backlog.into_iter().collect();
+    let mut died_after = None;
     let recovers = matches!(trial.scenario, Some(Scenario::Fault | Scenario::Crash));
     let mut death: Option<Pod> = None;
     let mut recovery = None;
@@ -239,6 +238,7 @@ async fn run_one<B: Backend, S: MetricsSource>(
             .find(|p| p.name == victim_name && matches!(p.state, PodState::Exited { .. }))
         {
             death = Some(gone.clone());
+            died_after = Some(first.at.elapsed().as_secs_f64());
             if recovers {
                 progress.phase("the victim exited: starting it again");
                 recovery = Some(relaunch(backend, &victim_name, s.ready_timeout, shutdown).await?);
@@ -249,12 +249,14 @@ async fn run_one<B: Backend, S: MetricsSource>(
         if polls.is_multiple_of(READ_EVERY)
             && let Some(snap) = read(source.snapshot(std::slice::from_ref(&target)).await?)
         {
+            backlog.extend(snap.backlog);
             last = snap;
         }
     }
     if death.is_none() {
         // The victim served to the end: one last read.
         if let Some(snap) = read(source.snapshot(std::slice::from_ref(&target)).await?) {
+            backlog.extend(snap.backlog);
             last = snap;
         }
         if recovers {
@@ -273,6 +275,10 @@ async fn run_one<B: Backend, S: MetricsSource>(
         victim: last.latency.delta(&first.latency),
         pods,
         recovery,
+        victim_backlog: backlog,
+        victim_secs: (last.at - first.at).as_secs_f64(),
+        victim_offered: s.victim_rate,
+        victim_died_after: died_after,
     })
 }
 

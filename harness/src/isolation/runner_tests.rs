@@ -17,6 +17,7 @@ fn settings() -> TrialSettings {
         event_after: Duration::from_secs(10),
         observe_after: Duration::from_secs(10),
         slo_s: None,
+        victim_rate: Some(100.0),
         memory_total_bytes: Some(80 << 30),
     }
 }

@@ -60,6 +60,39 @@ fn event_text(r: &IsolationRecord) -> String {
     parts.join("; ")
 }
 
+/// The latency target in words (pure): `--slo`'s, the run's one target for every
+/// strategy, or, where the records hold different targets, each strategy's own.
+fn target_text(slo_flag: Option<f64>, records: &[IsolationRecord]) -> String {
+    let factor = crate::isolation::record::DEFAULT_SLO_FACTOR;
+    if let Some(s) = slo_flag {
+        return format!("{:.2} ms for every strategy (--slo)", s * 1e3);
+    }
+    let mut targets: Vec<f64> = records.iter().filter_map(|r| r.slo_s).collect();
+    targets.dedup_by(|a, b| (*a - *b).abs() <= 1e-12 * b.abs().max(1e-12));
+    // The reference: the victim alone whose p99 set the target.
+    let reference = |target: f64| {
+        records
+            .iter()
+            .filter(|r| r.scenario == "alone")
+            .find(|r| {
+                r.victim_p99_s
+                    .is_some_and(|p| (p * factor - target).abs() <= 1e-9 * target)
+            })
+            .map(|r| r.strategy.title())
+    };
+    match targets.as_slice() {
+        [] => "not set (the victim alone under the first strategy was not measured, and no --slo given)".into(),
+        [one] => match reference(*one) {
+            Some(strategy) => format!(
+                "{:.2} ms for every strategy: {factor} × the victim's p99 alone under {strategy}",
+                one * 1e3
+            ),
+            None => format!("{:.2} ms for every strategy", one * 1e3),
+        },
+        _ => format!("{factor} × the victim's p99 alone under each strategy, so the strategies' targets differ"),
+    }
+}
+
 /// The tables and notes of an isolation run.
 pub fn tables(data: &RunData) -> Tables {
     let Some(plan) = data.run.kind.isolation() else {
@@ -106,7 +139,15 @@ pub fn tables(data: &RunData) -> Tables {
                                 (Some(lo), None) => format!(" ({:.2}–?)", lo * 1e3),
                                 _ => String::new(),
                             };
-                            Some(format!("{:.2} / {p99:.2}{interval}", r.victim_p50_s? * 1e3))
+                            // Numbers of a victim that exited or fell behind say so.
+                            let mark = if r.victim_died_after_s.is_some() {
+                                " (until it exited)"
+                            } else if r.victim_kept_up == Some(false) {
+                                " (behind its load)"
+                            } else {
+                                ""
+                            };
+                            Some(format!("{:.2} / {p99:.2}{interval}{mark}", r.victim_p50_s? * 1e3))
                         })
                     })
                     .collect();
@@ -158,13 +199,7 @@ pub fn tables(data: &RunData) -> Tables {
             plan.event_after_s + plan.observe_s,
             data.run.plan.warmup_s,
             plan.event_after_s,
-            match plan.slo_s {
-                Some(s) => format!("{:.2} ms (--slo)", s * 1e3),
-                None => format!(
-                    "{} × the victim's p99 alone under the same strategy",
-                    crate::isolation::record::DEFAULT_SLO_FACTOR
-                ),
-            }
+            target_text(plan.slo_s, records)
         ),
     ];
     let scenarios = plan.scenarios.as_slice();

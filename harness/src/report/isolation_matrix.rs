@@ -91,7 +91,7 @@ pub fn matrix(records: &[IsolationRecord]) -> Matrix {
         table: Table {
             title: "Isolation matrix: the victim beside its aggressors".into(),
             corner: "Scenario".into(),
-            unit: "victim p99 over itself alone under the same strategy; SLO attainment: the share of its inferences within the latency target; pods still serving at the end".into(),
+            unit: "victim p99 over itself alone under the same strategy; SLO attainment: the share of its inferences within the run's latency target; pods still serving at the end".into(),
             columns: strategies.iter().map(|s| s.title().to_string()).collect(),
             rows: table_rows,
         },
@@ -132,6 +132,8 @@ mod tests {
             recovery: String::new(),
             mps_split: None,
             note: String::new(),
+            victim_kept_up: None,
+            victim_died_after_s: None,
         }
     }
 

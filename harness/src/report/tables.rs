@@ -38,7 +38,7 @@ const P50_TITLE: &str = "Median (p50) latency";
 const SPEEDUP_TITLE: &str = "Speed-up vs 1 pod";
 
 /// The report's tables, in order: mean latency first, as in the reference study.
-pub const METRICS: [Metric; 17] = [
+pub const METRICS: [Metric; 24] = [
     Metric {
         title: "Mean inference latency",
         unit: "ms",
@@ -129,6 +129,55 @@ pub const METRICS: [Metric; 17] = [
         value: |c| c.gpu_util_pct,
         decimals: 0,
         optional: false,
+    },
+    Metric {
+        title: "Power draw",
+        unit: "W, mean of the once-a-second samples",
+        value: |c| c.power_w,
+        decimals: 0,
+        optional: true,
+    },
+    Metric {
+        title: "SM clock",
+        unit: "MHz, mean of the samples",
+        value: |c| c.sm_clock_mhz,
+        decimals: 0,
+        optional: true,
+    },
+    Metric {
+        title: "SM clock, lowest sample",
+        unit: "MHz",
+        value: |c| c.sm_clock_min_mhz,
+        decimals: 0,
+        optional: true,
+    },
+    Metric {
+        title: "Memory clock",
+        unit: "MHz, mean of the samples",
+        value: |c| c.mem_clock_mhz,
+        decimals: 0,
+        optional: true,
+    },
+    Metric {
+        title: "GPU temperature, highest sample",
+        unit: "°C",
+        value: |c| c.temp_max_c,
+        decimals: 0,
+        optional: true,
+    },
+    Metric {
+        title: "Time throttled",
+        unit: "% of samples with a thermal or hardware slowdown (NVML's clock event reasons)",
+        value: |c| c.throttled_share.map(|v| v * 100.0),
+        decimals: 0,
+        optional: true,
+    },
+    Metric {
+        title: "Time at the power cap",
+        unit: "% of samples with the clocks held at the board's power limit (not a slowdown)",
+        value: |c| c.power_capped.map(|v| v * 100.0),
+        decimals: 0,
+        optional: true,
     },
     Metric {
         title: "Within-cell throughput spread",

@@ -9,7 +9,9 @@
 //! read the rows' statuses and notes (a pod pending, failed, out of memory), which
 //! come from the pods' states, not from histograms, and are not recomputed. Neither
 //! are a cell's GPU rows (several GPUs per cell), its fairness, its errors or its
-//! attainments, nor the GPU telemetry columns.
+//! attainments. A cell that kept its GPU samples has its telemetry columns recomputed
+//! from them (utilisation, memory, power, energy per inference, clock slowdowns and
+//! power cap, clocks, temperature).
 
 use std::path::Path;
 
@@ -17,7 +19,8 @@ use crate::error::{BenchError, Result};
 use crate::results::raw::{Layouts, RAW_FILE, RawCell, RawPod, read_layouts, read_raw};
 use crate::results::record::CellRecord;
 use crate::stats::{Histogram, relative_spread};
-use crate::sweep::cell::{fell_behind, finite, judge_slos, shortfall};
+use crate::sweep::cell::{fell_behind, finite, judge_slos, set_telemetry, shortfall};
+use crate::telemetry::summarise;
 
 use super::RunData;
 
@@ -160,6 +163,9 @@ pub fn verify(data: &RunData, raw: &[RawCell], layouts: &Layouts) -> Verificatio
             quantiles(&mut c, agg, &h, intervals);
             spreads(&mut c, agg, cell, layouts);
         }
+        if !cell.gpu_samples.is_empty() {
+            telemetry(&mut c, agg, cell);
+        }
     }
     for agg in data.cells.iter().filter(|c| c.is_aggregate() && c.inferences.is_some()) {
         let has = raw
@@ -286,6 +292,35 @@ fn pod_row(
 }
 
 /// The cell's windows: their count and the spreads of throughput, mean and median.
+/// The aggregate's GPU columns against its cell's GPU samples.
+fn telemetry(c: &mut Checker, agg: &CellRecord, cell: &RawCell) {
+    let mut want = agg.clone();
+    set_telemetry(&mut want, &summarise(&cell.gpu_samples), agg.inferences.unwrap_or(0));
+    c.number("gpu_util_pct", agg.gpu_util_pct, want.gpu_util_pct);
+    c.count("gpu_mem_bytes", agg.gpu_mem_bytes, want.gpu_mem_bytes);
+    c.number("power_w", agg.power_w, want.power_w);
+    c.number(
+        "energy_j_per_inference",
+        agg.energy_j_per_inference,
+        want.energy_j_per_inference,
+    );
+    c.number("power_capped", agg.power_capped, want.power_capped);
+    c.number("throttled_share", agg.throttled_share, want.throttled_share);
+    c.number("sm_clock_mhz", agg.sm_clock_mhz, want.sm_clock_mhz);
+    c.number("sm_clock_min_mhz", agg.sm_clock_min_mhz, want.sm_clock_min_mhz);
+    c.number("mem_clock_mhz", agg.mem_clock_mhz, want.mem_clock_mhz);
+    c.number("mem_clock_min_mhz", agg.mem_clock_min_mhz, want.mem_clock_min_mhz);
+    c.number("temp_c", agg.temp_c, want.temp_c);
+    c.number("temp_max_c", agg.temp_max_c, want.temp_max_c);
+    c.out.numbers += 1;
+    if agg.clock_slowdown != want.clock_slowdown {
+        c.out.mismatches.push(format!(
+            "{}: clock_slowdown is {:?} in cells.jsonl, {:?} from {RAW_FILE}",
+            c.what, agg.clock_slowdown, want.clock_slowdown
+        ));
+    }
+}
+
 fn spreads(c: &mut Checker, agg: &CellRecord, cell: &RawCell, layouts: &Layouts) {
     let last = cell.windows;
     c.count("windows", agg.windows.map(u64::from), Some(u64::from(last)));

@@ -52,7 +52,8 @@ pub struct IsolationRecord {
     pub p99_inflation: Option<f64>,
     /// The victim's mean over its mean alone.
     pub mean_inflation: Option<f64>,
-    /// The latency target, seconds (default: 1.5 × the p99 alone).
+    /// The latency target, seconds: one for every strategy of the run (`--slo`, else
+    /// 1.5 × the exclusive victim's p99 alone; empty: neither was there).
     pub slo_s: Option<f64>,
     /// The fraction of the victim's inferences within the target.
     pub slo_attainment: Option<f64>,
@@ -72,6 +73,15 @@ pub struct IsolationRecord {
     pub mps_split: Option<String>,
     /// Anything else a reader should know.
     pub note: String,
+    /// Whether the victim kept up with the load it was offered, judged as a sweep's
+    /// pods are (its backlog, its errors, its rate; the reason is in `note`). Empty:
+    /// not judged (nothing measured, or a server of the user's own making its own load).
+    #[serde(default)]
+    pub victim_kept_up: Option<bool>,
+    /// A victim that exited: seconds from the start of its measurement to its exit being
+    /// seen. Its numbers cover that time only.
+    #[serde(default)]
+    pub victim_died_after_s: Option<f64>,
 }
 
 /// Parses `isolation.jsonl` and checks every record as strictly as flags: numbers
@@ -169,10 +179,17 @@ impl IsolationRecord {
         let serving = format!("{}/{} serving", r.survivors, r.started);
         let mut parts = Vec::new();
         if r.victim_status != CellStatus::Ok {
+            let after = r
+                .victim_died_after_s
+                .map(|t| format!(" {t:.1} s in, numbers until then"))
+                .unwrap_or_default();
             parts.push(match r.victim_exit_code {
-                Some(c) => format!("victim {} (exit {c})", r.victim_status),
-                None => format!("victim {}", r.victim_status),
+                Some(c) => format!("victim {} (exit {c}){after}", r.victim_status),
+                None => format!("victim {}{after}", r.victim_status),
             });
+        }
+        if r.victim_kept_up == Some(false) {
+            parts.push("victim fell behind its load".into());
         }
         if let Some(x) = r.p99_inflation {
             parts.push(format!("p99 ×{x:.2}"));

@@ -13,7 +13,10 @@
 //! `layouts`, each the finite upper bounds in seconds, increasing (the +Inf bucket is
 //! implied, index `bounds.len()`); `counts` are the observations that fell in each
 //! bucket alone during the window (not cumulative), from bucket `from` to the last that
-//! grew; `at_s` counts from the pod's first snapshot.
+//! grew; `at_s` counts from the pod's first snapshot. A cell measured on a GPU also keeps
+//! the GPU's samples (`gpu_samples`: utilisation, memory, power, energy counter, clock
+//! event reasons, clocks and temperature, a sample a second), from which `verify`
+//! recomputes the row's GPU columns.
 
 use std::path::Path;
 
@@ -22,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use crate::domain::{Arm, Strategy, TimeSliceInterval};
 use crate::error::{BenchError, Result};
 use crate::stats::Histogram;
+use crate::telemetry::GpuSample;
 
 /// The file beside cells.jsonl.
 pub const RAW_FILE: &str = "windows.jsonl";
@@ -80,6 +84,11 @@ pub struct RawCell {
     pub windows: u32,
     /// Each pod measured, in the cell's order.
     pub series: Vec<RawPod>,
+    /// The GPU's telemetry over the measurement, a sample a second (NVML locally, the
+    /// DCGM exporter's series on Kubernetes): what the row's GPU columns summarise.
+    /// Empty where nothing was read (the CPU, or runs made before samples were kept).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_samples: Vec<GpuSample>,
 }
 
 impl RawCell {
@@ -328,6 +337,7 @@ mod tests {
             measured_s: 2.0,
             windows: 2,
             series: vec![pod],
+            gpu_samples: Vec::new(),
         };
         let text = raw_jsonl(std::slice::from_ref(&cell));
         assert!(String::from_utf8_lossy(&text).contains(r#""from":0,"counts":[1,0,3,2]"#));

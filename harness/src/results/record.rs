@@ -201,6 +201,29 @@ pub struct CellRecord {
     /// (aggregate rows; empty: not read).
     #[serde(default)]
     pub power_capped: Option<f64>,
+    /// The share of samples with a slowdown (those `clock_slowdown` names; aggregate
+    /// rows; empty: the reasons were not read).
+    #[serde(default)]
+    pub throttled_share: Option<f64>,
+    /// The SM clock over the measurement's samples, MHz: mean (aggregate rows; empty:
+    /// not read).
+    #[serde(default)]
+    pub sm_clock_mhz: Option<f64>,
+    /// Its lowest sample, MHz.
+    #[serde(default)]
+    pub sm_clock_min_mhz: Option<f64>,
+    /// The memory clock, MHz: mean.
+    #[serde(default)]
+    pub mem_clock_mhz: Option<f64>,
+    /// Its lowest sample, MHz.
+    #[serde(default)]
+    pub mem_clock_min_mhz: Option<f64>,
+    /// The GPU's temperature, °C: mean.
+    #[serde(default)]
+    pub temp_c: Option<f64>,
+    /// Its highest sample, °C.
+    #[serde(default)]
+    pub temp_max_c: Option<f64>,
 }
 
 /// The repeat of a row or plan recorded before `--repeat` existed: the only one.
@@ -306,6 +329,13 @@ impl CellRecord {
             gpus: None,
             clock_slowdown: None,
             power_capped: None,
+            throttled_share: None,
+            sm_clock_mhz: None,
+            sm_clock_min_mhz: None,
+            mem_clock_mhz: None,
+            mem_clock_min_mhz: None,
+            temp_c: None,
+            temp_max_c: None,
         }
     }
 
@@ -1084,6 +1114,7 @@ fn check_row(row: &CellRecord) -> std::result::Result<(), String> {
         ("slo_attainment_bound", row.slo_attainment_bound),
         ("fairness", row.fairness),
         ("power_capped", row.power_capped),
+        ("throttled_share", row.throttled_share),
     ] {
         // Above 1 by more than rounding (a fairness of 1.0000000000000002 is 1).
         if let Some(x) = share.filter(|x| *x > 1.0 + 1e-9) {

@@ -550,14 +550,7 @@ pub fn cell_rows(
         agg.mean_spread = finite(relative_spread(&means));
         agg.throughput_spread = finite(relative_spread(&tputs));
         agg.p50_spread = finite(relative_spread(&p50s));
-        agg.gpu_util_pct = summary.util_pct;
-        agg.gpu_mem_bytes = summary.mem_bytes;
-        agg.power_w = summary.power_w;
-        agg.energy_j_per_inference = summary.energy_j.map(|e| e / total_inf.max(1) as f64);
-        if let Some(c) = summary.clocks {
-            agg.clock_slowdown = Some(c.describe());
-            agg.power_capped = Some(f64::from(c.power_capped) / f64::from(c.samples));
-        }
+        set_telemetry(&mut agg, summary, total_inf);
         if let Some(base) = baseline {
             agg.speedup_vs_1pod = base.throughput_per_s.zip(agg.throughput_per_s).map(|(b, t)| t / b);
             agg.slowdown_vs_1pod = match (agg.mean_s, base.mean_s) {
@@ -572,6 +565,27 @@ pub fn cell_rows(
     rows.extend(per_gpu);
     rows.push(agg);
     rows
+}
+
+/// The GPU's telemetry over the measurement on an aggregate row of `inferences` (pure):
+/// utilisation, memory, power, energy per inference, what held the clocks down and how
+/// often, the clocks and the temperature. Every column is set (empty where nothing read
+/// it): `verify` recomputes a row's columns from its samples with it.
+pub fn set_telemetry(agg: &mut CellRecord, summary: &TelemetrySummary, inferences: u64) {
+    agg.gpu_util_pct = summary.util_pct;
+    agg.gpu_mem_bytes = summary.mem_bytes;
+    agg.power_w = summary.power_w;
+    agg.energy_j_per_inference = summary.energy_j.map(|e| e / inferences.max(1) as f64);
+    let share = |c: &crate::telemetry::ClockLimits, n: u32| f64::from(n) / f64::from(c.samples.max(1));
+    agg.clock_slowdown = summary.clocks.map(|c| c.describe());
+    agg.power_capped = summary.clocks.map(|c| share(&c, c.power_capped));
+    agg.throttled_share = summary.clocks.map(|c| share(&c, c.slowed));
+    agg.sm_clock_mhz = summary.sm_clock_mhz.map(|g| g.mean);
+    agg.sm_clock_min_mhz = summary.sm_clock_mhz.map(|g| g.min);
+    agg.mem_clock_mhz = summary.mem_clock_mhz.map(|g| g.mean);
+    agg.mem_clock_min_mhz = summary.mem_clock_mhz.map(|g| g.min);
+    agg.temp_c = summary.temp_c.map(|g| g.mean);
+    agg.temp_max_c = summary.temp_c.map(|g| g.max);
 }
 
 /// A cell's rows for each GPU its pods said they ran on (pure): the GPU's pods pooled

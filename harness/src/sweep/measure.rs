@@ -19,7 +19,7 @@ use crate::shutdown::Shutdown;
 use crate::stats::{Histogram, WindowStat, stable};
 use crate::sweep::cell::{CellLabels, Measured, Tracked, cell_rows, fell_behind, undecided_slos};
 use crate::sweep::progress::Progress;
-use crate::telemetry::{Sampler, Telemetry, TelemetrySummary};
+use crate::telemetry::{Sampler, Telemetry, TelemetrySummary, summarise};
 
 /// Measures the launched cell. `baseline` is the strategy's 1-pod aggregate row.
 #[allow(clippy::too_many_arguments)]
@@ -190,7 +190,8 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
                 break;
             }
         }
-        summary = sampler.finish(telemetry.clone()).await;
+        let gpu_samples = sampler.finish(telemetry.clone()).await;
+        summary = summarise(&gpu_samples);
         let (series, bounds): (Vec<RawPod>, Vec<Vec<f64>>) = order.iter().filter_map(|name| raw.remove(name)).unzip();
         raw_cell = Some(CellWindows {
             cell: RawCell {
@@ -201,6 +202,7 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
                 measured_s: measured.as_secs_f64(),
                 windows: windows.len() as u32,
                 series,
+                gpu_samples,
             },
             bounds,
         });

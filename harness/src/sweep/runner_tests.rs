@@ -869,3 +869,119 @@ async fn a_pod_whose_backlog_grows_fell_behind_whatever_its_rate_and_verify_rech
     let series = raw[0].series.iter().find(|s| s.pod == "pod-1").expect("pod-1 windows");
     assert_eq!(series.backlog().len(), series.windows.len() + 1);
 }
+
+/// A stream of NVML readings played back, one a reading, the last one again once the
+/// stream has run out.
+struct Replayed {
+    samples: Vec<crate::telemetry::GpuSample>,
+    next: Mutex<usize>,
+}
+
+impl crate::telemetry::Telemetry for Replayed {
+    fn sample(&self) -> Option<crate::telemetry::GpuSample> {
+        let mut i = self.next.lock().expect("lock");
+        let s = self.samples.get((*i).min(self.samples.len().checked_sub(1)?)).copied();
+        *i += 1;
+        s
+    }
+}
+
+/// A stream of NVML readings as the sampler takes them through a busy cell: SM clock at
+/// 1,980 MHz, memory at 2,619 MHz, power near its cap (reason 0x4 in every other
+/// sample), the temperature climbing a degree a sample. Made up in the shape of NVML's
+/// readings, not recorded.
+fn busy_gpu_samples() -> Vec<crate::telemetry::GpuSample> {
+    (0..40u32)
+        .map(|i| crate::telemetry::GpuSample {
+            at_s: 0.0,
+            util_pct: 100.0,
+            mem_used_bytes: 3 << 30,
+            power_w: 560.0 + f64::from(i % 3),
+            energy_mj: Some(1_000_000 + u64::from(i) * 560_000),
+            clock_reasons: Some(if i % 2 == 0 { 0x4 } else { 0x0 }),
+            sm_clock_mhz: Some(1980.0),
+            mem_clock_mhz: Some(2619.0),
+            temp_c: Some(45.0 + f64::from(i)),
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cell_measured_while_the_gpu_slowed_itself_is_flagged_and_its_samples_recheck() {
+    let busy = busy_gpu_samples();
+    // The same stream with NVML's hardware thermal slowdown (0x40) set in the second and
+    // third samples, and the SM clock cut to 1,000 MHz there, as a hot GPU shows.
+    let mut hot = busy.clone();
+    for s in &mut hot[1..3] {
+        s.clock_reasons = s.clock_reasons.map(|r| r | 0x40);
+        s.sm_clock_mhz = Some(1000.0);
+    }
+    let mut rows_of = Vec::new();
+    for (samples, name) in [(busy.clone(), "busy"), (hot, "thermal slowdown")] {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let plan = plan(tmp.path(), "mps", "1");
+        let b = FakeBackend::new(|_, n| (0..n).map(|_| PodScript::steady(100.0, 0.004)).collect());
+        let mut s = session(&plan, b.clone(), false);
+        s.telemetry = Arc::new(Replayed {
+            samples,
+            next: Mutex::new(0),
+        });
+        run_with_source(s, &b.metrics(), &Recorder::default(), &Shutdown::new())
+            .await
+            .expect("sweep");
+        let rows = cells(&plan);
+        let one = agg(&rows, Strategy::Mps, 1);
+        // The samples are kept beside the windows, and every GPU column recomputes.
+        let raw = crate::results::raw::read_raw(&plan.out.join("fake")).expect("raw");
+        // One at the start, one a second of the 3 s measured, one at the end.
+        assert!(raw[0].gpu_samples.len() >= 4, "{name}: {:?}", raw[0].gpu_samples);
+        assert!(raw[0].gpu_samples.windows(2).all(|w| w[0].at_s <= w[1].at_s));
+        let v = crate::report::verify::verify_dir(&plan.out.join("fake")).expect("verify");
+        assert!(v.mismatches.is_empty(), "{name}: {:?}", v.mismatches);
+        let data = crate::report::RunData::load(&plan.out.join("fake")).expect("run data");
+        rows_of.push((one, data.flags(Strategy::Mps, 1)));
+    }
+    let (cool, cool_flags) = &rows_of[0];
+    assert_eq!(cool.clock_slowdown.as_deref(), Some("none"));
+    assert_eq!(cool.throttled_share, Some(0.0));
+    assert!(cool_flags.is_empty(), "{cool_flags:?}");
+    assert!(cool.sm_clock_mhz.is_some() && cool.temp_max_c.is_some() && cool.mem_clock_mhz.is_some());
+    let (hot, hot_flags) = &rows_of[1];
+    let slowdown = hot.clock_slowdown.as_deref().expect("read");
+    assert!(slowdown.starts_with("hardware thermal slowdown in 2 of "), "{slowdown}");
+    assert!(hot.throttled_share.is_some_and(|s| s > 0.0));
+    assert_eq!(hot.sm_clock_min_mhz, Some(1000.0));
+    assert!(hot.sm_clock_mhz < cool.sm_clock_mhz);
+    assert_eq!(hot_flags, &[format!("throttled: {slowdown}")]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn verify_names_a_gpu_column_that_its_samples_do_not_give() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let plan = plan(tmp.path(), "mps", "1");
+    let b = FakeBackend::new(|_, n| (0..n).map(|_| PodScript::steady(100.0, 0.004)).collect());
+    let mut s = session(&plan, b.clone(), false);
+    s.telemetry = Arc::new(Replayed {
+        samples: busy_gpu_samples(),
+        next: Mutex::new(0),
+    });
+    run_with_source(s, &b.metrics(), &Recorder::default(), &Shutdown::new())
+        .await
+        .expect("sweep");
+    let path = plan.out.join("fake/cells.jsonl");
+    let text = std::fs::read_to_string(&path).expect("cells");
+    let mut lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).expect("row")).collect();
+    let agg = lines.iter_mut().find(|r| r["pod"] == "all").expect("aggregate");
+    agg["temp_max_c"] = serde_json::json!(20.0);
+    agg["clock_slowdown"] = serde_json::json!("hardware slowdown in 1 of 9 samples");
+    let edited: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    std::fs::write(&path, edited.join("\n") + "\n").expect("write");
+    let v = crate::report::verify::verify_dir(&plan.out.join("fake")).expect("verify");
+    assert_eq!(v.mismatches.len(), 2, "{:?}", v.mismatches);
+    assert!(
+        v.mismatches[0].contains("temp_max_c is 20 in cells.jsonl"),
+        "{:?}",
+        v.mismatches
+    );
+    assert!(v.mismatches[1].contains("clock_slowdown"), "{:?}", v.mismatches);
+}

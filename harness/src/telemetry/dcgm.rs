@@ -94,19 +94,63 @@ impl Telemetry for DcgmTelemetry {
             let mem_mib = self.client.value(&q("FB_USED", "sum")).await.ok()?;
             let power = self.client.value(&per_gpu("POWER_USAGE")).await.ok()?;
             let energy = self.client.value(&per_gpu("TOTAL_ENERGY_CONSUMPTION")).await.ok();
+            // Clocks and temperature are in the operator's default collectors (E8); the
+            // clock event reasons are not, and are read where a user's collectors add
+            // them (under DCGM's name since 3.3, or the older one).
+            let gauge = |m: &str, agg: &str| format!("{agg}(max by (UUID) (DCGM_FI_DEV_{m}{sel}))");
+            let sm_clock = self.client.value(&gauge("SM_CLOCK", "avg")).await.ok();
+            let mem_clock = self.client.value(&gauge("MEM_CLOCK", "avg")).await.ok();
+            let temp = self.client.value(&gauge("GPU_TEMP", "max")).await.ok();
+            let reasons = self
+                .client
+                .query(
+                    &format!(
+                        "max by (UUID) (DCGM_FI_DEV_CLOCKS_EVENT_REASONS{sel}) or max by (UUID) (DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{sel})"
+                    ),
+                    None,
+                )
+                .await
+                .ok()
+                .and_then(|v| union_of_masks(v.iter().map(|s| s.value)));
             Some(GpuSample {
+                at_s: 0.0,
                 util_pct: util,
                 mem_used_bytes: (mem_mib * 1024.0 * 1024.0) as u64,
                 power_w: power,
                 energy_mj: energy.map(|e| e as u64),
-                clock_reasons: None,
+                clock_reasons: reasons,
+                sm_clock_mhz: sm_clock.filter(|v| v.is_finite()),
+                mem_clock_mhz: mem_clock.filter(|v| v.is_finite()),
+                temp_c: temp.filter(|v| v.is_finite()),
             })
         })
     }
 }
 
+/// The reasons any of the GPUs' masks holds (pure): None when there is no mask (the
+/// series is not collected) or one is not a whole number.
+pub fn union_of_masks(values: impl IntoIterator<Item = f64>) -> Option<u64> {
+    let mut any = None;
+    for v in values {
+        if !(v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v < u64::MAX as f64) {
+            return None;
+        }
+        any = Some(any.unwrap_or(0) | v as u64);
+    }
+    any
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_gpus_clock_event_masks_are_joined() {
+        assert_eq!(super::union_of_masks([4.0, 64.0]), Some(0x44));
+        assert_eq!(super::union_of_masks([0.0]), Some(0));
+        assert_eq!(super::union_of_masks([]), None, "not collected: not read");
+        assert_eq!(super::union_of_masks([4.5]), None);
+        assert_eq!(super::union_of_masks([f64::NAN]), None);
+    }
+
     use super::*;
 
     #[test]

@@ -112,13 +112,18 @@ impl NvmlTelemetry {
 
 impl Telemetry for NvmlTelemetry {
     fn sample(&self) -> Option<GpuSample> {
+        use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
         let d = self.nvml.device_by_index(self.index).ok()?;
         Some(GpuSample {
+            at_s: 0.0,
             util_pct: d.utilization_rates().ok()?.gpu as f64,
             mem_used_bytes: d.memory_info().ok()?.used,
             power_w: d.power_usage().ok()? as f64 / 1000.0,
             energy_mj: d.total_energy_consumption().ok(),
             clock_reasons: d.current_throttle_reasons().ok().map(|r| r.bits()),
+            sm_clock_mhz: d.clock_info(Clock::SM).ok().map(f64::from),
+            mem_clock_mhz: d.clock_info(Clock::Memory).ok().map(f64::from),
+            temp_c: d.temperature(TemperatureSensor::Gpu).ok().map(f64::from),
         })
     }
 }

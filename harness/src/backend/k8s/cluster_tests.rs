@@ -99,7 +99,7 @@ pub(super) async fn trial_records<B: crate::backend::Backend>(
 const MIG_MANAGER_ADDS: &str = "nvidia.com/gpu.deploy.nvsm";
 
 /// The node's labels and the device-plugin ConfigMap, after the operator has settled.
-pub(super) async fn state(c: &TestCluster) -> (BTreeMap<String, String>, Option<BTreeMap<String, String>>) {
+pub(super) async fn state(c: &TestCluster) -> NodeState {
     c.node.settle(150.0).await;
     let node = Api::<Node>::all(c.admin.clone()).get("gpu-1").await.expect("node");
     let mut labels: BTreeMap<String, String> = node.metadata.labels.unwrap_or_default().into_iter().collect();
@@ -113,6 +113,45 @@ pub(super) async fn state(c: &TestCluster) -> (BTreeMap<String, String>, Option<
         .expect("ConfigMap")
         .map(|cm| cm.data.unwrap_or_default().into_iter().collect());
     (labels, cm)
+}
+
+/// The node's labels and the device plugin's ConfigMap, as [`state`] reads them.
+pub(super) type NodeState = (BTreeMap<String, String>, Option<BTreeMap<String, String>>);
+
+/// What differs between two [`state`]s, one line per key (empty when they agree).
+pub(super) fn state_diff(before: &NodeState, after: &NodeState) -> String {
+    fn diff(what: &str, a: &BTreeMap<String, String>, b: &BTreeMap<String, String>, out: &mut Vec<String>) {
+        let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+        for k in keys {
+            let (x, y) = (a.get(k), b.get(k));
+            if x != y {
+                out.push(format!("{what} {k}: {x:?} before, {y:?} after"));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    diff("label", &before.0, &after.0, &mut out);
+    match (&before.1, &after.1) {
+        (Some(a), Some(b)) => diff("ConfigMap key", a, b, &mut out),
+        (None, None) => {}
+        (a, b) => out.push(format!(
+            "ConfigMap device-plugin-config: {} before, {} after",
+            if a.is_some() { "present" } else { "absent" },
+            if b.is_some() { "present" } else { "absent" }
+        )),
+    }
+    out.join("\n")
+}
+
+/// Fails with what differs first (then the cluster's log) when the node or the
+/// ConfigMap is not as it was in `before`.
+pub(super) async fn assert_state(c: &TestCluster, before: &NodeState, what: &str) {
+    let diff = state_diff(before, &state(c).await);
+    assert!(
+        diff.is_empty(),
+        "{what}: the node is not as it began:\n{diff}\n{}",
+        c.log()
+    );
 }
 
 /// A cluster where the user applied the base manifests generated for its node, as the
@@ -260,7 +299,7 @@ async fn a_workload_deployment_applied_by_kubectl_is_refused_before_any_change_a
         ) && err.contains("kubectl delete deployment -n gpushare-bench gpushare-workload"),
         "{err}"
     );
-    assert_eq!(state(&c).await, before, "refused before any change\n{}", c.log());
+    assert_state(&c, &before, "refused before any change").await;
     c.kubectl(&["get", "deployment", "-n", "gpushare-bench", "gpushare-workload"])
         .unwrap_or_else(|e| panic!("the user's Deployment is gone: {e}"));
 }
@@ -339,7 +378,12 @@ pub(super) async fn kill_when(c: &TestCluster, plan: &SweepPlan, when: impl Fn(&
         () = journal_shows(&path, when) => {}
     }
     // The label patch that follows the journal entry reaches the cluster or not; either
-    // way the node is mid-switch now.
+    // way the node is mid-switch now. Dropping the sweep does not recall a request it
+    // had already handed to the client's connection: that request still lands, as a
+    // killed process's last write does, but here it could land after the restore that
+    // follows. A killed harness is restored by a new process, seconds later at the
+    // least, so the test lets the last write land first.
+    tokio::time::sleep(Duration::from_secs(2)).await;
 }
 
 /// A node whose user had chosen a device-plugin config entry of their own.
@@ -369,7 +413,7 @@ async fn killed_mid_mig_switch_then_resumed_restores_the_original_labels_from_th
         .unwrap_or_else(|e| panic!("resume: {e}\n{}", c.log()));
     assert_eq!(outcome.failed, 0, "{}", c.log());
     check_cells(&c, dir.path(), 6);
-    assert_eq!(state(&c).await, before, "{}", c.log());
+    assert_state(&c, &before, "after the run").await;
     // `restore --node` afterwards has nothing left to do.
     let path = dir.path().join("sim").join(journal::FILE);
     let client = c.harness_client().await.expect("client");
@@ -410,7 +454,7 @@ async fn killed_mid_mps_switch_then_restore_node_puts_back_only_what_the_harness
         .await
         .unwrap_or_else(|e| panic!("restore: {e}\n{}", c.log()));
     assert!(!report.undone.is_empty());
-    assert_eq!(state(&c).await, before, "{}", c.log());
+    assert_state(&c, &before, "after the run").await;
     let again = restore_from_journal(&client, &path, &settings(&p), &Shutdown::new())
         .await
         .expect("second restore");
@@ -433,12 +477,12 @@ async fn interrupted_then_resumed_restores_at_the_end_of_the_resumed_run() {
     )
     .await;
     assert!(matches!(&result, Err(e) if e.is_interrupt()), "{result:?}");
-    assert_eq!(state(&c).await, before, "Ctrl-C restores\n{}", c.log());
+    assert_state(&c, &before, "Ctrl-C restores").await;
     // The resumed run changes the node again, and must put it back again.
     sweep(&c, &p, true)
         .await
         .unwrap_or_else(|e| panic!("resume: {e}\n{}", c.log()));
-    assert_eq!(state(&c).await, before, "the resumed run restores\n{}", c.log());
+    assert_state(&c, &before, "the resumed run restores").await;
     let j = journal::read(&dir.path().join("sim").join(journal::FILE))
         .expect("journal")
         .expect("exists");
@@ -643,7 +687,7 @@ async fn on_a_node_with_two_gpus_every_cell_fills_both_and_each_gpu_gets_its_row
     assert_eq!(ex3.iter().filter(|r| r.is_gpu_row()).count(), 2);
     // MIG instances are devices of their own: no GPU rows.
     assert!(of("mig-3").iter().all(|r| !r.is_gpu_row()));
-    assert_eq!(state(&c).await, before, "{}", c.log());
+    assert_state(&c, &before, "after the run").await;
     // The report pools the GPUs in its tables and splits them in its per-GPU ones.
     let data = crate::report::RunData::load(&dir.path().join("sim")).expect("run");
     let report = crate::report::render(&data).expect("report");
@@ -748,7 +792,7 @@ async fn own_server_sweep(server: &str) -> (Vec<String>, Vec<String>) {
     assert!(text.lines().all(|l| l.contains("\"model\":\"custom\"")), "{text}");
     let run = crate::results::store::read_run(&dir.path().join("sim/run.json")).expect("run.json");
     assert_eq!(run.plan.server_args.as_ref(), p.server_args(), "recorded for --resume");
-    assert_eq!(state(&c).await, before, "{}", c.log());
+    assert_state(&c, &before, "after the run").await;
     let left = workload_leftovers(&c).await;
     assert!(left.is_empty(), "{left:?}");
     let mut ran: Vec<(String, Vec<String>, Vec<String>)> = c
@@ -810,7 +854,7 @@ async fn another_config_name_is_followed_when_rbac_allows_it() {
         err.contains("time-slicing-config") && err.contains("forbidden"),
         "{err}"
     );
-    assert_eq!(state(&c).await, before, "refused before any change\n{}", c.log());
+    assert_state(&c, &before, "refused before any change").await;
     // RBAC written for that name (`objects::rbac` with the ClusterPolicy's ConfigMap).
     let cm = objects::PluginConfigMap {
         namespace: "gpu-operator".into(),
@@ -825,7 +869,7 @@ async fn another_config_name_is_followed_when_rbac_allows_it() {
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
     check_cells(&c, dir.path(), 4);
-    assert_eq!(state(&c).await, before, "{}", c.log());
+    assert_state(&c, &before, "after the run").await;
 }
 
 /// Sets the verbs of rule `rule` of Role `role` in `ns`, as an administrator editing the
@@ -928,7 +972,7 @@ async fn an_h100_nvl_gets_its_own_layout_and_a_layout_that_matches_nothing_is_na
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
     check_cells(&c, dir.path(), 2);
-    assert_eq!(state(&c).await, before, "{}", c.log());
+    assert_state(&c, &before, "after the run").await;
     // all-1g.10gb on an NVL: mig-parted says success and changes nothing (F4).
     let dir = tempfile::tempdir().expect("tmp");
     let p = mig_plan(dir.path(), Some("all-1g.10gb"));
@@ -942,7 +986,7 @@ async fn an_h100_nvl_gets_its_own_layout_and_a_layout_that_matches_nothing_is_na
         t.elapsed() < Duration::from_secs_f64(1800.0 / SPEED),
         "named before the MIG timeout"
     );
-    assert_eq!(state(&c).await, before, "restored after the failure\n{}", c.log());
+    assert_state(&c, &before, "restored after the failure").await;
 }
 
 /// Every change the journal records is a point where a SIGKILL can land: between the
@@ -976,7 +1020,7 @@ async fn killed_at_every_journaled_change_restore_puts_the_node_back() {
         restore_from_journal(&client, &path, &settings(&p), &Shutdown::new())
             .await
             .unwrap_or_else(|e| panic!("kill after change {k}: restore: {e}\n{}", c.log()));
-        assert_eq!(state(&c).await, before, "kill after change {k} of {total}\n{}", c.log());
+        assert_state(&c, &before, &format!("kill after change {k} of {total}")).await;
     }
 }
 
@@ -1170,5 +1214,5 @@ async fn a_mig_capacity_search_fits_one_pod_per_instance_and_the_eighth_stays_pe
     let mig = &table[0];
     assert_eq!((mig.pods_fit, mig.first_miss_pods), (Some(7), Some(8)), "{mig:?}");
     assert!(mig.first_miss.contains("is pending"), "{}", mig.first_miss);
-    assert_eq!(state(&c).await, before, "{}", c.log());
+    assert_state(&c, &before, "after the run").await;
 }

@@ -465,10 +465,7 @@ impl crate::telemetry::Telemetry for ScopeProbe {
             .sum();
         Some(crate::telemetry::GpuSample {
             util_pct: util,
-            mem_used_bytes: 0,
-            power_w: 0.0,
-            energy_mj: None,
-            clock_reasons: None,
+            ..crate::telemetry::GpuSample::default()
         })
     }
 }
