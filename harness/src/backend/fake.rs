@@ -186,9 +186,9 @@ impl Backend for FakeBackend {
     }
 
     async fn prepare(&mut self, arm: crate::domain::Arm, _shutdown: &Shutdown) -> Result<Prepared> {
-        // A time-slice interval is DRA's: the plan gives one to no other backend.
+        // The log names the arm (a plain strategy's name is the strategy's).
         let strategy = arm.strategy;
-        self.log(format!("prepare {strategy}"));
+        self.log(format!("prepare {arm}"));
         Ok(if self.unavailable.contains(&strategy) {
             Prepared::Unavailable(format!("{strategy} is scripted unavailable"))
         } else {

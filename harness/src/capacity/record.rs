@@ -59,6 +59,12 @@ pub struct CapacityRecord {
     pub note: String,
     /// Time-slicing through DRA: the claims' interval (empty otherwise).
     pub timeslice: Option<crate::domain::TimeSliceInterval>,
+    /// MPS with `--mps-threads`: each client's share of the SMs (empty: auto).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mps_threads: Option<crate::domain::MpsThreads>,
+    /// MPS with `--mps-memory`: each client's pinned memory (empty: auto).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mps_memory: Option<crate::domain::MpsMemory>,
 }
 
 impl CapacityRecord {
@@ -67,6 +73,10 @@ impl CapacityRecord {
         crate::domain::Arm {
             strategy: self.strategy,
             timeslice: self.timeslice,
+            mps: crate::domain::MpsLimits {
+                threads: self.mps_threads.unwrap_or_default(),
+                memory: self.mps_memory.unwrap_or_default(),
+            },
         }
     }
 }
@@ -126,6 +136,8 @@ pub fn records(run: &RunRecord, cells: &[CellRecord]) -> Vec<CapacityRecord> {
                 run_id: run.run_id.clone(),
                 strategy: arm.strategy,
                 timeslice: arm.timeslice,
+                mps_threads: Some(arm.mps.threads).filter(|t| *t != crate::domain::MpsThreads::Auto),
+                mps_memory: Some(arm.mps.memory).filter(|m| *m != crate::domain::MpsMemory::Auto),
                 offered_per_pod: per_pod,
                 slos: slos.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
                 searched_to: limit,

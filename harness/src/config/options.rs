@@ -9,9 +9,10 @@ use clap::Args;
 use serde::{Deserialize, Serialize};
 
 use crate::config::values::{
-    BackendKind, DeviceChoice, List, Load, Model, PodCount, Precision, PrometheusSetting, Quantity, SharingApi, Slo,
-    Span, StrategyName, TimeSlice,
+    BackendKind, DeviceChoice, List, Load, Model, PodCount, Precision, PrometheusSetting, SharingApi, Slo, Span,
+    StrategyName, TimeSlice,
 };
+use crate::domain::{MpsMemory, MpsThreads};
 use crate::error::{BenchError, Result};
 
 /// Values a sweep can take from flags or the config file (all optional here; defaults
@@ -144,12 +145,12 @@ pub struct SweepOptions {
     /// DRA: time-slicing's intervals, comma-separated from default, short, medium, long: each is set by the driver on the claim's GPU (feature gate TimeSlicingSettings) and measured as its own rows, e.g. --timeslice default,short,long [default: no GpuConfig: the GPU time-sliced as the node has it].
     #[arg(long)]
     pub timeslice: Option<List<TimeSlice>>,
-    /// DRA: each MPS client's share of the SMs, percent (0 to 100) [default: 100 / max(2, pods), as the device plugin gives].
+    /// MPS: each client's share of the SMs (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), comma-separated, each its own rows: auto (the device plugin's equal split, 100 / the cell's clients) or a percentage from 1 to 100, e.g. --mps-threads auto,100. Local and DRA sweeps; the device plugin's MPS sharing knows only auto [default: auto].
     #[arg(long)]
-    pub mps_thread_percentage: Option<u32>,
-    /// DRA: each MPS client's pinned device memory, a quantity such as 20Gi [default: the GPU's memory / max(2, pods), from its ResourceSlice].
+    pub mps_threads: Option<List<MpsThreads>>,
+    /// MPS: each client's pinned device memory (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT), comma-separated, each its own rows: auto (the GPU's memory / the cell's clients), none (no limit) or a size such as 20Gi or 20480Mi, e.g. --mps-memory auto,none. Local and DRA sweeps, as --mps-threads [default: auto].
     #[arg(long)]
-    pub mps_memory_limit: Option<Quantity>,
+    pub mps_memory: Option<List<MpsMemory>>,
 }
 
 impl SweepOptions {

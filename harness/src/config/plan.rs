@@ -36,22 +36,14 @@ impl MeasureSettings {
     }
 }
 
-/// What a DRA sweep may set beyond the strategy (`--timeslice`, `--mps-thread-percentage`,
-/// `--mps-memory-limit`).
+/// What a DRA sweep may set beyond the strategy (`--timeslice`; MPS's limits are the
+/// plan's arms, as on every backend).
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct DraSettings {
     /// Time-slicing's intervals, each its own arm of the sweep (`--timeslice
     /// default,short,long`; none: one shared claim without config).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub timeslices: Vec<crate::domain::TimeSliceInterval>,
-    /// MPS: each client's share of the SMs, percent (None: 100 / the device plugin's
-    /// replicas for the cell, as `--sharing-api device-plugin` gives).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mps_thread_percentage: Option<u32>,
-    /// MPS: each client's pinned device memory, a quantity (None: the GPU's memory /
-    /// the replicas, when the ResourceSlice publishes it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mps_memory_limit: Option<String>,
 }
 
 /// A validated sweep.
@@ -77,6 +69,12 @@ pub struct SweepPlan {
     pub load: Load,
     /// Latency objectives each row is judged against.
     pub slos: Vec<Slo>,
+    /// MPS: each client's share of the SMs, each its own arm (`--mps-threads`; empty:
+    /// auto alone).
+    pub mps_threads: Vec<crate::domain::MpsThreads>,
+    /// MPS: each client's pinned memory, each its own arm (`--mps-memory`; empty: auto
+    /// alone).
+    pub mps_memory: Vec<crate::domain::MpsMemory>,
     /// Measurement settings.
     pub measure: MeasureSettings,
     /// Results directory.
@@ -386,9 +384,13 @@ type OwnSettled = (
 
 impl SweepPlan {
     /// The sweep's arms in order: each strategy, time-slicing once per `--timeslice`
-    /// interval (DRA).
+    /// interval (DRA), MPS once per `--mps-threads` and `--mps-memory` value.
     pub fn arms(&self) -> Vec<crate::domain::Arm> {
-        crate::domain::arms(&self.strategies, self.dra().map_or(&[], |d| &d.timeslices))
+        crate::domain::arms(
+            &self.strategies,
+            self.dra().map_or(&[], |d| &d.timeslices),
+            (&self.mps_threads, &self.mps_memory),
+        )
     }
 
     /// Whether the pods run a server of the user's own (`--workload-cmd` or
@@ -681,13 +683,8 @@ impl SweepPlan {
             validate_run_id(id)?;
         }
         kubernetes_names(&o)?;
-        let sharing = sharing(
-            o.sharing_api,
-            o.timeslice.clone(),
-            o.mps_thread_percentage,
-            o.mps_memory_limit.as_ref(),
-            backend,
-        )?;
+        let sharing = sharing(o.sharing_api, o.timeslice.clone(), backend)?;
+        let (mps_threads, mps_memory) = mps_limits(&o, &strategies, backend, &sharing)?;
         if let Sharing::Dra(dra) = &sharing
             && !dra.timeslices.is_empty()
             && !strategies.contains(&Strategy::TimeSlicing)
@@ -749,6 +746,8 @@ impl SweepPlan {
             repeat,
             load,
             slos,
+            mps_threads,
+            mps_memory,
             measure,
             out: o.out.unwrap_or_else(|| PathBuf::from(DEFAULT_OUT)),
             run_id: o.run_id,
@@ -980,8 +979,6 @@ fn kubernetes_plan(o: &SweepOptions, server_args: Option<Vec<String>>, sharing: 
 fn sharing(
     api: Option<crate::config::values::SharingApi>,
     timeslices: Option<crate::config::values::List<crate::config::values::TimeSlice>>,
-    mps_thread_percentage: Option<u32>,
-    mps_memory_limit: Option<&crate::config::values::Quantity>,
     backend: BackendKind,
 ) -> Result<Sharing> {
     use crate::config::values::SharingApi;
@@ -993,11 +990,7 @@ fn sharing(
             "ResourceClaims are Kubernetes': give --backend kubernetes --node NODE",
         ));
     }
-    let dra_only = [
-        ("--timeslice", timeslices.as_ref().map(ToString::to_string)),
-        ("--mps-thread-percentage", mps_thread_percentage.map(|p| p.to_string())),
-        ("--mps-memory-limit", mps_memory_limit.map(ToString::to_string)),
-    ];
+    let dra_only = [("--timeslice", timeslices.as_ref().map(ToString::to_string))];
     if api != SharingApi::Dra
         && let Some((flag, Some(value))) = dra_only.into_iter().find(|(_, v)| v.is_some())
     {
@@ -1007,23 +1000,55 @@ fn sharing(
             "a setting of the DRA driver's GpuConfig: give --sharing-api dra (the device plugin's sharing has no such setting per pod)",
         ));
     }
-    if let Some(p) = mps_thread_percentage.filter(|p| *p > 100) {
-        return Err(BenchError::flag(
-            "--mps-thread-percentage",
-            &p.to_string(),
-            "a percentage from 0 to 100 (the driver refuses more than 100)",
-        ));
-    }
     Ok(match api {
         SharingApi::DevicePlugin => Sharing::DevicePlugin,
         SharingApi::Dra => Sharing::Dra(DraSettings {
             timeslices: timeslices
                 .map(|l| l.0.into_iter().map(|t| t.0).collect())
                 .unwrap_or_default(),
-            mps_thread_percentage,
-            mps_memory_limit: mps_memory_limit.map(ToString::to_string),
         }),
     })
+}
+
+/// `--mps-threads` and `--mps-memory`, checked against the plan: MPS must be swept, and
+/// the device plugin's MPS sharing has no per-client setting (its config names only a
+/// node's replicas, which split the SMs and memory equally).
+fn mps_limits(
+    o: &SweepOptions,
+    strategies: &[Strategy],
+    backend: BackendKind,
+    sharing: &Sharing,
+) -> Result<(Vec<crate::domain::MpsThreads>, Vec<crate::domain::MpsMemory>)> {
+    use crate::domain::{MpsMemory, MpsThreads};
+    let threads: Vec<MpsThreads> = o.mps_threads.clone().map(|l| l.0).unwrap_or_default();
+    let memory: Vec<MpsMemory> = o.mps_memory.clone().map(|l| l.0).unwrap_or_default();
+    let given = [
+        ("--mps-threads", &o.mps_threads.as_ref().map(ToString::to_string)),
+        ("--mps-memory", &o.mps_memory.as_ref().map(ToString::to_string)),
+    ];
+    for (flag, value) in given {
+        let Some(value) = value else { continue };
+        if !strategies.contains(&Strategy::Mps) {
+            return Err(BenchError::flag(
+                flag,
+                value,
+                "sets MPS's client limits: add mps to --strategies",
+            ));
+        }
+    }
+    let not_auto = threads.iter().any(|t| *t != MpsThreads::Auto) || memory.iter().any(|m| *m != MpsMemory::Auto);
+    if backend == BackendKind::Kubernetes
+        && matches!(sharing, Sharing::DevicePlugin)
+        && not_auto
+        && let Some((flag, Some(value))) = given.into_iter().find(|(_, v)| v.is_some())
+    {
+        return Err(BenchError::flag(
+            flag,
+            value,
+            "the device plugin's MPS sharing splits the GPU equally among a node's replicas and has no per-client setting (only auto): give --sharing-api dra, whose claims set each client's limits",
+        ));
+    }
+    Ok((threads, memory))
 }
 
 /// The first of the Kubernetes backend's flags given, which the local backend refuses:
@@ -1393,8 +1418,8 @@ mod tests {
         let p = SweepPlan::from_options(SweepOptions {
             sharing_api: Some(SharingApi::Dra),
             timeslice: Some("long,short".parse().expect("intervals")),
-            mps_thread_percentage: Some(25),
-            mps_memory_limit: Some("20Gi".parse().expect("quantity")),
+            mps_threads: Some("auto,25".parse().expect("threads")),
+            mps_memory: Some("20Gi".parse().expect("memory")),
             ..k8s()
         })
         .expect("plan");
@@ -1404,12 +1429,15 @@ mod tests {
         let arms: Vec<String> = p.arms().into_iter().map(crate::domain::Arm::name).collect();
         assert_eq!(
             arms,
-            ["exclusive", "time-slicing-long", "time-slicing-short", "mps", "mig"],
-            "one time-slicing arm per interval, in the flag's order"
-        );
-        assert_eq!(
-            (dra.mps_thread_percentage, dra.mps_memory_limit.as_deref()),
-            (Some(25), Some("20Gi"))
+            [
+                "exclusive",
+                "time-slicing-long",
+                "time-slicing-short",
+                "mps-memory20480mi",
+                "mps-threads25-memory20480mi",
+                "mig"
+            ],
+            "one time-slicing arm per interval, one MPS arm per limit, in the flags' order"
         );
         let record = crate::results::record::PlanRecord::from_plan(
             &p,
@@ -1425,6 +1453,10 @@ mod tests {
             "the flag's spelling"
         );
         assert_eq!(record.arms(), p.arms());
+        assert_eq!(
+            (json["mps_threads"].clone(), json["mps_memory"].clone()),
+            (serde_json::json!(["auto", "25"]), serde_json::json!(["20Gi"]))
+        );
         // The device plugin's runs record neither.
         let plain = crate::results::record::PlanRecord::from_plan(
             &SweepPlan::from_options(k8s()).expect("plan"),
@@ -1459,17 +1491,46 @@ mod tests {
             ),
             (
                 SweepOptions {
-                    sharing_api: Some(SharingApi::Dra),
-                    mps_thread_percentage: Some(101),
+                    mps_threads: Some("auto,100".parse().expect("threads")),
                     ..k8s()
                 },
-                "bad --mps-thread-percentage `101`: a percentage from 0 to 100",
+                "bad --mps-threads `auto,100`: the device plugin's MPS sharing splits the GPU equally",
+            ),
+            (
+                SweepOptions {
+                    mps_memory: Some("none".parse().expect("memory")),
+                    strategies: Some("exclusive,time-slicing".parse().expect("strategies")),
+                    ..opts()
+                },
+                "bad --mps-memory `none`: sets MPS's client limits: add mps to --strategies",
             ),
         ] {
             let e = bad(o);
             assert!(e.contains(says), "{says:?} not in {e:?}");
         }
         assert!("Long".parse::<crate::config::values::TimeSlice>().is_err());
+        // auto is what the device plugin gives; locally every limit is the client's own.
+        assert!(
+            SweepPlan::from_options(SweepOptions {
+                mps_threads: Some("auto".parse().expect("auto")),
+                ..k8s()
+            })
+            .is_ok()
+        );
+        let local = SweepPlan::from_options(SweepOptions {
+            mps_threads: Some("auto,100".parse().expect("threads")),
+            mps_memory: Some("auto,none".parse().expect("memory")),
+            ..opts()
+        })
+        .expect("local");
+        assert_eq!(
+            local
+                .arms()
+                .iter()
+                .filter(|a| a.strategy == crate::domain::Strategy::Mps)
+                .count(),
+            4
+        );
         for (q, bytes) in [("20Gi", 20u64 << 30), ("512Mi", 512 << 20), ("2G", 2_000_000_000)] {
             assert_eq!(q.parse::<crate::config::values::Quantity>().map(|q| q.bytes), Ok(bytes));
         }

@@ -52,6 +52,8 @@ pub fn plan(args: IsolationArgs) -> Result<SweepPlan> {
         ("--max-cell", o.max_cell.as_ref().map(|s| s.text.clone())),
         ("--repeat", o.repeat.map(|r| r.to_string())),
         ("--load", o.load.map(|l| l.to_string())),
+        ("--mps-threads", o.mps_threads.as_ref().map(ToString::to_string)),
+        ("--mps-memory", o.mps_memory.as_ref().map(ToString::to_string)),
     ];
     if let Some((flag, Some(value))) = sweep_only.into_iter().find(|(_, v)| v.is_some()) {
         return Err(BenchError::flag(

@@ -9,7 +9,7 @@ use std::borrow::Cow;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::domain::{Arm, CellStatus, Strategy, TimeSliceInterval};
+use crate::domain::{Arm, CellStatus, MpsMemory, MpsThreads, Strategy, TimeSliceInterval};
 use crate::error::{BenchError, Result};
 use crate::results::record::CellRecord;
 
@@ -24,7 +24,7 @@ const LOG_SPAN: f64 = 10.0;
 /// Colour, marker and dash of an arm (Okabe–Ito colours of distinct lightness): each
 /// strategy its own; time-slicing's DRA intervals its triangle with a colour and dash
 /// each (plain time-slicing and the default interval share blue: a run has one or the
-/// other).
+/// other); MPS's client limits its square in a darker or lighter shade and a dash each.
 pub(crate) fn look(a: impl Into<Arm>) -> (RGBColor, usize, Option<(u32, u32)>) {
     let a = a.into();
     match (a.strategy, a.timeslice) {
@@ -33,7 +33,13 @@ pub(crate) fn look(a: impl Into<Arm>) -> (RGBColor, usize, Option<(u32, u32)>) {
         (Strategy::TimeSlicing, Some(TimeSliceInterval::Short)) => (RGBColor(86, 180, 233), 1, Some((4, 3))),
         (Strategy::TimeSlicing, Some(TimeSliceInterval::Medium)) => (RGBColor(204, 121, 167), 1, Some((7, 4))),
         (Strategy::TimeSlicing, Some(TimeSliceInterval::Long)) => (RGBColor(230, 159, 0), 1, Some((18, 5))),
-        (Strategy::Mps, _) => (RGBColor(213, 94, 0), 2, Some((3, 4))),
+        // MPS's square, in shades of its vermilion by its client limits.
+        (Strategy::Mps, _) => match (a.mps.threads == MpsThreads::Auto, a.mps.memory == MpsMemory::Auto) {
+            (true, true) => (RGBColor(213, 94, 0), 2, Some((3, 4))),
+            (false, true) => (RGBColor(140, 50, 0), 2, Some((12, 3))),
+            (true, false) => (RGBColor(245, 150, 95), 2, Some((2, 2))),
+            (false, false) => (RGBColor(90, 30, 0), 2, None),
+        },
         (Strategy::Mig, _) => (RGBColor(0, 158, 115), 3, Some((14, 4))),
     }
 }

@@ -251,7 +251,7 @@ fn environment(data: &RunData) -> Vec<(String, String)> {
         rows.push((
             "Sharing API".into(),
             format!(
-                "DRA: ResourceClaims with NVIDIA's DRA driver's GpuConfig (time-slice interval {}; MPS threads {}, pinned memory {})",
+                "DRA: ResourceClaims with NVIDIA's DRA driver's GpuConfig (time-slice interval {}; MPS's client limits as each MPS row says, auto: 100/max(2, N)% of the SMs and the GPU's memory/max(2, N))",
                 if d.timeslices.is_empty() {
                     "none: the GPU as the node had it".into()
                 } else {
@@ -260,9 +260,6 @@ fn environment(data: &RunData) -> Vec<(String, String)> {
                         crate::config::values::List(d.timeslices.clone())
                     )
                 },
-                d.mps_thread_percentage
-                    .map_or("100/max(2, N)%".into(), |t| format!("{t}%")),
-                d.mps_memory_limit.as_deref().unwrap_or("the GPU's memory/max(2, N)")
             ),
         ));
     } else if p.backend == crate::config::values::BackendKind::Kubernetes {

@@ -76,6 +76,12 @@ pub struct RawCell {
     /// Time-slicing through DRA: the claims' interval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeslice: Option<TimeSliceInterval>,
+    /// MPS with `--mps-threads`: each client's share of the SMs (absent: auto).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mps_threads: Option<crate::domain::MpsThreads>,
+    /// MPS with `--mps-memory`: each client's pinned memory (absent: auto).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mps_memory: Option<crate::domain::MpsMemory>,
     /// Pods requested.
     pub pods: u32,
     /// The measured time, seconds: the cell's time base (its aggregate's `duration_s`).
@@ -97,6 +103,10 @@ impl RawCell {
         Arm {
             strategy: self.strategy,
             timeslice: self.timeslice,
+            mps: crate::domain::MpsLimits {
+                threads: self.mps_threads.unwrap_or_default(),
+                memory: self.mps_memory.unwrap_or_default(),
+            },
         }
     }
 }
@@ -333,6 +343,8 @@ mod tests {
             repeat: 1,
             strategy: Strategy::Mps,
             timeslice: None,
+            mps_threads: None,
+            mps_memory: None,
             pods: 1,
             measured_s: 2.0,
             windows: 2,

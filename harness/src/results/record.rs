@@ -176,6 +176,14 @@ pub struct CellRecord {
     /// (its own rows beside the other intervals'; empty otherwise).
     #[serde(default)]
     pub timeslice: Option<crate::domain::TimeSliceInterval>,
+    /// MPS with `--mps-threads`: each client's share of the SMs, percent (empty: auto,
+    /// the device plugin's equal split, and on other strategies' rows).
+    #[serde(default)]
+    pub mps_threads: Option<crate::domain::MpsThreads>,
+    /// MPS with `--mps-memory`: each client's pinned memory, `none` or a size (empty:
+    /// auto, and on other strategies' rows).
+    #[serde(default)]
+    pub mps_memory: Option<crate::domain::MpsMemory>,
     /// Local `--gpus`: the index of the GPU that measured the cell (`environment.gpus`
     /// has its UUID); empty on a run of one GPU.
     #[serde(default)]
@@ -323,6 +331,8 @@ impl CellRecord {
             goodput_per_s: None,
             load_seed: None,
             timeslice: None,
+            mps_threads: None,
+            mps_memory: None,
             gpu: None,
             other_gpus_busy: None,
             gpu_uuid: None,
@@ -339,11 +349,16 @@ impl CellRecord {
         }
     }
 
-    /// The arm the row belongs to: its strategy and DRA time-slice interval.
+    /// The arm the row belongs to: its strategy, DRA time-slice interval and MPS
+    /// client limits.
     pub fn arm(&self) -> crate::domain::Arm {
         crate::domain::Arm {
             strategy: self.strategy,
             timeslice: self.timeslice,
+            mps: crate::domain::MpsLimits {
+                threads: self.mps_threads.unwrap_or_default(),
+                memory: self.mps_memory.unwrap_or_default(),
+            },
         }
     }
 
@@ -440,9 +455,17 @@ pub struct PlanRecord {
     /// Kubernetes: how pods got their share (`--sharing-api`; absent: device-plugin).
     #[serde(default, skip_serializing_if = "is_device_plugin")]
     pub sharing_api: crate::config::values::SharingApi,
-    /// Kubernetes with DRA: the claims' time-slice intervals and MPS limits as given.
+    /// Kubernetes with DRA: the claims' time-slice intervals as given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dra: Option<crate::config::plan::DraSettings>,
+    /// MPS: each client's shares of the SMs, each its own arm (`--mps-threads`; absent:
+    /// auto).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mps_threads: Vec<crate::domain::MpsThreads>,
+    /// MPS: each client's pinned memory limits, each its own arm (`--mps-memory`;
+    /// absent: auto).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mps_memory: Vec<crate::domain::MpsMemory>,
     /// Local: the GPU asked for (`--gpu`; absent: GPU 0). The GPU measured is the one
     /// `environment.gpus` records.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -482,7 +505,7 @@ impl PlanRecord {
     pub fn arms(&self) -> Vec<crate::domain::Arm> {
         let none = Vec::new();
         let timeslices = self.dra.as_ref().map_or(&none, |d| &d.timeslices);
-        crate::domain::arms(&self.strategies, timeslices)
+        crate::domain::arms(&self.strategies, timeslices, (&self.mps_threads, &self.mps_memory))
     }
 
     /// The plan as recorded in run.json, after device resolution (the CPU smoke pipeline
@@ -532,6 +555,8 @@ impl PlanRecord {
             request: plan.request.clone(),
             sharing_api: plan.sharing_api(),
             dra: plan.dra().cloned(),
+            mps_threads: plan.mps_threads.clone(),
+            mps_memory: plan.mps_memory.clone(),
             gpu: plan.local().and_then(|l| l.gpu.clone()),
             gpus: plan.gpus().to_vec(),
             allow_busy_gpu: plan.local().is_some_and(|l| l.allow_busy_gpu),
@@ -771,6 +796,39 @@ impl PlanRecord {
                     path,
                     "plan.dra.timeslices",
                     "intervals of time-slicing, which plan.strategies does not list",
+                ));
+            }
+        }
+        // MPS's client limits: each value once, MPS swept, and only auto where the device
+        // plugin shares the GPU (its config has no per-client setting).
+        for (field, values) in [
+            (
+                "plan.mps_threads",
+                self.mps_threads.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            ),
+            (
+                "plan.mps_memory",
+                self.mps_memory.iter().map(ToString::to_string).collect(),
+            ),
+        ] {
+            let mut seen = values.clone();
+            seen.sort_unstable();
+            seen.dedup();
+            if seen.len() != values.len() {
+                return Err(bad_field(path, field, "a value is listed twice"));
+            }
+            if !values.is_empty() && !self.strategies.contains(&Strategy::Mps) {
+                return Err(bad_field(
+                    path,
+                    field,
+                    "limits of MPS, which plan.strategies does not list",
+                ));
+            }
+            if self.backend == BackendKind::Kubernetes && self.dra.is_none() && values.iter().any(|v| v != "auto") {
+                return Err(bad_field(
+                    path,
+                    field,
+                    "a limit other than auto on the device plugin's MPS sharing, which has none per client",
                 ));
             }
         }
@@ -1177,7 +1235,7 @@ mod tests {
         let path = Path::new("results/r/run.json");
         assert!(fixture_run().validate(path).is_ok());
         type Tamper = fn(&mut RunRecord);
-        let cases: [(&str, Tamper); 19] = [
+        let cases: [(&str, Tamper); 21] = [
             ("plan.warmup_s: -5 is not a duration", |r| r.plan.warmup_s = -5.0),
             ("plan.max_cell_s: 1e300 is not a duration", |r| {
                 r.plan.max_cell_s = 1e300
@@ -1206,7 +1264,6 @@ mod tests {
                 r.plan.sharing_api = crate::config::values::SharingApi::Dra;
                 r.plan.dra = Some(crate::config::plan::DraSettings {
                     timeslices: vec![crate::domain::TimeSliceInterval::Short; 2],
-                    ..Default::default()
                 });
             }),
             ("plan.dra.timeslices: intervals of time-slicing", |r| {
@@ -1215,8 +1272,14 @@ mod tests {
                 r.plan.strategies = vec![Strategy::Mps];
                 r.plan.dra = Some(crate::config::plan::DraSettings {
                     timeslices: vec![crate::domain::TimeSliceInterval::Short],
-                    ..Default::default()
                 });
+            }),
+            ("plan.mps_threads: a value is listed twice", |r| {
+                r.plan.mps_threads = vec![crate::domain::MpsThreads::Percent(50); 2];
+            }),
+            ("plan.mps_memory: limits of MPS", |r| {
+                r.plan.strategies = vec![Strategy::TimeSlicing];
+                r.plan.mps_memory = vec![crate::domain::MpsMemory::Unlimited];
             }),
             ("run_id: \"../..\" is not a plain directory name", |r| {
                 r.run_id = "../..".into()

@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::backend::PodState;
 use crate::clock::now_rfc3339;
 use crate::config::plan::{MeasureSettings, Slo};
-use crate::domain::{Arm, CellStatus, DeviceKind, Source};
+use crate::domain::{Arm, CellStatus, DeviceKind, MpsMemory, MpsThreads, Source};
 use crate::metrics::PodSnapshot;
 use crate::results::record::{ALL_PODS, CellRecord, GPU_ROW_PREFIX};
 use crate::stats::{Histogram, WindowStat, binomial, jain_index, relative_spread, stable};
@@ -221,6 +221,8 @@ pub fn empty_row(l: &CellLabels, pod: &str, status: CellStatus, source: Source, 
         repeat: l.repeat,
         offered_per_s: offered,
         timeslice: l.arm.timeslice,
+        mps_threads: Some(l.arm.mps.threads).filter(|t| *t != MpsThreads::Auto),
+        mps_memory: Some(l.arm.mps.memory).filter(|m| *m != MpsMemory::Auto),
         ..CellRecord::unmeasured(l.arm.strategy, l.pods, pod, status, source, l.device)
     }
 }

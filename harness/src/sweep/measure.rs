@@ -198,6 +198,8 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
                 repeat: labels.repeat,
                 strategy: labels.arm.strategy,
                 timeslice: labels.arm.timeslice,
+                mps_threads: Some(labels.arm.mps.threads).filter(|t| *t != crate::domain::MpsThreads::Auto),
+                mps_memory: Some(labels.arm.mps.memory).filter(|m| *m != crate::domain::MpsMemory::Auto),
                 pods: labels.pods,
                 measured_s: measured.as_secs_f64(),
                 windows: windows.len() as u32,

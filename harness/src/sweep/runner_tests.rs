@@ -985,3 +985,70 @@ async fn verify_names_a_gpu_column_that_its_samples_do_not_give() {
     );
     assert!(v.mismatches[1].contains("clock_slowdown"), "{:?}", v.mismatches);
 }
+
+#[tokio::test(start_paused = true)]
+async fn each_mps_limit_is_an_arm_with_its_own_rows_baseline_and_report_rows() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let o: SweepOptions = toml::from_str(&format!(
+        "strategies = \"time-slicing,mps\"\npods = \"1,2\"\nmps_threads = \"auto,100\"\nmps_memory = \"none\"\nwarmup = \"2s\"\nwindow = \"1s\"\nmax_cell = \"10s\"\nready_timeout = \"30s\"\ndevice = \"cpu\"\nrun_id = \"fake\"\nout = \"{}\"\n",
+        tmp.path().display()
+    ))
+    .expect("options");
+    let plan = SweepPlan::from_options(o).expect("plan");
+    let b = FakeBackend::new(|s, n| {
+        let ms = if s == Strategy::Mps { 0.003 } else { 0.004 };
+        (0..n).map(|_| PodScript::steady(100.0, ms)).collect()
+    });
+    let out = sweep(&plan, &b, false, &Recorder::default(), &Shutdown::new())
+        .await
+        .expect("sweep");
+    assert_eq!(out.cells_run, 6, "time-slicing and two MPS arms × 2 counts");
+    let prepared: Vec<String> = log(&b).into_iter().filter(|l| l.starts_with("prepare")).collect();
+    assert_eq!(
+        prepared,
+        [
+            "prepare time-slicing",
+            "prepare mps-memory-none",
+            "prepare mps-threads100-memory-none"
+        ]
+    );
+    let rows = cells(&plan);
+    let capped: Vec<&CellRecord> = rows
+        .iter()
+        .filter(|r| r.mps_threads.is_none() && r.strategy == Strategy::Mps)
+        .collect();
+    let full: Vec<&CellRecord> = rows
+        .iter()
+        .filter(|r| r.mps_threads == Some(crate::domain::MpsThreads::Percent(100)))
+        .collect();
+    assert_eq!(
+        (capped.len(), full.len()),
+        (5, 5),
+        "pod rows and aggregates of 1 and 2 pods"
+    );
+    assert!(
+        rows.iter()
+            .filter(|r| r.strategy == Strategy::Mps)
+            .all(|r| r.mps_memory == Some(crate::domain::MpsMemory::Unlimited))
+    );
+    // Each arm's 2-pod cell is judged against its own 1-pod cell.
+    let two = full
+        .iter()
+        .find(|r| r.pods == 2 && r.is_aggregate())
+        .expect("aggregate");
+    assert_eq!(two.speedup_vs_1pod.map(|s| (s * 100.0).round()), Some(200.0));
+    let data = crate::report::RunData::load(&plan.out.join("fake")).expect("run data");
+    let titles: Vec<String> = data.arms().into_iter().map(crate::domain::Arm::title).collect();
+    assert_eq!(
+        titles,
+        [
+            "Time-slicing",
+            "MPS (memory unpinned)",
+            "MPS (100% of the SMs, memory unpinned)"
+        ]
+    );
+    let report = crate::report::render(&data).expect("report");
+    assert!(report.html.contains("MPS (100% of the SMs, memory unpinned)"));
+    let v = crate::report::verify::verify_dir(&plan.out.join("fake")).expect("verify");
+    assert_eq!((v.cells, v.mismatches.len()), (6, 0), "{:?}", v.mismatches);
+}

@@ -728,7 +728,7 @@ impl DraBackend {
         let ns = self.s.workload.namespace.clone();
         // The prepared arm's interval, for a cell of its strategy.
         let arm = self.arm.filter(|a| a.strategy == strategy).unwrap_or(Arm::of(strategy));
-        let claims = dra_claims::cell_claims(arm, pods, &self.dra, &self.node);
+        let claims = dra_claims::cell_claims(arm, pods, &self.node);
         // This cell's row describes this cell's claims, even if their launch fails.
         self.claims = Some(claims.clone());
         self.pods_ready_s = None;
@@ -819,8 +819,8 @@ impl Backend for DraBackend {
         // then takes the run's one --timeslice interval, if any.
         self.arm = Some(match (arm.timeslice, self.dra.timeslices.as_slice()) {
             (None, [one]) if strategy == Strategy::TimeSlicing => Arm {
-                strategy,
                 timeslice: Some(*one),
+                ..arm
             },
             _ => arm,
         });
@@ -1007,7 +1007,6 @@ mod tests {
         assert!(w.len() == 1 && w[0].contains("EXCLUSIVE_PROCESS"), "{w:?}");
         let long = DraSettings {
             timeslices: vec![dra_claims::TimeSliceInterval::Long],
-            ..DraSettings::default()
         };
         let w = facts.warnings(&[Strategy::TimeSlicing], &long);
         assert!(w.len() == 1 && w[0].contains("TimeSlicingSettings is off"), "{w:?}");

@@ -164,7 +164,7 @@ pub struct NodeDevices {
 
 /// The claims of a cell of `pods` pods of `arm` (its strategy, and time-slicing's
 /// interval) on a node whose slices publish `node`.
-pub fn cell_claims(arm: impl Into<Arm>, pods: u32, s: &DraSettings, node: &NodeDevices) -> CellClaims {
+pub fn cell_claims(arm: impl Into<Arm>, pods: u32, node: &NodeDevices) -> CellClaims {
     let arm = arm.into();
     let gpu_memory_bytes = node.memory_bytes;
     // The device plugin's replicas for the cell: 100/replicas of the SMs and memory each.
@@ -183,11 +183,12 @@ pub fn cell_claims(arm: impl Into<Arm>, pods: u32, s: &DraSettings, node: &NodeD
             strategy: SharingStrategy::Mps,
             time_slicing_config: None,
             mps_config: Some(MpsConfig {
-                default_active_thread_percentage: Some(s.mps_thread_percentage.unwrap_or(100 / replicas)),
-                default_pinned_device_memory_limit: s
-                    .mps_memory_limit
-                    .clone()
-                    .or_else(|| gpu_memory_bytes.map(|b| mebibytes(b / u64::from(replicas)))),
+                default_active_thread_percentage: Some(arm.mps.threads.percent(replicas)),
+                default_pinned_device_memory_limit: arm
+                    .mps
+                    .memory
+                    .mebibytes(replicas, gpu_memory_bytes)
+                    .map(|m| mebibytes(m << 20)),
             }),
         }))),
     }
@@ -348,7 +349,7 @@ mod tests {
             mig_profile: Some("1g.10gb".into()),
             ..NodeDevices::default()
         };
-        let claims = cell_claims(Strategy::Mig, 7, &DraSettings::default(), &node);
+        let claims = cell_claims(Strategy::Mig, 7, &node);
         assert_eq!(claims, CellClaims::Mig(Some("1g.10gb".into())));
         let t = claim_object("ns", Strategy::Mig, 7, &claims);
         assert_eq!(t["kind"], "ResourceClaimTemplate");
@@ -363,13 +364,12 @@ mod tests {
 
     #[test]
     fn exclusive_is_a_claim_per_pod_and_sharing_one_claim_for_all() {
-        let s = DraSettings::default();
         assert_eq!(
-            cell_claims(Strategy::Exclusive, 3, &s, &NodeDevices::default()),
+            cell_claims(Strategy::Exclusive, 3, &NodeDevices::default()),
             CellClaims::PerPod
         );
         assert_eq!(
-            cell_claims(Strategy::TimeSlicing, 3, &s, &NodeDevices::default()),
+            cell_claims(Strategy::TimeSlicing, 3, &NodeDevices::default()),
             CellClaims::Shared(None)
         );
         let t = claim_object("ns", Strategy::Exclusive, 1, &CellClaims::PerPod);
@@ -387,10 +387,10 @@ mod tests {
         // The driver's own examples (demo/specs/quickstart/v1/gpu-test5.yaml; README's
         // MPS example), as JSON.
         let long = Arm {
-            strategy: Strategy::TimeSlicing,
             timeslice: Some(TimeSliceInterval::Long),
+            ..Arm::of(Strategy::TimeSlicing)
         };
-        let CellClaims::Shared(Some(c)) = cell_claims(long, 3, &DraSettings::default(), &NodeDevices::default()) else {
+        let CellClaims::Shared(Some(c)) = cell_claims(long, 3, &NodeDevices::default()) else {
             panic!("a config")
         };
         assert_eq!(
@@ -405,8 +405,8 @@ mod tests {
             memory_bytes: Some(gib80),
             ..NodeDevices::default()
         };
-        let one = cell_claims(Strategy::Mps, 1, &DraSettings::default(), &mem);
-        let three = cell_claims(Strategy::Mps, 3, &DraSettings::default(), &mem);
+        let one = cell_claims(Strategy::Mps, 1, &mem);
+        let three = cell_claims(Strategy::Mps, 3, &mem);
         let obj = claim_object("ns", Strategy::Mps, 3, &three);
         assert_eq!(obj["kind"], "ResourceClaim");
         assert_eq!(
@@ -422,18 +422,30 @@ mod tests {
         let m = c1.sharing.and_then(|s| s.mps_config).expect("mps");
         assert_eq!(m.default_active_thread_percentage, Some(50));
         assert_eq!(m.default_pinned_device_memory_limit.as_deref(), Some("40960Mi"));
-        // Flags win; an unknown memory leaves the limit out.
-        let set = DraSettings {
-            mps_thread_percentage: Some(20),
-            ..DraSettings::default()
+        // The arm's limits win; an unknown memory leaves auto's limit out, as does none.
+        let arm = |threads, memory| crate::domain::Arm {
+            mps: crate::domain::MpsLimits { threads, memory },
+            ..crate::domain::Arm::of(Strategy::Mps)
         };
-        let CellClaims::Shared(Some(c)) = cell_claims(Strategy::Mps, 7, &set, &NodeDevices::default()) else {
-            panic!("a config")
+        let limits = |a, node: &NodeDevices| {
+            let CellClaims::Shared(Some(c)) = cell_claims(a, 7, node) else {
+                panic!("a config")
+            };
+            let m = c.sharing.and_then(|s| s.mps_config).expect("mps");
+            (m.default_active_thread_percentage, m.default_pinned_device_memory_limit)
         };
-        let m = c.sharing.and_then(|s| s.mps_config).expect("mps");
+        use crate::domain::{MpsMemory, MpsThreads};
         assert_eq!(
-            (m.default_active_thread_percentage, m.default_pinned_device_memory_limit),
+            limits(arm(MpsThreads::Percent(20), MpsMemory::Auto), &NodeDevices::default()),
             (Some(20), None)
+        );
+        assert_eq!(
+            limits(arm(MpsThreads::Percent(100), MpsMemory::Unlimited), &mem),
+            (Some(100), None)
+        );
+        assert_eq!(
+            limits(arm(MpsThreads::Auto, MpsMemory::Mebibytes(20480)), &mem),
+            (Some(14), Some("20480Mi".into()))
         );
         // The driver's strict decoder refuses unknown fields; so do these types.
         let e = serde_json::from_value::<GpuConfig>(json!({"apiVersion": "a", "kind": "GpuConfig", "sharng": {}}))
@@ -453,7 +465,7 @@ mod tests {
             server: None,
         };
         let mut d = super::super::objects::deployment(&spec, Strategy::Mps, 3, "nvidia.com/gpu", &[]);
-        let shared = cell_claims(Strategy::Mps, 3, &DraSettings::default(), &NodeDevices::default());
+        let shared = cell_claims(Strategy::Mps, 3, &NodeDevices::default());
         use_claim(&mut d, Strategy::Mps, 3, &shared);
         let pod = &d["spec"]["template"]["spec"];
         assert_eq!(
@@ -475,10 +487,10 @@ mod tests {
     #[test]
     fn each_interval_is_its_own_claim_spelled_as_the_driver_spells_it() {
         let short = Arm {
-            strategy: Strategy::TimeSlicing,
             timeslice: Some(TimeSliceInterval::Short),
+            ..Arm::of(Strategy::TimeSlicing)
         };
-        let claims = cell_claims(short, 3, &DraSettings::default(), &NodeDevices::default());
+        let claims = cell_claims(short, 3, &NodeDevices::default());
         assert_eq!(
             describe(&claims),
             "DRA: one shared claim, GpuConfig TimeSlicing interval Short"

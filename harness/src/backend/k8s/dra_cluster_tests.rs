@@ -429,7 +429,7 @@ async fn claims_the_run_did_not_make_are_refused() {
     let c = start_dra(dra_node(true, true)).await;
     // A claim of the harness's name and labels that no run of this directory made (one
     // applied by hand from `manifests/overlays/dra`, say).
-    let claims = super::dra_claims::cell_claims(Strategy::Mps, 7, &Default::default(), &Default::default());
+    let claims = super::dra_claims::cell_claims(Strategy::Mps, 7, &Default::default());
     let claim = super::dra_claims::claim_object("gpushare-bench", Strategy::Mps, 7, &claims);
     c.apply_objects(&[claim]).unwrap_or_else(|e| panic!("{e}"));
     let dir = tempfile::tempdir().expect("tmp");

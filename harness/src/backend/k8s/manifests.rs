@@ -201,12 +201,7 @@ pub fn files(image: &str, node: &str) -> Vec<(String, String)> {
     // with the driver's GpuConfig MPS for 7 pods, the base Deployment's pods referencing
     // it instead of requesting nvidia.com/gpu (an inline JSON patch: a strategic-merge
     // patch cannot drop the base's resource, and only Kubernetes objects are *.yaml here).
-    let claims = super::dra_claims::cell_claims(
-        Strategy::Mps,
-        7,
-        &super::dra_claims::DraSettings::default(),
-        &Default::default(),
-    );
+    let claims = super::dra_claims::cell_claims(Strategy::Mps, 7, &Default::default());
     // What `--sharing-api dra` needs besides the base: reading the driver's pods.
     out.push((
         "dra/rbac.yaml".into(),

@@ -93,8 +93,8 @@ fn settings(plan: &SweepPlan, k: &KubernetesPlan, args: Vec<String>) -> KubeSett
 /// and namespace of the operator are the defaults; the sweep reads them from the
 /// ClusterPolicy.
 pub fn dry_run(plan: &SweepPlan, k: &KubernetesPlan) -> String {
-    if let crate::config::plan::Sharing::Dra(dra) = &k.sharing {
-        return dry_run_dra(plan, k, dra);
+    if let crate::config::plan::Sharing::Dra(_) = &k.sharing {
+        return dry_run_dra(plan, k);
     }
     let node = &k.node;
     let record = PlanRecord::from_plan(plan, DeviceKind::Cuda, crate::domain::Source::Prometheus);
@@ -210,7 +210,7 @@ pub fn dry_run(plan: &SweepPlan, k: &KubernetesPlan) -> String {
 
 /// What a sweep through DRA claims would apply (pure): per cell, the claim or claim
 /// template and the Deployment whose pods reference it; nothing on the node changes.
-fn dry_run_dra(plan: &SweepPlan, k: &KubernetesPlan, settings_of_claims: &DraSettings) -> String {
+fn dry_run_dra(plan: &SweepPlan, k: &KubernetesPlan) -> String {
     use super::dra_claims as dra;
     let record = PlanRecord::from_plan(plan, DeviceKind::Cuda, crate::domain::Source::Prometheus);
     let s = settings(plan, k, record.workload_args());
@@ -225,7 +225,11 @@ fn dry_run_dra(plan: &SweepPlan, k: &KubernetesPlan, settings_of_claims: &DraSet
         class = dra::GPU_CLASS,
         version = dra::DRIVER_VERSION_READ,
     );
-    if plan.strategies.contains(&Strategy::Mps) && settings_of_claims.mps_memory_limit.is_none() {
+    if plan
+        .arms()
+        .iter()
+        .any(|a| a.strategy == Strategy::Mps && a.mps.memory == crate::domain::MpsMemory::Auto)
+    {
         out += "# MPS: defaultPinnedDeviceMemoryLimit is the GPU's memory (its ResourceSlice's capacity) / max(2, pods),\n# unknown here, so the claims below leave it out.\n";
     }
     if plan.strategies.contains(&Strategy::Mig) {
@@ -236,7 +240,7 @@ fn dry_run_dra(plan: &SweepPlan, k: &KubernetesPlan, settings_of_claims: &DraSet
     for arm in plan.arms() {
         let strategy = arm.strategy;
         for &pods in &plan.pods {
-            let claims = dra::cell_claims(arm, pods, settings_of_claims, &Default::default());
+            let claims = dra::cell_claims(arm, pods, &Default::default());
             out += &doc(
                 format!(
                     "{} × {pods}: {} (server-side apply)",

@@ -167,6 +167,8 @@ pub struct LocalBackend {
     base_port: Option<u16>,
     /// What the last cell's MPS server logged of a fatal GPU error.
     mps_note: Option<String>,
+    /// The MPS clients' limits of the arm prepared last.
+    mps_limits: crate::domain::MpsLimits,
 }
 
 impl LocalBackend {
@@ -194,6 +196,7 @@ impl LocalBackend {
             mps: None,
             base_port: None,
             mps_note: None,
+            mps_limits: crate::domain::MpsLimits::default(),
         }
     }
 
@@ -288,7 +291,13 @@ impl LocalBackend {
         shutdown: &Shutdown,
     ) -> Result<Vec<Pod>> {
         let dirs = self.mps_dirs(strategy, pods);
-        let plan = match plan_cell(strategy, pods, self.device, &self.inventory, dirs.as_ref()) {
+        let plan = match plan_cell(
+            strategy,
+            pods,
+            self.device,
+            &self.inventory,
+            (dirs.as_ref(), self.mps_limits),
+        ) {
             CellPlan::Pods(p) => p,
             CellPlan::Unavailable(reason) => {
                 return Err(BenchError::Spawn {
@@ -432,11 +441,13 @@ impl Backend for LocalBackend {
     }
 
     async fn prepare(&mut self, arm: crate::domain::Arm, _shutdown: &Shutdown) -> Result<Prepared> {
-        // A time-slice interval is DRA's: the plan gives one to no other backend.
+        // A time-slice interval is DRA's: the plan gives one to no other backend. MPS's
+        // client limits are set in each client's environment.
         let strategy = arm.strategy;
+        self.mps_limits = arm.mps;
         let dirs = self.mps_dirs(strategy, 1);
         Ok(
-            match plan_cell(strategy, 1, self.device, &self.inventory, dirs.as_ref()) {
+            match plan_cell(strategy, 1, self.device, &self.inventory, (dirs.as_ref(), arm.mps)) {
                 CellPlan::Pods(_) => Prepared::Ready,
                 CellPlan::Unavailable(reason) => Prepared::Unavailable(reason),
             },

@@ -418,10 +418,10 @@ pub fn dry_run(plan: &SweepPlan, local: &LocalPlan) -> Result<String> {
             record.load
         );
     }
-    for &s in &record.strategies {
+    for arm in record.arms() {
         for &n in &record.pods {
-            let _ = writeln!(out, "{} × {n}:", s.title());
-            match plan_cell(s, n, device, &inventory, mps.as_ref()) {
+            let _ = writeln!(out, "{} × {n}:", arm.title());
+            match plan_cell(arm.strategy, n, device, &inventory, (mps.as_ref(), arm.mps)) {
                 CellPlan::Unavailable(r) => {
                     let _ = writeln!(out, "  unavailable: {r}");
                 }

@@ -44,20 +44,25 @@ pub fn pod_name(i: u32) -> String {
     format!("pod-{i}")
 }
 
-/// MPS client limits as the NVIDIA device plugin sets them for `replicas` clients:
-/// an equal share of the SMs (`floor(100 / replicas)` percent) and of device memory
-/// (`total / replicas`, in MiB, pinned on device 0).
-pub fn mps_client_env(replicas: u32, memory_total_bytes: Option<u64>, dirs: &MpsDirs) -> Vec<(String, String)> {
+/// MPS client limits for `replicas` clients: by default (`auto`) as the NVIDIA device
+/// plugin sets them, an equal share of the SMs (`floor(100 / replicas)` percent) and of
+/// device memory (`total / replicas`, in MiB, pinned on device 0); `limits` may give
+/// another share of the SMs, another memory limit or none.
+pub fn mps_client_env(
+    replicas: u32,
+    memory_total_bytes: Option<u64>,
+    limits: crate::domain::MpsLimits,
+    dirs: &MpsDirs,
+) -> Vec<(String, String)> {
     let mut env = vec![
         ("CUDA_MPS_PIPE_DIRECTORY".to_string(), dirs.pipe.clone()),
         ("CUDA_MPS_LOG_DIRECTORY".to_string(), dirs.log.clone()),
         (
             "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".to_string(),
-            (100 / replicas.max(1)).to_string(),
+            limits.threads.percent(replicas).to_string(),
         ),
     ];
-    if let Some(total) = memory_total_bytes {
-        let mib = total / (1024 * 1024) / replicas.max(1) as u64;
+    if let Some(mib) = limits.memory.mebibytes(replicas, memory_total_bytes) {
         env.push(("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".to_string(), format!("0={mib}M")));
     }
     env
@@ -99,14 +104,16 @@ pub fn mig_unavailable_reason(gpu: &GpuInfo) -> Option<String> {
     }
 }
 
-/// Plans the pods of one cell of `strategy` with `pods` pods.
+/// Plans the pods of one cell of `strategy` with `pods` pods; `mps` is where MPS's
+/// clients find its daemon (None: no MPS here) and the limits each gets.
 pub fn plan_cell(
     strategy: Strategy,
     pods: u32,
     device: DeviceKind,
     inventory: &GpuInventory,
-    mps: Option<&MpsDirs>,
+    mps: (Option<&MpsDirs>, crate::domain::MpsLimits),
 ) -> CellPlan {
+    let (mps, limits) = mps;
     let gpu = inventory.gpus.first();
     if device == DeviceKind::Cpu && strategy != Strategy::TimeSlicing {
         return CellPlan::Unavailable(format!(
@@ -149,7 +156,12 @@ pub fn plan_cell(
                 ));
             }
             let mut env = visible.clone();
-            env.extend(mps_client_env(pods, gpu.and_then(|g| g.memory_total_bytes), dirs));
+            env.extend(mps_client_env(
+                pods,
+                gpu.and_then(|g| g.memory_total_bytes),
+                limits,
+                dirs,
+            ));
             CellPlan::Pods(
                 (0..pods)
                     .map(|i| PodPlan {
@@ -232,8 +244,13 @@ mod tests {
 
     #[test]
     fn mps_splits_threads_and_memory_like_the_device_plugin() {
-        let CellPlan::Pods(pods) = plan_cell(Strategy::Mps, 7, DeviceKind::Cuda, &h100(Some(false), 0), Some(&dirs()))
-        else {
+        let CellPlan::Pods(pods) = plan_cell(
+            Strategy::Mps,
+            7,
+            DeviceKind::Cuda,
+            &h100(Some(false), 0),
+            (Some(&dirs()), Default::default()),
+        ) else {
             panic!("MPS runs on a GPU without MIG")
         };
         assert_eq!(pods.len(), 7);
@@ -242,31 +259,79 @@ mod tests {
         // 81559 MiB / 7 = 11651 MiB.
         assert_eq!(env(&pods[3], "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), Some("0=11651M"));
         assert_eq!(env(&pods[0], "CUDA_MPS_PIPE_DIRECTORY"), Some("/r/mps/pipe"));
-        let CellPlan::Pods(one) = plan_cell(Strategy::Mps, 1, DeviceKind::Cuda, &h100(None, 0), Some(&dirs())) else {
+        // An arm's own limits: every SM and no pinned memory, or a size of its own.
+        use crate::domain::{MpsLimits, MpsMemory, MpsThreads};
+        let with = |threads, memory| {
+            let limits = MpsLimits { threads, memory };
+            let CellPlan::Pods(p) = plan_cell(
+                Strategy::Mps,
+                7,
+                DeviceKind::Cuda,
+                &h100(Some(false), 0),
+                (Some(&dirs()), limits),
+            ) else {
+                panic!("MPS runs")
+            };
+            (
+                env(&p[3], "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE").map(str::to_string),
+                env(&p[3], "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT").map(str::to_string),
+            )
+        };
+        assert_eq!(
+            with(MpsThreads::Percent(100), MpsMemory::Unlimited),
+            (Some("100".into()), None)
+        );
+        assert_eq!(
+            with(MpsThreads::Auto, MpsMemory::Mebibytes(20480)),
+            (Some("14".into()), Some("0=20480M".into()))
+        );
+        let CellPlan::Pods(one) = plan_cell(
+            Strategy::Mps,
+            1,
+            DeviceKind::Cuda,
+            &h100(None, 0),
+            (Some(&dirs()), Default::default()),
+        ) else {
             panic!()
         };
         assert_eq!(env(&one[0], "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), Some("100"));
         assert!(
-            matches!(plan_cell(Strategy::Mps, 3, DeviceKind::Cuda, &h100(None, 0), None), CellPlan::Unavailable(r) if r.contains("nvidia-cuda-mps-control"))
+            matches!(plan_cell(Strategy::Mps, 3, DeviceKind::Cuda, &h100(None, 0), (None, Default::default())), CellPlan::Unavailable(r) if r.contains("nvidia-cuda-mps-control"))
         );
     }
 
     #[test]
     fn mig_off_is_unavailable_with_the_admin_commands() {
-        let CellPlan::Unavailable(reason) = plan_cell(Strategy::Mig, 3, DeviceKind::Cuda, &h100(Some(false), 0), None)
-        else {
+        let CellPlan::Unavailable(reason) = plan_cell(
+            Strategy::Mig,
+            3,
+            DeviceKind::Cuda,
+            &h100(Some(false), 0),
+            (None, Default::default()),
+        ) else {
             panic!("MIG is off")
         };
         assert!(reason.contains("MIG mode is Disabled on GPU 0"), "{reason}");
         assert!(reason.contains("sudo nvidia-smi -i 0 -mig 1"), "{reason}");
         assert!(reason.contains("-cgi 1g.10gb,"), "{reason}");
         assert!(reason.contains("never changes GPU settings"), "{reason}");
-        let CellPlan::Unavailable(none) = plan_cell(Strategy::Mig, 1, DeviceKind::Cuda, &h100(Some(true), 0), None)
-        else {
+        let CellPlan::Unavailable(none) = plan_cell(
+            Strategy::Mig,
+            1,
+            DeviceKind::Cuda,
+            &h100(Some(true), 0),
+            (None, Default::default()),
+        ) else {
             panic!()
         };
         assert!(none.contains("no MIG devices exist"), "{none}");
-        let CellPlan::Unavailable(cap) = plan_cell(Strategy::Mig, 1, DeviceKind::Cuda, &h100(None, 0), None) else {
+        let CellPlan::Unavailable(cap) = plan_cell(
+            Strategy::Mig,
+            1,
+            DeviceKind::Cuda,
+            &h100(None, 0),
+            (None, Default::default()),
+        ) else {
             panic!()
         };
         assert!(cap.contains("does not support MIG"), "{cap}");
@@ -274,7 +339,13 @@ mod tests {
 
     #[test]
     fn mig_gives_each_pod_its_own_device_and_the_rest_wait() {
-        let CellPlan::Pods(pods) = plan_cell(Strategy::Mig, 5, DeviceKind::Cuda, &h100(Some(true), 3), None) else {
+        let CellPlan::Pods(pods) = plan_cell(
+            Strategy::Mig,
+            5,
+            DeviceKind::Cuda,
+            &h100(Some(true), 3),
+            (None, Default::default()),
+        ) else {
             panic!("MIG devices exist")
         };
         assert_eq!(env(&pods[2], "CUDA_VISIBLE_DEVICES"), Some("MIG-2"));
@@ -297,7 +368,8 @@ mod tests {
             gpus: listed,
             ..GpuInventory::default()
         };
-        let CellPlan::Pods(pods) = plan_cell(Strategy::Mig, 2, DeviceKind::Cuda, &inv, None) else {
+        let CellPlan::Pods(pods) = plan_cell(Strategy::Mig, 2, DeviceKind::Cuda, &inv, (None, Default::default()))
+        else {
             panic!()
         };
         assert_eq!(env(&pods[1], "CUDA_VISIBLE_DEVICES"), Some("MIG-bb"));
@@ -305,13 +377,19 @@ mod tests {
 
     #[test]
     fn exclusive_runs_one_pod_and_cpu_runs_time_slicing_only() {
-        let CellPlan::Pods(pods) = plan_cell(Strategy::Exclusive, 3, DeviceKind::Cuda, &h100(None, 0), None) else {
+        let CellPlan::Pods(pods) = plan_cell(
+            Strategy::Exclusive,
+            3,
+            DeviceKind::Cuda,
+            &h100(None, 0),
+            (None, Default::default()),
+        ) else {
             panic!()
         };
         assert_eq!(pods.iter().filter(|p| p.pending.is_none()).count(), 1);
         assert_eq!(pods[2].name, "pod-2");
         assert!(
-            matches!(plan_cell(Strategy::TimeSlicing, 3, DeviceKind::Cpu, &GpuInventory::default(), None), CellPlan::Pods(p) if p.len() == 3)
+            matches!(plan_cell(Strategy::TimeSlicing, 3, DeviceKind::Cpu, &GpuInventory::default(), (None, Default::default())), CellPlan::Pods(p) if p.len() == 3)
         );
         assert!(matches!(
             plan_cell(
@@ -319,7 +397,7 @@ mod tests {
                 3,
                 DeviceKind::Cpu,
                 &GpuInventory::default(),
-                Some(&dirs())
+                (Some(&dirs()), Default::default())
             ),
             CellPlan::Unavailable(_)
         ));
@@ -333,7 +411,13 @@ mod tests {
         let gpu5 = narrow_to(&host, Some(&GpuSelector::Index(5))).expect("GPU 5");
         let uuid5 = "GPU-8ea03145-26dd-4f94-b035-a17c4f5e6d06";
         for strategy in [Strategy::TimeSlicing, Strategy::Exclusive, Strategy::Mps] {
-            let CellPlan::Pods(pods) = plan_cell(strategy, 3, DeviceKind::Cuda, &gpu5, Some(&dirs())) else {
+            let CellPlan::Pods(pods) = plan_cell(
+                strategy,
+                3,
+                DeviceKind::Cuda,
+                &gpu5,
+                (Some(&dirs()), Default::default()),
+            ) else {
                 panic!("{strategy:?}")
             };
             let running: Vec<_> = pods.iter().filter(|p| p.pending.is_none()).collect();
@@ -343,13 +427,20 @@ mod tests {
             }
         }
         // MPS keeps its limits beside the pinning (device 0 is the one GPU it sees).
-        let CellPlan::Pods(pods) = plan_cell(Strategy::Mps, 3, DeviceKind::Cuda, &gpu5, Some(&dirs())) else {
+        let CellPlan::Pods(pods) = plan_cell(
+            Strategy::Mps,
+            3,
+            DeviceKind::Cuda,
+            &gpu5,
+            (Some(&dirs()), Default::default()),
+        ) else {
             panic!()
         };
         assert_eq!(env(&pods[0], "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), Some("0=27306M"));
         // GPU 3 is in MIG mode: its own MIG devices, and MPS refused naming it.
         let gpu3 = narrow_to(&host, Some(&GpuSelector::Index(3))).expect("GPU 3");
-        let CellPlan::Pods(pods) = plan_cell(Strategy::Mig, 3, DeviceKind::Cuda, &gpu3, None) else {
+        let CellPlan::Pods(pods) = plan_cell(Strategy::Mig, 3, DeviceKind::Cuda, &gpu3, (None, Default::default()))
+        else {
             panic!()
         };
         assert_eq!(
@@ -363,12 +454,12 @@ mod tests {
                 .is_some_and(|r| r.contains("only 2 MIG devices exist on GPU 3"))
         );
         assert!(
-            matches!(plan_cell(Strategy::Mps, 1, DeviceKind::Cuda, &gpu3, Some(&dirs())), CellPlan::Unavailable(r) if r.contains("GPU 3 is in MIG mode"))
+            matches!(plan_cell(Strategy::Mps, 1, DeviceKind::Cuda, &gpu3, (Some(&dirs()), Default::default())), CellPlan::Unavailable(r) if r.contains("GPU 3 is in MIG mode"))
         );
         // GPU 0 of the same host is not in MIG mode: MIG is refused there, naming GPU 0.
         let gpu0 = narrow_to(&host, None).expect("GPU 0");
         assert!(
-            matches!(plan_cell(Strategy::Mig, 1, DeviceKind::Cuda, &gpu0, None), CellPlan::Unavailable(r) if r.contains("MIG mode is Disabled on GPU 0"))
+            matches!(plan_cell(Strategy::Mig, 1, DeviceKind::Cuda, &gpu0, (None, Default::default())), CellPlan::Unavailable(r) if r.contains("MIG mode is Disabled on GPU 0"))
         );
         // The CPU pipeline pins nothing.
         let CellPlan::Pods(pods) = plan_cell(
@@ -376,7 +467,7 @@ mod tests {
             2,
             DeviceKind::Cpu,
             &GpuInventory::default(),
-            None,
+            (None, Default::default()),
         ) else {
             panic!()
         };
