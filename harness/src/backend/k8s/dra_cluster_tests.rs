@@ -673,3 +673,51 @@ async fn isolation_trials_through_dra_claims_share_the_victims_claim_and_leave_n
         "{j:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_mps_limit_is_its_own_claims_config_and_rows() {
+    let c = start_dra(dra_node(false, true)).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = dra_plan(
+        dir.path(),
+        "mps",
+        "2",
+        "mps_threads = \"auto,100\"\nmps_memory = \"none\"\n",
+    );
+    let s = dra_session(&c, &p).await.unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
+    let outcome = run(&c, s).await;
+    assert_eq!((outcome.measured, outcome.failed), (2, 0), "{}", c.log());
+    // What the driver applied to each arm's pods: the claim's own limits.
+    let facts = c.node.facts();
+    for (cell, threads) in [("mps-memory-none-2", 50), ("mps-threads100-memory-none-2", 100)] {
+        let of_cell: Vec<&gpushare_k8s_sim::PodFacts> = facts.values().filter(|f| f.cell == cell).collect();
+        assert_eq!(of_cell.len(), 2, "{cell}: {facts:#?}");
+        let want = Some(gpushare_k8s_sim::dra::Sharing::Mps {
+            thread_percentage: Some(threads),
+            pinned_limit: None,
+        });
+        assert!(
+            of_cell
+                .iter()
+                .all(|f| f.claim == format!("gpushare-{cell}") && f.dra_sharing == want),
+            "{cell}: {of_cell:?}"
+        );
+    }
+    let data = crate::report::RunData::load(&dir.path().join("sim")).expect("run data");
+    let notes: Vec<(String, String)> = data
+        .cells
+        .iter()
+        .filter(|r| r.is_aggregate())
+        .map(|r| (r.arm().name(), r.note.clone()))
+        .collect();
+    assert_eq!(notes.len(), 2, "{notes:?}");
+    assert!(
+        notes[1].0 == "mps-threads100-memory-none"
+            && notes[1]
+                .1
+                .contains("GpuConfig MPS (100% of the threads, pinned memory unlimited"),
+        "{notes:?}"
+    );
+    let left = dra_leftovers(&c).await;
+    assert!(left.is_empty(), "{left:?}\n{}", c.log());
+}
