@@ -231,6 +231,17 @@ impl Backend for FakeBackend {
         Ok(pods)
     }
 
+    fn set_mps_limits(&mut self, limits: crate::domain::MpsLimits) -> std::result::Result<(), String> {
+        if !limits.is_auto() {
+            let arm = crate::domain::Arm {
+                mps: limits,
+                ..crate::domain::Arm::of(Strategy::Mps)
+            };
+            self.log(format!("limits {arm}"));
+        }
+        Ok(())
+    }
+
     async fn relaunch_pod(&mut self, name: &str, _shutdown: &Shutdown) -> Result<()> {
         self.log(format!("relaunch {name}"));
         let mut w = self.world.lock().expect("world");

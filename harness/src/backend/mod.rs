@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::plan::{MeasureSettings, PrometheusSetting};
-use crate::domain::{Arm, Strategy};
+use crate::domain::{Arm, MpsLimits, Strategy};
 use crate::error::Result;
 use crate::results::store::RunStore;
 use crate::shutdown::Shutdown;
@@ -113,6 +113,20 @@ pub trait Backend {
                 self.name()
             ),
         })
+    }
+
+    /// MPS: the client limits the next launches give (`auto`: the split over the cell's
+    /// pods). An isolation run measures its MPS victim alone under the limits it gets
+    /// beside aggressors. Err: this backend cannot set them per cell, and why.
+    fn set_mps_limits(&mut self, limits: MpsLimits) -> std::result::Result<(), String> {
+        if limits.is_auto() {
+            Ok(())
+        } else {
+            Err(format!(
+                "the {} backend cannot set MPS's client limits per cell",
+                self.name()
+            ))
+        }
     }
 
     /// Starts a pod of the current cell again, with its name, arguments and place under

@@ -14,6 +14,10 @@ use crate::error::{BenchError, Result};
 pub fn scenario_label(scenario: &str, aggressors: u32) -> String {
     match scenario {
         "alone" => "victim alone".into(),
+        "alone-capped" => format!(
+            "victim alone, MPS limits as beside {aggressors} aggressor{}",
+            if aggressors == 1 { "" } else { "s" }
+        ),
         "noisy-neighbour" => format!(
             "noisy neighbour × {aggressors} aggressor{}",
             if aggressors == 1 { "" } else { "s" }

@@ -10,7 +10,7 @@ pub use crate::config::isolation::{
     DEFAULT_AGGRESSORS, DEFAULT_EVENT_AFTER, DEFAULT_OBSERVE, DEFAULT_VICTIM_RATE, IsolationPlan, Scenario,
     VICTIM_GROWS_AFTER, scenario_label,
 };
-use crate::domain::Strategy;
+use crate::domain::{MpsLimits, MpsMemory, MpsThreads, Strategy};
 use crate::error::{BenchError, Result};
 
 /// A pod's part in a trial.
@@ -41,21 +41,37 @@ pub struct Trial {
     pub strategy: Strategy,
     /// The scenario; None for the baseline, the victim alone.
     pub scenario: Option<Scenario>,
-    /// Aggressors beside the victim.
+    /// Aggressors beside the victim; for the MPS victim alone under a trial's limits
+    /// ([`CAPPED`]), the aggressors of the trials whose limits it has.
     pub aggressors: u32,
     /// The victim first, then the aggressors.
     pub pods: Vec<TrialPod>,
+    /// MPS: the client limits (`auto`: the split over the trial's pods; the capped
+    /// victim alone: those it gets beside `aggressors` aggressors).
+    pub mps: MpsLimits,
 }
+
+/// The scenario name of the MPS victim alone under the limits it has in a trial beside
+/// aggressors: what the cap alone costs it.
+pub const CAPPED: &str = "alone-capped";
 
 impl Trial {
     /// What the trial is, for progress lines: "MPS · noisy neighbour × 3 aggressors".
     pub fn title(&self) -> String {
-        let scenario = self.scenario.map_or("alone", Scenario::name);
         format!(
             "{} · {}",
             self.strategy.title(),
-            scenario_label(scenario, self.aggressors)
+            scenario_label(self.scenario_name(), self.aggressors)
         )
+    }
+
+    /// The scenario as records name it: `alone`, [`CAPPED`], or the scenario's name.
+    pub fn scenario_name(&self) -> &'static str {
+        match self.scenario {
+            Some(s) => s.name(),
+            None if !self.mps.is_auto() => CAPPED,
+            None => "alone",
+        }
     }
 
     /// The victim's `pod` label.
@@ -173,11 +189,13 @@ pub fn trials(s: &IsolationSettings) -> Result<Vec<Trial>> {
     let mut strategies = s.strategies.clone();
     strategies.sort_by_key(|&x| x != Strategy::Exclusive);
     for strategy in strategies {
+        let first = out.len();
         out.push(Trial {
             strategy,
             scenario: None,
             aggressors: 0,
             pods: vec![victim(s.victim_rate, &[], s.own_victim)],
+            mps: MpsLimits::default(),
         });
         for &scenario in &s.scenarios {
             let one = |victim_extra: Vec<String>, aggressor_args: Vec<String>| Trial {
@@ -188,6 +206,7 @@ pub fn trials(s: &IsolationSettings) -> Result<Vec<Trial>> {
                     victim(s.victim_rate, &victim_extra, s.own_victim),
                     aggressor(1, aggressor_args),
                 ],
+                mps: MpsLimits::default(),
             };
             match scenario {
                 Scenario::NoisyNeighbour => {
@@ -199,6 +218,7 @@ pub fn trials(s: &IsolationSettings) -> Result<Vec<Trial>> {
                             scenario: Some(scenario),
                             aggressors: k,
                             pods,
+                            mps: MpsLimits::default(),
                         });
                     }
                 }
@@ -226,8 +246,52 @@ pub fn trials(s: &IsolationSettings) -> Result<Vec<Trial>> {
                 Scenario::Crash => out.push(one(Vec::new(), vec!["--crash-after".into(), millis(s.event_after)])),
             }
         }
+        if strategy == Strategy::Mps {
+            // Right after the victim alone: the victim alone again under the limits it
+            // gets in each trial, once per aggressor count, so that the cap's cost and
+            // the neighbours' can be told apart.
+            let mut counts: Vec<u32> = out[first..].iter().map(|t| t.aggressors).filter(|&k| k > 0).collect();
+            counts.sort_unstable();
+            counts.dedup();
+            let capped: Vec<Trial> = counts
+                .into_iter()
+                .map(|k| Trial {
+                    strategy,
+                    scenario: None,
+                    aggressors: k,
+                    pods: vec![victim(s.victim_rate, &[], s.own_victim)],
+                    mps: trial_limits(k + 1, s.memory_total_bytes),
+                })
+                .collect();
+            out.splice(first + 1..first + 1, capped);
+        }
     }
     Ok(out)
+}
+
+/// The limits of the capped victim alone in words, as [`mps_split`] says a trial's.
+pub fn capped_split(limits: MpsLimits, clients: u32) -> String {
+    let memory = match limits.memory {
+        MpsMemory::Mebibytes(m) => format!(" and {m} MiB pinned"),
+        _ => String::new(),
+    };
+    format!(
+        "{}% of the SMs{memory}, alone: each client's share with {clients} clients",
+        limits.threads.percent(clients)
+    )
+}
+
+/// The MPS limits each of `clients` clients of a trial gets, explicitly (the device
+/// plugin's equal split, as `auto` gives the trial's own pods).
+pub fn trial_limits(clients: u32, memory_total_bytes: Option<u64>) -> MpsLimits {
+    let n = clients.max(1);
+    MpsLimits {
+        threads: MpsThreads::Percent(u8::try_from(100 / n).unwrap_or(100).max(1)),
+        memory: match MpsMemory::Auto.mebibytes(n, memory_total_bytes) {
+            Some(m) => MpsMemory::Mebibytes(u32::try_from(m).unwrap_or(u32::MAX)),
+            None => MpsMemory::Auto,
+        },
+    }
 }
 
 /// The MPS limits each client of a trial gets, in the words a report prints: the
@@ -272,8 +336,31 @@ mod tests {
     #[test]
     fn every_strategy_gets_a_baseline_and_each_scenario() {
         let t = trials(&settings()).expect("trials");
-        // Per strategy: alone, noisy × 3 counts, memory, fault, crash.
-        assert_eq!(t.len(), 2 * 7);
+        // Per strategy: alone, noisy × 3 counts, memory, fault, crash; MPS also alone
+        // under the limits of 1, 3 and 6 aggressors' trials, right after its alone.
+        assert_eq!(t.len(), 2 * 7 + 3);
+        let mps: Vec<&Trial> = t.iter().filter(|x| x.strategy == Strategy::Mps).collect();
+        let names: Vec<(&str, u32)> = mps[..4].iter().map(|x| (x.scenario_name(), x.aggressors)).collect();
+        assert_eq!(names, [("alone", 0), (CAPPED, 1), (CAPPED, 3), (CAPPED, 6)]);
+        assert_eq!(
+            (mps[3].pods.len(), mps[3].mps, mps[3].title()),
+            (
+                1,
+                trial_limits(7, Some(80 << 30)),
+                "MPS · victim alone, MPS limits as beside 6 aggressors".to_string()
+            )
+        );
+        assert_eq!(
+            trial_limits(7, Some(80 << 30)),
+            MpsLimits {
+                threads: MpsThreads::Percent(14),
+                memory: MpsMemory::Mebibytes(11702)
+            }
+        );
+        assert_eq!(
+            capped_split(trial_limits(2, None), 2),
+            "50% of the SMs, alone: each client's share with 2 clients"
+        );
         let ts: Vec<&Trial> = t.iter().filter(|x| x.strategy == Strategy::TimeSlicing).collect();
         assert_eq!((ts[0].scenario, ts[0].aggressors, ts[0].pods.len()), (None, 0, 1));
         assert_eq!(args(ts[0], 0), "--load poisson:100");

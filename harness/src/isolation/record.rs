@@ -153,7 +153,7 @@ pub fn record(
         .collect();
     IsolationRecord {
         run_id: run_id.to_string(),
-        scenario: trial.scenario.map_or("alone".to_string(), |s| s.name().to_string()),
+        scenario: trial.scenario_name().to_string(),
         strategy: trial.strategy,
         aggressors: trial.aggressors,
         victim_status,
@@ -228,6 +228,7 @@ pub fn record(
         },
         victim_kept_up: behind.map(|b| b.is_none()),
         victim_died_after_s: seen.victim_died_after,
+        p99_over_capped: None,
     }
 }
 
@@ -240,7 +241,7 @@ fn status_measured(h: Option<&Histogram>) -> bool {
 pub fn is_record_of(record: &IsolationRecord, trial: &Trial) -> bool {
     record.strategy == trial.strategy
         && record.aggressors == trial.aggressors
-        && record.scenario == trial.scenario.map_or("alone", |s| s.name())
+        && record.scenario == trial.scenario_name()
 }
 
 #[cfg(test)]

@@ -11,9 +11,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::{Backend, Pod, PodSpec, PodState, Prepared};
+use crate::domain::MpsLimits;
 use crate::domain::{CellStatus, Strategy};
 use crate::error::{BenchError, Result};
-use crate::isolation::plan::{Role, Scenario, Trial, mps_split};
+use crate::isolation::plan::{Role, Scenario, Trial, capped_split, mps_split};
 use crate::isolation::record::{Observed, Recovery, SloTarget, common_target, record};
 use crate::metrics::{MetricsSource, PodSnapshot, Release, Target};
 use crate::results::isolation::IsolationRecord;
@@ -112,12 +113,19 @@ pub async fn run_trials<B: Backend, S: MetricsSource>(
             .iter()
             .find(|r| r.strategy == trial.strategy && r.scenario == "alone" && r.victim_status == CellStatus::Ok)
             .cloned();
+        // The MPS victim alone under a trial's limits needs a backend that sets them.
+        let ready = match (ready, backend.set_mps_limits(trial.mps)) {
+            (Prepared::Ready, Err(reason)) => Prepared::Unavailable(reason),
+            (ready, _) => ready,
+        };
         let rec = match ready {
             Prepared::Unavailable(reason) => unavailable(run_id, trial, &reason),
             Prepared::Ready => {
                 let seen = run_one(backend, source, trial, s, progress, shutdown).await;
                 // The pods stop before anything else, whatever happened.
                 let stopped = backend.stop_pods(shutdown).await;
+                // Back to the split over each trial's pods (setting it cannot fail).
+                let _ = backend.set_mps_limits(MpsLimits::default());
                 let rec = match seen {
                     Ok(seen) => record(run_id, trial, &seen, alone.as_ref(), target(trial, &out), None),
                     Err(e) if e.is_interrupt() => {
@@ -140,12 +148,27 @@ pub async fn run_trials<B: Backend, S: MetricsSource>(
                 if let Some(note) = &setup.note {
                     crate::sweep::cell::add_note(&mut rec.note, note);
                 }
+                if trial.strategy == Strategy::Mps && trial.scenario.is_some() {
+                    // The neighbours' part: against the victim alone under these limits.
+                    let capped = out.iter().find(|r| {
+                        r.strategy == Strategy::Mps
+                            && r.scenario == crate::isolation::plan::CAPPED
+                            && r.aggressors == trial.aggressors
+                            && r.victim_status == CellStatus::Ok
+                    });
+                    rec.p99_over_capped = match (rec.victim_p99_s, capped.and_then(|c| c.victim_p99_s)) {
+                        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+                        _ => None,
+                    };
+                }
                 if trial.strategy == Strategy::Mps {
-                    rec.mps_split = Some(
-                        setup
-                            .mps_split
-                            .unwrap_or_else(|| mps_split(trial.pods.len() as u32, s.memory_total_bytes)),
-                    );
+                    rec.mps_split = Some(setup.mps_split.unwrap_or_else(|| {
+                        if trial.mps.is_auto() {
+                            mps_split(trial.pods.len() as u32, s.memory_total_bytes)
+                        } else {
+                            capped_split(trial.mps, trial.aggressors + 1)
+                        }
+                    }));
                 }
                 if let Err(e) = stopped {
                     // The record is saved first: a measured trial is never lost.

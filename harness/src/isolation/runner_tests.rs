@@ -90,7 +90,7 @@ async fn a_fault_next_door_is_recorded_per_strategy_against_the_victim_alone() {
     );
     let (records, saved) = run(&mut b, &metrics, &trials, &[], &Shutdown::new()).await;
     let records = records.expect("trials");
-    assert_eq!(saved.len(), 6, "every record saved as it came");
+    assert_eq!(saved.len(), 7, "every record saved as it came");
     let alone = find(&records, Strategy::TimeSlicing, "alone");
     assert_eq!(alone.victim_status, CellStatus::Ok);
     // 4 ms sits in the (2, 5] ms bucket, 8 ms in (5, 10]: p99 9.95 over 4.97 ms.
@@ -137,9 +137,24 @@ async fn a_fault_next_door_is_recorded_per_strategy_against_the_victim_alone() {
             "launch time-slicing victim",
             "launch time-slicing victim,aggressor-1",
             "launch mps victim",
+            "launch mps victim",
             "launch mps victim,aggressor-1"
         ]
     );
+    // MPS's victim alone again, under the limits the fault trial gives it: the backend
+    // was told them before that launch and the split again after.
+    let capped = find(&records, Strategy::Mps, crate::isolation::plan::CAPPED);
+    assert_eq!((capped.aggressors, capped.victim_status), (1, CellStatus::Ok));
+    assert_eq!(
+        capped.mps_split.as_deref(),
+        Some("50% of the SMs and 40960 MiB pinned, alone: each client's share with 2 clients")
+    );
+    assert_eq!(
+        log.iter().filter(|l| l.starts_with("limits ")).collect::<Vec<_>>(),
+        ["limits mps-threads50-memory40960mi"]
+    );
+    let ratio = mps.p99_over_capped.expect("the neighbours' part");
+    assert!((ratio - mps.victim_p99_s.expect("p99") / capped.victim_p99_s.expect("p99")).abs() < 1e-12);
     // The metrics source follows the victim alone, and lets go of it before the
     // trial's pods stop.
     let around: Vec<&str> = log
@@ -151,19 +166,19 @@ async fn a_fault_next_door_is_recorded_per_strategy_against_the_victim_alone() {
     assert_eq!(around, ["metrics for victim", "metrics released", "stop"]);
     assert_eq!(
         log.iter().filter(|l| *l == "metrics for victim").count(),
-        4,
+        5,
         "each measured trial: {log:?}"
     );
     assert_eq!(log.iter().filter(|l| *l == "relaunch victim").count(), 1, "{log:?}");
-    assert_eq!(log.iter().filter(|l| *l == "stop").count(), 4, "{log:?}");
+    assert_eq!(log.iter().filter(|l| *l == "stop").count(), 5, "{log:?}");
     // Resumed with the first three records on disk, only the last trial runs again.
     let mut again = FakeBackend::new(scripts).without(Strategy::Mig);
     let metrics = again.metrics();
-    let resumed = run(&mut again, &metrics, &trials, &records[..3], &Shutdown::new())
+    let resumed = run(&mut again, &metrics, &trials, &records[..4], &Shutdown::new())
         .await
         .0
         .expect("resumed");
-    assert_eq!(resumed.len(), 6);
+    assert_eq!(resumed.len(), 7);
     let launches: Vec<String> = again
         .calls
         .lock()
@@ -174,7 +189,7 @@ async fn a_fault_next_door_is_recorded_per_strategy_against_the_victim_alone() {
         .cloned()
         .collect();
     assert_eq!(launches, ["launch mps victim,aggressor-1"]);
-    assert_eq!(resumed[3].recovery_s, mps.recovery_s, "the same trial, the same result");
+    assert_eq!(resumed[4].recovery_s, mps.recovery_s, "the same trial, the same result");
     // The matrix reads it plainly.
     let m = crate::report::isolation_matrix::matrix(&records);
     let fault = &m.table.rows[0].1;

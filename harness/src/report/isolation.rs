@@ -273,12 +273,69 @@ pub fn tables(data: &RunData) -> Tables {
             r * 100.0
         ));
     }
+    let mut tables = vec![m.table, latency, events];
+    if let Some(cap) = mps_cap_table(records) {
+        reading.push("Under MPS each client is capped (its share of the SMs and of the memory), so the victim's inflation beside aggressors mixes two costs. The victim is measured alone again under the limits each trial gives it: its p99 there over its p99 alone is the cap's cost, its p99 beside the aggressors over that is the neighbours'.".into());
+        tables.push(cap);
+    }
     Tables {
-        tables: vec![m.table, latency, events],
+        tables,
         notes,
         reading,
         warnings: Vec::new(),
     }
+}
+
+/// MPS's victim per trial (pure): p99 alone, alone under the trial's limits (the cap's
+/// cost) and beside the aggressors (the neighbours'). None without capped trials.
+fn mps_cap_table(records: &[IsolationRecord]) -> Option<Table> {
+    let capped = |k: u32| {
+        records
+            .iter()
+            .find(|r| r.strategy == Strategy::Mps && r.scenario == crate::isolation::plan::CAPPED && r.aggressors == k)
+    };
+    let alone = records
+        .iter()
+        .find(|r| r.strategy == Strategy::Mps && r.scenario == "alone")
+        .and_then(|r| r.victim_p99_s);
+    let ms = |p: Option<f64>| p.map_or(Cell::Empty, |p| Cell::Value(format!("{:.2}", p * 1e3)));
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => Cell::Value(format!("×{:.2}", a / b)),
+        _ => Cell::Empty,
+    };
+    let rows: Vec<(String, Vec<Cell>)> = records
+        .iter()
+        .filter(|r| {
+            r.strategy == Strategy::Mps && !matches!(r.scenario.as_str(), "alone" | crate::isolation::plan::CAPPED)
+        })
+        .filter_map(|r| {
+            let c = capped(r.aggressors)?;
+            let capped_p99 = c.victim_p99_s.filter(|_| c.victim_status == CellStatus::Ok);
+            Some((
+                scenario_label(&r.scenario, r.aggressors),
+                vec![
+                    ms(alone),
+                    ms(capped_p99),
+                    ratio(capped_p99, alone),
+                    ms(r.victim_p99_s),
+                    ratio(r.victim_p99_s, capped_p99),
+                ],
+            ))
+        })
+        .collect();
+    (!rows.is_empty()).then(|| Table {
+        title: "MPS: the cap's cost and the neighbours'".into(),
+        unit: "victim p99, ms; alone, alone under the trial's limits, beside the aggressors".into(),
+        corner: "Trial".into(),
+        columns: vec![
+            "p99 alone".into(),
+            "alone, capped".into(),
+            "cap's cost".into(),
+            "beside aggressors".into(),
+            "neighbours' cost".into(),
+        ],
+        rows,
+    })
 }
 
 /// The victim's p50–p99 per scenario (x) and strategy (colour), log scale: one marker

@@ -27,7 +27,12 @@ pub fn rows(records: &[IsolationRecord]) -> Vec<(String, u32)> {
             out.push((r.scenario.clone(), r.aggressors));
         }
     }
-    out.sort_by_key(|(s, _)| s != "alone");
+    // The victim alone first, then (MPS) alone under each trial's limits.
+    out.sort_by_key(|(s, _)| match s.as_str() {
+        "alone" => 0,
+        crate::isolation::plan::CAPPED => 1,
+        _ => 2,
+    });
     out
 }
 
@@ -69,7 +74,7 @@ pub fn matrix(records: &[IsolationRecord]) -> Matrix {
     let mut notes: Vec<(usize, String)> = Vec::new();
     let table_rows = rows(records)
         .iter()
-        .filter(|(scenario, _)| scenario != "alone")
+        .filter(|(scenario, _)| scenario != "alone" && scenario != crate::isolation::plan::CAPPED)
         .map(|(scenario, k)| {
             let cells = strategies
                 .iter()
@@ -134,6 +139,7 @@ mod tests {
             note: String::new(),
             victim_kept_up: None,
             victim_died_after_s: None,
+            p99_over_capped: None,
         }
     }
 

@@ -82,6 +82,11 @@ pub struct IsolationRecord {
     /// seen. Its numbers cover that time only.
     #[serde(default)]
     pub victim_died_after_s: Option<f64>,
+    /// MPS: the victim's p99 over its p99 alone under the same limits (the
+    /// `alone-capped` trial of its aggressor count): the neighbours' part of the
+    /// inflation, the cap's taken out.
+    #[serde(default)]
+    pub p99_over_capped: Option<f64>,
 }
 
 /// Parses `isolation.jsonl` and checks every record as strictly as flags: numbers
@@ -97,7 +102,7 @@ pub fn parse_isolation_jsonl(text: &str, path: &Path, run: &RunRecord) -> Result
         .isolation()
         .iter()
         .flat_map(|p| p.scenarios.iter().map(|s| s.name()))
-        .chain(["alone"])
+        .chain(["alone", crate::isolation::plan::CAPPED])
         .collect();
     let mut out: Vec<IsolationRecord> = Vec::new();
     for (i, l) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
@@ -122,9 +127,17 @@ pub fn parse_isolation_jsonl(text: &str, path: &Path, run: &RunRecord) -> Result
         }
         // The trials the plan makes: the victim alone, the noisy neighbour beside each
         // planned count, every other scenario beside one aggressor.
+        let noisy = || run.kind.isolation().map_or(Vec::new(), |p| p.aggressors.clone());
         let planned: Vec<u32> = match r.scenario.as_str() {
             "alone" => vec![0],
-            "noisy-neighbour" => run.kind.isolation().map_or(Vec::new(), |p| p.aggressors.clone()),
+            "noisy-neighbour" => noisy(),
+            // The MPS victim alone under a trial's limits: a noisy count, or one.
+            crate::isolation::plan::CAPPED if r.strategy == Strategy::Mps => {
+                let mut k = noisy();
+                k.push(1);
+                k
+            }
+            crate::isolation::plan::CAPPED => Vec::new(),
             _ => vec![1],
         };
         if !planned.contains(&r.aggressors) {

@@ -853,6 +853,14 @@ impl Backend for KubernetesBackend {
     /// Nothing to start: the kubelet restarts an exited container in its pod, and a
     /// ReplicaSet replaces a pod that failed (k8s-sim/UPSTREAM-RULES.md I2). From now on
     /// the pod counts as running only once a container of it is ready again.
+    fn set_mps_limits(&mut self, limits: crate::domain::MpsLimits) -> std::result::Result<(), String> {
+        if limits.is_auto() {
+            Ok(())
+        } else {
+            Err("the device plugin's MPS sharing splits the GPU among a node's replicas and sets nothing per client: the DRA path (--sharing-api dra) sets each claim's limits".into())
+        }
+    }
+
     async fn relaunch_pod(&mut self, name: &str, shutdown: &Shutdown) -> Result<()> {
         let list = shutdown.guard(self.trial_pods()).await?;
         trial::relaunch(self.trial.as_mut(), name, &list)

@@ -893,6 +893,18 @@ impl Backend for DraBackend {
 
     /// Nothing to start: the kubelet restarts an exited container in its pod, and a
     /// ReplicaSet replaces a failed pod (k8s-sim/UPSTREAM-RULES.md I2), whose claim stays.
+    fn set_mps_limits(&mut self, limits: crate::domain::MpsLimits) -> std::result::Result<(), String> {
+        // The next cell's claim carries them in its GpuConfig.
+        match self.arm.as_mut() {
+            Some(arm) if arm.strategy == Strategy::Mps => {
+                arm.mps = limits;
+                Ok(())
+            }
+            _ if limits.is_auto() => Ok(()),
+            _ => Err("MPS's client limits need an MPS arm prepared first".into()),
+        }
+    }
+
     async fn relaunch_pod(&mut self, name: &str, shutdown: &Shutdown) -> Result<()> {
         let list = shutdown.guard(trial::trial_pods(&self.pods())).await?;
         trial::relaunch(self.trial.as_mut(), name, &list)

@@ -662,6 +662,42 @@ async fn isolation_trials_through_dra_claims_share_the_victims_claim_and_leave_n
             .is_some_and(|m| m.starts_with("50% of the SMs and 40779Mi pinned per client (1 client")),
         "{mps:?}"
     );
+    // MPS's victim alone again under the fault trial's limits: its own claim carries
+    // them explicitly, and the driver applied them.
+    let capped = find(Strategy::Mps, crate::isolation::plan::CAPPED);
+    assert_eq!(
+        (capped.victim_status, capped.aggressors),
+        (CellStatus::Ok, 1),
+        "{capped:?}\n{}",
+        c.log()
+    );
+    assert!(
+        capped
+            .mps_split
+            .as_deref()
+            .is_some_and(|m| m.starts_with("50% of the SMs")),
+        "{capped:?}"
+    );
+    let capped_facts: Vec<gpushare_k8s_sim::PodFacts> = c
+        .node
+        .facts()
+        .into_values()
+        .filter(|f| f.cell.starts_with("mps-threads50"))
+        .collect();
+    assert!(
+        !capped_facts.is_empty()
+            && capped_facts.iter().all(|f| matches!(
+                f.dra_sharing,
+                Some(Sharing::Mps {
+                    thread_percentage: Some(50),
+                    ..
+                })
+            )),
+        "{capped_facts:?}"
+    );
+    assert!(
+        find(Strategy::Mps, "fault").p99_over_capped.is_some() || find(Strategy::Mps, "fault").victim_p99_s.is_none()
+    );
     let left = dra_leftovers(&c).await;
     assert!(left.is_empty(), "{left:?}\n{}", c.log());
     assert_eq!(state(&c).await, before, "nothing on the node changes\n{}", c.log());

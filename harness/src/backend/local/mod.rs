@@ -469,6 +469,12 @@ impl Backend for LocalBackend {
         self.spawn_cell(strategy, pods, specs, &[], shutdown).await
     }
 
+    fn set_mps_limits(&mut self, limits: crate::domain::MpsLimits) -> std::result::Result<(), String> {
+        // Each client's environment carries them.
+        self.mps_limits = limits;
+        Ok(())
+    }
+
     async fn relaunch_pod(&mut self, name: &str, _shutdown: &Shutdown) -> Result<()> {
         let gone = |reason: &str| BenchError::Spawn {
             pod: name.into(),
