@@ -233,8 +233,8 @@ impl FromStr for MpsMemory {
             (None, None) => return Err(bad()),
         };
         let n: u64 = digits.parse().map_err(|_| bad())?;
-        match u32::try_from(n * scale) {
-            Ok(m) if m > 0 && n < u64::from(u32::MAX) => Ok(MpsMemory::Mebibytes(m)),
+        match n.checked_mul(scale).map(u32::try_from) {
+            Some(Ok(m)) if m > 0 => Ok(MpsMemory::Mebibytes(m)),
             _ => Err(bad()),
         }
     }
@@ -522,7 +522,15 @@ mod tests {
                 Ok(MpsMemory::Mebibytes(1536))
             )
         );
-        for bad in ["20G", "0Mi", "Gi", "20 Gi", "99999999999Gi", "unlimited"] {
+        for bad in [
+            "20G",
+            "0Mi",
+            "Gi",
+            "20 Gi",
+            "99999999999Gi",
+            "18446744073709551615Gi",
+            "unlimited",
+        ] {
             assert!(m(bad).is_err(), "{bad}");
         }
         assert_eq!(MpsMemory::Mebibytes(20480).to_string(), "20Gi");

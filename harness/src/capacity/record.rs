@@ -59,11 +59,10 @@ pub struct CapacityRecord {
     pub note: String,
     /// Time-slicing through DRA: the claims' interval (empty otherwise).
     pub timeslice: Option<crate::domain::TimeSliceInterval>,
-    /// MPS with `--mps-threads`: each client's share of the SMs (empty: auto).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// MPS with `--mps-threads`: each client's share of the SMs (empty: auto). Every
+    /// record has the column: the CSV's header is the first record's.
     pub mps_threads: Option<crate::domain::MpsThreads>,
     /// MPS with `--mps-memory`: each client's pinned memory (empty: auto).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mps_memory: Option<crate::domain::MpsMemory>,
 }
 

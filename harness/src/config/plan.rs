@@ -44,6 +44,14 @@ pub struct DraSettings {
     /// default,short,long`; none: one shared claim without config).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub timeslices: Vec<crate::domain::TimeSliceInterval>,
+    /// A run made with the DRA-only `--mps-thread-percentage`, which `--mps-threads`
+    /// replaced: the share every MPS claim of the run set (its rows carry no limit of
+    /// their own). Read to report it; never written.
+    #[serde(default, rename = "mps_thread_percentage", skip_serializing)]
+    pub former_mps_thread_percentage: Option<u32>,
+    /// As `former_mps_thread_percentage`, for `--mps-memory-limit`.
+    #[serde(default, rename = "mps_memory_limit", skip_serializing)]
+    pub former_mps_memory_limit: Option<String>,
 }
 
 /// A validated sweep.
@@ -1003,6 +1011,8 @@ fn sharing(
     Ok(match api {
         SharingApi::DevicePlugin => Sharing::DevicePlugin,
         SharingApi::Dra => Sharing::Dra(DraSettings {
+            former_mps_thread_percentage: None,
+            former_mps_memory_limit: None,
             timeslices: timeslices
                 .map(|l| l.0.into_iter().map(|t| t.0).collect())
                 .unwrap_or_default(),

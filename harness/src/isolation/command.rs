@@ -239,7 +239,10 @@ impl<B: Backend> Work<B> for Trials {
             progress,
             shutdown,
             |r| {
+                // A strategy is unavailable when its trials are, not when the backend
+                // cannot cap MPS's victim alone as in a trial (that record says so).
                 if r.victim_status == CellStatus::Unavailable
+                    && r.scenario != crate::isolation::plan::CAPPED
                     && !store.run().unavailable.iter().any(|u| u.strategy == r.strategy)
                 {
                     store.update_run(|run| {

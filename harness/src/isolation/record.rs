@@ -3,7 +3,7 @@
 //! strategy.
 
 use crate::backend::{Pod, PodState};
-use crate::domain::{CellStatus, Strategy};
+use crate::domain::CellStatus;
 use crate::isolation::plan::{Role, Trial};
 use crate::results::isolation::IsolationRecord;
 use crate::stats::Histogram;
@@ -64,15 +64,15 @@ pub enum SloTarget {
     Unset,
 }
 
-/// The target of a run's trials when `--slo` gave none (pure): [`DEFAULT_SLO_FACTOR`]
-/// × the p99 of the victim alone under `reference`, the run's first strategy
-/// (exclusive where the run has it), once measured.
-pub fn common_target(records: &[IsolationRecord], reference: Strategy) -> SloTarget {
+/// The target of a run's trials when `--slo` gave none (pure): the one the first victim
+/// alone measured set, [`DEFAULT_SLO_FACTOR`] × its p99 (exclusive's, whose trials come
+/// first, where the run has it and it ran), once there is one.
+pub fn common_target(records: &[IsolationRecord]) -> SloTarget {
     records
         .iter()
-        .find(|r| r.strategy == reference && r.scenario == "alone" && r.victim_status == CellStatus::Ok)
-        .and_then(|r| r.victim_p99_s)
-        .map_or(SloTarget::Unset, |p| SloTarget::Set(p * DEFAULT_SLO_FACTOR))
+        .find(|r| r.scenario == "alone" && r.victim_status == CellStatus::Ok && r.slo_s.is_some())
+        .and_then(|r| r.slo_s)
+        .map_or(SloTarget::Unset, SloTarget::Set)
 }
 
 /// After a fault or a kill: did the strategy serve the victim again?
@@ -221,7 +221,7 @@ pub fn record(
             if slo.is_none() && status_measured(h) {
                 add(
                     &mut note,
-                    "no latency target: the victim alone under the run's first strategy, which sets it, was not measured (--slo gives one)",
+                    "no latency target: no victim alone was measured before this trial to set one (--slo gives one)",
                 );
             }
             note
@@ -324,7 +324,7 @@ mod tests {
                 ])
             },
             Some(&alone),
-            common_target(std::slice::from_ref(&alone), Strategy::TimeSlicing),
+            SloTarget::Set(alone.victim_p99_s.expect("p99") * DEFAULT_SLO_FACTOR),
             None,
         );
         assert!((noisy.p99_inflation.expect("inflation") - 2.0).abs() < 1e-9);
@@ -357,13 +357,11 @@ mod tests {
         );
         assert!((ex.slo_s.expect("its own target") - 0.01485).abs() < 1e-12);
         assert_eq!(
-            common_target(&[alone.clone(), ex.clone()], Strategy::Exclusive),
-            SloTarget::Set(ex.slo_s.expect("target"))
+            common_target(&[alone.clone(), ex.clone()]),
+            SloTarget::Set(ex.slo_s.expect("target")),
+            "the first victim alone that set a target"
         );
-        assert_eq!(
-            common_target(std::slice::from_ref(&alone), Strategy::Exclusive),
-            SloTarget::Unset
-        );
+        assert_eq!(common_target(std::slice::from_ref(&alone)), SloTarget::Unset);
         assert!(ex.note.is_empty(), "{}", ex.note);
     }
 

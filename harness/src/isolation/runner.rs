@@ -72,14 +72,12 @@ pub async fn run_trials<B: Backend, S: MetricsSource>(
 ) -> Result<Vec<IsolationRecord>> {
     let mut prepared: HashMap<Strategy, Prepared> = HashMap::new();
     let mut out: Vec<IsolationRecord> = done.to_vec();
-    // One latency target for every trial: --slo, or set by the victim alone under the
-    // first strategy (the plan puts exclusive first).
-    let reference = trials.first().map(|t| t.strategy);
-    let target = |trial: &Trial, out: &[IsolationRecord]| match (s.slo_s, reference) {
+    // One latency target for every trial: --slo, or set by the first victim alone
+    // measured (the plan puts exclusive first; a strategy unavailable here passes it on).
+    let target = |trial: &Trial, out: &[IsolationRecord]| match (s.slo_s, common_target(out)) {
         (Some(slo), _) => SloTarget::Set(slo),
-        (None, Some(r)) if trial.strategy == r && trial.scenario.is_none() => SloTarget::FromThisVictim,
-        (None, Some(r)) => common_target(out, r),
-        (None, None) => SloTarget::Unset,
+        (None, SloTarget::Unset) if trial.scenario_name() == "alone" => SloTarget::FromThisVictim,
+        (None, known) => known,
     };
     let on_disk = trials
         .iter()

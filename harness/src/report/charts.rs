@@ -33,13 +33,22 @@ pub(crate) fn look(a: impl Into<Arm>) -> (RGBColor, usize, Option<(u32, u32)>) {
         (Strategy::TimeSlicing, Some(TimeSliceInterval::Short)) => (RGBColor(86, 180, 233), 1, Some((4, 3))),
         (Strategy::TimeSlicing, Some(TimeSliceInterval::Medium)) => (RGBColor(204, 121, 167), 1, Some((7, 4))),
         (Strategy::TimeSlicing, Some(TimeSliceInterval::Long)) => (RGBColor(230, 159, 0), 1, Some((18, 5))),
-        // MPS's square, in shades of its vermilion by its client limits.
-        (Strategy::Mps, _) => match (a.mps.threads == MpsThreads::Auto, a.mps.memory == MpsMemory::Auto) {
-            (true, true) => (RGBColor(213, 94, 0), 2, Some((3, 4))),
-            (false, true) => (RGBColor(140, 50, 0), 2, Some((12, 3))),
-            (true, false) => (RGBColor(245, 150, 95), 2, Some((2, 2))),
-            (false, false) => (RGBColor(90, 30, 0), 2, None),
-        },
+        // MPS's square in vermilion; other client limits in a shade by the share of
+        // the SMs (darker: more) and a dash by the memory limit, one look per arm.
+        (Strategy::Mps, _) if a.mps.is_auto() => (RGBColor(213, 94, 0), 2, Some((3, 4))),
+        (Strategy::Mps, _) => {
+            let red = match a.mps.threads {
+                MpsThreads::Auto => 245,
+                MpsThreads::Percent(p) => 250 - 2 * u32::from(p.min(100)),
+            };
+            let dash = match a.mps.memory {
+                MpsMemory::Auto => Some((12, 3)),
+                MpsMemory::Unlimited => None,
+                MpsMemory::Mebibytes(m) => Some((2 + (m / 4096) % 10, 2)),
+            };
+            let c = |v: u32| u8::try_from(v).unwrap_or(u8::MAX);
+            (RGBColor(c(red), c(red * 94 / 213), 0), 2, dash)
+        }
         (Strategy::Mig, _) => (RGBColor(0, 158, 115), 3, Some((14, 4))),
     }
 }

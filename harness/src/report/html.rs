@@ -251,7 +251,7 @@ fn environment(data: &RunData) -> Vec<(String, String)> {
         rows.push((
             "Sharing API".into(),
             format!(
-                "DRA: ResourceClaims with NVIDIA's DRA driver's GpuConfig (time-slice interval {}; MPS's client limits as each MPS row says, auto: 100/max(2, N)% of the SMs and the GPU's memory/max(2, N))",
+                "DRA: ResourceClaims with NVIDIA's DRA driver's GpuConfig (time-slice interval {}; MPS's client limits {})",
                 if d.timeslices.is_empty() {
                     "none: the GPU as the node had it".into()
                 } else {
@@ -260,6 +260,14 @@ fn environment(data: &RunData) -> Vec<(String, String)> {
                         crate::config::values::List(d.timeslices.clone())
                     )
                 },
+                match (d.former_mps_thread_percentage, d.former_mps_memory_limit.as_deref()) {
+                    (None, None) => "as each MPS row says, auto: 100/max(2, N)% of the SMs and the GPU's memory/max(2, N)".to_string(),
+                    (threads, memory) => format!(
+                        "on every MPS claim: {} of the SMs, {} pinned (--mps-thread-percentage and --mps-memory-limit)",
+                        threads.map_or("100/max(2, N)%".into(), |t| format!("{t}%")),
+                        memory.unwrap_or("the GPU's memory/max(2, N)")
+                    ),
+                }
             ),
         ));
     } else if p.backend == crate::config::values::BackendKind::Kubernetes {

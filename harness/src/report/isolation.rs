@@ -20,6 +20,7 @@ use crate::results::isolation::IsolationRecord;
 fn short_label(scenario: &str, aggressors: u32) -> String {
     match scenario {
         "alone" => "alone".into(),
+        crate::isolation::plan::CAPPED => format!("capped as ×{aggressors}"),
         "noisy-neighbour" => format!("noisy ×{aggressors}"),
         "memory-pressure" => "memory".into(),
         other => other.to_string(),
@@ -309,8 +310,8 @@ fn mps_cap_table(records: &[IsolationRecord]) -> Option<Table> {
             r.strategy == Strategy::Mps && !matches!(r.scenario.as_str(), "alone" | crate::isolation::plan::CAPPED)
         })
         .filter_map(|r| {
-            let c = capped(r.aggressors)?;
-            let capped_p99 = c.victim_p99_s.filter(|_| c.victim_status == CellStatus::Ok);
+            let c = capped(r.aggressors).filter(|c| c.victim_status == CellStatus::Ok)?;
+            let capped_p99 = c.victim_p99_s;
             Some((
                 scenario_label(&r.scenario, r.aggressors),
                 vec![

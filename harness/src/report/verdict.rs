@@ -109,7 +109,7 @@ fn isolation_lines(data: &RunData) -> Vec<String> {
         for r in data
             .isolation
             .iter()
-            .filter(|r| r.strategy == s && r.scenario != "alone")
+            .filter(|r| r.strategy == s && r.scenario != "alone" && r.scenario != crate::isolation::plan::CAPPED)
         {
             let Some(o) = outcome(r) else { continue };
             total += 1;

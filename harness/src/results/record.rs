@@ -1264,6 +1264,7 @@ mod tests {
                 r.plan.sharing_api = crate::config::values::SharingApi::Dra;
                 r.plan.dra = Some(crate::config::plan::DraSettings {
                     timeslices: vec![crate::domain::TimeSliceInterval::Short; 2],
+                    ..Default::default()
                 });
             }),
             ("plan.dra.timeslices: intervals of time-slicing", |r| {
@@ -1272,6 +1273,7 @@ mod tests {
                 r.plan.strategies = vec![Strategy::Mps];
                 r.plan.dra = Some(crate::config::plan::DraSettings {
                     timeslices: vec![crate::domain::TimeSliceInterval::Short],
+                    ..Default::default()
                 });
             }),
             ("plan.mps_threads: a value is listed twice", |r| {

@@ -1052,3 +1052,41 @@ async fn each_mps_limit_is_an_arm_with_its_own_rows_baseline_and_report_rows() {
     let v = crate::report::verify::verify_dir(&plan.out.join("fake")).expect("verify");
     assert_eq!((v.cells, v.mismatches.len()), (6, 0), "{:?}", v.mismatches);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_capacity_search_of_two_mps_limits_searches_each_and_its_csv_and_report_render() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let mut plan = capacity_plan(tmp.path(), "exclusive,mps", "p99=5ms");
+    plan.mps_threads = vec![crate::domain::MpsThreads::Auto, crate::domain::MpsThreads::Percent(100)];
+    let b = growing();
+    capacity(&plan, &b, false, &Recorder::default(), &Shutdown::new())
+        .await
+        .expect("capacity");
+    let run = crate::results::store::read_run(&plan.out.join("fake/run.json")).expect("run");
+    let table = crate::capacity::record::records(&run, &cells(&plan));
+    let arms: Vec<String> = table.iter().map(|r| r.arm().name()).collect();
+    assert_eq!(arms, ["exclusive", "mps", "mps-threads100"]);
+    // Every record has the limit columns (a CSV's header is its first record's), and
+    // the report, which writes capacity.csv, renders.
+    let data = crate::report::RunData::load(&plan.out.join("fake")).expect("run data");
+    let report = crate::report::render(&data).expect("report");
+    assert!(report.html.contains("MPS (100% of the SMs)"));
+    let csv = &report
+        .csv
+        .iter()
+        .find(|(name, _)| name == "capacity.csv")
+        .expect("capacity.csv")
+        .1;
+    let text = String::from_utf8(csv.clone()).expect("utf-8");
+    assert!(
+        text.lines()
+            .next()
+            .is_some_and(|h| h.contains("mps_threads,mps_memory")),
+        "{text}"
+    );
+    assert!(
+        text.lines().any(|l| l.starts_with("mps,") || l.contains(",mps,")),
+        "{text}"
+    );
+    assert!(text.contains(",100,"), "{text}");
+}

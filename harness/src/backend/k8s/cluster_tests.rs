@@ -538,6 +538,13 @@ async fn isolation_trials_run_as_two_deployments_and_kubernetes_restarts_the_vic
         );
         assert!(capped.note.contains("--sharing-api dra"), "{capped:?}");
     }
+    // MPS itself was measured: the run does not call it unavailable.
+    let run = crate::results::store::read_run(&dir.path().join("sim/run.json")).expect("run.json");
+    assert!(
+        run.unavailable.iter().all(|u| u.strategy != Strategy::Mps),
+        "{:?}",
+        run.unavailable
+    );
     for s in [Strategy::Exclusive, Strategy::TimeSlicing, Strategy::Mps] {
         let alone = find(s, "alone", 0);
         assert_eq!(

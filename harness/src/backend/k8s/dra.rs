@@ -1019,6 +1019,7 @@ mod tests {
         assert!(w.len() == 1 && w[0].contains("EXCLUSIVE_PROCESS"), "{w:?}");
         let long = DraSettings {
             timeslices: vec![dra_claims::TimeSliceInterval::Long],
+            ..DraSettings::default()
         };
         let w = facts.warnings(&[Strategy::TimeSlicing], &long);
         assert!(w.len() == 1 && w[0].contains("TimeSlicingSettings is off"), "{w:?}");

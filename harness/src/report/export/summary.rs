@@ -88,6 +88,10 @@ pub struct SummaryRecord {
     pub read_with_care: String,
     /// Time-slicing through DRA: the claims' interval (empty otherwise).
     pub timeslice: Option<crate::domain::TimeSliceInterval>,
+    /// MPS: each client's share of the SMs, where `--mps-threads` set one (empty: auto).
+    pub mps_threads: Option<crate::domain::MpsThreads>,
+    /// MPS: each client's pinned memory, where `--mps-memory` set one (empty: auto).
+    pub mps_memory: Option<crate::domain::MpsMemory>,
 }
 
 /// (mean, half-width) of a metric over a cell's repeats.
@@ -160,6 +164,8 @@ pub fn records(data: &RunData) -> Vec<SummaryRecord> {
                 note: combined.note.clone(),
                 read_with_care: care.join("; "),
                 timeslice: s.timeslice,
+                mps_threads: Some(s.mps.threads).filter(|t| *t != crate::domain::MpsThreads::Auto),
+                mps_memory: Some(s.mps.memory).filter(|m| *m != crate::domain::MpsMemory::Auto),
             });
         }
     }
