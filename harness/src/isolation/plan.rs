@@ -51,9 +51,7 @@ pub struct Trial {
     pub mps: MpsLimits,
 }
 
-/// The scenario name of the MPS victim alone under the limits it has in a trial beside
-/// aggressors: what the cap alone costs it.
-pub const CAPPED: &str = "alone-capped";
+pub use crate::results::isolation::CAPPED;
 
 impl Trial {
     /// What the trial is, for progress lines: "MPS · noisy neighbour × 3 aggressors".

@@ -9,6 +9,10 @@ use crate::domain::{CellStatus, Strategy};
 use crate::error::{BenchError, Result};
 use crate::results::record::{RunRecord, check_numbers};
 
+/// The scenario name of the MPS victim alone under the limits it has in a trial beside
+/// aggressors: what the cap alone costs it.
+pub const CAPPED: &str = "alone-capped";
+
 /// One trial of an isolation run. Numbers not measured are empty, never zero.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct IsolationRecord {
@@ -102,7 +106,7 @@ pub fn parse_isolation_jsonl(text: &str, path: &Path, run: &RunRecord) -> Result
         .isolation()
         .iter()
         .flat_map(|p| p.scenarios.iter().map(|s| s.name()))
-        .chain(["alone", crate::isolation::plan::CAPPED])
+        .chain(["alone", CAPPED])
         .collect();
     let mut out: Vec<IsolationRecord> = Vec::new();
     for (i, l) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
@@ -132,12 +136,12 @@ pub fn parse_isolation_jsonl(text: &str, path: &Path, run: &RunRecord) -> Result
             "alone" => vec![0],
             "noisy-neighbour" => noisy(),
             // The MPS victim alone under a trial's limits: a noisy count, or one.
-            crate::isolation::plan::CAPPED if r.strategy == Strategy::Mps => {
+            CAPPED if r.strategy == Strategy::Mps => {
                 let mut k = noisy();
                 k.push(1);
                 k
             }
-            crate::isolation::plan::CAPPED => Vec::new(),
+            CAPPED => Vec::new(),
             _ => vec![1],
         };
         if !planned.contains(&r.aggressors) {
