@@ -122,6 +122,25 @@ impl fmt::Display for TimeSliceInterval {
     }
 }
 
+/// Serde through the type's text (`Display` and `FromStr`), as flags spell it: the
+/// `From`/`TryFrom` pair that `#[serde(into = "String", try_from = "String")]` needs.
+macro_rules! text_serde {
+    ($t:ty) => {
+        impl From<$t> for String {
+            fn from(v: $t) -> String {
+                v.to_string()
+            }
+        }
+
+        impl TryFrom<String> for $t {
+            type Error = String;
+            fn try_from(s: String) -> Result<Self, String> {
+                s.parse()
+            }
+        }
+    };
+}
+
 /// An MPS client's share of the SMs, its `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`
 /// (`--mps-threads`): `auto` is the NVIDIA device plugin's equal split,
 /// floor(100 / clients) percent; a number gives every client that percentage.
@@ -167,18 +186,7 @@ impl FromStr for MpsThreads {
     }
 }
 
-impl From<MpsThreads> for String {
-    fn from(t: MpsThreads) -> String {
-        t.to_string()
-    }
-}
-
-impl TryFrom<String> for MpsThreads {
-    type Error = String;
-    fn try_from(s: String) -> Result<Self, String> {
-        s.parse()
-    }
-}
+text_serde!(MpsThreads);
 
 /// An MPS client's pinned device memory, its `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`
 /// (`--mps-memory`): `auto` is the device plugin's equal split, the GPU's memory /
@@ -240,18 +248,7 @@ impl FromStr for MpsMemory {
     }
 }
 
-impl From<MpsMemory> for String {
-    fn from(m: MpsMemory) -> String {
-        m.to_string()
-    }
-}
-
-impl TryFrom<String> for MpsMemory {
-    type Error = String;
-    fn try_from(s: String) -> Result<Self, String> {
-        s.parse()
-    }
-}
+text_serde!(MpsMemory);
 
 /// What MPS gives each client of a cell: its share of the SMs and its pinned memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]

@@ -218,7 +218,7 @@ pub fn record(
                     &format!("the victim exited {t:.1} s into its measurement: its numbers cover that time only"),
                 );
             }
-            if slo.is_none() && status_measured(h) {
+            if slo.is_none() && h.is_some() {
                 add(
                     &mut note,
                     "no latency target: no victim alone was measured before this trial to set one (--slo gives one)",
@@ -230,11 +230,6 @@ pub fn record(
         victim_died_after_s: seen.victim_died_after,
         p99_over_capped: None,
     }
-}
-
-/// Whether the victim was measured at all (a target matters only then).
-fn status_measured(h: Option<&Histogram>) -> bool {
-    h.is_some()
 }
 
 /// Whether `record` is the record of `trial`.

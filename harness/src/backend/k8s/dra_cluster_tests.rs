@@ -695,8 +695,12 @@ async fn isolation_trials_through_dra_claims_share_the_victims_claim_and_leave_n
             )),
         "{capped_facts:?}"
     );
+    // The neighbours' part of the noisy trial: its p99 over the capped victim's alone.
+    let noisy = find(Strategy::Mps, "noisy-neighbour");
+    let over = noisy.p99_over_capped.expect("a ratio to the capped victim alone");
     assert!(
-        find(Strategy::Mps, "fault").p99_over_capped.is_some() || find(Strategy::Mps, "fault").victim_p99_s.is_none()
+        (over - noisy.victim_p99_s.expect("p99") / capped.victim_p99_s.expect("p99")).abs() < 1e-12,
+        "{noisy:?}"
     );
     let left = dra_leftovers(&c).await;
     assert!(left.is_empty(), "{left:?}\n{}", c.log());
