@@ -11,7 +11,7 @@
 //! [`results::store`]). A module uses only its own layer and those below, bottom to top:
 //! `error`/`domain`/`shutdown`/`files`/`clock`/`stats`/`console` → `process` → `metrics` →
 //! `telemetry` → `config` → `client` → `results` → `backend` → `sweep` →
-//! `capacity`/`isolation` → `report` → `tools` (docs/architecture.md; held by
+//! `capacity`/`isolation`/`equal_load` → `report` → `tools` (docs/architecture.md; held by
 //! `harness/tests/layers.rs`).
 
 pub mod backend;
@@ -21,6 +21,7 @@ pub mod clock;
 pub mod config;
 pub mod console;
 pub mod domain;
+pub mod equal_load;
 pub mod error;
 pub mod files;
 pub mod isolation;

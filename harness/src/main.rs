@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use gpushare_bench::backend::k8s::manifests;
-use gpushare_bench::config::cli::{CapacityArgs, Cli, Command, IsolationArgs, SweepArgs};
+use gpushare_bench::config::cli::{CapacityArgs, Cli, Command, EqualLoadArgs, IsolationArgs, SweepArgs};
 use gpushare_bench::config::options::SweepOptions;
 use gpushare_bench::config::plan::SweepPlan;
 use gpushare_bench::config::values::ListItemError;
@@ -42,7 +42,7 @@ fn main() -> ExitCode {
     }
     if matches!(
         cli.command,
-        Command::Sweep(_) | Command::Isolation(_) | Command::Capacity(_) | Command::Overhead(_)
+        Command::Sweep(_) | Command::Isolation(_) | Command::Capacity(_) | Command::EqualLoad(_) | Command::Overhead(_)
     ) && let Err(e) = supervisor::start()
     {
         tracing::warn!("cannot start the process supervisor ({e}); children still die with the harness");
@@ -177,6 +177,7 @@ async fn run(cli: Cli, shutdown: &Shutdown) -> Result<u8> {
         Command::Sweep(args) => run_sweep(*args, shutdown).await,
         Command::Isolation(args) => run_isolation(*args, shutdown).await,
         Command::Capacity(args) => run_capacity(*args, shutdown).await,
+        Command::EqualLoad(args) => run_equal_load(*args, shutdown).await,
         Command::Reap => Ok(0),
         Command::Doctor(args) => {
             let checks = if args.kubernetes {
@@ -389,6 +390,42 @@ async fn run_isolation(args: IsolationArgs, shutdown: &Shutdown) -> Result<u8> {
             "gpushare-bench: partial: the victim alone failed under {} (no baseline for its trials); the other records are saved",
             outcome.failed_baselines().join(", ")
         ),
+        _ => {}
+    }
+    Ok(code)
+}
+
+async fn run_equal_load(args: EqualLoadArgs, shutdown: &Shutdown) -> Result<u8> {
+    use gpushare_bench::equal_load::command;
+    let (quiet, render) = (args.quiet, !args.no_report);
+    let run = command::plan(args)?;
+    let progress = sweep::progress_for(quiet);
+    let outcome = command::run(run, &*progress, shutdown).await?;
+    for (name, s) in &outcome.sweeps {
+        if let Some(label) = &s.label {
+            errln!("*** {name}: {label} ***");
+        }
+        // The cells to read with care, per sweep; each sweep's own report is the
+        // run's report's business.
+        closing(&s.dir, false);
+    }
+    outln!("results: {}", outcome.dir.display());
+    if render {
+        match report::write(&outcome.dir, None) {
+            Ok(index) => outln!("report: {}", index.display()),
+            Err(e) => errln!(
+                "gpushare-bench: the report was not rendered ({e}); `gpushare-bench report {}` tries again",
+                outcome.dir.display()
+            ),
+        }
+    }
+    let code = outcome.exit_code();
+    match code {
+        1 => errln!(
+            "gpushare-bench: no cell could be measured; see each sweep's cells.csv under {}",
+            outcome.dir.display()
+        ),
+        3 => errln!("gpushare-bench: partial: some cells failed (their notes say why); the others are saved"),
         _ => {}
     }
     Ok(code)

@@ -19,7 +19,7 @@ const LAYERS: &[&str] = &[
     "results",
     "backend",
     "sweep",
-    "capacity+isolation",
+    "capacity+isolation+equal_load",
     "report",
     "tools",
 ];

@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::config::isolation::Scenario;
 use crate::config::options::SweepOptions;
-use crate::config::values::{DeviceChoice, List, Model, PodCount, Precision, Span};
+use crate::config::values::{DeviceChoice, List, LoadLevel, Model, PodCount, Precision, Span};
 
 /// Measure what GPU sharing costs an inference workload.
 ///
@@ -103,6 +103,28 @@ pub enum Command {
     /// from --config); --resume continues a broken search. Exit codes as `sweep`.
     #[command(verbatim_doc_comment)]
     Capacity(Box<CapacityArgs>),
+    /// Strategies side by side at equal offered load: what sharing costs short of saturation.
+    ///
+    /// A closed-loop sweep measures each pod back to back, so its latencies are those of
+    /// a saturated GPU. This run asks what a platform sees at a realistic load: the same
+    /// aggregate request rate offered to every cell, whatever its strategy and pod count.
+    ///   1. the closed sweep (RUN_DIR/closed/): every strategy × pod count in the closed
+    ///      loop, as `sweep` measures them; its exclusive × 1 cell is the base, one
+    ///      pod's capacity alone on the GPU (inferences/s, the mean over --repeat
+    ///      passes; time-slicing × 1 where exclusive is not measured, e.g. on the CPU)
+    ///   2. one sweep per level (RUN_DIR/load-50pct/, …): every cell offered Poisson
+    ///      arrivals at LEVEL × base requests/s in total (--load total:RATE), split
+    ///      equally over its pods; latency runs from each request's arrival, and a pod
+    ///      that falls behind its share is flagged
+    ///
+    /// Each sweep is a run directory of its own (report, export, compare and verify read
+    /// it as any sweep). `report RUN_DIR` renders the run's tables, p50, p99, mean and
+    /// throughput per strategy × pods, with the closed loop and each level side by
+    /// side, and equal-load.csv. The plan needs exclusive (or time-slicing) in
+    /// --strategies and 1 in --pods (the base), on one GPU. --resume continues a broken run where it stopped,
+    /// at the base it measured. Exit codes as `sweep`, over all its sweeps.
+    #[command(verbatim_doc_comment)]
+    EqualLoad(Box<EqualLoadArgs>),
     /// Render a run as an HTML report (+ one SVG per chart, summary.md and CSV), in <RUN_DIR>/report/ or <out>/<run-id>/.
     Report(ReportArgs),
     /// Print a run as CSV, JSON or Markdown on stdout.
@@ -247,6 +269,31 @@ pub struct CapacityArgs {
     pub options: SweepOptions,
     /// Continue a broken capacity run: its recorded plan, the counts not yet measured.
     #[arg(long)]
+    pub resume: Option<String>,
+    /// No progress bars (CI, scripts); errors still go to stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+    /// Do not render the report at the end (RUN_DIR/report/; `gpushare-bench report` renders it later).
+    #[arg(long)]
+    pub no_report: bool,
+}
+
+/// `equal-load` flags: the levels, and the sweep's options for every sweep of the run
+/// (`--load` is the run's to set).
+#[derive(Debug, Clone, Args)]
+#[command(mut_arg("load", |a| a.hide(true)))]
+pub struct EqualLoadArgs {
+    /// Offered loads, comma-separated, each a percentage of one pod's closed-loop capacity alone on the GPU (exclusive × 1), offered to a whole cell and split equally over its pods (e.g. 50%,90%) [default: 50%,90%].
+    #[arg(long)]
+    pub levels: Option<List<LoadLevel>>,
+    /// TOML file with sweep settings (the pods' model, device, backend, ...).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// The pods' options, as `sweep`'s.
+    #[command(flatten)]
+    pub options: SweepOptions,
+    /// Continue a broken equal-load run (its run id, under --out): its recorded levels, options and capacity, the sweeps and cells not yet on disk.
+    #[arg(long, conflicts_with = "levels")]
     pub resume: Option<String>,
     /// No progress bars (CI, scripts); errors still go to stderr.
     #[arg(long, short)]

@@ -440,6 +440,80 @@ pub enum Load {
     Total(f64),
 }
 
+/// A level: a share of one exclusive pod's closed-loop capacity, offered to a whole
+/// cell (`50%` → `total:RATE` with RATE half that capacity, split over the cell's pods).
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub struct LoadLevel(f64);
+
+/// The highest level accepted, as a share (500%: far past what any strategy serves).
+pub const MAX_LEVEL: f64 = 5.0;
+
+impl LoadLevel {
+    /// A level from its share (0.5 for 50%); None outside (0, [`MAX_LEVEL`]].
+    pub fn new(share: f64) -> Option<LoadLevel> {
+        (share.is_finite() && share > 0.0 && share <= MAX_LEVEL).then_some(LoadLevel(share))
+    }
+
+    /// The share of the base (0.5).
+    pub fn share(self) -> f64 {
+        self.0
+    }
+
+    /// The percentage, as the flag writes it (50, 12.5).
+    pub fn percent(self) -> f64 {
+        (self.0 * 1000.0).round() / 10.0
+    }
+
+    /// The level's sweep directory and run id (`load-50pct`, `load-12.5pct`).
+    pub fn dir_name(self) -> String {
+        format!("load-{}pct", self.percent())
+    }
+
+    /// Requests per second for a whole cell at this level of `base` per second.
+    pub fn rate(self, base: f64) -> f64 {
+        self.0 * base
+    }
+}
+
+impl FromStr for LoadLevel {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let number = s.strip_suffix('%').ok_or_else(|| {
+            format!("a level is a percentage of one exclusive pod's closed-loop capacity, e.g. 50%, not `{s}`")
+        })?;
+        let pct: f64 = number
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{number}` is not a number of percent"))?;
+        LoadLevel::new(pct / 100.0).ok_or_else(|| {
+            format!(
+                "a level is above 0% and at most {}% of one exclusive pod's capacity",
+                MAX_LEVEL * 100.0
+            )
+        })
+    }
+}
+
+impl fmt::Display for LoadLevel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}%", self.percent())
+    }
+}
+
+impl From<LoadLevel> for String {
+    fn from(l: LoadLevel) -> String {
+        l.to_string()
+    }
+}
+
+impl TryFrom<String> for LoadLevel {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
 /// The highest rate `--load` accepts per second (the workload's own limit).
 pub const MAX_RATE: f64 = 1e6;
 
@@ -728,5 +802,26 @@ mod tests {
             .map(|e| e.message().to_string())
             .unwrap_or_default();
         assert_eq!(bad, "bad value `65`: pod counts go from 1 to 64");
+    }
+
+    #[test]
+    fn levels_parse_as_percentages_and_name_their_sweeps() {
+        let l: LoadLevel = "50%".parse().expect("50%");
+        assert_eq!(l.share(), 0.5);
+        assert_eq!(l.dir_name(), "load-50pct");
+        assert_eq!(l.to_string(), "50%");
+        assert_eq!("12.5%".parse::<LoadLevel>().expect("12.5").dir_name(), "load-12.5pct");
+        assert!((l.rate(800.0) - 400.0).abs() < 1e-9);
+        for (bad, says) in [
+            ("50", "a percentage"),
+            ("0%", "above 0%"),
+            ("-5%", "above 0%"),
+            ("600%", "at most 500%"),
+            ("x%", "not a number"),
+            ("NaN%", "above 0%"),
+        ] {
+            let e = bad.parse::<LoadLevel>().expect_err(bad);
+            assert!(e.contains(says), "{bad}: {e}");
+        }
     }
 }

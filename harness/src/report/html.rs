@@ -8,7 +8,7 @@ use maud::{DOCTYPE, Markup, PreEscaped, html};
 use super::RunData;
 use super::tables::{Cell, Table, Tables};
 
-const CSS: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2rem auto;max-width:1100px;padding:0 1rem;color:#111;line-height:1.45}\
+pub(super) const CSS: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2rem auto;max-width:1100px;padding:0 1rem;color:#111;line-height:1.45}\
 h1{font-size:1.6rem;margin-bottom:.2rem}h2{font-size:1.2rem;margin-top:2rem;border-bottom:1px solid #ccc;padding-bottom:.2rem}\
 .banner{background:#fff3cd;border:2px solid #b58900;padding:.8rem 1rem;font-weight:700;margin:1rem 0}\
 table{border-collapse:collapse;margin:.5rem 0 1rem}th,td{border:1px solid #bbb;padding:.3rem .7rem}td.num{text-align:right;font-variant-numeric:tabular-nums}\
@@ -114,7 +114,7 @@ pub fn page(data: &RunData, tables: &Tables, charts: &[(String, String)]) -> Str
 }
 
 /// One results table; a status cell carries its note's text on hover.
-fn table(t: &Table, tables: &Tables, tag: &str) -> Markup {
+pub(super) fn table(t: &Table, tables: &Tables, tag: &str) -> Markup {
     html! {
         table {
             caption { (t.title) " (" (t.unit) ")" (tag) }
@@ -164,7 +164,7 @@ fn note_text(tables: &Tables, n: usize) -> &str {
 }
 
 /// The environment section's (term, description) rows.
-fn environment(data: &RunData) -> Vec<(String, String)> {
+pub(super) fn environment(data: &RunData) -> Vec<(String, String)> {
     let env = &data.run.environment;
     let p = &data.run.plan;
     let mut rows = Vec::new();

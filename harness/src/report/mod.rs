@@ -5,6 +5,7 @@
 pub mod capacity;
 pub mod charts;
 pub mod compare;
+pub mod equal_load;
 pub mod export;
 pub mod host_noise;
 pub mod html;
@@ -51,7 +52,11 @@ impl RunData {
         if !run_json.is_file() {
             return Err(BenchError::RunDir {
                 path: dir.to_path_buf(),
-                reason: "not a run directory (no run.json); give runs/<run-id>".into(),
+                reason: if equal_load::is_equal_load(dir) {
+                    "an equal-load run, a directory of sweeps: give one of them (e.g. its closed/), or `report` the whole run".into()
+                } else {
+                    "not a run directory (no run.json); give runs/<run-id>".into()
+                },
             });
         }
         let run = read_run(&run_json)?;
@@ -345,6 +350,9 @@ pub fn render(data: &RunData) -> Result<Report> {
 /// Renders the run in `run_dir` into `<out>/<run-id>/`, or into `<run_dir>/report/` when
 /// `out` is `None`; returns the path of `index.html`.
 pub fn write(run_dir: &Path, out: Option<&Path>) -> Result<PathBuf> {
+    if equal_load::is_equal_load(run_dir) {
+        return equal_load::write(run_dir, out);
+    }
     let data = RunData::load(run_dir)?;
     // The id comes from a file someone else may have made: it must stay a plain name.
     crate::config::plan::validate_run_id(&data.run.run_id).map_err(|_| BenchError::RunDir {

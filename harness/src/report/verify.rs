@@ -72,6 +72,19 @@ impl Checker<'_> {
 
 /// Verifies the run in `dir`: an error when it cannot be read or keeps no raw windows.
 pub fn verify_dir(dir: &Path) -> Result<Verification> {
+    // An equal-load run: each of its sweeps on disk, its lines named by the sweep.
+    if super::equal_load::is_equal_load(dir) {
+        let run = super::equal_load::load(dir)?;
+        let mut out = Verification::default();
+        for s in run.sweeps.iter().filter(|s| s.data.is_some()) {
+            let v = verify_dir(&dir.join(&s.name))?;
+            out.cells += v.cells;
+            out.numbers += v.numbers;
+            out.mismatches
+                .extend(v.mismatches.into_iter().map(|m| format!("{}: {m}", s.name)));
+        }
+        return Ok(out);
+    }
     let data = RunData::load(dir)?;
     if !dir.join(RAW_FILE).is_file() {
         return Err(BenchError::RunDir {

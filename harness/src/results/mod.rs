@@ -4,6 +4,7 @@
 //! one row of a cell measured in several repeats; [`raw`] keeps each cell's per-window
 //! histogram increments, from which `verify` recomputes the rows.
 
+pub mod equal_load;
 pub mod isolation;
 pub mod lock;
 pub mod raw;

@@ -15,7 +15,9 @@ use std::path::PathBuf;
 
 use crate::backend::{k8s, local};
 use crate::config::plan::{BackendKind, BackendPlan, Sharing, SweepPlan};
+use crate::domain::CellStatus;
 use crate::error::{BenchError, Result};
+use crate::results::record::CellRecord;
 use crate::shutdown::Shutdown;
 use crate::sweep::progress::{Bars, Lines, Progress, Quiet};
 
@@ -38,6 +40,19 @@ pub struct SweepOutcome {
 }
 
 impl SweepOutcome {
+    /// The outcome of a run directory's cells, `ran` of them saved in this invocation.
+    pub fn of(dir: &std::path::Path, label: Option<String>, cells: &[CellRecord], ran: usize) -> SweepOutcome {
+        let count = |p: fn(CellStatus) -> bool| cells.iter().filter(|c| c.is_aggregate() && p(c.status)).count();
+        SweepOutcome {
+            dir: dir.to_path_buf(),
+            cells_run: ran,
+            label,
+            measured: count(|s| matches!(s, CellStatus::Ok | CellStatus::Oom | CellStatus::Pending)),
+            failed: count(|s| s == CellStatus::Failed),
+            unavailable: count(|s| s == CellStatus::Unavailable),
+        }
+    }
+
     /// The exit code the command line documents: 0 every cell has a result, 3 some
     /// cells failed (partial), 1 no cell could be measured.
     pub fn exit_code(&self) -> u8 {

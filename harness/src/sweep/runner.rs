@@ -168,21 +168,7 @@ pub async fn run_work_with_source<B: Backend, W: Work<B>, S: MetricsSource>(
 
 /// A sweep's outcome from its finished store.
 pub(crate) fn outcome(f: Finished) -> SweepOutcome {
-    let count = |p: fn(CellStatus) -> bool| {
-        f.store
-            .cells()
-            .iter()
-            .filter(|c| c.is_aggregate() && p(c.status))
-            .count()
-    };
-    SweepOutcome {
-        dir: f.store.dir().to_path_buf(),
-        cells_run: f.ran,
-        label: f.store.run().label.clone(),
-        measured: count(|s| matches!(s, CellStatus::Ok | CellStatus::Oom | CellStatus::Pending)),
-        failed: count(|s| s == CellStatus::Failed),
-        unavailable: count(|s| s == CellStatus::Unavailable),
-    }
+    SweepOutcome::of(f.store.dir(), f.store.run().label.clone(), f.store.cells(), f.ran)
 }
 
 /// Restores the backend and records how the run ended.
