@@ -46,6 +46,14 @@ bench-isolation: ## release build, the isolation run (noisy neighbour, memory pr
 	@if [ ! -x $(BUNDLE)/gpushare-bench ] && [ ! -x target/release/gpushare-bench ]; then $(MAKE) --no-print-directory build; fi
 	$(BENCH_BIN) isolation $(if $(RUN_ID),--run-id $(RUN_ID)) $(ISOLATION_FLAGS)
 
+EQUAL_LOAD_LEVELS ?= 50%,90%
+EQUAL_LOAD_FLAGS ?=
+
+.PHONY: bench-equal-load
+bench-equal-load: ## release build, the closed sweep and one sweep per level of equal offered load (EQUAL_LOAD_LEVELS, shares of one pod's capacity alone), and their report
+	@if [ ! -x $(BUNDLE)/gpushare-bench ] && [ ! -x target/release/gpushare-bench ]; then $(MAKE) --no-print-directory build; fi
+	$(BENCH_BIN) equal-load --levels $(EQUAL_LOAD_LEVELS) $(if $(RUN_ID),--run-id $(RUN_ID)) $(EQUAL_LOAD_FLAGS)
+
 PYTORCH_PRECISION ?= bf16
 # loop: the server makes its own load; requests: it waits for the harness's (PYTORCH_FLAGS='--request …').
 PYTORCH_MODE ?= loop
@@ -108,8 +116,8 @@ VERIFY_BIN ?= $(BENCH_BIN)
 .PHONY: verify-results
 verify-results: ## recompute every committed reference run's rows from its raw windows (runs without them are named), and results/host-noise.jsonl from its runs
 	@status=0; for d in results/*/; do \
-	  [ -f "$$d/run.json" ] || continue; \
-	  if [ -f "$$d/windows.jsonl" ]; then $(VERIFY_BIN) verify "$$d" || status=1; \
+	  [ -f "$$d/run.json" ] || [ -f "$$d/equal-load.json" ] || continue; \
+	  if [ -f "$$d/windows.jsonl" ] || [ -f "$$d/equal-load.json" ]; then $(VERIFY_BIN) verify "$$d" || status=1; \
 	  else echo "not verifiable (made before runs kept their raw windows): $$d"; fi; \
 	done; \
 	if $(VERIFY_BIN) host-noise $(HOST_NOISE_H200) 2>/dev/null | cmp -s - results/host-noise.jsonl; then \

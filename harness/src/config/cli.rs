@@ -121,8 +121,9 @@ pub enum Command {
     /// it as any sweep). `report RUN_DIR` renders the run's tables, p50, p99, mean and
     /// throughput per strategy × pods, with the closed loop and each level side by
     /// side, and equal-load.csv. The plan needs exclusive (or time-slicing) in
-    /// --strategies and 1 in --pods (the base), on one GPU. --resume continues a broken run where it stopped,
-    /// at the base it measured. Exit codes as `sweep`, over all its sweeps.
+    /// --strategies and 1 in --pods (the base), on one GPU. --resume continues a broken
+    /// run where it stopped, at the base it measured. Exit codes as `sweep`, over all
+    /// its sweeps.
     #[command(verbatim_doc_comment)]
     EqualLoad(Box<EqualLoadArgs>),
     /// Render a run as an HTML report (+ one SVG per chart, summary.md and CSV), in <RUN_DIR>/report/ or <out>/<run-id>/.

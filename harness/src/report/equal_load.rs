@@ -554,7 +554,10 @@ mod tests {
         assert_eq!(p99.title, "p99 latency at equal load");
         assert_eq!(p99.columns, ["closed loop", "50%: 400.0 req/s", "90%: 720.0 req/s"]);
         let names: Vec<&str> = p99.rows.iter().map(|r| r.0.as_str()).collect();
-        assert!(names.contains(&"Exclusive × 1") && !names.contains(&"Exclusive × 3"), "{names:?}");
+        assert!(
+            names.contains(&"Exclusive × 1") && !names.contains(&"Exclusive × 3"),
+            "{names:?}"
+        );
         let ts7 = &p99.rows.iter().find(|r| r.0 == "Time-slicing × 7").expect("ts 7").1;
         assert_eq!(ts7[0], Cell::Value("14.76".into()));
         assert!(matches!(&ts7[1], Cell::Flagged(v, _) if v == "7.38"), "{:?}", ts7[1]);
@@ -574,8 +577,14 @@ mod tests {
         let lines = answer(&run());
         assert_eq!(lines.len(), 1, "{lines:?}");
         let l = &lines[0];
-        assert!(l.starts_with("At 50% of one pod's capacity alone (400.0 requests/s in all), 7 pods"), "{l}");
-        assert!(l.contains("Time-slicing 7.38 ms (read with care)") && l.contains("MPS 6.01 ms"), "{l}");
+        assert!(
+            l.starts_with("At 50% of one pod's capacity alone (400.0 requests/s in all), 7 pods"),
+            "{l}"
+        );
+        assert!(
+            l.contains("Time-slicing 7.38 ms (read with care)") && l.contains("MPS 6.01 ms"),
+            "{l}"
+        );
         assert!(l.contains("one exclusive pod alone at that load: 1.09 ms"), "{l}");
     }
 
@@ -583,7 +592,12 @@ mod tests {
     fn the_csv_holds_every_started_sweep_under_its_name() {
         let text = String::from_utf8(csv(&run()).expect("csv")).expect("utf-8");
         let mut lines = text.lines();
-        assert!(lines.next().expect("header").starts_with("sweep,level_percent,offered_total_per_s,run_id,"));
+        assert!(
+            lines
+                .next()
+                .expect("header")
+                .starts_with("sweep,level_percent,offered_total_per_s,run_id,")
+        );
         assert_eq!(text.lines().filter(|l| l.starts_with("closed,,,")).count(), 16);
         assert_eq!(text.lines().filter(|l| l.starts_with("load-50pct,50,400,")).count(), 16);
         assert!(!text.contains("load-90pct"));

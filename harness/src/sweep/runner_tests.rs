@@ -886,31 +886,32 @@ impl crate::telemetry::Telemetry for Replayed {
     }
 }
 
-/// A stream of NVML readings as the sampler takes them through a busy cell: SM clock at
-/// 1,980 MHz, memory at 2,619 MHz, power near its cap (reason 0x4 in every other
-/// sample), the temperature climbing a degree a sample. Made up in the shape of NVML's
-/// readings, not recorded.
-fn busy_gpu_samples() -> Vec<crate::telemetry::GpuSample> {
-    (0..40u32)
-        .map(|i| crate::telemetry::GpuSample {
-            at_s: 0.0,
-            util_pct: 100.0,
-            mem_used_bytes: 3 << 30,
-            power_w: 560.0 + f64::from(i % 3),
-            energy_mj: Some(1_000_000 + u64::from(i) * 560_000),
-            clock_reasons: Some(if i % 2 == 0 { 0x4 } else { 0x0 }),
-            sm_clock_mhz: Some(1980.0),
-            mem_clock_mhz: Some(2619.0),
-            temp_c: Some(45.0 + f64::from(i)),
-        })
-        .collect()
+/// A stream of NVML readings recorded by the sampler through a busy cell: MPS × 6 pods
+/// on an H200 at 125 requests/s each (568–613 W, SM clock 1,980 MHz, memory 3,201 MHz,
+/// 54–57 °C, no clock event reason), as `windows.jsonl` of
+/// `results/20261127-h200-capacity-mps-threads` keeps it.
+fn recorded_gpu_samples() -> Vec<crate::telemetry::GpuSample> {
+    #[derive(serde::Deserialize)]
+    struct Fixture {
+        samples: Vec<crate::telemetry::GpuSample>,
+    }
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/nvml/h200-mps-6-pods.json");
+    let text = std::fs::read_to_string(&path).expect("fixture");
+    let f: Fixture = serde_json::from_str(&text).expect("samples");
+    assert!(f.samples.len() >= 10, "a stream through a whole cell");
+    f.samples
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_cell_measured_while_the_gpu_slowed_itself_is_flagged_and_its_samples_recheck() {
-    let busy = busy_gpu_samples();
-    // The same stream with NVML's hardware thermal slowdown (0x40) set in the second and
-    // third samples, and the SM clock cut to 1,000 MHz there, as a hot GPU shows.
+    let busy = recorded_gpu_samples();
+    assert!(
+        busy.iter().all(|s| s.clock_reasons == Some(0)),
+        "the recorded GPU never slowed"
+    );
+    // The same recorded stream with NVML's hardware thermal slowdown (0x40) set in the
+    // second and third samples and the SM clock cut to 1,000 MHz there, as a hot GPU
+    // shows: no GPU of the reference runs slowed itself, so the slowdown is planted.
     let mut hot = busy.clone();
     for s in &mut hot[1..3] {
         s.clock_reasons = s.clock_reasons.map(|r| r | 0x40);
@@ -962,7 +963,7 @@ async fn verify_names_a_gpu_column_that_its_samples_do_not_give() {
     let b = FakeBackend::new(|_, n| (0..n).map(|_| PodScript::steady(100.0, 0.004)).collect());
     let mut s = session(&plan, b.clone(), false);
     s.telemetry = Arc::new(Replayed {
-        samples: busy_gpu_samples(),
+        samples: recorded_gpu_samples(),
         next: Mutex::new(0),
     });
     run_with_source(s, &b.metrics(), &Recorder::default(), &Shutdown::new())
