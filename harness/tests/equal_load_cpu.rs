@@ -55,17 +55,57 @@ fn record(dir: &Path) -> EqualLoadRecord {
     serde_json::from_str(&std::fs::read_to_string(dir.join("equal-load.json")).expect("record")).expect("json")
 }
 
+/// Keeps the rows of `file` (JSON lines) that `keep` accepts.
+fn filter_lines(file: &Path, keep: impl Fn(&serde_json::Value) -> bool) {
+    let text = std::fs::read_to_string(file).expect("read");
+    let kept: Vec<&str> = text
+        .lines()
+        .filter(|l| keep(&serde_json::from_str(l).expect("json line")))
+        .collect();
+    std::fs::write(file, kept.join("\n") + "\n").expect("write");
+}
+
 #[test]
 fn levels_are_shares_of_one_pod_alone_and_the_report_sets_them_side_by_side() {
     let out = tempfile::tempdir().expect("tempdir");
-    let o = equal_load(out.path(), "eq", &["--levels", "50%", "--slo", "p99=5s"]);
+    let workload = common::workload_beside(BENCH);
+    let workload = workload.to_str().expect("utf-8 path");
+
+    // 0.1% of one pod's capacity on two cores is far below one request per pod and
+    // window: refused by its level once the base is measured, the closed sweep kept.
+    let o = equal_load(out.path(), "eq", &["--levels", "0.1%", "--slo", "p99=5s"]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("bad --levels `0.1%`: at the measured base of"),
+        "{stderr}"
+    );
+    let dir = out.path().join("eq");
+    let base = record(&dir).base.expect("the base is kept");
+    assert!(read_run(&dir.join("closed/run.json")).expect("closed").is_complete());
+    assert!(!dir.join("load-0.1pct").exists(), "nothing measured at a refused level");
+
+    // A resume with other levels measures them at the recorded base; the binary is
+    // given again (the record names none).
+    let o = bench(
+        &[
+            "equal-load",
+            "--resume",
+            "eq",
+            "--levels",
+            "50%",
+            "--quiet",
+            "--workload-bin",
+            workload,
+        ],
+        out.path(),
+    );
     let (stdout, stderr) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     assert_eq!(o.status.code(), Some(0), "{stdout}{stderr}");
     assert!(stderr.contains("CPU RUN"), "the CPU label must be loud: {stderr}");
-    let dir = out.path().join("eq");
     let rec = record(&dir);
-    let base = rec.base.clone().expect("a base");
-    assert!(rec.finished_at.is_some());
+    assert_eq!(rec.base.as_ref(), Some(&base));
+    assert!(rec.finished_at.is_some() && rec.options.workload_bin.is_none());
 
     // The base is the closed sweep's one pod alone (time-slicing on the CPU).
     let closed = read_cells(&dir.join("closed/cells.jsonl")).expect("closed cells");
@@ -93,21 +133,26 @@ fn levels_are_shares_of_one_pod_alone_and_the_report_sets_them_side_by_side() {
     }
 
     // The report: the run's page with a column per sweep, each sweep's own report,
-    // the CSV with every sweep's rows.
+    // the CSV with every sweep's rows and the GPU's (here the CPU's) name.
     let report = dir.join("report");
     let page = std::fs::read_to_string(report.join("index.html")).expect("index");
     assert!(page.contains("closed loop") && page.contains("50%: "), "columns");
     assert!(page.contains("p99 latency at equal load") && page.contains("SLO attainment at equal load"));
-    assert!(page.contains("CPU run") || page.contains("CPU RUN"), "the label");
+    assert!(page.contains("CPU RUN"), "the label");
     assert!(report.join("closed/index.html").is_file() && report.join("load-50pct/index.html").is_file());
     let csv = std::fs::read_to_string(report.join("equal-load.csv")).expect("csv");
-    assert!(csv.starts_with("sweep,level_percent,offered_total_per_s,"), "{csv}");
+    let header = csv.lines().next().expect("header");
+    assert!(
+        header.starts_with("sweep,level_percent,offered_total_per_s,") && header.ends_with(",gpu_name"),
+        "{header}"
+    );
     assert_eq!(
         csv.lines().filter(|l| l.starts_with("load-50pct,50,")).count(),
         2,
         "{csv}"
     );
     assert_eq!(csv.lines().filter(|l| l.starts_with("closed,,,")).count(), 2, "{csv}");
+    assert!(csv.lines().skip(1).all(|l| l.contains(",CPU: ")), "{csv}");
 
     // verify rechecks every sweep's rows from their windows.
     let v = Command::new(BENCH).arg("verify").arg(&dir).output().expect("verify");
@@ -128,9 +173,15 @@ fn levels_are_shares_of_one_pod_alone_and_the_report_sets_them_side_by_side() {
     assert_ne!(again.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&again.stderr).contains("complete"));
 
-    // A run whose level sweep never ran: the resume measures it, and only it, at the
-    // recorded base.
-    std::fs::remove_dir_all(dir.join("load-50pct")).expect("remove level");
+    // A level sweep interrupted after its first cell: the resume measures the rest of
+    // it, and nothing else.
+    let level_dir = dir.join("load-50pct");
+    filter_lines(&level_dir.join("cells.jsonl"), |r| r["pods"] == 1);
+    filter_lines(&level_dir.join("windows.jsonl"), |r| r["pods"] == 1);
+    let mut run_json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(level_dir.join("run.json")).expect("run.json")).expect("json");
+    run_json["state"] = "interrupted".into();
+    std::fs::write(level_dir.join("run.json"), run_json.to_string()).expect("write");
     let mut unfinished = rec.clone();
     unfinished.finished_at = None;
     std::fs::write(
@@ -138,17 +189,39 @@ fn levels_are_shares_of_one_pod_alone_and_the_report_sets_them_side_by_side() {
         serde_json::to_string_pretty(&unfinished).expect("json"),
     )
     .expect("write");
-    let before = std::fs::read(dir.join("closed/cells.jsonl")).expect("closed");
-    let resumed = bench(&["equal-load", "--resume", "eq", "--quiet", "--no-report"], out.path());
+    let closed_before = std::fs::read(dir.join("closed/cells.jsonl")).expect("closed");
+    let one_pod = std::fs::read_to_string(level_dir.join("cells.jsonl")).expect("level");
+    // The record names no binary: it is given again.
+    let resumed = bench(
+        &[
+            "equal-load",
+            "--resume",
+            "eq",
+            "--quiet",
+            "--no-report",
+            "--workload-bin",
+            workload,
+        ],
+        out.path(),
+    );
     assert_eq!(
         resumed.status.code(),
         Some(0),
         "{}",
         String::from_utf8_lossy(&resumed.stderr)
     );
-    assert_eq!(std::fs::read(dir.join("closed/cells.jsonl")).expect("closed"), before);
-    let level = read_run(&dir.join("load-50pct/run.json")).expect("level again");
-    assert_eq!(level.plan.load, Load::Total(base.per_s * 0.5));
+    assert_eq!(
+        std::fs::read(dir.join("closed/cells.jsonl")).expect("closed"),
+        closed_before
+    );
+    let after = std::fs::read_to_string(level_dir.join("cells.jsonl")).expect("level again");
+    assert!(after.starts_with(&one_pod), "the measured cell is kept as it was");
+    let cells = read_cells(&level_dir.join("cells.jsonl")).expect("cells");
+    assert!(
+        cells.iter().any(|c| c.is_aggregate() && c.pods == 2),
+        "the rest measured"
+    );
+    assert!(read_run(&level_dir.join("run.json")).expect("run").is_complete());
     assert!(record(&dir).finished_at.is_some());
 }
 
@@ -160,7 +233,8 @@ fn the_mode_refuses_what_it_cannot_measure() {
         (&["--pods", "2,3"][..], "include 1"),
         (&["--strategies", "mps"][..], "include exclusive"),
         (&["--levels", "50"][..], "a percentage"),
-        (&["--levels", "0%"][..], "above 0%"),
+        (&["--levels", "0%"][..], "at least 0.1%"),
+        (&["--levels", ","][..], "at least one level"),
     ] {
         let mut args = vec!["equal-load", "--device", "cpu", "--model", "tiny"];
         args.extend_from_slice(extra);

@@ -121,9 +121,11 @@ pub enum Command {
     /// it as any sweep). `report RUN_DIR` renders the run's tables, p50, p99, mean and
     /// throughput per strategy × pods, with the closed loop and each level side by
     /// side, and equal-load.csv. The plan needs exclusive (or time-slicing) in
-    /// --strategies and 1 in --pods (the base), on one GPU. --resume continues a broken
-    /// run where it stopped, at the base it measured. Exit codes as `sweep`, over all
-    /// its sweeps.
+    /// --strategies and 1 in --pods (the base), on one GPU; each level is checked at the
+    /// measured base before its sweep starts. --resume continues a broken run where it
+    /// stopped, at the base it measured (with --levels, other levels for the sweeps not
+    /// started). A closed sweep that ends without the base is kept, and the run stops.
+    /// Exit codes as `sweep`, over all its sweeps.
     #[command(verbatim_doc_comment)]
     EqualLoad(Box<EqualLoadArgs>),
     /// Render a run as an HTML report (+ one SVG per chart, summary.md and CSV), in <RUN_DIR>/report/ or <out>/<run-id>/.
@@ -293,8 +295,8 @@ pub struct EqualLoadArgs {
     /// The pods' options, as `sweep`'s.
     #[command(flatten)]
     pub options: SweepOptions,
-    /// Continue a broken equal-load run (its run id, under --out): its recorded levels, options and capacity, the sweeps and cells not yet on disk.
-    #[arg(long, conflicts_with = "levels")]
+    /// Continue a broken equal-load run (its run id, under --out): its recorded options and base, the sweeps and cells not yet on disk. Give --workload-bin again if the run used one, your server's flags as it recorded them, and --levels to replace levels not yet started.
+    #[arg(long)]
     pub resume: Option<String>,
     /// No progress bars (CI, scripts); errors still go to stderr.
     #[arg(long, short)]

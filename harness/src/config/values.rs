@@ -450,8 +450,11 @@ pub struct LoadLevel(f64);
 pub const MAX_LEVEL: f64 = 5.0;
 
 impl LoadLevel {
-    /// A level from its share (0.5 for 50%); None outside (0, [`MAX_LEVEL`]].
+    /// A level from its share (0.5 for 50%), on a grid of 0.1%: what the run measures,
+    /// names its sweep by and records are one number. None outside (0, [`MAX_LEVEL`]] once
+    /// rounded.
     pub fn new(share: f64) -> Option<LoadLevel> {
+        let share = (share * 1000.0).round() / 1000.0;
         (share.is_finite() && share > 0.0 && share <= MAX_LEVEL).then_some(LoadLevel(share))
     }
 
@@ -488,7 +491,7 @@ impl FromStr for LoadLevel {
             .map_err(|_| format!("`{number}` is not a number of percent"))?;
         LoadLevel::new(pct / 100.0).ok_or_else(|| {
             format!(
-                "a level is above 0% and at most {}% of one exclusive pod's capacity",
+                "a level is at least 0.1% (levels are kept to 0.1%) and at most {}% of one pod's capacity alone",
                 MAX_LEVEL * 100.0
             )
         })
@@ -812,13 +815,24 @@ mod tests {
         assert_eq!(l.to_string(), "50%");
         assert_eq!("12.5%".parse::<LoadLevel>().expect("12.5").dir_name(), "load-12.5pct");
         assert!((l.rate(800.0) - 400.0).abs() < 1e-9);
+        // Kept to 0.1%: the rate, the sweep's name and the record agree, and two levels
+        // that round alike are one.
+        let third: LoadLevel = "33.33%".parse().expect("33.33%");
+        assert_eq!(
+            (third.share(), third.dir_name(), third.to_string()),
+            (0.333, "load-33.3pct".into(), "33.3%".into())
+        );
+        assert_eq!(third, "33.34%".parse::<LoadLevel>().expect("33.34%"));
+        let list: List<LoadLevel> = "33.33%,33.34%,50%".parse().expect("list");
+        assert_eq!(list.0.len(), 2);
         for (bad, says) in [
             ("50", "a percentage"),
-            ("0%", "above 0%"),
-            ("-5%", "above 0%"),
+            ("0%", "at least 0.1%"),
+            ("0.04%", "at least 0.1%"),
+            ("-5%", "at least 0.1%"),
             ("600%", "at most 500%"),
             ("x%", "not a number"),
-            ("NaN%", "above 0%"),
+            ("NaN%", "at least 0.1%"),
         ] {
             let e = bad.parse::<LoadLevel>().expect_err(bad);
             assert!(e.contains(says), "{bad}: {e}");

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use crate::config::cli::EqualLoadArgs;
 use crate::config::options::SweepOptions;
 use crate::config::plan::{SweepPlan, default_run_id, one_gpu_only, validate_run_id};
-use crate::config::values::{Load, LoadLevel};
+use crate::config::values::{Load, LoadLevel, MAX_RATE};
+use crate::domain::Arm;
 use crate::error::{BenchError, Result};
 use crate::results::equal_load::{BASE_STRATEGIES, Base, CLOSED, EqualLoadRecord, FILE, SCHEMA, base_of};
 use crate::shutdown::Shutdown;
@@ -29,6 +30,8 @@ pub struct EqualLoadRun {
     pub record: EqualLoadRecord,
     /// Continuing a run found on disk.
     pub resumed: bool,
+    /// `--workload-bin`, given each time (a run directory never names a program to run).
+    pub workload_bin: Option<PathBuf>,
 }
 
 /// What a finished equal-load run reports.
@@ -71,9 +74,10 @@ pub fn plan(args: EqualLoadArgs) -> Result<EqualLoadRun> {
         return Err(BenchError::flag(
             "--load",
             &load.to_string(),
-            "an equal-load run sets each sweep's load itself: closed, then total:RATE per --levels",
+            "(the flag or the --config file's load) an equal-load run sets each sweep's load itself: closed, then total:RATE per --levels",
         ));
     }
+    let workload_bin = options.workload_bin.take();
     let out = options.out.take().unwrap_or_else(|| PathBuf::from(DEFAULT_OUT));
     let run_id = match options.run_id.take() {
         Some(id) => {
@@ -86,6 +90,12 @@ pub fn plan(args: EqualLoadArgs) -> Result<EqualLoadRun> {
         Some(l) => l.0,
         None => DEFAULT_LEVELS.iter().filter_map(|s| LoadLevel::new(*s)).collect(),
     };
+    if levels.is_empty() {
+        return Err(BenchError::MissingFlag {
+            flag: "--levels".into(),
+            reason: "give at least one level, e.g. --levels 50%,90%".into(),
+        });
+    }
     let dir = out.join(&run_id);
     if dir.exists() {
         return Err(BenchError::flag(
@@ -106,44 +116,63 @@ pub fn plan(args: EqualLoadArgs) -> Result<EqualLoadRun> {
         started_at: crate::clock::now_rfc3339(),
         finished_at: None,
     };
-    check_plans(&record, &dir)?;
+    record.validate(&dir.join(FILE))?;
+    check_plans(&record, &dir, workload_bin.as_deref())?;
     Ok(EqualLoadRun {
         dir,
         record,
         resumed: false,
+        workload_bin,
     })
 }
 
-/// A resume: the recorded levels and options; only `--out` (where to look) and a
-/// server's `--workload-cmd` (never run from a file) are given again.
+/// A resume: the recorded options. Given again: `--out` (where to look),
+/// `--workload-bin` (never recorded), a server of the user's own exactly as recorded
+/// (`--workload-cmd`, `--server-image`, `--workload-arg`: a run directory never makes the
+/// harness run a command), and `--levels` to replace the levels whose sweeps have not
+/// started (one that has must stay).
 fn resumed(id: &str, args: EqualLoadArgs) -> Result<EqualLoadRun> {
     validate_run_id(id)?;
     let out = args.options.out.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_OUT));
-    let given_cmd = args.options.workload_cmd.clone();
+    let given = args.options.clone();
     let mut rest = args.options;
     rest.out = None;
+    rest.workload_bin = None;
     rest.workload_cmd = None;
+    rest.server_image = None;
+    rest.workload_args = Vec::new();
     if rest != SweepOptions::default() || args.config.is_some() {
         return Err(BenchError::flag(
             "--resume",
             id,
-            "a resumed equal-load run keeps the options it recorded: give only --out (and --workload-cmd if it measured a server of your own)",
+            "a resumed equal-load run keeps the options it recorded: give only --out, --workload-bin, --levels, and your server's flags as the run recorded them",
         ));
     }
     let dir = out.join(id);
-    let record = read(&dir)?;
+    let mut record = read(&dir)?;
     if record.run_id != id {
         return Err(BenchError::Results {
             path: dir.join(FILE),
             reason: format!("run_id {:?} is not the directory's name {id:?}", record.run_id),
         });
     }
-    if record.options.workload_cmd != given_cmd {
-        let why = match &record.options.workload_cmd {
-            Some(cmd) => {
-                format!("this run measured a server of your own: resume it with the same --workload-cmd {cmd:?}")
+    let same_server = record.options.workload_cmd == given.workload_cmd
+        && record.options.server_image == given.server_image
+        && record.options.workload_args == given.workload_args;
+    if !same_server {
+        let r = &record.options;
+        let why = match (&r.workload_cmd, &r.server_image) {
+            (Some(cmd), _) => format!(
+                "this run measured a server of your own: resume it with the same --workload-cmd {cmd:?}{}",
+                if r.workload_args.is_empty() { String::new() } else { " and --workload-arg values".into() }
+            ),
+            (None, Some(image)) => format!(
+                "this run measured your server's image: resume it with the same --server-image {image:?} and --workload-arg values"
+            ),
+            (None, None) if r.workload_args.is_empty() => {
+                "this run measured gpushare-workload: resume it without --workload-cmd, --server-image or --workload-arg".to_string()
             }
-            None => "this run measured gpushare-workload: resume it without --workload-cmd".to_string(),
+            (None, None) => "resume it with the same --workload-arg values the run recorded".to_string(),
         };
         return Err(BenchError::flag("--resume", id, why));
     }
@@ -154,11 +183,33 @@ fn resumed(id: &str, args: EqualLoadArgs) -> Result<EqualLoadRun> {
             "this equal-load run is complete: `gpushare-bench report` renders it",
         ));
     }
-    check_plans(&record, &dir)?;
+    if let Some(levels) = args.levels {
+        let started: Vec<LoadLevel> = record
+            .levels
+            .iter()
+            .copied()
+            .filter(|l| dir.join(l.dir_name()).exists())
+            .collect();
+        if let Some(kept) = started.iter().find(|l| !levels.0.contains(l)) {
+            return Err(BenchError::flag(
+                "--levels",
+                &levels.to_string(),
+                format!(
+                    "the {kept} sweep has started ({}/): keep it in the list",
+                    kept.dir_name()
+                ),
+            ));
+        }
+        record.levels = levels.0;
+        record.validate(&dir.join(FILE))?;
+    }
+    let workload_bin = given.workload_bin;
+    check_plans(&record, &dir, workload_bin.as_deref())?;
     Ok(EqualLoadRun {
         dir,
         record,
         resumed: true,
+        workload_bin,
     })
 }
 
@@ -192,25 +243,27 @@ fn write(dir: &Path, record: &EqualLoadRecord) -> Result<()> {
 
 /// The plan of one sweep of the run: the recorded options with the sweep's load, in
 /// the run's directory under the sweep's name.
-fn sweep_plan(record: &EqualLoadRecord, dir: &Path, name: &str, load: Load) -> Result<SweepPlan> {
+fn sweep_plan(record: &EqualLoadRecord, dir: &Path, name: &str, load: Load, bin: Option<&Path>) -> Result<SweepPlan> {
     let mut o = record.options.clone();
+    o.workload_bin = bin.map(Path::to_path_buf);
     o.load = Some(load);
     o.out = Some(dir.to_path_buf());
     o.run_id = Some(name.to_string());
     SweepPlan::from_options(o)
 }
 
-/// Checks the closed sweep's plan and each level's (at a stand-in rate: the base is
-/// not measured yet), and that the plan holds the base's cell.
-fn check_plans(record: &EqualLoadRecord, dir: &Path) -> Result<()> {
-    let closed = sweep_plan(record, dir, CLOSED, Load::Closed)?;
+/// Checks the closed sweep's plan, that it holds the base's cell, and the levels' plans
+/// (each at its rate once the base is measured; before, what does not depend on it).
+fn check_plans(record: &EqualLoadRecord, dir: &Path, bin: Option<&Path>) -> Result<()> {
+    let closed = sweep_plan(record, dir, CLOSED, Load::Closed, bin)?;
     one_gpu_only(&closed, "equal-load")?;
-    if !BASE_STRATEGIES.iter().any(|s| closed.strategies.contains(s)) {
+    let arms = closed.arms();
+    if !BASE_STRATEGIES.iter().any(|s| arms.contains(&Arm::of(*s))) {
         let given: Vec<String> = closed.strategies.iter().map(|s| s.name().to_string()).collect();
         return Err(BenchError::flag(
             "--strategies",
             &given.join(","),
-            "the levels are shares of one pod's capacity alone on the GPU, exclusive × 1 (or time-slicing × 1): include exclusive",
+            "the levels are shares of one pod's capacity alone on the GPU, exclusive × 1 (or time-slicing × 1 with no interval or limit set): include exclusive",
         ));
     }
     if !closed.pods.contains(&1) {
@@ -221,17 +274,58 @@ fn check_plans(record: &EqualLoadRecord, dir: &Path) -> Result<()> {
             "the levels are shares of one pod's capacity alone on the GPU, measured at 1 pod: include 1",
         ));
     }
-    let stand_in = record.base.as_ref().map_or(1000.0, |b| b.per_s);
+    match &record.base {
+        Some(base) => check_levels(record, dir, base, bin),
+        // What does not depend on the rate (a server that cannot be sent requests, a
+        // backend that refuses an open loop): checked at the highest rate, which no
+        // window refuses; the rate itself once the base is known.
+        None => {
+            for level in record.levels.iter().take(1) {
+                sweep_plan(record, dir, &level.dir_name(), Load::Total(MAX_RATE), bin)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Each level not yet started as a plan at the measured base: a rate the workload or the
+/// window cannot take is refused by its level, before any of its cells runs.
+fn check_levels(record: &EqualLoadRecord, dir: &Path, base: &Base, bin: Option<&Path>) -> Result<()> {
     for level in &record.levels {
-        let rate = level.rate(stand_in).min(crate::config::values::MAX_RATE);
-        sweep_plan(record, dir, &level.dir_name(), Load::Total(rate))?;
+        let name = level.dir_name();
+        if dir.join(&name).exists() {
+            continue;
+        }
+        let rate = level.rate(base.per_s);
+        let refuse = |why: String| {
+            Err(BenchError::flag(
+                "--levels",
+                &level.to_string(),
+                format!(
+                    "at the measured base of {:.1} inferences/s this level offers total:{rate:.1} requests/s, which {why}; resume with --levels to choose others",
+                    base.per_s
+                ),
+            ))
+        };
+        if rate > MAX_RATE {
+            return refuse(format!("is above the workload's limit of {MAX_RATE} per second"));
+        }
+        if let Err(e) = sweep_plan(record, dir, &name, Load::Total(rate), bin) {
+            return refuse(format!("the sweep refuses ({e})"));
+        }
     }
     Ok(())
 }
 
 /// Runs (or resumes) the run's sweeps in order, the closed one first.
 pub async fn run(run: EqualLoadRun, progress: &dyn Progress, shutdown: &Shutdown) -> Result<EqualLoadOutcome> {
-    let EqualLoadRun { dir, mut record, .. } = run;
+    let EqualLoadRun {
+        dir,
+        mut record,
+        workload_bin,
+        ..
+    } = run;
+    let bin = workload_bin.as_deref();
     if !dir.join(FILE).is_file() {
         crate::files::refuse_links(&dir)?;
         std::fs::create_dir_all(&dir).map_err(BenchError::io(format!("creating {}", dir.display())))?;
@@ -240,21 +334,26 @@ pub async fn run(run: EqualLoadRun, progress: &dyn Progress, shutdown: &Shutdown
     let total = record.levels.len() + 1;
     let mut sweeps = Vec::new();
     progress.message(&format!("equal-load: sweep 1 of {total}, the closed loop ({CLOSED}/)"));
-    let closed = one_sweep(&record, &dir, CLOSED, Load::Closed, progress, shutdown).await?;
+    let closed = one_sweep(&record, &dir, CLOSED, Load::Closed, bin, progress, shutdown).await?;
     let cells = crate::results::store::read_cells(&dir.join(CLOSED).join("cells.jsonl"))?;
     sweeps.push((CLOSED.to_string(), closed));
     let base = match &record.base {
         Some(b) => b.clone(),
         None => {
+            // The closed sweep ended (complete): its base cell will not be measured
+            // again, so a resume cannot help.
             let b = base_of(&cells).map_err(|why| BenchError::RunDir {
                 path: dir.join(CLOSED),
-                reason: format!("{why}: no capacity to set the levels from (fix the cause and --resume)"),
+                reason: format!(
+                    "{why}: no capacity to set the levels from; the closed sweep is kept, and a new run measures again once the cause is fixed"
+                ),
             })?;
             record.base = Some(b.clone());
             write(&dir, &record)?;
             b
         }
     };
+    check_levels(&record, &dir, &base, bin)?;
     progress.message(&format!(
         "equal-load: the base, {} × 1 in the closed loop, serves {:.1} inferences/s",
         base.strategy.title(),
@@ -270,7 +369,7 @@ pub async fn run(run: EqualLoadRun, progress: &dyn Progress, shutdown: &Shutdown
             "equal-load: sweep {} of {total}, {level} of the base: total:{rate:.1} requests/s per cell ({name}/)",
             i + 2
         ));
-        let outcome = one_sweep(&record, &dir, &name, Load::Total(rate), progress, shutdown).await?;
+        let outcome = one_sweep(&record, &dir, &name, Load::Total(rate), bin, progress, shutdown).await?;
         sweeps.push((name, outcome));
     }
     record.finished_at = Some(crate::clock::now_rfc3339());
@@ -284,10 +383,11 @@ async fn one_sweep(
     dir: &Path,
     name: &str,
     load: Load,
+    bin: Option<&Path>,
     progress: &dyn Progress,
     shutdown: &Shutdown,
 ) -> Result<SweepOutcome> {
-    let plan = sweep_plan(record, dir, name, load)?;
+    let plan = sweep_plan(record, dir, name, load, bin)?;
     let run_json = dir.join(name).join("run.json");
     if !run_json.is_file() {
         return crate::sweep::run(plan, None, progress, shutdown).await;

@@ -103,8 +103,13 @@ impl EqualLoadData {
             .map(|s| s.name.as_str())
             .collect();
         (!unfinished.is_empty()).then(|| {
+            let out = self
+                .dir
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .map_or(String::new(), |p| format!(" --out {}", p.display()));
             format!(
-                "PARTIAL RUN: {} of {} sweeps did not finish ({}); `gpushare-bench equal-load --resume {}` continues it",
+                "PARTIAL RUN: {} of {} sweeps did not finish ({}); `gpushare-bench equal-load --resume {}{out}` continues it on the GPU it measured",
                 unfinished.len(),
                 self.sweeps.len(),
                 unfinished.join(", "),
@@ -297,8 +302,9 @@ pub fn answer(d: &EqualLoadData) -> Vec<String> {
     lines
 }
 
-/// `equal-load.csv`: each sweep's summary rows (`summary.csv`'s columns) after its
-/// sweep's name, level and offered rate.
+/// `equal-load.csv`: each sweep's summary rows (`summary.csv`'s columns, rounded and
+/// with the GPU's name last, as the report writes it) after its sweep's name, level and
+/// offered rate.
 pub fn csv(d: &EqualLoadData) -> Result<Vec<u8>> {
     let fail = |e: &dyn std::fmt::Display| BenchError::Results {
         path: "equal-load.csv".into(),
@@ -329,7 +335,12 @@ pub fn csv(d: &EqualLoadData) -> Result<Vec<u8>> {
             w.write_record(&row).map_err(|e| fail(&e))?;
         }
     }
-    w.into_inner().map_err(|e| fail(&e))
+    let bytes = w.into_inner().map_err(|e| fail(&e))?;
+    // As summary.csv is written: rounded, percentages named, the GPU's name last.
+    match d.closed() {
+        Some(c) => super::export::tidy::tidy(&bytes, &c.gpu_names(), "equal-load.csv"),
+        None => Ok(bytes),
+    }
 }
 
 /// The page (pure).

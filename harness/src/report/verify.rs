@@ -76,7 +76,9 @@ pub fn verify_dir(dir: &Path) -> Result<Verification> {
     if super::equal_load::is_equal_load(dir) {
         let run = super::equal_load::load(dir)?;
         let mut out = Verification::default();
-        for s in run.sweeps.iter().filter(|s| s.data.is_some()) {
+        // A sweep stopped before its first cell has nothing to verify.
+        let measured = |s: &super::equal_load::Sweep| s.data.as_ref().is_some_and(|d| !d.cells.is_empty());
+        for s in run.sweeps.iter().filter(|s| measured(s)) {
             let v = verify_dir(&dir.join(&s.name))?;
             out.cells += v.cells;
             out.numbers += v.numbers;

@@ -112,9 +112,11 @@ impl EqualLoadRecord {
 /// The strategies whose 1-pod cell can be the base, in order of preference.
 pub const BASE_STRATEGIES: [Strategy; 2] = [Strategy::Exclusive, Strategy::TimeSlicing];
 
-/// The base from the closed sweep's rows (pure): the aggregate throughput of the first
-/// of [`BASE_STRATEGIES`] whose 1-pod cell measured one, over the passes that did. The
-/// error says what became of each candidate.
+/// The base from the closed sweep's rows (pure): exclusive × 1's aggregate throughput
+/// over the passes that measured it; time-slicing × 1's only where exclusive was not
+/// measured because it cannot run here (not in the plan, or unavailable). An exclusive
+/// × 1 that failed is an error: its cause would be measured as the base. The error says
+/// what became of each candidate.
 pub fn base_of(cells: &[CellRecord]) -> std::result::Result<Base, String> {
     let mut why = Vec::new();
     for strategy in BASE_STRATEGIES {
@@ -148,6 +150,9 @@ pub fn base_of(cells: &[CellRecord]) -> std::result::Result<Base, String> {
                 format!(" ({})", notes.join("; "))
             }
         ));
+        if !rows.iter().all(|r| r.status == CellStatus::Unavailable) {
+            break;
+        }
     }
     if why.is_empty() {
         return Err("the closed sweep has no exclusive × 1 or time-slicing × 1 cell".into());
@@ -201,12 +206,15 @@ mod tests {
         let b = base_of(&cpu).expect("time-slicing");
         assert_eq!((b.strategy, b.per_s, b.passes), (Strategy::TimeSlicing, 2000.0, 1));
 
-        let failed = vec![cell(Strategy::Exclusive, 1, 1, CellStatus::Failed, None)];
+        // Exclusive × 1 failed: no fallback, since its cause would be measured as the base.
+        let mut failed = cpu.clone();
+        failed[0].status = CellStatus::Failed;
         let e = base_of(&failed).expect_err("failed");
         assert!(
             e.contains("Exclusive × 1 measured no throughput") && e.contains("failed"),
             "{e}"
         );
+        assert!(!e.contains("Time-slicing"), "{e}");
         let e = base_of(&cells[3..]).expect_err("none");
         assert!(e.contains("no exclusive × 1 or time-slicing × 1 cell"), "{e}");
     }
