@@ -5,9 +5,15 @@
 //! scrape ([`source::RequestSource`]). Rows then say `source = client`.
 //!
 //! This module is the pure part: the bucket layout, the tally of one pod and the arrival
-//! gaps (the recorded plan is `config::request::RequestPlan`).
+//! gaps (the recorded plan is `config::request::RequestPlan`). For servers that stream
+//! tokens (OpenAI-compatible completions), [`stream`] reads an answer's events into one
+//! record per request (time to first token, the gaps between tokens, end to end) and
+//! [`tokens`] tallies them per metric, with goodput against objectives on several
+//! metrics at once; the request loop that sends them is still to come.
 
 pub mod source;
+pub mod stream;
+pub mod tokens;
 
 pub use crate::config::request::RequestPlan;
 use crate::stats::Histogram;

@@ -1,0 +1,473 @@
+//! Streaming answers of OpenAI-compatible servers (`/v1/completions` and
+//! `/v1/chat/completions` with `"stream": true`) read into one record per request:
+//! time to first token, every gap between tokens, end-to-end latency and the tokens
+//! counted. Pure: bytes in, as they arrive with the time they arrived, records out.
+//!
+//! The rules, as the serving benchmarks users know count them (vLLM's
+//! `benchmarks/lib/endpoint_request_func.py`, v0.11): an answer is server-sent events
+//! separated by a blank line; a `data:` payload of `[DONE]` ends it; lines starting with
+//! `:` are comments (keep-alive pings). Each event whose `choices` is not empty is one
+//! step of generation: the first fixes the time to first token, each later one adds an
+//! inter-token gap, and the last one ends the request. An event without choices may
+//! carry `usage` (`stream_options.include_usage`): its `completion_tokens` is the
+//! output's length; without it, the steps are counted. One difference, on purpose:
+//! times count from the request's **scheduled** arrival, not from when it was sent, so
+//! a client or a server that falls behind shows in the latency (no coordinated
+//! omission).
+
+use serde::{Deserialize, Serialize};
+
+/// Which API the answer comes from: where a step's text is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Api {
+    /// `/v1/completions`: `choices[0].text`.
+    Completions,
+    /// `/v1/chat/completions`: `choices[0].delta.content`.
+    Chat,
+}
+
+/// One event of the stream, as far as timing cares.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// A `data:` payload (lines of one event joined by `\n`).
+    Data(String),
+    /// `data: [DONE]`: the answer is complete.
+    Done,
+}
+
+/// Splits bytes, in whatever pieces the connection hands them over, into events: a
+/// byte sequence split anywhere (inside a line, a UTF-8 character or the blank line
+/// between events) gives the same events.
+#[derive(Debug, Default, Clone)]
+pub struct EventSplitter {
+    /// Bytes not yet ending an event.
+    pending: Vec<u8>,
+}
+
+/// The longest event kept waiting for its end (a server that never sends a blank line
+/// would otherwise grow it without bound).
+pub const MAX_EVENT_BYTES: usize = 1 << 20;
+
+impl EventSplitter {
+    /// The events completed by `bytes`. An error names what is wrong: an event over
+    /// [`MAX_EVENT_BYTES`], or one that is not UTF-8.
+    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<Event>, String> {
+        self.pending.extend_from_slice(bytes);
+        let mut events = Vec::new();
+        while let Some((end, sep)) = blank_line(&self.pending) {
+            let raw: Vec<u8> = self.pending.drain(..end + sep).take(end).collect();
+            let text = String::from_utf8(raw).map_err(|_| "an event of the stream is not UTF-8".to_string())?;
+            if let Some(e) = event(&text) {
+                events.push(e);
+            }
+        }
+        if self.pending.len() > MAX_EVENT_BYTES {
+            return Err(format!(
+                "an event of the stream runs past {MAX_EVENT_BYTES} bytes without ending (no blank line)"
+            ));
+        }
+        Ok(events)
+    }
+
+    /// The event left when the connection closed without a blank line after it (some
+    /// servers end the stream so), if it holds one.
+    pub fn finish(self) -> Result<Option<Event>, String> {
+        let text = String::from_utf8(self.pending).map_err(|_| "the stream's last event is not UTF-8".to_string())?;
+        Ok(event(&text))
+    }
+}
+
+/// Where the first blank line is: the event's length and the separator's.
+fn blank_line(b: &[u8]) -> Option<(usize, usize)> {
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\n' {
+            if b.get(i + 1) == Some(&b'\n') {
+                return Some((i, 2));
+            }
+            if b.get(i + 1..i + 3) == Some(b"\r\n") {
+                return Some((i, 3));
+            }
+        }
+        if b[i] == b'\r' && b.get(i + 1..i + 4) == Some(b"\n\r\n") {
+            return Some((i, 4));
+        }
+        i += 1;
+    }
+    None
+}
+
+/// The event of one block of lines: its `data:` lines joined, or None for comments and
+/// blocks without data.
+fn event(block: &str) -> Option<Event> {
+    let mut data: Vec<&str> = Vec::new();
+    for line in block.lines() {
+        if line.starts_with(':') {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("data:") {
+            data.push(rest.strip_prefix(' ').unwrap_or(rest));
+        }
+    }
+    if data.is_empty() {
+        return None;
+    }
+    let joined = data.join("\n");
+    if joined.trim() == "[DONE]" {
+        Some(Event::Done)
+    } else {
+        Some(Event::Data(joined))
+    }
+}
+
+/// What one data payload says.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Chunk {
+    /// A step of generation (its text may be empty, e.g. a special token).
+    Step,
+    /// The usage summary.
+    Usage {
+        /// `prompt_tokens`, when given.
+        prompt_tokens: Option<u64>,
+        /// `completion_tokens`.
+        completion_tokens: u64,
+    },
+    /// An error the server streamed (`{"error": …}`), its message.
+    Error(String),
+    /// Nothing timing cares about.
+    Other,
+}
+
+/// Reads one data payload (pure). An error names what is malformed.
+pub fn parse_chunk(api: Api, data: &str) -> Result<Chunk, String> {
+    let v: serde_json::Value =
+        serde_json::from_str(data).map_err(|e| format!("a streamed chunk is not JSON ({e}): {}", excerpt(data)))?;
+    if let Some(err) = v.get("error") {
+        let message = err
+            .get("message")
+            .and_then(serde_json::Value::as_str)
+            .map_or_else(|| err.to_string(), str::to_string);
+        return Ok(Chunk::Error(message));
+    }
+    if let Some(choices) = v.get("choices").and_then(serde_json::Value::as_array)
+        && let Some(first) = choices.first()
+    {
+        let text = match api {
+            Api::Completions => first.get("text"),
+            Api::Chat => first.get("delta").and_then(|d| d.get("content")),
+        };
+        return match text {
+            None | Some(serde_json::Value::Null | serde_json::Value::String(_)) => Ok(Chunk::Step),
+            Some(other) => Err(format!(
+                "a streamed choice's {} is {other}, not text",
+                match api {
+                    Api::Completions => "text",
+                    Api::Chat => "delta.content",
+                }
+            )),
+        };
+    }
+    if let Some(usage) = v.get("usage").filter(|u| !u.is_null()) {
+        let completion_tokens = usage
+            .get("completion_tokens")
+            .and_then(serde_json::Value::as_u64)
+            .ok_or_else(|| format!("a usage chunk without a completion_tokens count: {}", excerpt(data)))?;
+        return Ok(Chunk::Usage {
+            prompt_tokens: usage.get("prompt_tokens").and_then(serde_json::Value::as_u64),
+            completion_tokens,
+        });
+    }
+    Ok(Chunk::Other)
+}
+
+fn excerpt(s: &str) -> String {
+    let cut: String = s.chars().take(120).collect();
+    if cut.len() < s.len() { format!("{cut}…") } else { cut }
+}
+
+/// One request, streamed: one serde record per request in the run directory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenRecord {
+    /// When the request was due, seconds from the cell's start (its Poisson arrival,
+    /// or when the last answer ended in a closed loop).
+    pub arrival_s: f64,
+    /// How long after its arrival it was sent (a client behind its schedule).
+    pub send_delay_s: f64,
+    /// Time to first token, from the arrival (None: no token came).
+    pub ttft_s: Option<f64>,
+    /// End to end, from the arrival to the last token (None: no token came).
+    pub e2e_s: Option<f64>,
+    /// Every gap between two steps, in order.
+    pub itl_s: Vec<f64>,
+    /// Output tokens: the server's `usage.completion_tokens`, else the steps counted.
+    pub output_tokens: u64,
+    /// Whether `output_tokens` is the server's count (`usage`) or the steps counted.
+    pub tokens_from_usage: bool,
+    /// The server's `usage.prompt_tokens`, when it said.
+    pub prompt_tokens: Option<u64>,
+    /// Time per output token after the first: (e2e − ttft) / (output_tokens − 1), as
+    /// vLLM's benchmark defines TPOT (None with fewer than two tokens).
+    pub tpot_s: Option<f64>,
+    /// Why the request failed (None: it succeeded).
+    pub error: Option<String>,
+}
+
+/// The timeline of one request while its answer streams in; times in seconds on one
+/// clock (the cell's).
+#[derive(Debug, Clone)]
+pub struct TokenTimer {
+    api: Api,
+    arrival: f64,
+    sent: f64,
+    first: Option<f64>,
+    last: Option<f64>,
+    gaps: Vec<f64>,
+    steps: u64,
+    usage: Option<(Option<u64>, u64)>,
+    done: bool,
+    error: Option<String>,
+}
+
+impl TokenTimer {
+    /// A request due at `arrival` and sent at `sent`.
+    pub fn new(api: Api, arrival: f64, sent: f64) -> Self {
+        Self {
+            api,
+            arrival,
+            sent,
+            first: None,
+            last: None,
+            gaps: Vec::new(),
+            steps: 0,
+            usage: None,
+            done: false,
+            error: None,
+        }
+    }
+
+    /// An event that arrived at `at`. Events after `[DONE]` or after an error are
+    /// ignored; a malformed chunk fails the request.
+    pub fn event(&mut self, at: f64, e: &Event) {
+        if self.done || self.error.is_some() {
+            return;
+        }
+        let data = match e {
+            Event::Done => {
+                self.done = true;
+                return;
+            }
+            Event::Data(d) => d,
+        };
+        match parse_chunk(self.api, data) {
+            Ok(Chunk::Step) => {
+                match self.last {
+                    None => self.first = Some(at),
+                    Some(prev) => self.gaps.push((at - prev).max(0.0)),
+                }
+                self.last = Some(at);
+                self.steps += 1;
+            }
+            Ok(Chunk::Usage {
+                prompt_tokens,
+                completion_tokens,
+            }) => self.usage = Some((prompt_tokens, completion_tokens)),
+            Ok(Chunk::Error(m)) => self.error = Some(format!("the server streamed an error: {m}")),
+            Ok(Chunk::Other) => {}
+            Err(why) => self.error = Some(why),
+        }
+    }
+
+    /// Fails the request (a non-2xx answer, a broken connection, a timeout).
+    pub fn fail(&mut self, why: String) {
+        if self.error.is_none() {
+            self.error = Some(why);
+        }
+    }
+
+    /// The record. A stream that closed without `[DONE]`, or that gave no token, is a
+    /// failure; its timings up to then are kept.
+    pub fn finish(mut self) -> TokenRecord {
+        if self.error.is_none() {
+            if self.first.is_none() {
+                self.error = Some("the answer held no token".into());
+            } else if !self.done {
+                self.error = Some("the stream ended without data: [DONE]".into());
+            }
+        }
+        let (prompt_tokens, output_tokens, tokens_from_usage) = match self.usage {
+            Some((p, c)) => (p, c, true),
+            None => (None, self.steps, false),
+        };
+        let ttft = self.first.map(|f| f - self.arrival);
+        let e2e = self.last.map(|l| l - self.arrival);
+        let tpot = match (ttft, e2e) {
+            (Some(t), Some(e)) if output_tokens > 1 => Some((e - t) / (output_tokens - 1) as f64),
+            _ => None,
+        };
+        TokenRecord {
+            arrival_s: self.arrival,
+            send_delay_s: (self.sent - self.arrival).max(0.0),
+            ttft_s: ttft,
+            e2e_s: e2e,
+            itl_s: self.gaps,
+            output_tokens,
+            tokens_from_usage,
+            prompt_tokens,
+            tpot_s: tpot,
+            error: self.error,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const COMPLETION: &str = "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"text\":\"Hel\",\"finish_reason\":null}]}\n\n\
+: ping\n\n\
+data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"text\":\"lo\",\"finish_reason\":null}]}\n\n\
+data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":\"length\"}]}\n\n\
+data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":3,\"total_tokens\":8}}\n\n\
+data: [DONE]\n\n";
+
+    fn events_in_pieces(text: &[u8], piece: usize) -> Vec<Event> {
+        let mut s = EventSplitter::default();
+        let mut out = Vec::new();
+        for c in text.chunks(piece) {
+            out.extend(s.push(c).expect("push"));
+        }
+        out.extend(s.finish().expect("finish"));
+        out
+    }
+
+    #[test]
+    fn events_are_the_same_whatever_the_pieces() {
+        let whole = events_in_pieces(COMPLETION.as_bytes(), COMPLETION.len());
+        assert_eq!(whole.len(), 5, "the ping is a comment: {whole:?}");
+        assert_eq!(whole.last(), Some(&Event::Done));
+        for piece in [1, 2, 3, 7, 64] {
+            assert_eq!(
+                events_in_pieces(COMPLETION.as_bytes(), piece),
+                whole,
+                "pieces of {piece}"
+            );
+        }
+        // CRLF line ends, a multi-line data event, other fields and a last event that
+        // no blank line ends.
+        let crlf = "event: x\r\ndata: {\"a\":\r\ndata: 1}\r\n\r\nid: 7\r\n\r\ndata: [DONE]";
+        assert_eq!(
+            events_in_pieces(crlf.as_bytes(), 3),
+            [Event::Data("{\"a\":\n1}".into()), Event::Done]
+        );
+        // A character split across pieces stays whole.
+        let text = "data: {\"choices\":[{\"text\":\"é\"}]}\n\n".as_bytes();
+        assert_eq!(events_in_pieces(text, 1).len(), 1);
+    }
+
+    #[test]
+    fn a_runaway_event_or_bytes_that_are_not_text_are_errors() {
+        let mut s = EventSplitter::default();
+        let e = s.push(&vec![b'x'; MAX_EVENT_BYTES + 1]).expect_err("too long");
+        assert!(e.contains("without ending"), "{e}");
+        let mut s = EventSplitter::default();
+        let e = s.push(b"data: \xff\xfe\n\n").expect_err("not utf-8");
+        assert!(e.contains("not UTF-8"), "{e}");
+    }
+
+    /// Plays `text`'s events through a timer, event i arriving at `times[i]`.
+    fn timed(api: Api, text: &str, arrival: f64, sent: f64, times: &[f64]) -> TokenRecord {
+        let events = events_in_pieces(text.as_bytes(), 5);
+        assert_eq!(events.len(), times.len(), "{events:?}");
+        let mut t = TokenTimer::new(api, arrival, sent);
+        for (e, at) in events.iter().zip(times) {
+            t.event(*at, e);
+        }
+        t.finish()
+    }
+
+    #[test]
+    fn times_count_from_the_scheduled_arrival_and_tokens_from_usage() {
+        // Due at 10.000 s, sent 2 ms late; steps at 10.050, 10.070 and 10.095 s.
+        let r = timed(
+            Api::Completions,
+            COMPLETION,
+            10.0,
+            10.002,
+            &[10.050, 10.070, 10.095, 10.096, 10.097],
+        );
+        assert_eq!(r.error, None);
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        assert!(close(r.send_delay_s, 0.002));
+        assert!(close(r.ttft_s.expect("ttft"), 0.050));
+        assert!(close(r.e2e_s.expect("e2e"), 0.095), "the usage chunk does not end it");
+        assert_eq!(r.itl_s.len(), 2);
+        assert!(close(r.itl_s[0], 0.020) && close(r.itl_s[1], 0.025));
+        assert_eq!(
+            (r.output_tokens, r.tokens_from_usage, r.prompt_tokens),
+            (3, true, Some(5))
+        );
+        assert!(close(r.tpot_s.expect("tpot"), 0.045 / 2.0));
+    }
+
+    #[test]
+    fn chat_deltas_are_steps_and_without_usage_the_steps_are_counted() {
+        let chat = "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n\
+data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n\
+data: {\"choices\":[{\"delta\":{\"content\":\"!\"},\"finish_reason\":\"stop\"}]}\n\n\
+data: [DONE]\n\n";
+        let r = timed(Api::Chat, chat, 0.0, 0.0, &[0.1, 0.2, 0.25, 0.3]);
+        assert_eq!(r.error, None);
+        assert_eq!((r.output_tokens, r.tokens_from_usage), (3, false));
+        assert_eq!(r.itl_s.len(), 2);
+        assert!((r.e2e_s.expect("e2e") - 0.25).abs() < 1e-9);
+    }
+
+    #[test]
+    fn an_answer_cut_short_empty_or_malformed_fails_with_its_reason() {
+        let cut = "data: {\"choices\":[{\"text\":\"a\"}]}\n\n";
+        let r = timed(Api::Completions, cut, 0.0, 0.0, &[0.1]);
+        assert_eq!(r.error.as_deref(), Some("the stream ended without data: [DONE]"));
+        assert_eq!(r.ttft_s, Some(0.1), "its timings up to then are kept");
+
+        let empty = "data: [DONE]\n\n";
+        let r = timed(Api::Completions, empty, 0.0, 0.0, &[0.1]);
+        assert_eq!(r.error.as_deref(), Some("the answer held no token"));
+        assert_eq!((r.ttft_s, r.tpot_s), (None, None));
+
+        let bad = "data: {not json\n\ndata: [DONE]\n\n";
+        let r = timed(Api::Completions, bad, 0.0, 0.0, &[0.1, 0.2]);
+        assert!(
+            r.error
+                .as_deref()
+                .is_some_and(|e| e.starts_with("a streamed chunk is not JSON")),
+            "{r:?}"
+        );
+
+        let wrong = "data: {\"choices\":[{\"text\":5}]}\n\ndata: [DONE]\n\n";
+        let r = timed(Api::Completions, wrong, 0.0, 0.0, &[0.1, 0.2]);
+        assert!(r.error.as_deref().is_some_and(|e| e.contains("not text")), "{r:?}");
+
+        let streamed = "data: {\"error\":{\"message\":\"out of KV cache\"}}\n\ndata: [DONE]\n\n";
+        let r = timed(Api::Completions, streamed, 0.0, 0.0, &[0.1, 0.2]);
+        assert_eq!(
+            r.error.as_deref(),
+            Some("the server streamed an error: out of KV cache")
+        );
+
+        let mut t = TokenTimer::new(Api::Chat, 0.0, 0.0);
+        t.fail("HTTP 503".into());
+        t.fail("later".into());
+        assert_eq!(t.finish().error.as_deref(), Some("HTTP 503"), "the first reason stays");
+    }
+
+    #[test]
+    fn a_record_round_trips_and_refuses_unknown_fields() {
+        let r = timed(Api::Completions, COMPLETION, 1.0, 1.0, &[1.1, 1.2, 1.3, 1.3, 1.3]);
+        let text = serde_json::to_string(&r).expect("json");
+        assert_eq!(serde_json::from_str::<TokenRecord>(&text).expect("back"), r);
+        let extra = text.replacen('{', "{\"x\":1,", 1);
+        assert!(serde_json::from_str::<TokenRecord>(&extra).is_err());
+    }
+}
