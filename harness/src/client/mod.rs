@@ -9,10 +9,12 @@
 //! tokens (OpenAI-compatible completions), [`stream`] reads an answer's events into one
 //! record per request (time to first token, the gaps between tokens, end to end) and
 //! [`tokens`] tallies them per metric, with goodput against objectives on several
-//! metrics at once; the request loop that sends them is still to come.
+//! metrics at once; [`stream_http`] sends one streamed request and times its answer as it
+//! arrives. The per-pod request loop that drives it is still to come.
 
 pub mod source;
 pub mod stream;
+pub mod stream_http;
 pub mod tokens;
 
 pub use crate::config::request::RequestPlan;

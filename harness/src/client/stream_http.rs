@@ -1,0 +1,215 @@
+//! One streamed request over HTTP (I/O): POST the body, read the answer frame by frame
+//! as the connection delivers it, each frame timed on arrival, and hand the events to a
+//! [`TokenTimer`](super::stream::TokenTimer). The rules of the stream are in
+//! [`super::stream`]; this is only the wire.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use tokio::time::Instant;
+
+use super::stream::{Api, EventSplitter, TokenRecord, TokenTimer};
+
+/// The client every streamed request goes through.
+pub type StreamClient = Client<HttpConnector, Full<Bytes>>;
+
+/// One request: where, what, and when it was due.
+#[derive(Debug, Clone)]
+pub struct StreamRequest<'a> {
+    /// The endpoint (`http://127.0.0.1:PORT/v1/completions`).
+    pub url: &'a str,
+    /// The JSON body (`"stream": true` in it).
+    pub body: Bytes,
+    /// Which API answers.
+    pub api: Api,
+    /// The clock every time counts from (the cell's start).
+    pub origin: Instant,
+    /// When the request was due (its scheduled arrival).
+    pub due: Instant,
+    /// The longest the whole answer may take.
+    pub timeout: Duration,
+}
+
+fn secs(origin: Instant, at: Instant) -> f64 {
+    at.saturating_duration_since(origin).as_secs_f64()
+}
+
+/// Sends `req` now and times its answer. Never an error: a failure (refused, non-2xx,
+/// cut, malformed, timed out) is the record's `error`, with the timings up to it.
+pub async fn send(client: &StreamClient, req: StreamRequest<'_>) -> TokenRecord {
+    let sent = Instant::now();
+    let mut timer = TokenTimer::new(req.api, secs(req.origin, req.due), secs(req.origin, sent));
+    let request = hyper::Request::builder()
+        .method("POST")
+        .uri(req.url)
+        .header("content-type", "application/json")
+        .header("accept", "text/event-stream")
+        .body(Full::new(req.body.clone()));
+    let request = match request {
+        Ok(r) => r,
+        Err(e) => {
+            timer.fail(format!("bad request: {e}"));
+            return timer.finish();
+        }
+    };
+    let answer = async {
+        let resp = client.request(request).await.map_err(|e| format!("no answer: {e}"))?;
+        if !resp.status().is_success() {
+            return Err(format!("HTTP {}", resp.status()));
+        }
+        let mut body = resp.into_body();
+        let mut splitter = EventSplitter::default();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| format!("the stream broke: {e}"))?;
+            let at = secs(req.origin, Instant::now());
+            if let Some(data) = frame.data_ref() {
+                for e in splitter.push(data)? {
+                    timer.event(at, &e);
+                }
+            }
+        }
+        if let Some(e) = splitter.finish()? {
+            timer.event(secs(req.origin, Instant::now()), &e);
+        }
+        Ok(())
+    };
+    let outcome = match tokio::time::timeout(req.timeout, answer).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("timed out after {:?}", req.timeout)),
+    };
+    if let Err(why) = outcome {
+        timer.fail(why);
+    }
+    timer.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A loopback server answering one request with `status` and, for 200, each of
+    /// `events` as its own HTTP chunk after its pause (a chunked, streamed answer).
+    async fn server(status: u16, events: Vec<(u64, &'static str)>, close_early: bool) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            let (mut sock, _) = listener.accept().await.expect("accept");
+            let mut buf = vec![0u8; 8192];
+            let mut got = Vec::new();
+            // Read the request's head and its (small) body.
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = sock.read(&mut buf).await.expect("read");
+                if n == 0 {
+                    return;
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+            if status != 200 {
+                let head = format!("HTTP/1.1 {status} Busy\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+                let _ = sock.write_all(head.as_bytes()).await;
+                return;
+            }
+            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+            sock.write_all(head.as_bytes()).await.expect("head");
+            for (pause_ms, text) in events {
+                tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+                let chunk = format!("{:x}\r\n{text}\r\n", text.len());
+                if sock.write_all(chunk.as_bytes()).await.is_err() {
+                    return;
+                }
+            }
+            if !close_early {
+                let _ = sock.write_all(b"0\r\n\r\n").await;
+            }
+        });
+        format!("http://{addr}/v1/completions")
+    }
+
+    fn client() -> StreamClient {
+        Client::builder(hyper_util::rt::TokioExecutor::new()).build(HttpConnector::new())
+    }
+
+    async fn one(url: &str, late: Duration) -> TokenRecord {
+        let origin = Instant::now();
+        tokio::time::sleep(late).await;
+        send(
+            &client(),
+            StreamRequest {
+                url,
+                body: Bytes::from_static(b"{\"prompt\":\"hi\",\"max_tokens\":3,\"stream\":true}"),
+                api: Api::Completions,
+                origin,
+                due: origin,
+                timeout: Duration::from_secs(5),
+            },
+        )
+        .await
+    }
+
+    const STEP: &str = "data: {\"choices\":[{\"text\":\"x\"}]}\n\n";
+
+    #[tokio::test]
+    async fn tokens_are_timed_as_they_arrive_from_the_due_time() {
+        // The first token 60 ms after the request, then two 40 ms apart; sent 20 ms
+        // after it was due.
+        let url = server(
+            200,
+            vec![(60, STEP), (40, STEP), (40, STEP), (0, "data: [DONE]\n\n")],
+            false,
+        )
+        .await;
+        let r = one(&url, Duration::from_millis(20)).await;
+        assert_eq!(r.error, None, "{r:?}");
+        assert_eq!(r.output_tokens, 3);
+        assert!(r.send_delay_s >= 0.020, "{r:?}");
+        // Lower bounds are when the server wrote (no token can arrive before it is
+        // sent); upper ones leave room for a busy host. A single gap has no firm lower
+        // bound (the token before it may have been read late), their sum has.
+        let ttft = r.ttft_s.expect("ttft");
+        let e2e = r.e2e_s.expect("e2e");
+        assert!((0.080..0.6).contains(&ttft), "ttft {ttft} counts from the due time");
+        assert!((0.160..1.0).contains(&e2e), "e2e {e2e}");
+        assert_eq!(r.itl_s.len(), 2);
+        assert!(r.itl_s.iter().all(|g| (0.0..0.5).contains(g)), "{:?}", r.itl_s);
+        let gaps: f64 = r.itl_s.iter().sum();
+        assert!((gaps - (e2e - ttft)).abs() < 1e-9, "the gaps span first to last token");
+    }
+
+    #[tokio::test]
+    async fn a_refusal_a_cut_stream_and_a_timeout_are_the_records_errors() {
+        let url = server(503, vec![], false).await;
+        assert_eq!(
+            one(&url, Duration::ZERO).await.error.as_deref(),
+            Some("HTTP 503 Service Unavailable")
+        );
+
+        let url = server(200, vec![(0, STEP), (10, STEP)], true).await;
+        let r = one(&url, Duration::ZERO).await;
+        assert!(r.error.is_some(), "a stream cut before [DONE]: {r:?}");
+        assert_eq!(r.output_tokens, 2, "the tokens before the cut are kept");
+
+        let url = server(200, vec![(0, STEP), (3_000, STEP)], false).await;
+        let origin = Instant::now();
+        let r = send(
+            &client(),
+            StreamRequest {
+                url: &url,
+                body: Bytes::from_static(b"{}"),
+                api: Api::Completions,
+                origin,
+                due: origin,
+                timeout: Duration::from_millis(300),
+            },
+        )
+        .await;
+        assert_eq!(r.error.as_deref(), Some("timed out after 300ms"));
+        assert!(r.ttft_s.is_some());
+
+        let r = one("http://127.0.0.1:1/v1/completions", Duration::ZERO).await;
+        assert!(r.error.as_deref().is_some_and(|e| e.starts_with("no answer")), "{r:?}");
+    }
+}
