@@ -9,8 +9,8 @@
 //! tokens (OpenAI-compatible completions), [`stream`] reads an answer's events into one
 //! record per request (time to first token, the gaps between tokens, end to end) and
 //! [`tokens`] tallies them per metric, with goodput against objectives on several
-//! metrics at once; [`stream_http`] sends one streamed request and times its answer as it
-//! arrives. The per-pod request loop that drives it is still to come.
+//! metrics at once; [`stream_http`] sends streamed requests (one, or a pod's Poisson
+//! arrivals) and times each answer as it arrives.
 
 pub mod source;
 pub mod stream;

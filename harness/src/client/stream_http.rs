@@ -18,9 +18,9 @@ pub type StreamClient = Client<HttpConnector, Full<Bytes>>;
 
 /// One request: where, what, and when it was due.
 #[derive(Debug, Clone)]
-pub struct StreamRequest<'a> {
+pub struct StreamRequest {
     /// The endpoint (`http://127.0.0.1:PORT/v1/completions`).
-    pub url: &'a str,
+    pub url: std::sync::Arc<str>,
     /// The JSON body (`"stream": true` in it).
     pub body: Bytes,
     /// Which API answers.
@@ -39,12 +39,12 @@ fn secs(origin: Instant, at: Instant) -> f64 {
 
 /// Sends `req` now and times its answer. Never an error: a failure (refused, non-2xx,
 /// cut, malformed, timed out) is the record's `error`, with the timings up to it.
-pub async fn send(client: &StreamClient, req: StreamRequest<'_>) -> TokenRecord {
+pub async fn send(client: &StreamClient, req: StreamRequest) -> TokenRecord {
     let sent = Instant::now();
     let mut timer = TokenTimer::new(req.api, secs(req.origin, req.due), secs(req.origin, sent));
     let request = hyper::Request::builder()
         .method("POST")
-        .uri(req.url)
+        .uri(&*req.url)
         .header("content-type", "application/json")
         .header("accept", "text/event-stream")
         .body(Full::new(req.body.clone()));
@@ -86,6 +86,64 @@ pub async fn send(client: &StreamClient, req: StreamRequest<'_>) -> TokenRecord 
     timer.finish()
 }
 
+/// The most streamed requests in flight per pod; an arrival beyond it is dropped and
+/// recorded as failed (the server is that far behind).
+pub const MAX_STREAMS_IN_FLIGHT: usize = 256;
+
+/// What one pod's streamed load has recorded so far: one record per request, in the
+/// order they ended.
+#[derive(Debug, Default)]
+pub struct PodStreams {
+    /// The records.
+    pub records: Vec<TokenRecord>,
+}
+
+/// Poisson arrivals to one pod: `count` requests (None: until the task is dropped),
+/// each sent at its scheduled arrival and timed from it (a request the client could not
+/// send on time carries its `send_delay_s`; latency still counts from the arrival).
+/// Records go to `sink` as requests end.
+pub async fn open_loop(
+    client: StreamClient,
+    template: StreamRequest,
+    mut arrivals: super::Arrivals,
+    count: Option<u64>,
+    sink: std::sync::Arc<std::sync::Mutex<PodStreams>>,
+) {
+    let mut in_flight = tokio::task::JoinSet::new();
+    let mut next = template.origin;
+    let mut sent = 0u64;
+    while count.is_none_or(|c| sent < c) {
+        // At most a day: a tiny rate would overflow the clock.
+        next += Duration::from_secs_f64(arrivals.gap().min(86_400.0));
+        tokio::time::sleep_until(next).await;
+        sent += 1;
+        while in_flight.try_join_next().is_some() {}
+        if in_flight.len() >= MAX_STREAMS_IN_FLIGHT {
+            let mut t = TokenTimer::new(template.api, secs(template.origin, next), secs(template.origin, next));
+            t.fail(format!("dropped: {MAX_STREAMS_IN_FLIGHT} requests already in flight"));
+            push(&sink, t.finish());
+            continue;
+        }
+        let (client, sink) = (client.clone(), sink.clone());
+        let req = StreamRequest {
+            due: next,
+            ..template.clone()
+        };
+        in_flight.spawn(async move {
+            let r = send(&client, req).await;
+            push(&sink, r);
+        });
+    }
+    while in_flight.join_next().await.is_some() {}
+}
+
+fn push(sink: &std::sync::Mutex<PodStreams>, r: TokenRecord) {
+    sink.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .records
+        .push(r);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,7 +171,7 @@ mod tests {
                 let _ = sock.write_all(head.as_bytes()).await;
                 return;
             }
-            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n";
             sock.write_all(head.as_bytes()).await.expect("head");
             for (pause_ms, text) in events {
                 tokio::time::sleep(Duration::from_millis(pause_ms)).await;
@@ -134,6 +192,7 @@ mod tests {
     }
 
     async fn one(url: &str, late: Duration) -> TokenRecord {
+        let url: std::sync::Arc<str> = url.into();
         let origin = Instant::now();
         tokio::time::sleep(late).await;
         send(
@@ -197,7 +256,7 @@ mod tests {
         let r = send(
             &client(),
             StreamRequest {
-                url: &url,
+                url: url.as_str().into(),
                 body: Bytes::from_static(b"{}"),
                 api: Api::Completions,
                 origin,
@@ -211,5 +270,80 @@ mod tests {
 
         let r = one("http://127.0.0.1:1/v1/completions", Duration::ZERO).await;
         assert!(r.error.as_deref().is_some_and(|e| e.starts_with("no answer")), "{r:?}");
+    }
+
+    /// A loopback server answering every request on its own connection: two tokens
+    /// 5 ms apart, then [DONE].
+    async fn busy_server() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            while let Ok((mut sock, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 8192];
+                    let mut got = Vec::new();
+                    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match sock.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => got.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n";
+                    let _ = sock.write_all(head.as_bytes()).await;
+                    for (pause, text) in [(1, STEP), (5, STEP), (0, "data: [DONE]\n\n")] {
+                        tokio::time::sleep(Duration::from_millis(pause)).await;
+                        let _ = sock
+                            .write_all(format!("{:x}\r\n{text}\r\n", text.len()).as_bytes())
+                            .await;
+                    }
+                    let _ = sock.write_all(b"0\r\n\r\n").await;
+                });
+            }
+        });
+        format!("http://{addr}/v1/completions")
+    }
+
+    #[tokio::test]
+    async fn the_open_loop_sends_at_the_seeded_arrivals_and_times_from_them() {
+        let url = busy_server().await;
+        let sink = std::sync::Arc::new(std::sync::Mutex::new(PodStreams::default()));
+        let origin = Instant::now();
+        let template = StreamRequest {
+            url: url.as_str().into(),
+            body: Bytes::from_static(b"{\"prompt\":\"hi\",\"stream\":true}"),
+            api: Api::Completions,
+            origin,
+            due: origin,
+            timeout: Duration::from_secs(5),
+        };
+        let n = 20;
+        open_loop(
+            client(),
+            template,
+            crate::client::Arrivals::new(7, 100.0),
+            Some(n),
+            sink.clone(),
+        )
+        .await;
+        let mut records = std::mem::take(&mut sink.lock().expect("sink").records);
+        assert_eq!(records.len(), n as usize);
+        assert!(
+            records.iter().all(|r| r.error.is_none() && r.output_tokens == 2),
+            "{records:?}"
+        );
+        // The arrivals are the seed's, whenever each request was actually sent.
+        records.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));
+        let mut a = crate::client::Arrivals::new(7, 100.0);
+        let mut due = Duration::ZERO;
+        for r in &records {
+            due += Duration::from_secs_f64(a.gap());
+            assert!(
+                (r.arrival_s - due.as_secs_f64()).abs() < 1e-6,
+                "{} vs {:?}",
+                r.arrival_s,
+                due
+            );
+            assert!(r.ttft_s.is_some_and(|t| t >= 0.001) && r.e2e_s.is_some_and(|e| e >= 0.006));
+        }
     }
 }
