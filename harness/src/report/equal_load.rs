@@ -343,8 +343,24 @@ pub fn csv(d: &EqualLoadData) -> Result<Vec<u8>> {
     }
 }
 
+/// Each started sweep's latency chart (mean, and the p50–p99 band, against pods), under
+/// its column's heading (pure).
+pub fn charts(d: &EqualLoadData) -> Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for s in &d.sweeps {
+        let Some(data) = &s.data else { continue };
+        if let Some((_, svg)) = super::charts::all(data)?
+            .into_iter()
+            .find(|(name, _)| name == "latency.svg")
+        {
+            out.push((d.heading(s), svg));
+        }
+    }
+    Ok(out)
+}
+
 /// The page (pure).
-pub fn page(d: &EqualLoadData, t: &Tables) -> String {
+pub fn page(d: &EqualLoadData, t: &Tables, charts: &[(String, String)]) -> String {
     let title = format!("gpushare-bench — {} (equal offered load)", d.record.run_id);
     let tag = d
         .label()
@@ -382,6 +398,18 @@ pub fn page(d: &EqualLoadData, t: &Tables) -> String {
                         "\n"
                         @for line in &answer {
                             li { (line) } "\n"
+                        }
+                    } "\n"
+                }
+                @if !charts.is_empty() {
+                    h2 { "Latency against pods, one chart per sweep" }
+                    div.charts {
+                        "\n"
+                        @for (heading, svg) in charts {
+                            figure {
+                                figcaption { (heading) }
+                                (PreEscaped(svg.find("<svg").map_or(svg.as_str(), |i| &svg[i..])))
+                            } "\n"
                         }
                     } "\n"
                 }
@@ -494,7 +522,7 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<PathBuf> {
     crate::files::write_atomic(&target.join("equal-load.csv"), &csv(&d)?)?;
     crate::files::write_atomic(&target.join("summary.md"), markdown(&d, &t).as_bytes())?;
     let index = target.join("index.html");
-    crate::files::write_atomic(&index, page(&d, &t).as_bytes())?;
+    crate::files::write_atomic(&index, page(&d, &t, &charts(&d)?).as_bytes())?;
     Ok(index)
 }
 
@@ -612,5 +640,21 @@ mod tests {
         assert_eq!(text.lines().filter(|l| l.starts_with("closed,,,")).count(), 16);
         assert_eq!(text.lines().filter(|l| l.starts_with("load-50pct,50,400,")).count(), 16);
         assert!(!text.contains("load-90pct"));
+    }
+
+    #[test]
+    fn the_page_shows_a_latency_chart_per_started_sweep() {
+        let d = run();
+        let c = charts(&d).expect("charts");
+        let headings: Vec<&str> = c.iter().map(|(h, _)| h.as_str()).collect();
+        assert_eq!(
+            headings,
+            ["closed loop", "50%: 400.0 req/s"],
+            "the 90% sweep never started"
+        );
+        let page = page(&d, &tables(&d), &c);
+        assert_eq!(page.matches("<figure>").count(), 2);
+        assert!(page.contains("<figcaption>50%: 400.0 req/s</figcaption>"));
+        assert!(!page.contains("<?xml"), "the SVGs' prologs are not inside the page");
     }
 }
