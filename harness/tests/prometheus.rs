@@ -316,14 +316,25 @@ fn sweep(out: &Path, extra: &[&str]) -> Command {
     c
 }
 
+/// A port P with P and P + 1 free now, below the kernel's ephemeral range (32768 up):
+/// a port the kernel hands out for outgoing connections and `bind(0)` (other tests'
+/// servers, Prometheus's scrapes) can be taken between the check and the sweep's use.
+fn free_port_pair() -> u16 {
+    let start = 20_000 + (std::process::id() % 6_000) as u16 * 2;
+    (0..3_000u16)
+        .map(|i| 20_000 + (start - 20_000 + i * 2) % 12_000)
+        .find(|&p| {
+            let a = std::net::TcpListener::bind(("127.0.0.1", p));
+            let b = std::net::TcpListener::bind(("127.0.0.1", p + 1));
+            a.is_ok() && b.is_ok()
+        })
+        .expect("two free ports below 32000")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_existing_server_by_url_measures_pods_on_fixed_ports() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let base = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("port")
-        .port()
-        .max(20000);
+    let base = free_port_pair();
     let server = PrometheusServer::start(&dir.path().join("server"), &Shutdown::new())
         .await
         .expect("prometheus");

@@ -10,10 +10,11 @@
 //! step of generation: the first fixes the time to first token, each later one adds an
 //! inter-token gap, and the last one ends the request. An event without choices may
 //! carry `usage` (`stream_options.include_usage`): its `completion_tokens` is the
-//! output's length; without it, the steps are counted. One difference, on purpose:
-//! times count from the request's **scheduled** arrival, not from when it was sent, so
-//! a client or a server that falls behind shows in the latency (no coordinated
-//! omission).
+//! output's length; without it, the steps that carry text are counted. Two differences,
+//! on purpose: times count from the request's **scheduled** arrival, not from when it
+//! was sent, so a client or a server that falls behind shows in the latency (no
+//! coordinated omission); and an answer that closes without `[DONE]` failed (vLLM counts
+//! it a success once a token came), since a server cut off mid-answer did not serve it.
 
 use serde::{Deserialize, Serialize};
 
@@ -36,96 +37,126 @@ pub enum Event {
     Done,
 }
 
-/// Splits bytes, in whatever pieces the connection hands them over, into events: a
-/// byte sequence split anywhere (inside a line, a UTF-8 character or the blank line
-/// between events) gives the same events.
+/// Splits bytes, in whatever pieces the connection hands them over, into events, as the
+/// server-sent events format reads them: lines end at CR, LF or CRLF; a blank line ends
+/// an event; `data` fields (with or without a colon, one leading space dropped) are
+/// joined by LF; lines starting with `:` are comments; other fields are ignored; a
+/// UTF-8 byte order mark at the stream's start is skipped. A byte sequence split anywhere
+/// gives the same events. Linear in the bytes: each is looked at once.
 #[derive(Debug, Default, Clone)]
 pub struct EventSplitter {
-    /// Bytes not yet ending an event.
-    pending: Vec<u8>,
+    /// The line being read.
+    line: Vec<u8>,
+    /// The data lines of the event being read.
+    data: Vec<String>,
+    /// Bytes held by `line` and `data`.
+    held: usize,
+    /// The last byte was a CR (a LF right after it ends nothing more).
+    after_cr: bool,
+    /// Bytes of the stream so far (the byte order mark is looked for in the first 3).
+    seen: usize,
 }
 
 /// The longest event kept waiting for its end (a server that never sends a blank line
 /// would otherwise grow it without bound).
 pub const MAX_EVENT_BYTES: usize = 1 << 20;
 
+const BOM: [u8; 3] = [0xEF, 0xBB, 0xBF];
+
 impl EventSplitter {
     /// The events completed by `bytes`. An error names what is wrong: an event over
-    /// [`MAX_EVENT_BYTES`], or one that is not UTF-8.
+    /// [`MAX_EVENT_BYTES`], or a line that is not UTF-8.
     pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<Event>, String> {
-        self.pending.extend_from_slice(bytes);
         let mut events = Vec::new();
-        while let Some((end, sep)) = blank_line(&self.pending) {
-            let raw: Vec<u8> = self.pending.drain(..end + sep).take(end).collect();
-            let text = String::from_utf8(raw).map_err(|_| "an event of the stream is not UTF-8".to_string())?;
-            if let Some(e) = event(&text) {
-                events.push(e);
+        for &b in bytes {
+            self.seen += 1;
+            // The mark's bytes wait in `line` until the third shows whether they are it.
+            if self.seen == 3 && self.line.len() == 2 && [self.line[0], self.line[1], b] == BOM {
+                self.line.clear();
+                self.held -= 2;
+                continue;
             }
-        }
-        if self.pending.len() > MAX_EVENT_BYTES {
-            return Err(format!(
-                "an event of the stream runs past {MAX_EVENT_BYTES} bytes without ending (no blank line)"
-            ));
+            match b {
+                b'\n' if self.after_cr => self.after_cr = false,
+                b'\r' | b'\n' => {
+                    self.after_cr = b == b'\r';
+                    if let Some(e) = self.end_line()? {
+                        events.push(e);
+                    }
+                }
+                _ => {
+                    self.after_cr = false;
+                    self.line.push(b);
+                    self.held += 1;
+                }
+            }
+            if self.held > MAX_EVENT_BYTES {
+                return Err(format!(
+                    "an event of the stream runs past {MAX_EVENT_BYTES} bytes without ending (no blank line)"
+                ));
+            }
         }
         Ok(events)
     }
 
     /// The event left when the connection closed without a blank line after it (some
     /// servers end the stream so), if it holds one.
-    pub fn finish(self) -> Result<Option<Event>, String> {
-        let text = String::from_utf8(self.pending).map_err(|_| "the stream's last event is not UTF-8".to_string())?;
-        Ok(event(&text))
-    }
-}
-
-/// Where the first blank line is: the event's length and the separator's.
-fn blank_line(b: &[u8]) -> Option<(usize, usize)> {
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\n' {
-            if b.get(i + 1) == Some(&b'\n') {
-                return Some((i, 2));
-            }
-            if b.get(i + 1..i + 3) == Some(b"\r\n") {
-                return Some((i, 3));
-            }
+    pub fn finish(mut self) -> Result<Option<Event>, String> {
+        if !self.line.is_empty() {
+            self.end_line()?;
         }
-        if b[i] == b'\r' && b.get(i + 1..i + 4) == Some(b"\n\r\n") {
-            return Some((i, 4));
-        }
-        i += 1;
+        Ok(self.dispatch())
     }
-    None
-}
 
-/// The event of one block of lines: its `data:` lines joined, or None for comments and
-/// blocks without data.
-fn event(block: &str) -> Option<Event> {
-    let mut data: Vec<&str> = Vec::new();
-    for line in block.lines() {
+    /// A line ended: a field read, or at a blank line the event dispatched.
+    fn end_line(&mut self) -> Result<Option<Event>, String> {
+        if self.line.is_empty() {
+            return Ok(self.dispatch());
+        }
+        let line = String::from_utf8(std::mem::take(&mut self.line))
+            .map_err(|_| "a line of the stream is not UTF-8".to_string())?;
         if line.starts_with(':') {
-            continue;
+            self.held -= line.len();
+            return Ok(None);
         }
-        if let Some(rest) = line.strip_prefix("data:") {
-            data.push(rest.strip_prefix(' ').unwrap_or(rest));
+        let (field, value) = match line.split_once(':') {
+            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+            None => (line.as_str(), ""),
+        };
+        if field == "data" {
+            let kept = value.len();
+            self.held = self.held - line.len() + kept;
+            self.data.push(value.to_string());
+        } else {
+            self.held -= line.len();
         }
+        Ok(None)
     }
-    if data.is_empty() {
-        return None;
-    }
-    let joined = data.join("\n");
-    if joined.trim() == "[DONE]" {
-        Some(Event::Done)
-    } else {
-        Some(Event::Data(joined))
+
+    /// The event read so far (None without data), and a fresh one begun.
+    fn dispatch(&mut self) -> Option<Event> {
+        self.held = 0;
+        if self.data.is_empty() {
+            return None;
+        }
+        let joined = std::mem::take(&mut self.data).join("\n");
+        Some(if joined.trim() == "[DONE]" {
+            Event::Done
+        } else {
+            Event::Data(joined)
+        })
     }
 }
 
 /// What one data payload says.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Chunk {
-    /// A step of generation (its text may be empty, e.g. a special token).
-    Step,
+    /// A step of generation; `text` whether it carried any (a chat stream's first chunk
+    /// names the role only, a special token may be empty).
+    Step {
+        /// The step's text is not empty.
+        text: bool,
+    },
     /// The usage summary.
     Usage {
         /// `prompt_tokens`, when given.
@@ -143,7 +174,7 @@ pub enum Chunk {
 pub fn parse_chunk(api: Api, data: &str) -> Result<Chunk, String> {
     let v: serde_json::Value =
         serde_json::from_str(data).map_err(|e| format!("a streamed chunk is not JSON ({e}): {}", excerpt(data)))?;
-    if let Some(err) = v.get("error") {
+    if let Some(err) = v.get("error").filter(|e| !e.is_null()) {
         let message = err
             .get("message")
             .and_then(serde_json::Value::as_str)
@@ -158,7 +189,8 @@ pub fn parse_chunk(api: Api, data: &str) -> Result<Chunk, String> {
             Api::Chat => first.get("delta").and_then(|d| d.get("content")),
         };
         return match text {
-            None | Some(serde_json::Value::Null | serde_json::Value::String(_)) => Ok(Chunk::Step),
+            None | Some(serde_json::Value::Null) => Ok(Chunk::Step { text: false }),
+            Some(serde_json::Value::String(t)) => Ok(Chunk::Step { text: !t.is_empty() }),
             Some(other) => Err(format!(
                 "a streamed choice's {} is {other}, not text",
                 match api {
@@ -201,7 +233,9 @@ pub struct TokenRecord {
     pub e2e_s: Option<f64>,
     /// Every gap between two steps, in order.
     pub itl_s: Vec<f64>,
-    /// Output tokens: the server's `usage.completion_tokens`, else the steps counted.
+    /// Output tokens: the server's `usage.completion_tokens`, else the steps with text
+    /// counted (a step holding several tokens counts once: send
+    /// `stream_options.include_usage` for the server's count).
     pub output_tokens: u64,
     /// Whether `output_tokens` is the server's count (`usage`) or the steps counted.
     pub tokens_from_usage: bool,
@@ -261,13 +295,15 @@ impl TokenTimer {
             Event::Data(d) => d,
         };
         match parse_chunk(self.api, data) {
-            Ok(Chunk::Step) => {
+            Ok(Chunk::Step { text }) => {
                 match self.last {
                     None => self.first = Some(at),
                     Some(prev) => self.gaps.push((at - prev).max(0.0)),
                 }
                 self.last = Some(at);
-                self.steps += 1;
+                if text {
+                    self.steps += 1;
+                }
             }
             Ok(Chunk::Usage {
                 prompt_tokens,
@@ -279,9 +315,15 @@ impl TokenTimer {
         }
     }
 
-    /// Fails the request (a non-2xx answer, a broken connection, a timeout).
+    /// Whether `[DONE]` has arrived (the answer is whole).
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// Fails the request (a non-2xx answer, a broken connection, a timeout); an answer
+    /// already whole stays a success.
     pub fn fail(&mut self, why: String) {
-        if self.error.is_none() {
+        if self.error.is_none() && !self.done {
             self.error = Some(why);
         }
     }
@@ -364,6 +406,18 @@ data: [DONE]\n\n";
         // A character split across pieces stays whole.
         let text = "data: {\"choices\":[{\"text\":\"é\"}]}\n\n".as_bytes();
         assert_eq!(events_in_pieces(text, 1).len(), 1);
+        // Lone CRs end lines; a bare `data` line adds an empty line; a byte order mark
+        // at the start (split over pieces too) is no part of the first line.
+        let cr = "data: a\rdata\rdata: b\r\rdata: [DONE]\r\r";
+        assert_eq!(
+            events_in_pieces(cr.as_bytes(), 2),
+            [Event::Data("a\n\nb".into()), Event::Done]
+        );
+        let mut bom = vec![0xEF, 0xBB, 0xBF];
+        bom.extend_from_slice(COMPLETION.as_bytes());
+        for piece in [1, 2, 4] {
+            assert_eq!(events_in_pieces(&bom, piece), whole, "a BOM, pieces of {piece}");
+        }
     }
 
     #[test]
@@ -419,7 +473,10 @@ data: {\"choices\":[{\"delta\":{\"content\":\"!\"},\"finish_reason\":\"stop\"}]}
 data: [DONE]\n\n";
         let r = timed(Api::Chat, chat, 0.0, 0.0, &[0.1, 0.2, 0.25, 0.3]);
         assert_eq!(r.error, None);
-        assert_eq!((r.output_tokens, r.tokens_from_usage), (3, false));
+        // The role-only first chunk times the first step (as vLLM's client does) but
+        // carries no token.
+        assert_eq!((r.output_tokens, r.tokens_from_usage), (2, false));
+        assert!((r.ttft_s.expect("ttft") - 0.1).abs() < 1e-9);
         assert_eq!(r.itl_s.len(), 2);
         assert!((r.e2e_s.expect("e2e") - 0.25).abs() < 1e-9);
     }
@@ -460,6 +517,19 @@ data: [DONE]\n\n";
         t.fail("HTTP 503".into());
         t.fail("later".into());
         assert_eq!(t.finish().error.as_deref(), Some("HTTP 503"), "the first reason stays");
+
+        // `"error": null` is no error; a failure after [DONE] (a server that holds the
+        // connection open) leaves the whole answer a success.
+        let null = "data: {\"error\":null,\"choices\":[{\"text\":\"a\"}]}\n\ndata: [DONE]\n\n";
+        let events = events_in_pieces(null.as_bytes(), 7);
+        let mut t = TokenTimer::new(Api::Completions, 0.0, 0.0);
+        for e in &events {
+            t.event(0.1, e);
+        }
+        assert!(t.is_done());
+        t.fail("timed out".into());
+        let r = t.finish();
+        assert_eq!((r.error, r.output_tokens), (None, 1));
     }
 
     #[test]
