@@ -118,6 +118,7 @@ verify-results: ## recompute every committed reference run's rows from its raw w
 	@status=0; for d in results/*/; do \
 	  [ -f "$$d/run.json" ] || [ -f "$$d/equal-load.json" ] || continue; \
 	  if [ -f "$$d/windows.jsonl" ] || [ -f "$$d/equal-load.json" ]; then $(VERIFY_BIN) verify "$$d" || status=1; \
+	  elif [ -f "$$d/isolation.jsonl" ]; then echo "not verifiable (an isolation run: its trials keep no windows): $$d"; \
 	  else echo "not verifiable (made before runs kept their raw windows): $$d"; fi; \
 	done; \
 	if $(VERIFY_BIN) host-noise $(HOST_NOISE_H200) 2>/dev/null | cmp -s - results/host-noise.jsonl; then \

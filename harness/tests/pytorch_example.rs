@@ -214,16 +214,17 @@ fn the_harness_sends_the_requests_to_a_server_that_waits_for_them() {
 #[test]
 fn capacity_searches_a_server_of_ones_own_through_the_harnesss_requests() {
     let out = tempfile::tempdir().expect("tempdir");
-    // 40 requests/s per pod of 4 ms each, p90 within 100 ms: both counts fit, shown at
-    // 95% by the hundred or more requests each pod completes (each pod is its own
-    // process, sleeping in its stand-in forward pass).
+    // 20 requests/s per pod of 4 ms each, p90 within 100 ms: both counts fit, shown at
+    // 95% by the fifty or more requests each pod completes (each pod is its own
+    // process, sleeping in its stand-in forward pass). The rate leaves each Python
+    // server room to keep up while this binary's other tests load the two cores.
     let flags = [
         "--max-cell",
         "4s",
         "--max-pods",
         "2",
         "--load",
-        "poisson:40",
+        "poisson:20",
         "--slo",
         "p90=100ms",
         "--request",

@@ -392,15 +392,7 @@ pub fn page(d: &EqualLoadData, t: &Tables, charts: &[(String, String)]) -> Strin
                 @if let Some(p) = d.partial() {
                     div.banner.partial role="alert" { (p) } "\n"
                 }
-                @if !answer.is_empty() {
-                    h2 { "The answer" } "\n"
-                    ul.answer {
-                        "\n"
-                        @for line in &answer {
-                            li { (line) } "\n"
-                        }
-                    } "\n"
-                }
+                (super::html::answer(&answer))
                 @if !charts.is_empty() {
                     h2 { "Latency against pods, one chart per sweep" }
                     div.charts {

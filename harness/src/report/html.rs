@@ -48,16 +48,7 @@ pub fn page(data: &RunData, tables: &Tables, charts: &[(String, String)]) -> Str
                 @for w in &tables.warnings {
                     div.banner.warning role="alert" { (w) } "\n"
                 }
-                @let answer = super::verdict::lines(data);
-                @if !answer.is_empty() {
-                    h2 { "The answer" } "\n"
-                    ul.answer {
-                        "\n"
-                        @for line in &answer {
-                            li { (line) } "\n"
-                        }
-                    } "\n"
-                }
+                (answer(&super::verdict::lines(data)))
                 @if let Some(line) = super::verdict::unavailable_line(data) {
                     div.unavailable role="note" { (line) } "\n"
                 }
@@ -111,6 +102,21 @@ pub fn page(data: &RunData, tables: &Tables, charts: &[(String, String)]) -> Str
         } "\n"
     }
     .into_string()
+}
+
+/// "The answer": its lines as a list under their heading (nothing without lines).
+pub(super) fn answer(lines: &[String]) -> Markup {
+    html! {
+        @if !lines.is_empty() {
+            h2 { "The answer" } "\n"
+            ul.answer {
+                "\n"
+                @for line in lines {
+                    li { (line) } "\n"
+                }
+            } "\n"
+        }
+    }
 }
 
 /// One results table; a status cell carries its note's text on hover.
