@@ -202,6 +202,18 @@ mod tests {
         format!("http://{addr}/v1/completions")
     }
 
+    /// A completions request to `url`, due at `origin`.
+    fn request(url: &str, body: &'static [u8], origin: Instant, timeout: Duration) -> StreamRequest {
+        StreamRequest {
+            url: url.into(),
+            body: Bytes::from_static(body),
+            api: Api::Completions,
+            origin,
+            due: origin,
+            timeout,
+        }
+    }
+
     fn client() -> StreamClient {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
@@ -232,19 +244,16 @@ mod tests {
     }
 
     async fn one(url: &str, late: Duration) -> TokenRecord {
-        let url: std::sync::Arc<str> = url.into();
         let origin = Instant::now();
         tokio::time::sleep(late).await;
         send(
             &client(),
-            StreamRequest {
+            request(
                 url,
-                body: Bytes::from_static(b"{\"prompt\":\"hi\",\"max_tokens\":3,\"stream\":true}"),
-                api: Api::Completions,
+                b"{\"prompt\":\"hi\",\"max_tokens\":3,\"stream\":true}",
                 origin,
-                due: origin,
-                timeout: Duration::from_secs(5),
-            },
+                Duration::from_secs(5),
+            ),
         )
         .await
     }
@@ -293,18 +302,7 @@ mod tests {
 
         let url = server(200, vec![(0, STEP), (30_000, STEP)], false).await;
         let origin = Instant::now();
-        let r = send(
-            &client(),
-            StreamRequest {
-                url: url.as_str().into(),
-                body: Bytes::from_static(b"{}"),
-                api: Api::Completions,
-                origin,
-                due: origin,
-                timeout: Duration::from_secs(2),
-            },
-        )
-        .await;
+        let r = send(&client(), request(&url, b"{}", origin, Duration::from_secs(2))).await;
         assert_eq!(r.error.as_deref(), Some("timed out after 2s"));
         assert!(r.ttft_s.is_some());
 
@@ -343,14 +341,12 @@ mod tests {
         let url = busy_server().await;
         let sink = std::sync::Arc::new(std::sync::Mutex::new(PodStreams::default()));
         let origin = Instant::now();
-        let template = StreamRequest {
-            url: url.as_str().into(),
-            body: Bytes::from_static(b"{\"prompt\":\"hi\",\"stream\":true}"),
-            api: Api::Completions,
+        let template = request(
+            &url,
+            b"{\"prompt\":\"hi\",\"stream\":true}",
             origin,
-            due: origin,
-            timeout: Duration::from_secs(5),
-        };
+            Duration::from_secs(5),
+        );
         let n = 20;
         let stop = Stop {
             count: Some(n),
@@ -399,14 +395,7 @@ mod tests {
         let url = busy_server().await;
         let sink = std::sync::Arc::new(std::sync::Mutex::new(PodStreams::default()));
         let origin = Instant::now();
-        let template = StreamRequest {
-            url: url.as_str().into(),
-            body: Bytes::from_static(b"{}"),
-            api: Api::Completions,
-            origin,
-            due: origin,
-            timeout: Duration::from_secs(5),
-        };
+        let template = request(&url, b"{}", origin, Duration::from_secs(5));
         let stop = Stop {
             count: None,
             until: Some(origin + Duration::from_millis(300)),

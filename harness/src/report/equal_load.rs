@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use maud::{DOCTYPE, PreEscaped, html};
+use maud::{DOCTYPE, html};
 
 use crate::domain::{Arm, CellStatus, Strategy};
 use crate::error::{BenchError, Result};
@@ -370,12 +370,7 @@ pub fn page(d: &EqualLoadData, t: &Tables, charts: &[(String, String)]) -> Strin
     html! {
         (DOCTYPE) "\n"
         html lang="en" {
-            head {
-                meta charset="utf-8";
-                meta name="viewport" content="width=device-width, initial-scale=1";
-                title { (title) }
-                style { (PreEscaped(super::html::CSS)) }
-            }
+            (super::html::head(&title))
             body {
                 "\n"
                 h1 { (title) } "\n"
@@ -400,7 +395,7 @@ pub fn page(d: &EqualLoadData, t: &Tables, charts: &[(String, String)]) -> Strin
                         @for (heading, svg) in charts {
                             figure {
                                 figcaption { (heading) }
-                                (PreEscaped(svg.find("<svg").map_or(svg.as_str(), |i| &svg[i..])))
+                                (super::html::inline_svg(svg))
                             } "\n"
                         }
                     } "\n"

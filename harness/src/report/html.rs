@@ -8,7 +8,7 @@ use maud::{DOCTYPE, Markup, PreEscaped, html};
 use super::RunData;
 use super::tables::{Cell, Table, Tables};
 
-pub(super) const CSS: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2rem auto;max-width:1100px;padding:0 1rem;color:#111;line-height:1.45}\
+const CSS: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2rem auto;max-width:1100px;padding:0 1rem;color:#111;line-height:1.45}\
 h1{font-size:1.6rem;margin-bottom:.2rem}h2{font-size:1.2rem;margin-top:2rem;border-bottom:1px solid #ccc;padding-bottom:.2rem}\
 .banner{background:#fff3cd;border:2px solid #b58900;padding:.8rem 1rem;font-weight:700;margin:1rem 0}\
 table{border-collapse:collapse;margin:.5rem 0 1rem}th,td{border:1px solid #bbb;padding:.3rem .7rem}td.num{text-align:right;font-variant-numeric:tabular-nums}\
@@ -25,12 +25,7 @@ pub fn page(data: &RunData, tables: &Tables, charts: &[(String, String)]) -> Str
     html! {
         (DOCTYPE) "\n"
         html lang="en" {
-            head {
-                meta charset="utf-8";
-                meta name="viewport" content="width=device-width, initial-scale=1";
-                title { (title) }
-                style { (PreEscaped(CSS)) }
-            }
+            (head(&title))
             body {
                 "\n"
                 h1 { (title) } "\n"
@@ -56,10 +51,8 @@ pub fn page(data: &RunData, tables: &Tables, charts: &[(String, String)]) -> Str
                 div.charts {
                     "\n"
                     @for (name, svg) in charts {
-                        // The SVG's own XML prolog is not valid inside HTML; the element
-                        // itself is.
                         figure id=(name.trim_end_matches(".svg")) {
-                            (PreEscaped(svg.find("<svg").map_or(svg.as_str(), |i| &svg[i..])))
+                            (inline_svg(svg))
                         } "\n"
                     }
                 } "\n"
@@ -102,6 +95,24 @@ pub fn page(data: &RunData, tables: &Tables, charts: &[(String, String)]) -> Str
         } "\n"
     }
     .into_string()
+}
+
+/// The page's head: its title and the inline CSS.
+pub(super) fn head(title: &str) -> Markup {
+    html! {
+        head {
+            meta charset="utf-8";
+            meta name="viewport" content="width=device-width, initial-scale=1";
+            title { (title) }
+            style { (PreEscaped(CSS)) }
+        }
+    }
+}
+
+/// A plotters SVG inside the page: the SVG's own XML prolog is not valid inside HTML;
+/// the element itself is.
+pub(super) fn inline_svg(svg: &str) -> PreEscaped<&str> {
+    PreEscaped(svg.find("<svg").map_or(svg, |i| &svg[i..]))
 }
 
 /// "The answer": its lines as a list under their heading (nothing without lines).
