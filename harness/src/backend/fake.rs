@@ -364,6 +364,8 @@ impl MetricsSource for ScriptedMetrics {
                         load_seed: None,
                         device_uuid: None,
                         last_error: None,
+                        streamed: None,
+                        tokens: None,
                     }),
                     _ => Err(BenchError::Scrape {
                         pod: t.pod.clone(),

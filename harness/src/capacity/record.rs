@@ -32,8 +32,14 @@ pub struct CapacityRecord {
     pub goodput_per_s: Option<f64>,
     /// Requests per second completed at that count.
     pub throughput_per_s: Option<f64>,
-    /// The cell's p99 latency at that count, seconds.
+    /// The cell's p99 latency at that count, seconds (streamed: end to end).
     pub p99_s: Option<f64>,
+    /// Streamed answers: the cell's p99 time to first token at that count, seconds.
+    pub ttft_p99_s: Option<f64>,
+    /// Streamed answers: its p99 inter-token latency, seconds.
+    pub itl_p99_s: Option<f64>,
+    /// Streamed answers: output tokens per second of all its pods (the GPU's).
+    pub output_tokens_per_s: Option<f64>,
     /// Its resolution (0.0219 = ±2.2%).
     pub quantile_resolution: Option<f64>,
     /// The largest interpolation bound of an attainment at that count (pods' rows).
@@ -88,10 +94,9 @@ fn verdict_word(v: &Verdict) -> &'static str {
     }
 }
 
-/// A pod row's one-sided 95% lower bound of its attainment of the percentile `q`.
-fn lower_bound(row: &CellRecord, q: f64) -> Option<f64> {
-    let a = attainment(row, q)?;
-    let n = row.inferences? as f64;
+/// A pod row's one-sided 95% lower bound of its attainment of `slo`.
+fn lower_bound(row: &CellRecord, slo: &crate::config::values::Slo) -> Option<f64> {
+    let (a, n) = attainment(row, slo)?;
     Some(attainment_bounds(a, row.slo_attainment_bound.unwrap_or(0.0), n).0)
 }
 
@@ -129,7 +134,7 @@ pub fn records(run: &RunRecord, cells: &[CellRecord]) -> Vec<CapacityRecord> {
                 .reduce(f64::max);
             let lower = pods_at_fit
                 .iter()
-                .flat_map(|c| slos.iter().filter_map(|s| lower_bound(c, s.quantile?)))
+                .flat_map(|c| slos.iter().filter_map(|s| lower_bound(c, s)))
                 .reduce(f64::min);
             CapacityRecord {
                 run_id: run.run_id.clone(),
@@ -148,6 +153,9 @@ pub fn records(run: &RunRecord, cells: &[CellRecord]) -> Vec<CapacityRecord> {
                 goodput_per_s: at_fit.and_then(|c| c.goodput_per_s),
                 throughput_per_s: at_fit.and_then(|c| c.throughput_per_s),
                 p99_s: at_fit.and_then(|c| c.p99_s),
+                ttft_p99_s: at_fit.and_then(|c| c.ttft_p99_s),
+                itl_p99_s: at_fit.and_then(|c| c.itl_p99_s),
+                output_tokens_per_s: at_fit.and_then(|c| c.output_tokens_per_s),
                 quantile_resolution: at_fit.and_then(|c| c.quantile_resolution),
                 slo_attainment_bound: bound,
                 attainment_lower_bound: lower,

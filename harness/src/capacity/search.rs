@@ -26,7 +26,7 @@
 //!   or at the limit: `--max-pods`, or 1 for exclusive (a second pod stays pending).
 //! - The capacity is the largest count such that it and every smaller count fit.
 
-use crate::config::values::Slo;
+use crate::config::values::{Slo, SloMetric};
 use crate::domain::{Arm, CellStatus, Strategy};
 use crate::results::record::CellRecord;
 use crate::stats::binomial;
@@ -49,13 +49,25 @@ impl Verdict {
     }
 }
 
-/// The attainment a row records for a percentile (None: no such SLO on the row).
-pub fn attainment(row: &CellRecord, quantile: f64) -> Option<f64> {
-    match (quantile * 100.0).round() as u32 {
-        50 => row.slo_p50_attainment,
-        90 => row.slo_p90_attainment,
-        99 => row.slo_p99_attainment,
-        _ => None,
+/// The attainment a row records for an objective, and the observations it is the share
+/// of (requests; the gaps between tokens for `itl:`). None: no such objective on the
+/// row.
+pub fn attainment(row: &CellRecord, slo: &Slo) -> Option<(f64, f64)> {
+    let q = slo.quantile?;
+    let requests = row.inferences.map(|n| n as f64);
+    match slo.metric {
+        SloMetric::Latency => {
+            let a = match (q * 100.0).round() as u32 {
+                50 => row.slo_p50_attainment,
+                90 => row.slo_p90_attainment,
+                99 => row.slo_p99_attainment,
+                _ => None,
+            }?;
+            Some((a, requests?))
+        }
+        SloMetric::Ttft => Some((row.ttft_slo_attainment?, requests?)),
+        SloMetric::Itl => Some((row.itl_slo_attainment?, row.itl_count? as f64)),
+        SloMetric::Tpot => Some((row.tpot_slo_attainment?, row.tpot_count? as f64)),
     }
 }
 
@@ -96,18 +108,27 @@ pub fn judge(aggregate: &CellRecord, pods: &[&CellRecord], slos: &[Slo]) -> Verd
             ));
         }
         let bound = row.slo_attainment_bound.unwrap_or(0.0);
-        let n = row.inferences.unwrap_or(0) as f64;
         for slo in slos {
             let Some(q) = slo.quantile else { continue };
-            let Some(a) = attainment(row, q) else {
+            let Some((a, n)) = attainment(row, slo) else {
                 return Verdict::Misses(format!("{} has no attainment for {slo}", row.pod));
+            };
+            let what = if slo.metric == SloMetric::Itl {
+                "gaps"
+            } else {
+                "requests"
+            };
+            let on = if slo.metric.is_token() {
+                format!("{} ", slo.metric.prefix())
+            } else {
+                String::new()
             };
             let (lo, hi) = binomial::attainment_bounds(a, bound, n);
             if lo >= q {
                 continue;
             }
             let what = format!(
-                "{}: {:.2}% of {} requests within {} (needs {:.0}%; 95% bounds {:.2}%–{:.2}%)",
+                "{}: {:.2}% of {} {on}{what} within {} (needs {:.0}%; 95% bounds {:.2}%–{:.2}%)",
                 row.pod,
                 a * 100.0,
                 n as u64,
@@ -228,6 +249,7 @@ mod tests {
 
     fn p99(ms: u64) -> Vec<Slo> {
         vec![Slo {
+            metric: crate::config::values::SloMetric::Latency,
             quantile: Some(0.99),
             threshold: Duration::from_millis(ms),
         }]

@@ -12,6 +12,7 @@
 //! metrics at once; [`stream_http`] sends streamed requests (one, or a pod's Poisson
 //! arrivals) and times each answer as it arrives.
 
+pub mod prompt;
 pub mod source;
 pub mod stream;
 pub mod stream_http;
@@ -70,6 +71,15 @@ impl Tally {
         self.sum += s;
     }
 
+    /// Adds another tally's observations.
+    pub fn merge(&mut self, other: &Tally) {
+        for (c, o) in self.counts.iter_mut().zip(&other.counts) {
+            *c += o;
+        }
+        self.sum += other.sum;
+        self.errors += other.errors;
+    }
+
     /// The cumulative histogram, as a scrape would read it.
     pub fn histogram(&self) -> Histogram {
         let mut total = 0u64;
@@ -92,32 +102,54 @@ impl Tally {
     }
 }
 
-/// SplitMix64: the arrival gaps' random numbers (seeded per pod and recorded, as
-/// gpushare-workload's `load_seed`).
+/// SplitMix64: the harness's seeded random numbers (arrival gaps, token counts).
+#[derive(Debug, Clone)]
+pub struct SplitMix(u64);
+
+impl SplitMix {
+    /// Numbers from `seed`.
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A whole number from `low` to `high`, both included (uniform but for a bias
+    /// below 2^-32 for the ranges used here).
+    pub fn between(&mut self, low: u32, high: u32) -> u32 {
+        let span = u64::from(high.saturating_sub(low)) + 1;
+        low + ((u128::from(self.next_u64()) * u128::from(span)) >> 64) as u32
+    }
+}
+
+/// Poisson arrival gaps, seeded per pod and recorded (as gpushare-workload's
+/// `load_seed`).
 #[derive(Debug, Clone)]
 pub struct Arrivals {
-    state: u64,
+    rng: SplitMix,
     rate: f64,
 }
 
 impl Arrivals {
     /// Poisson arrivals at `rate` per second from `seed`.
     pub fn new(seed: u64, rate: f64) -> Self {
-        Self { state: seed, rate }
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        Self {
+            rng: SplitMix::new(seed),
+            rate,
+        }
     }
 
     /// The seconds to the next arrival: exponential with mean 1/rate.
     pub fn gap(&mut self) -> f64 {
         // u in (0, 1]: 53 random bits, never 0 so the logarithm is finite.
-        let u = ((self.next_u64() >> 11) + 1) as f64 / (1u64 << 53) as f64;
+        let u = ((self.rng.next_u64() >> 11) + 1) as f64 / (1u64 << 53) as f64;
         -u.ln() / self.rate
     }
 }

@@ -15,10 +15,14 @@ use hyper_util::rt::TokioExecutor;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use crate::client::prompt::Bodies;
+use crate::client::stream_http::{self, Sink, StreamRequest};
+use crate::client::tokens::{RequestObjectives, TokenTally};
 use crate::client::{Arrivals, RequestPlan, Tally};
 use crate::config::values::Load;
 use crate::domain::Source;
 use crate::error::{BenchError, Result};
+use crate::metrics::requests::{TokenHistograms, TokenRecord};
 use crate::metrics::{MetricsSource, PodSnapshot, Target};
 use crate::shutdown::Shutdown;
 
@@ -30,7 +34,39 @@ pub const MAX_IN_FLIGHT: usize = 256;
 /// The longest a request may take before it counts as failed.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// A closed loop's pause after a failed request, so a dead server is not hammered.
-const RETRY_PAUSE: Duration = Duration::from_millis(10);
+const RETRY_PAUSE: Duration = stream_http::RETRY_PAUSE;
+
+/// A pod's state as a streamed load's sink: each ended request is kept, tallied per
+/// token metric, and its end to end observed as the pod's latency.
+struct StreamSink(Arc<Mutex<PodLoad>>);
+
+impl Sink for StreamSink {
+    fn arrived(&self) {
+        if let Some(b) = locked(&self.0).backlog.as_mut() {
+            *b += 1;
+        }
+    }
+
+    fn ended(&self, r: TokenRecord) {
+        let mut p = locked(&self.0);
+        // An open loop's dropped arrival never counted as arrived.
+        let dropped = r.error.as_deref().is_some_and(|e| e.starts_with("dropped:"));
+        if let Some(b) = p.backlog.as_mut().filter(|_| !dropped) {
+            *b = b.saturating_sub(1);
+        }
+        match (&r.error, r.e2e_s) {
+            (None, Some(e2e)) => p.tally.observe(e2e),
+            (Some(why), _) => {
+                p.tally.errors += 1;
+                p.last_error = Some(why.clone());
+            }
+            (None, None) => {}
+        }
+        let (records, tally) = p.streamed.get_or_insert_with(Default::default);
+        tally.add(&r, &RequestObjectives::default());
+        records.push(r);
+    }
+}
 
 /// What every request is.
 #[derive(Debug)]
@@ -42,7 +78,10 @@ struct Request {
 /// One pod's generator state, shared with its tasks.
 #[derive(Debug, Default)]
 struct PodLoad {
+    /// Latencies (a streamed answer's end to end) and failures.
     tally: Tally,
+    /// Streamed answers: every request ended so far, and their token tallies.
+    streamed: Option<(Vec<TokenRecord>, TokenTally)>,
     seed: Option<u64>,
     /// Open loop: requests arrived and not yet answered (None: a closed loop, whose
     /// backlog is one request by construction).
@@ -60,6 +99,9 @@ pub struct RequestSource {
     client: PostClient,
     running: Mutex<Running>,
 }
+
+/// The longest a streamed answer may take before it counts as failed.
+pub const STREAM_TIMEOUT: Duration = Duration::from_secs(300);
 
 #[derive(Debug, Default)]
 struct Running {
@@ -216,6 +258,36 @@ impl MetricsSource for RequestSource {
             let url = self.plan.url_for(port);
             let pod = Arc::new(Mutex::new(PodLoad::default()));
             let (client, req) = (self.client.clone(), self.request.clone());
+            if let Some(stream) = &self.plan.stream {
+                let seed = crate::client::fresh_seed(index as u32);
+                let template = StreamRequest {
+                    url: url.as_str().into(),
+                    body: Bytes::new(),
+                    api: stream.api,
+                    origin: Instant::now(),
+                    due: Instant::now(),
+                    timeout: STREAM_TIMEOUT,
+                };
+                let bodies = Some(Bodies::new(stream.clone(), seed));
+                let sink = Arc::new(StreamSink(pod.clone()));
+                let mut p = locked(&pod);
+                p.seed = Some(seed);
+                p.streamed = Some(Default::default());
+                p.backlog = rate.map(|_| 0);
+                drop(p);
+                match rate {
+                    None => {
+                        tasks.spawn(stream_http::closed_loop(client, template, bodies, sink));
+                    }
+                    Some(rate) => {
+                        let stop = stream_http::Stop::default();
+                        let arrivals = Arrivals::new(seed, rate);
+                        tasks.spawn(stream_http::open_loop(client, template, bodies, arrivals, stop, sink));
+                    }
+                }
+                pods.insert(t.pod.clone(), pod);
+                continue;
+            }
             match rate {
                 None => {
                     tasks.spawn(closed_loop(client, url, req, pod.clone()));
@@ -244,6 +316,19 @@ impl MetricsSource for RequestSource {
         *self.running() = Running::default();
     }
 
+    fn streamed(&self, pod: &str, from: usize, to: usize) -> Vec<TokenRecord> {
+        let running = self.running();
+        let Some(p) = running.pods.get(pod) else {
+            return Vec::new();
+        };
+        let p = locked(p);
+        p.streamed
+            .as_ref()
+            .and_then(|(r, _)| r.get(from..to.min(r.len())))
+            .map(<[TokenRecord]>::to_vec)
+            .unwrap_or_default()
+    }
+
     async fn snapshot(&self, targets: &[Target]) -> Result<Vec<(String, Result<PodSnapshot>)>> {
         let at = Instant::now();
         let running = self.running();
@@ -261,6 +346,12 @@ impl MetricsSource for RequestSource {
                             load_seed: p.seed,
                             device_uuid: None,
                             last_error: p.last_error.clone(),
+                            streamed: p.streamed.as_ref().map(|(r, _)| r.len()),
+                            tokens: p.streamed.as_ref().map(|(_, t)| TokenHistograms {
+                                ttft: t.ttft.histogram(),
+                                itl: t.itl.histogram(),
+                                tpot: t.tpot.histogram(),
+                            }),
                         })
                     }
                     None => Err(BenchError::Scrape {

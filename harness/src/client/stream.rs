@@ -16,17 +16,8 @@
 //! coordinated omission); and an answer that closes without `[DONE]` failed (vLLM counts
 //! it a success once a token came), since a server cut off mid-answer did not serve it.
 
-use serde::{Deserialize, Serialize};
-
-/// Which API the answer comes from: where a step's text is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Api {
-    /// `/v1/completions`: `choices[0].text`.
-    Completions,
-    /// `/v1/chat/completions`: `choices[0].delta.content`.
-    Chat,
-}
+pub use crate::config::request::Api;
+pub use crate::metrics::requests::{TokenRecord, micros};
 
 /// One event of the stream, as far as timing cares.
 #[derive(Debug, Clone, PartialEq)]
@@ -218,36 +209,6 @@ fn excerpt(s: &str) -> String {
     if cut.len() < s.len() { format!("{cut}…") } else { cut }
 }
 
-/// One request, streamed: one serde record per request in the run directory.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TokenRecord {
-    /// When the request was due, seconds from the cell's start (its Poisson arrival,
-    /// or when the last answer ended in a closed loop).
-    pub arrival_s: f64,
-    /// How long after its arrival it was sent (a client behind its schedule).
-    pub send_delay_s: f64,
-    /// Time to first token, from the arrival (None: no token came).
-    pub ttft_s: Option<f64>,
-    /// End to end, from the arrival to the last token (None: no token came).
-    pub e2e_s: Option<f64>,
-    /// Every gap between two steps, in order.
-    pub itl_s: Vec<f64>,
-    /// Output tokens: the server's `usage.completion_tokens`, else the steps with text
-    /// counted (a step holding several tokens counts once: send
-    /// `stream_options.include_usage` for the server's count).
-    pub output_tokens: u64,
-    /// Whether `output_tokens` is the server's count (`usage`) or the steps counted.
-    pub tokens_from_usage: bool,
-    /// The server's `usage.prompt_tokens`, when it said.
-    pub prompt_tokens: Option<u64>,
-    /// Time per output token after the first: (e2e − ttft) / (output_tokens − 1), as
-    /// vLLM's benchmark defines TPOT (None with fewer than two tokens).
-    pub tpot_s: Option<f64>,
-    /// Why the request failed (None: it succeeded).
-    pub error: Option<String>,
-}
-
 /// The timeline of one request while its answer streams in; times in seconds on one
 /// clock (the cell's).
 #[derive(Debug, Clone)]
@@ -342,23 +303,25 @@ impl TokenTimer {
             Some((p, c)) => (p, c, true),
             None => (None, self.steps, false),
         };
-        let ttft = self.first.map(|f| f - self.arrival);
-        let e2e = self.last.map(|l| l - self.arrival);
+        let ttft = self.first.map(|f| micros(f - self.arrival));
+        let e2e = self.last.map(|l| micros(l - self.arrival));
         let tpot = match (ttft, e2e) {
             (Some(t), Some(e)) if output_tokens > 1 => Some((e - t) / (output_tokens - 1) as f64),
             _ => None,
         };
         TokenRecord {
-            arrival_s: self.arrival,
-            send_delay_s: (self.sent - self.arrival).max(0.0),
+            arrival_s: micros(self.arrival),
+            send_delay_s: micros((self.sent - self.arrival).max(0.0)),
             ttft_s: ttft,
             e2e_s: e2e,
-            itl_s: self.gaps,
+            itl_s: self.gaps.into_iter().map(micros).collect(),
             output_tokens,
             tokens_from_usage,
             prompt_tokens,
             tpot_s: tpot,
             error: self.error,
+            prompt_len: None,
+            max_tokens: None,
         }
     }
 }

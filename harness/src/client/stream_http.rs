@@ -11,6 +11,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use tokio::time::Instant;
 
+use std::sync::Arc;
+
+use super::prompt::{Bodies, Body};
 use super::stream::{Api, EventSplitter, TokenRecord, TokenTimer};
 
 /// The client every streamed request goes through.
@@ -96,13 +99,29 @@ pub async fn send(client: &StreamClient, req: StreamRequest) -> TokenRecord {
 /// recorded as failed (the server is that far behind).
 pub const MAX_STREAMS_IN_FLIGHT: usize = 256;
 
-/// What one pod's streamed load has recorded so far: one record per arrival (a dropped
-/// one too), in the order they ended. The reader takes them (`std::mem::take`) as it
-/// tallies, so they do not pile up through a long cell.
+/// Where a pod's loop hands its records: told of each arrival and each ended request.
+pub trait Sink: Send + Sync + 'static {
+    /// A request arrived and was sent (an open loop's backlog grows by one).
+    fn arrived(&self) {}
+    /// A request ended: its record (a dropped arrival's too, without a call to
+    /// `arrived`).
+    fn ended(&self, r: TokenRecord);
+}
+
+/// The records of one pod's streamed load, in the order they ended.
 #[derive(Debug, Default)]
 pub struct PodStreams {
-    /// The records not yet taken.
+    /// The records.
     pub records: Vec<TokenRecord>,
+}
+
+impl Sink for std::sync::Mutex<PodStreams> {
+    fn ended(&self, r: TokenRecord) {
+        self.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .records
+            .push(r);
+    }
 }
 
 /// When a pod's arrivals stop: after `count` arrivals or at `until`, whichever comes
@@ -116,17 +135,40 @@ pub struct Stop {
     pub until: Option<Instant>,
 }
 
+/// The request due at `due`: the template's, with the next body where the harness
+/// writes them (the record then says what it asked for).
+fn next_request(template: &StreamRequest, bodies: &mut Option<Bodies>, due: Instant) -> (StreamRequest, Option<Body>) {
+    let body = bodies.as_mut().map(Bodies::next_body);
+    let req = StreamRequest {
+        due,
+        body: body.as_ref().map_or_else(|| template.body.clone(), |b| b.bytes.clone()),
+        ..template.clone()
+    };
+    (req, body)
+}
+
+/// `send`, the record saying what the harness's body asked for.
+async fn send_body(client: &StreamClient, req: StreamRequest, body: Option<Body>) -> TokenRecord {
+    let mut r = send(client, req).await;
+    if let Some(b) = body {
+        r.prompt_len = Some(u64::from(b.prompt_len));
+        r.max_tokens = Some(u64::from(b.max_tokens));
+    }
+    r
+}
+
 /// Poisson arrivals to one pod, each sent at its scheduled arrival and timed from it (a
 /// request the client could not send on time carries its `send_delay_s`; latency still
-/// counts from the arrival). Records go to `sink` as requests end. Once arrivals stop,
-/// the requests in flight are waited for (each within its timeout), so the slowest
-/// answers are recorded too.
-pub async fn open_loop(
+/// counts from the arrival). Each body is the template's, or the next of `bodies`.
+/// Records go to `sink` as requests end. Once arrivals stop, the requests in flight are
+/// waited for (each within its timeout), so the slowest answers are recorded too.
+pub async fn open_loop<S: Sink>(
     client: StreamClient,
     template: StreamRequest,
+    mut bodies: Option<Bodies>,
     mut arrivals: super::Arrivals,
     stop: Stop,
-    sink: std::sync::Arc<std::sync::Mutex<PodStreams>>,
+    sink: Arc<S>,
 ) {
     let mut in_flight = tokio::task::JoinSet::new();
     let mut next = template.origin;
@@ -140,31 +182,48 @@ pub async fn open_loop(
         tokio::time::sleep_until(next).await;
         arrived += 1;
         while in_flight.try_join_next().is_some() {}
+        let (req, body) = next_request(&template, &mut bodies, next);
         if in_flight.len() >= MAX_STREAMS_IN_FLIGHT {
             let mut t = TokenTimer::new(template.api, secs(template.origin, next), secs(template.origin, next));
             t.fail(format!("dropped: {MAX_STREAMS_IN_FLIGHT} requests already in flight"));
-            push(&sink, t.finish());
+            let mut r = t.finish();
+            r.prompt_len = body.as_ref().map(|b| u64::from(b.prompt_len));
+            r.max_tokens = body.as_ref().map(|b| u64::from(b.max_tokens));
+            sink.ended(r);
             continue;
         }
+        sink.arrived();
         let (client, sink) = (client.clone(), sink.clone());
-        let req = StreamRequest {
-            due: next,
-            ..template.clone()
-        };
         in_flight.spawn(async move {
-            let r = send(&client, req).await;
-            push(&sink, r);
+            let r = send_body(&client, req, body).await;
+            sink.ended(r);
         });
     }
     while in_flight.join_next().await.is_some() {}
 }
 
-fn push(sink: &std::sync::Mutex<PodStreams>, r: TokenRecord) {
-    sink.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .records
-        .push(r);
+/// A closed loop: the next request as the last one ended, each timed from when it was
+/// sent; after a failed one, a pause of [`RETRY_PAUSE`] so a dead server is not
+/// hammered. Runs until dropped.
+pub async fn closed_loop<S: Sink>(
+    client: StreamClient,
+    template: StreamRequest,
+    mut bodies: Option<Bodies>,
+    sink: Arc<S>,
+) {
+    loop {
+        let (req, body) = next_request(&template, &mut bodies, Instant::now());
+        let r = send_body(&client, req, body).await;
+        let failed = r.error.is_some();
+        sink.ended(r);
+        if failed {
+            tokio::time::sleep(RETRY_PAUSE).await;
+        }
+    }
 }
+
+/// A closed loop's pause after a failed request.
+pub const RETRY_PAUSE: Duration = Duration::from_millis(10);
 
 #[cfg(test)]
 mod tests {
@@ -355,6 +414,7 @@ mod tests {
         open_loop(
             client(),
             template,
+            None,
             crate::client::Arrivals::new(7, 100.0),
             stop,
             sink.clone(),
@@ -403,6 +463,7 @@ mod tests {
         open_loop(
             client(),
             template,
+            None,
             crate::client::Arrivals::new(3, 50.0),
             stop,
             sink.clone(),

@@ -10,6 +10,8 @@
 
 use super::Tally;
 use super::stream::TokenRecord;
+use crate::config::values::{Slo, SloMetric};
+use crate::stats::Histogram;
 
 /// What one request must meet to count in goodput (None: no objective on that metric).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -24,6 +26,23 @@ pub struct RequestObjectives {
 }
 
 impl RequestObjectives {
+    /// The objectives `--slo` sets on each request, as vLLM's `--goodput` judges them:
+    /// per metric the tightest threshold given; an inter-token objective is judged on
+    /// the request's TPOT (a TPOT objective given too takes its place).
+    pub fn from_slos(slos: &[Slo]) -> Self {
+        let tightest = |m: SloMetric| {
+            slos.iter()
+                .filter(|s| s.metric == m)
+                .map(|s| s.threshold.as_secs_f64())
+                .reduce(f64::min)
+        };
+        RequestObjectives {
+            ttft_s: tightest(SloMetric::Ttft),
+            tpot_s: tightest(SloMetric::Tpot).or(tightest(SloMetric::Itl)),
+            e2e_s: tightest(SloMetric::Latency),
+        }
+    }
+
     /// Whether `r` met every objective.
     pub fn met_by(&self, r: &TokenRecord) -> bool {
         if r.error.is_some() {
@@ -63,6 +82,25 @@ pub struct TokenTally {
 }
 
 impl TokenTally {
+    /// The tally of `records`.
+    pub fn of<'a>(records: impl IntoIterator<Item = &'a TokenRecord>, objectives: &RequestObjectives) -> Self {
+        let mut t = Self::default();
+        for r in records {
+            t.add(r, objectives);
+        }
+        t
+    }
+
+    /// The histogram an objective on `metric` is judged on (latency: end to end).
+    pub fn histogram(&self, metric: SloMetric) -> Histogram {
+        match metric {
+            SloMetric::Latency => self.e2e.histogram(),
+            SloMetric::Ttft => self.ttft.histogram(),
+            SloMetric::Itl => self.itl.histogram(),
+            SloMetric::Tpot => self.tpot.histogram(),
+        }
+    }
+
     /// Adds one request. A failed request counts in `ttft.errors` (the tallies' error
     /// count is the pod's), its timings up to the failure not observed.
     pub fn add(&mut self, r: &TokenRecord, objectives: &RequestObjectives) {
@@ -87,6 +125,17 @@ impl TokenTally {
         if objectives.met_by(r) {
             self.good += 1;
         }
+    }
+
+    /// Adds another pod's tally (the cell's pooled one).
+    pub fn merge(&mut self, other: &TokenTally) {
+        self.ttft.merge(&other.ttft);
+        self.itl.merge(&other.itl);
+        self.tpot.merge(&other.tpot);
+        self.e2e.merge(&other.e2e);
+        self.completed += other.completed;
+        self.output_tokens += other.output_tokens;
+        self.good += other.good;
     }
 
     /// Requests that failed.
@@ -123,6 +172,8 @@ mod tests {
             prompt_tokens: None,
             tpot_s: (tokens > 1).then(|| (e2e - ttft) / (tokens - 1) as f64),
             error: error.map(str::to_string),
+            prompt_len: None,
+            max_tokens: None,
         }
     }
 

@@ -56,7 +56,7 @@ pub struct SweepOptions {
     /// Requests: closed (each pod back to back, the reference study), poisson:RATE (Poisson arrivals, RATE per pod per second), or total:RATE (RATE per cell, split equally over its pods) [default: closed]. Open-loop latency runs from each request's scheduled arrival.
     #[arg(long)]
     pub load: Option<Load>,
-    /// Latency objectives, comma-separated or repeated: p50=DUR, p90=DUR, p99=DUR (at most one each), e.g. p99=25ms. Each row then gets the share of requests within each threshold (slo_p99_attainment…), whether all held (slo_met) and the requests/s within the tightest (goodput_per_s).
+    /// Latency objectives, comma-separated or repeated: p50=DUR, p90=DUR, p99=DUR (at most one each), e.g. p99=25ms; with --stream also on tokens, one each: ttft:pXX=DUR (time to first token), itl:pXX=DUR (every gap between tokens), tpot:pXX=DUR (time per output token), e.g. ttft:p99=500ms,itl:p99=50ms. Each row then gets the share within each threshold (slo_p99_attainment, ttft_slo_attainment…), whether all held (slo_met) and the goodput (goodput_per_s): the requests/s within the tightest latency threshold or, streamed, the requests/s that met every objective on their own numbers, as vLLM's --goodput counts them (an itl: objective judged on the request's TPOT).
     #[arg(long)]
     #[serde(default, skip_serializing_if = "Vec::is_empty", with = "one_list")]
     pub slo: Vec<List<Slo>>,
@@ -90,6 +90,18 @@ pub struct SweepOptions {
     /// The body of every --request, read once from FILE and POSTed (Content-Type application/json for *.json, else application/octet-stream); without it, GET.
     #[arg(long, value_parser = utf8_path)]
     pub body: Option<PathBuf>,
+    /// --request is an OpenAI-compatible server's streaming endpoint (completions: /v1/completions, chat: /v1/chat/completions), e.g. vLLM's: the harness writes each request (--prompt-tokens, --output-tokens with ignore_eos, stream_options.include_usage) and times every token from the request's scheduled arrival. Rows gain time to first token (ttft_*), inter-token latency (itl_*), time per output token (tpot_*) and output tokens/s; the latency columns are end to end; every request is kept in requests.jsonl. Objectives may then name ttft:, itl: or tpot: (--slo).
+    #[arg(long, value_enum)]
+    pub stream: Option<crate::config::request::Api>,
+    /// The `model` field of every streamed request: the name the server serves its model under (vLLM: --served-model-name) [default: default].
+    #[arg(long)]
+    pub served_model: Option<String>,
+    /// Prompt tokens of each streamed request: N, or A-B drawn uniformly per request from the pod's recorded seed (completions send token ids, so the count is exact; chat sends that many short words) [default: 128].
+    #[arg(long)]
+    pub prompt_tokens: Option<crate::config::values::Lengths>,
+    /// Output tokens of each streamed request (max_tokens, with ignore_eos so the server does not stop early): N or A-B [default: 128].
+    #[arg(long)]
+    pub output_tokens: Option<crate::config::values::Lengths>,
     /// Extra argument for every workload pod (repeatable), e.g. --workload-arg=--weights --workload-arg=DIR; with --server-image, the arguments of your server's entrypoint.
     #[arg(long = "workload-arg", allow_hyphen_values = true)]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

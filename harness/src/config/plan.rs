@@ -379,6 +379,49 @@ struct OwnWorkload {
     server_image: Option<String>,
     request: Option<String>,
     body: Option<PathBuf>,
+    /// `--stream`, `--served-model`, `--prompt-tokens`, `--output-tokens`.
+    stream: StreamFlags,
+}
+
+/// The flags of streamed requests, as given.
+struct StreamFlags {
+    api: Option<crate::config::request::Api>,
+    model: Option<String>,
+    prompt_tokens: Option<crate::config::values::Lengths>,
+    output_tokens: Option<crate::config::values::Lengths>,
+}
+
+impl StreamFlags {
+    /// The first flag given without `--stream`, for the error.
+    fn stray(&self) -> Option<(&'static str, String)> {
+        if let Some(m) = &self.model {
+            return Some(("--served-model", m.clone()));
+        }
+        if let Some(p) = self.prompt_tokens {
+            return Some(("--prompt-tokens", p.to_string()));
+        }
+        self.output_tokens.map(|o| ("--output-tokens", o.to_string()))
+    }
+
+    /// The recorded plan of streamed requests (None: not streamed).
+    fn plan(&self) -> Result<Option<crate::config::request::StreamPlan>> {
+        let Some(api) = self.api else { return Ok(None) };
+        let model = self.model.clone().unwrap_or_else(|| "default".to_string());
+        if model.trim().is_empty() || model.chars().any(char::is_control) {
+            return Err(BenchError::flag(
+                "--served-model",
+                &model,
+                "give the name the server serves its model under (vLLM: --served-model-name)",
+            ));
+        }
+        let default = crate::config::values::Lengths { low: 128, high: 128 };
+        Ok(Some(crate::config::request::StreamPlan {
+            api,
+            model,
+            prompt_tokens: self.prompt_tokens.unwrap_or(default),
+            output_tokens: self.output_tokens.unwrap_or(default),
+        }))
+    }
 }
 
 /// What [`own_workload`] settles: the command, the metric, the readiness path and the
@@ -559,6 +602,29 @@ fn own_workload(
             "the body of --request: give the URL to send it to",
         ));
     }
+    if o.stream.api.is_none()
+        && let Some((flag, value)) = o.stream.stray()
+    {
+        return Err(BenchError::flag(
+            flag,
+            &value,
+            "a setting of streamed requests: add --stream completions (or chat) with --request",
+        ));
+    }
+    if let (Some(api), None) = (o.stream.api, &o.request) {
+        return Err(BenchError::flag(
+            "--stream",
+            &api.to_string(),
+            "streams the answers of --request: give the endpoint's URL, e.g. --request http://127.0.0.1:{port}/v1/completions",
+        ));
+    }
+    if let (Some(body), Some(_)) = (&o.body, o.stream.api) {
+        return Err(BenchError::flag(
+            "--body",
+            &body.display().to_string(),
+            "with --stream the harness writes each request (--prompt-tokens, --output-tokens): drop --body",
+        ));
+    }
     if let Some(image) = &o.server_image {
         let beside = o.cmd.is_some() || o.image_given;
         server_image(image, beside, o.request.as_deref(), backend, load)?;
@@ -629,10 +695,10 @@ fn own_workload(
                     "with --request the harness times the requests itself and reads no histogram of the server's",
                 ));
             }
-            Some(
-                crate::config::request::RequestPlan::new(url, o.body.as_deref())
-                    .map_err(|(flag, value, reason)| BenchError::flag(flag, &value, reason))?,
-            )
+            let mut plan = crate::config::request::RequestPlan::new(url, o.body.as_deref())
+                .map_err(|(flag, value, reason)| BenchError::flag(flag, &value, reason))?;
+            plan.stream = o.stream.plan()?;
+            Some(plan)
         }
     };
     Ok((Some(cmd), metric, ready_path, request))
@@ -719,6 +785,12 @@ impl SweepPlan {
             server_image: o.server_image.clone(),
             request: o.request.clone(),
             body: o.body.clone(),
+            stream: StreamFlags {
+                api: o.stream,
+                model: o.served_model.clone(),
+                prompt_tokens: o.prompt_tokens,
+                output_tokens: o.output_tokens,
+            },
         };
         let (workload_cmd, metric, ready_path, request) = own_workload(own, backend, load, &prometheus)?;
         if let Some((flag, value)) = kubernetes_flag {
@@ -790,7 +862,8 @@ fn strategies_and_pods(o: &SweepOptions) -> Result<(Vec<Strategy>, Vec<u32>)> {
     Ok((strategies, pods))
 }
 
-/// `--slo`: a percentile each, one threshold per percentile.
+/// `--slo`: a percentile each, one threshold per percentile of the latency, one
+/// objective per token metric, and those only on streamed answers (`--stream`).
 fn slos(o: &SweepOptions) -> Result<Vec<Slo>> {
     let slos: Vec<Slo> = o.slo.iter().flat_map(|l| l.0.iter().copied()).collect();
     for (i, s) in slos.iter().enumerate() {
@@ -802,7 +875,26 @@ fn slos(o: &SweepOptions) -> Result<Vec<Slo>> {
                 "name the percentile, e.g. p99=25ms (p50, p90 or p99)",
             ));
         }
-        if slos[..i].iter().any(|o| o.quantile == s.quantile) {
+        if s.metric.is_token() {
+            if o.stream.is_none() {
+                return Err(BenchError::flag(
+                    "--slo",
+                    &text,
+                    "an objective on tokens needs streamed answers: --request URL --stream completions (or chat)",
+                ));
+            }
+            if slos[..i].iter().any(|o| o.metric == s.metric) {
+                return Err(BenchError::flag(
+                    "--slo",
+                    &text,
+                    format!("one objective on {} (its attainment is one column)", s.metric.prefix()),
+                ));
+            }
+        }
+        if slos[..i]
+            .iter()
+            .any(|o| o.metric == s.metric && o.quantile == s.quantile)
+        {
             return Err(BenchError::flag("--slo", &text, "one threshold per percentile"));
         }
     }
@@ -894,6 +986,13 @@ fn local_gpus(
         ));
     }
     let gpus = lanes_gpus(o.gpus.as_ref(), o.gpu.as_ref(), backend, device, prometheus)?;
+    if let (Some(api), Some(g)) = (o.stream, o.gpus.as_ref()) {
+        return Err(BenchError::flag(
+            "--gpus",
+            &g.to_string(),
+            format!("a sweep over several GPUs does not stream answers yet (--stream {api}): give one --gpu"),
+        ));
+    }
     if backend == BackendKind::Kubernetes && o.allow_busy_gpu {
         return Err(BenchError::flag(
             "--allow-busy-gpu",

@@ -17,6 +17,45 @@ pub struct RequestPlan {
     /// Its size when the run began: a resume refuses a body that changed size.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub body_bytes: u64,
+    /// Streamed answers of an OpenAI-compatible server (`--stream`): the harness writes
+    /// each request's body and times every token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<StreamPlan>,
+}
+
+/// Which OpenAI-compatible API a streamed request goes to: where an answer's text is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Api {
+    /// `/v1/completions`: the prompt as token ids, the text in `choices[0].text`.
+    Completions,
+    /// `/v1/chat/completions`: the prompt as one user message of words, the text in
+    /// `choices[0].delta.content`.
+    Chat,
+}
+
+impl std::fmt::Display for Api {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Api::Completions => "completions",
+            Api::Chat => "chat",
+        })
+    }
+}
+
+/// The streamed requests (`run.json` `plan.request.stream`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamPlan {
+    /// The API (`--stream`).
+    pub api: Api,
+    /// The `model` field of every request (`--served-model`).
+    pub model: String,
+    /// Prompt tokens per request (`--prompt-tokens`).
+    pub prompt_tokens: crate::config::values::Lengths,
+    /// `max_tokens` per request, with `ignore_eos`, so each answer has that many
+    /// (`--output-tokens`).
+    pub output_tokens: crate::config::values::Lengths,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -45,6 +84,7 @@ impl RequestPlan {
             url: url.to_string(),
             body,
             body_bytes,
+            stream: None,
         })
     }
 

@@ -374,11 +374,45 @@ impl fmt::Display for Span {
 }
 serde_via_str!(Span);
 
+/// What an objective is on (`--slo METRIC:pXX=DUR`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum SloMetric {
+    /// A request's latency (end to end for a streamed answer): no prefix.
+    #[default]
+    Latency,
+    /// Time to first token of a streamed answer (`ttft:`).
+    Ttft,
+    /// Every gap between two tokens of a streamed answer (`itl:`).
+    Itl,
+    /// A streamed answer's time per output token after the first (`tpot:`).
+    Tpot,
+}
+
+impl SloMetric {
+    /// The prefix it is named by (empty for latency).
+    pub fn prefix(self) -> &'static str {
+        match self {
+            SloMetric::Latency => "",
+            SloMetric::Ttft => "ttft",
+            SloMetric::Itl => "itl",
+            SloMetric::Tpot => "tpot",
+        }
+    }
+
+    /// Whether it needs streamed answers (`--stream`).
+    pub fn is_token(self) -> bool {
+        self != SloMetric::Latency
+    }
+}
+
 /// A latency objective (`--slo`): `pXX=DUR`, at least XX% of requests (p50, p90 or
 /// p99) within DUR, or a bare `DUR`, a latency target without a percentile (what
-/// `isolation` takes).
+/// `isolation` takes). On streamed answers an objective may name a token metric:
+/// `ttft:p99=500ms`, `itl:p99=50ms`, `tpot:p90=40ms`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Slo {
+    /// What it is on.
+    pub metric: SloMetric,
     /// The share of requests that must be within the threshold (None: a bare target).
     pub quantile: Option<f64>,
     /// The latency threshold.
@@ -388,6 +422,22 @@ pub struct Slo {
 impl FromStr for Slo {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
+        let (metric, s) = match s.split_once(':') {
+            Some((m, rest)) => {
+                let metric = match m.trim() {
+                    "ttft" => SloMetric::Ttft,
+                    "itl" => SloMetric::Itl,
+                    "tpot" => SloMetric::Tpot,
+                    other => {
+                        return Err(format!(
+                            "unknown metric `{other}`: expected ttft, itl or tpot (e.g. ttft:p99=500ms), or none for the request's latency"
+                        ));
+                    }
+                };
+                (metric, rest)
+            }
+            None => (SloMetric::Latency, s),
+        };
         let (quantile, dur) = match s.split_once('=') {
             Some((q, d)) => {
                 let q = match q.trim() {
@@ -411,13 +461,28 @@ impl FromStr for Slo {
                 humantime::format_duration(MAX_SPAN)
             ));
         }
-        Ok(Slo { quantile, threshold })
+        if metric.is_token() && quantile.is_none() {
+            return Err(format!(
+                "name the percentile of {}, e.g. {}:p99={}",
+                metric.prefix(),
+                metric.prefix(),
+                humantime::format_duration(threshold)
+            ));
+        }
+        Ok(Slo {
+            metric,
+            quantile,
+            threshold,
+        })
     }
 }
 
 impl fmt::Display for Slo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let t = humantime::format_duration(self.threshold);
+        if self.metric.is_token() {
+            write!(f, "{}:", self.metric.prefix())?;
+        }
         match self.quantile {
             Some(q) => write!(f, "p{}={t}", (q * 100.0).round()),
             None => write!(f, "{t}"),
@@ -426,6 +491,59 @@ impl fmt::Display for Slo {
 }
 
 serde_via_str!(Slo);
+
+/// Token counts of streamed requests (`--prompt-tokens`, `--output-tokens`): `N`, every
+/// request the same, or `A-B`, each drawn uniformly from A to B (both included) from the
+/// pod's seeded random numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lengths {
+    /// The fewest.
+    pub low: u32,
+    /// The most.
+    pub high: u32,
+}
+
+/// The most tokens a prompt or an answer may be given.
+pub const MAX_TOKENS: u32 = 1 << 20;
+
+impl FromStr for Lengths {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let number = |t: &str| -> Result<u32, String> {
+            let n: u32 = t
+                .trim()
+                .parse()
+                .map_err(|_| format!("`{}` is not a count of tokens (e.g. 128 or 64-256)", t.trim()))?;
+            if n == 0 || n > MAX_TOKENS {
+                return Err(format!("{n} tokens: give 1 to {MAX_TOKENS}"));
+            }
+            Ok(n)
+        };
+        let (low, high) = match s.split_once('-') {
+            Some((a, b)) => (number(a)?, number(b)?),
+            None => {
+                let n = number(s)?;
+                (n, n)
+            }
+        };
+        if low > high {
+            return Err(format!("{low}-{high}: the first must not exceed the second"));
+        }
+        Ok(Lengths { low, high })
+    }
+}
+
+impl fmt::Display for Lengths {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.low == self.high {
+            write!(f, "{}", self.low)
+        } else {
+            write!(f, "{}-{}", self.low, self.high)
+        }
+    }
+}
+
+serde_via_str!(Lengths);
 
 /// How the pods get their requests (`--load`).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -740,8 +858,43 @@ mod tests {
         assert_eq!(s.to_string().parse::<Slo>(), Ok(s));
         assert_eq!("20ms".parse::<Slo>().map(|s| s.quantile), Ok(None));
         assert_eq!("p90=1s".parse::<List<Slo>>().map(|l| l.0.len()), Ok(1));
-        for bad in ["p95=10ms", "p99=", "p99=0ms", "p99=fast", "=5ms"] {
+        for bad in [
+            "p95=10ms",
+            "p99=",
+            "p99=0ms",
+            "p99=fast",
+            "=5ms",
+            "ttl:p99=5ms",
+            "ttft:5ms",
+            "itl:",
+        ] {
             assert!(bad.parse::<Slo>().is_err(), "{bad}");
+        }
+        let t: Slo = "ttft:p99=500ms".parse().expect("ttft");
+        assert_eq!((t.metric, t.quantile), (SloMetric::Ttft, Some(0.99)));
+        assert_eq!(t.to_string(), "ttft:p99=500ms");
+        let l: List<Slo> = "ttft:p99=500ms,itl:p90=50ms,tpot:p50=20ms,p99=2s"
+            .parse()
+            .expect("list");
+        let metrics: Vec<SloMetric> = l.0.iter().map(|s| s.metric).collect();
+        assert_eq!(
+            metrics,
+            [SloMetric::Ttft, SloMetric::Itl, SloMetric::Tpot, SloMetric::Latency]
+        );
+        for s in &l.0 {
+            assert_eq!(s.to_string().parse::<Slo>().as_ref(), Ok(s));
+        }
+        assert!("ttft:p99=5ms".parse::<Slo>().expect("ok").metric.is_token());
+    }
+
+    #[test]
+    fn lengths_are_a_count_or_a_range() {
+        assert_eq!("128".parse::<Lengths>(), Ok(Lengths { low: 128, high: 128 }));
+        assert_eq!("64-256".parse::<Lengths>(), Ok(Lengths { low: 64, high: 256 }));
+        assert_eq!("64-256".parse::<Lengths>().map(|l| l.to_string()), Ok("64-256".into()));
+        assert_eq!("7".parse::<Lengths>().map(|l| l.to_string()), Ok("7".into()));
+        for bad in ["0", "-5", "5-", "9-3", "x", "1-2000000", ""] {
+            assert!(bad.parse::<Lengths>().is_err(), "{bad}");
         }
     }
 

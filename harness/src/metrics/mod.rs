@@ -5,6 +5,7 @@
 pub mod exposition;
 pub mod http;
 pub mod prometheus;
+pub mod requests;
 pub mod scrape;
 
 use tokio::time::Instant;
@@ -58,6 +59,11 @@ pub struct PodSnapshot {
     /// Why the last failed request failed, where the harness sent the requests
     /// (`--request`): "HTTP 500 Internal Server Error", "timed out", a connection error.
     pub last_error: Option<String>,
+    /// Streamed answers (`--stream`): the requests that have ended so far (the records
+    /// [`MetricsSource::streamed`] gives between two snapshots).
+    pub streamed: Option<usize>,
+    /// Streamed answers: the token histograms so far.
+    pub tokens: Option<requests::TokenHistograms>,
 }
 
 /// Why a pod's metrics give no latency histogram, in words.
@@ -135,6 +141,8 @@ pub fn snapshot_from_text(pod: &str, text: &str, at: Instant, metric: &str) -> R
         load_seed: info().find_map(|s| load_seed(s.label("load_seed"))),
         device_uuid: info().find_map(|s| device_uuid(s.label("device_uuid"))),
         last_error: None,
+        streamed: None,
+        tokens: None,
     })
 }
 
@@ -163,6 +171,11 @@ pub trait MetricsSource {
     /// The cell is over, on every path out of it: what `prepare` started for it stops
     /// (the harness's request generators) before its pods go.
     fn release(&self) {}
+    /// The streamed requests of `pod` that ended from its snapshot's `streamed` count
+    /// `from` to `to`, where the harness sends them (`--stream`); none otherwise.
+    fn streamed(&self, _pod: &str, _from: usize, _to: usize) -> Vec<requests::TokenRecord> {
+        Vec::new()
+    }
 }
 
 /// Calls [`MetricsSource::release`] when dropped.

@@ -15,11 +15,16 @@
 
 use std::path::Path;
 
+use crate::client::tokens::TokenTally;
 use crate::error::{BenchError, Result};
+use crate::metrics::requests::TokenRecord;
 use crate::results::raw::{Layouts, RAW_FILE, RawCell, RawPod, read_layouts, read_raw};
 use crate::results::record::CellRecord;
+use crate::results::requests::{RequestLine, read_requests};
 use crate::stats::{Histogram, relative_spread};
-use crate::sweep::cell::{fell_behind, finite, judge_slos, set_telemetry, shortfall};
+use crate::sweep::cell::{
+    SloHistograms, fell_behind, finite, judge_slos, set_telemetry, set_token_columns, shortfall, tally_streamed,
+};
 use crate::telemetry::summarise;
 
 use super::RunData;
@@ -96,14 +101,17 @@ pub fn verify_dir(dir: &Path) -> Result<Verification> {
     }
     let raw = read_raw(dir)?;
     let layouts = read_layouts(dir)?;
-    Ok(verify(&data, &raw, &layouts))
+    let requests = read_requests(dir)?;
+    Ok(verify(&data, &raw, &layouts, &requests))
 }
 
 /// Recomputes every cell of `data` that `raw` has windows for, and names each measured
-/// cell without them (pure).
-pub fn verify(data: &RunData, raw: &[RawCell], layouts: &Layouts) -> Verification {
+/// cell without them (pure). A run of streamed answers has its token columns
+/// recomputed from `requests`.
+pub fn verify(data: &RunData, raw: &[RawCell], layouts: &Layouts, requests: &[RequestLine]) -> Verification {
     let mut out = Verification::default();
     let slos = &data.run.plan.slos;
+    let streamed = data.run.plan.request.as_ref().is_some_and(|r| r.stream.is_some());
     // A run made since rows carry a quantile's interval has it on every row with
     // enough requests for it; older runs record none.
     let intervals = Intervals {
@@ -134,9 +142,20 @@ pub fn verify(data: &RunData, raw: &[RawCell], layouts: &Layouts) -> Verificatio
             }
         }
         let mut pooled: Option<Histogram> = None;
+        let mut pooled_tokens: Option<TokenTally> = None;
         let mut inferences = 0u64;
         for series in &cell.series {
             let what = format!("{title}, {}", series.pod);
+            let tally = streamed.then(|| {
+                let records: Vec<TokenRecord> = requests
+                    .iter()
+                    .filter(|r| {
+                        r.repeat == cell.repeat && r.arm() == cell.arm() && r.pods == cell.pods && r.pod == series.pod
+                    })
+                    .map(|r| r.request.clone())
+                    .collect();
+                tally_streamed(&records, slos)
+            });
             let Some(bounds) = layouts.layouts.get(series.layout as usize) else {
                 out.mismatches.push(format!(
                     "{what}: layout {} is not in bucket-layouts.json",
@@ -150,8 +169,20 @@ pub fn verify(data: &RunData, raw: &[RawCell], layouts: &Layouts) -> Verificatio
                 continue;
             };
             match rows.iter().find(|r| r.pod == series.pod) {
-                Some(row) => pod_row(&mut Checker { out: &mut out, what }, row, series, &h, (slos, intervals)),
+                Some(row) => pod_row(
+                    &mut Checker { out: &mut out, what },
+                    row,
+                    series,
+                    (&h, tally.as_ref()),
+                    (slos, intervals),
+                ),
                 None => out.mismatches.push(format!("{what}: windows for a pod without a row")),
+            }
+            if let Some(t) = tally.filter(|_| h.count > 0.0) {
+                match pooled_tokens.as_mut() {
+                    Some(p) => p.merge(&t),
+                    None => pooled_tokens = Some(t),
+                }
             }
             if h.count > 0.0 {
                 inferences += h.count as u64;
@@ -177,6 +208,9 @@ pub fn verify(data: &RunData, raw: &[RawCell], layouts: &Layouts) -> Verificatio
             }
             quantiles(&mut c, agg, &h, intervals);
             spreads(&mut c, agg, cell, layouts);
+            if let Some(t) = &pooled_tokens {
+                tokens(&mut c, agg, t, if secs > 0.0 { secs } else { 1.0 });
+            }
         }
         if !cell.gpu_samples.is_empty() {
             telemetry(&mut c, agg, cell);
@@ -248,7 +282,7 @@ fn pod_row(
     c: &mut Checker,
     row: &CellRecord,
     series: &RawPod,
-    h: &Histogram,
+    (h, tally): (&Histogram, Option<&TokenTally>),
     (slos, intervals): (&[crate::config::values::Slo], Intervals),
 ) {
     if h.count <= 0.0 {
@@ -286,8 +320,20 @@ fn pod_row(
         expect.slo_p99_attainment,
     ) = (None, None, None);
     (expect.slo_attainment_bound, expect.slo_met, expect.goodput_per_s) = (None, None, None);
+    if let Some(t) = tally {
+        tokens(c, row, t, secs);
+    }
+    (
+        expect.ttft_slo_attainment,
+        expect.itl_slo_attainment,
+        expect.tpot_slo_attainment,
+    ) = (None, None, None);
     if behind.is_none() {
-        judge_slos(&mut expect, h, rate, slos);
+        let (hs, good) = match tally {
+            Some(t) => (SloHistograms::with_tally(h, t), t.goodput_per_s(secs)),
+            None => (SloHistograms::latency(h), None),
+        };
+        judge_slos(&mut expect, &hs, rate, slos, good);
     }
     let flag = |m: Option<bool>| m.map(|m| f64::from(u8::from(m)));
     for (field, recorded, computed) in [
@@ -295,12 +341,51 @@ fn pod_row(
         ("slo_p90_attainment", row.slo_p90_attainment, expect.slo_p90_attainment),
         ("slo_p99_attainment", row.slo_p99_attainment, expect.slo_p99_attainment),
         (
+            "ttft_slo_attainment",
+            row.ttft_slo_attainment,
+            expect.ttft_slo_attainment,
+        ),
+        ("itl_slo_attainment", row.itl_slo_attainment, expect.itl_slo_attainment),
+        (
+            "tpot_slo_attainment",
+            row.tpot_slo_attainment,
+            expect.tpot_slo_attainment,
+        ),
+        (
             "slo_attainment_bound",
             row.slo_attainment_bound,
             expect.slo_attainment_bound,
         ),
         ("slo_met", flag(row.slo_met), flag(expect.slo_met)),
         ("goodput_per_s", row.goodput_per_s, expect.goodput_per_s),
+    ] {
+        c.number(field, recorded, computed);
+    }
+}
+
+/// A row's token columns against the tally of its streamed requests over `secs`.
+fn tokens(c: &mut Checker, row: &CellRecord, t: &TokenTally, secs: f64) {
+    let mut expect = row.clone();
+    set_token_columns(&mut expect, t, secs);
+    c.count("output_tokens", row.output_tokens, expect.output_tokens);
+    c.count("itl_count", row.itl_count, expect.itl_count);
+    c.count("tpot_count", row.tpot_count, expect.tpot_count);
+    for (field, recorded, computed) in [
+        (
+            "output_tokens_per_s",
+            row.output_tokens_per_s,
+            expect.output_tokens_per_s,
+        ),
+        ("ttft_mean_s", row.ttft_mean_s, expect.ttft_mean_s),
+        ("ttft_p50_s", row.ttft_p50_s, expect.ttft_p50_s),
+        ("ttft_p90_s", row.ttft_p90_s, expect.ttft_p90_s),
+        ("ttft_p99_s", row.ttft_p99_s, expect.ttft_p99_s),
+        ("itl_mean_s", row.itl_mean_s, expect.itl_mean_s),
+        ("itl_p50_s", row.itl_p50_s, expect.itl_p50_s),
+        ("itl_p90_s", row.itl_p90_s, expect.itl_p90_s),
+        ("itl_p99_s", row.itl_p99_s, expect.itl_p99_s),
+        ("tpot_mean_s", row.tpot_mean_s, expect.tpot_mean_s),
+        ("tpot_p99_s", row.tpot_p99_s, expect.tpot_p99_s),
     ] {
         c.number(field, recorded, computed);
     }

@@ -2,7 +2,8 @@
 //! [`isolation`], one per isolation trial) and the run directory that holds them
 //! ([`store`]: atomic writes, resume; [`lock`]: one sweep at a time); [`repeats`] makes
 //! one row of a cell measured in several repeats; [`raw`] keeps each cell's per-window
-//! histogram increments, from which `verify` recomputes the rows.
+//! histogram increments, from which `verify` recomputes the rows, and [`requests`] each
+//! streamed request.
 
 pub mod equal_load;
 pub mod isolation;
@@ -10,4 +11,5 @@ pub mod lock;
 pub mod raw;
 pub mod record;
 pub mod repeats;
+pub mod requests;
 pub mod store;

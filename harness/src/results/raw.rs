@@ -63,6 +63,8 @@ pub struct CellWindows {
     pub cell: RawCell,
     /// Each series' finite bucket bounds, in the order of `cell.series`.
     pub bounds: Vec<Vec<f64>>,
+    /// Streamed answers: each pod's requests that ended while measured.
+    pub requests: Vec<crate::results::requests::RequestLine>,
 }
 
 /// One cell's raw measurements.

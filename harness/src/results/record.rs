@@ -232,6 +232,60 @@ pub struct CellRecord {
     /// Its highest sample, °C.
     #[serde(default)]
     pub temp_max_c: Option<f64>,
+    /// Streamed answers (`--stream`): output tokens of the requests completed while
+    /// measured (the server's `usage`, else the steps with text).
+    #[serde(default)]
+    pub output_tokens: Option<u64>,
+    /// Those tokens per second (a pod's; the aggregate's: the GPU's).
+    #[serde(default)]
+    pub output_tokens_per_s: Option<f64>,
+    /// Time to first token, from each request's scheduled arrival, seconds: mean.
+    #[serde(default)]
+    pub ttft_mean_s: Option<f64>,
+    /// Its median.
+    #[serde(default)]
+    pub ttft_p50_s: Option<f64>,
+    /// Its 90th percentile.
+    #[serde(default)]
+    pub ttft_p90_s: Option<f64>,
+    /// Its 99th percentile.
+    #[serde(default)]
+    pub ttft_p99_s: Option<f64>,
+    /// Inter-token latency (every gap between two tokens), seconds: mean.
+    #[serde(default)]
+    pub itl_mean_s: Option<f64>,
+    /// Its median.
+    #[serde(default)]
+    pub itl_p50_s: Option<f64>,
+    /// Its 90th percentile.
+    #[serde(default)]
+    pub itl_p90_s: Option<f64>,
+    /// Its 99th percentile.
+    #[serde(default)]
+    pub itl_p99_s: Option<f64>,
+    /// The gaps measured.
+    #[serde(default)]
+    pub itl_count: Option<u64>,
+    /// Time per output token after the first, one per request of two tokens or more
+    /// (vLLM's TPOT), seconds: mean.
+    #[serde(default)]
+    pub tpot_mean_s: Option<f64>,
+    /// Its 99th percentile.
+    #[serde(default)]
+    pub tpot_p99_s: Option<f64>,
+    /// The requests it was measured on.
+    #[serde(default)]
+    pub tpot_count: Option<u64>,
+    /// With a `ttft:` objective: the share of requests whose first token came within its
+    /// threshold.
+    #[serde(default)]
+    pub ttft_slo_attainment: Option<f64>,
+    /// With an `itl:` objective: the share of gaps within its threshold.
+    #[serde(default)]
+    pub itl_slo_attainment: Option<f64>,
+    /// With a `tpot:` objective: the share of requests within its threshold.
+    #[serde(default)]
+    pub tpot_slo_attainment: Option<f64>,
 }
 
 /// The repeat of a row or plan recorded before `--repeat` existed: the only one.
@@ -346,6 +400,23 @@ impl CellRecord {
             mem_clock_min_mhz: None,
             temp_c: None,
             temp_max_c: None,
+            output_tokens: None,
+            output_tokens_per_s: None,
+            ttft_mean_s: None,
+            ttft_p50_s: None,
+            ttft_p90_s: None,
+            ttft_p99_s: None,
+            itl_mean_s: None,
+            itl_p50_s: None,
+            itl_p90_s: None,
+            itl_p99_s: None,
+            itl_count: None,
+            tpot_mean_s: None,
+            tpot_p99_s: None,
+            tpot_count: None,
+            ttft_slo_attainment: None,
+            itl_slo_attainment: None,
+            tpot_slo_attainment: None,
         }
     }
 
@@ -1343,6 +1414,7 @@ mod tests {
                     url: "http://127.0.0.1:{port}/i".into(),
                     body: None,
                     body_bytes: 0,
+                    stream: None,
                 });
                 r.plan.ready_path = "/healthz".into();
                 r.plan.prometheus = "spawn".into();
@@ -1372,6 +1444,7 @@ mod tests {
                 url: "http://127.0.0.1:{port}/infer".into(),
                 body: None,
                 body_bytes: 0,
+                stream: None,
             });
         };
         let mut ok = fixture_run();

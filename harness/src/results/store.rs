@@ -14,6 +14,7 @@ use crate::results::isolation::{IsolationRecord, isolation_csv, isolation_jsonl,
 use crate::results::lock::RunLock;
 use crate::results::raw::{CellWindows, LAYOUTS_FILE, Layouts, RAW_FILE, RawCell, raw_jsonl, read_layouts, read_raw};
 use crate::results::record::{CellRecord, Environment, RunRecord, cells_csv, cells_jsonl, parse_cells_jsonl};
+use crate::results::requests::{REQUESTS_FILE, RequestLine, read_requests, requests_jsonl};
 
 /// An open run directory.
 #[derive(Debug)]
@@ -31,6 +32,8 @@ pub struct RunStore {
     raw: Vec<RawCell>,
     /// The bucket layouts they count in ([`LAYOUTS_FILE`]).
     layouts: Layouts,
+    /// The saved cells' streamed requests ([`REQUESTS_FILE`]).
+    requests: Vec<RequestLine>,
 }
 
 /// A `--gpus` sweep's cells measured a second time with the other GPUs idle, beside
@@ -131,6 +134,7 @@ impl RunStore {
             alone: Vec::new(),
             raw: Vec::new(),
             layouts: Layouts::default(),
+            requests: Vec::new(),
         };
         store.write_run()?;
         store.write_cells()?;
@@ -178,6 +182,17 @@ impl RunStore {
             // again, so its old windows go from disk too.
             write_atomic(&dir.join(RAW_FILE), &raw_jsonl(&raw))?;
         }
+        // The same for the streamed requests of a cell measured again.
+        let mut requests = read_requests(&dir)?;
+        let read = requests.len();
+        requests.retain(|r| {
+            cells
+                .iter()
+                .any(|c| c.is_aggregate() && c.repeat == r.repeat && c.arm() == r.arm() && c.pods == r.pods)
+        });
+        if requests.len() < read {
+            write_atomic(&dir.join(REQUESTS_FILE), &requests_jsonl(&requests))?;
+        }
         std::fs::create_dir_all(dir.join("logs"))
             .map_err(BenchError::io(format!("creating {}/logs", dir.display())))?;
         Ok(Self {
@@ -189,6 +204,7 @@ impl RunStore {
             alone,
             raw,
             layouts,
+            requests,
         })
     }
 
@@ -277,7 +293,16 @@ impl RunStore {
                 ),
             });
         }
-        if let Some(CellWindows { mut cell, bounds }) = raw {
+        if let Some(CellWindows {
+            mut cell,
+            bounds,
+            requests,
+        }) = raw
+        {
+            if !requests.is_empty() {
+                self.requests.extend(requests);
+                write_atomic(&self.dir.join(REQUESTS_FILE), &requests_jsonl(&self.requests))?;
+            }
             let known = self.layouts.layouts.len();
             for (series, bounds) in cell.series.iter_mut().zip(&bounds) {
                 series.layout = self.layouts.index_of(bounds);

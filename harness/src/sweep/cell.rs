@@ -7,10 +7,13 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::backend::PodState;
+use crate::client::tokens::{RequestObjectives, TokenTally};
 use crate::clock::now_rfc3339;
 use crate::config::plan::{MeasureSettings, Slo};
+use crate::config::values::SloMetric;
 use crate::domain::{Arm, CellStatus, DeviceKind, MpsMemory, MpsThreads, Source};
 use crate::metrics::PodSnapshot;
+use crate::metrics::requests::{TokenHistograms, TokenRecord};
 use crate::results::record::{ALL_PODS, CellRecord, GPU_ROW_PREFIX};
 use crate::stats::{Histogram, WindowStat, binomial, jain_index, relative_spread, stable};
 use crate::telemetry::TelemetrySummary;
@@ -41,42 +44,103 @@ pub struct CellLabels {
     pub slos: Vec<Slo>,
 }
 
-/// A row's SLO columns from its latency histogram and completed requests per second
-/// (pure): each percentile's attainment (the share of requests within its threshold,
-/// interpolated inside the bucket that holds it), how far that can be off, whether every
-/// SLO held, and the goodput within the tightest threshold.
-pub fn judge_slos(row: &mut CellRecord, h: &Histogram, throughput: f64, slos: &[Slo]) {
-    if slos.is_empty() || h.count <= 0.0 {
+/// The histograms a row's objectives are judged on: its latency's (a streamed answer's
+/// end to end) and, with streamed answers, each token metric's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SloHistograms {
+    /// Latency.
+    pub latency: Histogram,
+    /// Time to first token, inter-token gaps, time per output token (None: not
+    /// streamed).
+    pub tokens: Option<TokenHistograms>,
+}
+
+impl SloHistograms {
+    /// Latency only.
+    pub fn latency(h: &Histogram) -> Self {
+        Self {
+            latency: h.clone(),
+            tokens: None,
+        }
+    }
+
+    /// Latency and the token metrics of `t`.
+    pub fn with_tally(h: &Histogram, t: &TokenTally) -> Self {
+        Self {
+            latency: h.clone(),
+            tokens: Some(TokenHistograms {
+                ttft: t.ttft.histogram(),
+                itl: t.itl.histogram(),
+                tpot: t.tpot.histogram(),
+            }),
+        }
+    }
+
+    /// The histogram of `metric` (None: a token metric of answers not streamed).
+    pub fn of(&self, metric: SloMetric) -> Option<&Histogram> {
+        match (metric, &self.tokens) {
+            (SloMetric::Latency, _) => Some(&self.latency),
+            (SloMetric::Ttft, Some(t)) => Some(&t.ttft),
+            (SloMetric::Itl, Some(t)) => Some(&t.itl),
+            (SloMetric::Tpot, Some(t)) => Some(&t.tpot),
+            _ => None,
+        }
+    }
+}
+
+/// A row's SLO columns from its histograms and completed requests per second (pure):
+/// each objective's attainment (the share of requests, or of gaps for `itl:`, within
+/// its threshold, interpolated inside the bucket that holds it), how far that can be
+/// off, and whether every SLO held. Goodput: `good_per_s` where the requests were
+/// judged one by one (streamed answers, as vLLM counts it), else the requests/s within
+/// the tightest latency threshold.
+pub fn judge_slos(row: &mut CellRecord, hs: &SloHistograms, throughput: f64, slos: &[Slo], good_per_s: Option<f64>) {
+    if slos.is_empty() || hs.latency.count <= 0.0 {
         return;
     }
     let mut met = true;
     let mut bound: f64 = 0.0;
     for slo in slos {
         let x = slo.threshold.as_secs_f64();
+        let Some(h) = hs.of(slo.metric) else {
+            // An objective on tokens of answers that were not streamed cannot hold.
+            met = false;
+            continue;
+        };
         let share = h.fraction_at_most(x);
         bound = bound.max(h.fraction_bound(x));
         let Some(q) = slo.quantile else { continue };
         met &= share >= q;
-        let column = match (q * 100.0).round() as u32 {
-            50 => &mut row.slo_p50_attainment,
-            90 => &mut row.slo_p90_attainment,
-            _ => &mut row.slo_p99_attainment,
+        let column = match (slo.metric, (q * 100.0).round() as u32) {
+            (SloMetric::Ttft, _) => &mut row.ttft_slo_attainment,
+            (SloMetric::Itl, _) => &mut row.itl_slo_attainment,
+            (SloMetric::Tpot, _) => &mut row.tpot_slo_attainment,
+            (SloMetric::Latency, 50) => &mut row.slo_p50_attainment,
+            (SloMetric::Latency, 90) => &mut row.slo_p90_attainment,
+            (SloMetric::Latency, _) => &mut row.slo_p99_attainment,
         };
         *column = finite(share);
     }
     row.slo_attainment_bound = finite(bound);
     row.slo_met = Some(met);
-    let tightest = slos.iter().map(|s| s.threshold).min().unwrap_or_default();
-    row.goodput_per_s = finite(throughput * h.fraction_at_most(tightest.as_secs_f64()));
+    row.goodput_per_s = match good_per_s {
+        Some(g) => finite(g),
+        None => slos
+            .iter()
+            .filter(|s| s.metric == SloMetric::Latency)
+            .map(|s| s.threshold)
+            .min()
+            .and_then(|t| finite(throughput * hs.latency.fraction_at_most(t.as_secs_f64()))),
+    };
 }
 
-/// The SLOs whose attainment a pod's requests `h` decide neither way yet (pure): the
-/// one-sided 95% bounds ([`binomial::attainment_bounds`], widened by the largest bucket
-/// share over the SLOs' thresholds, as the row records it) straddle the percentile,
-/// each said with its count and bounds. A cell with SLOs runs on until none is left,
-/// or to `--max-cell`; a pod that completed nothing has none.
-pub fn undecided_slos(h: &Histogram, slos: &[Slo]) -> Vec<String> {
-    if h.count.is_nan() || h.count <= 0.0 {
+/// The SLOs whose attainment a pod's histograms `hs` decide neither way yet (pure):
+/// the one-sided 95% bounds ([`binomial::attainment_bounds`], widened by the largest
+/// bucket share over the SLOs' thresholds, as the row records it) straddle the
+/// percentile, each said with its count and bounds. A cell with SLOs runs on until none
+/// is left, or to `--max-cell`; a pod that completed nothing has none.
+pub fn undecided_slos(hs: &SloHistograms, slos: &[Slo]) -> Vec<String> {
+    if hs.latency.count.is_nan() || hs.latency.count <= 0.0 {
         // Nothing completed: nothing to decide (the pod's row fails it).
         return Vec::new();
     }
@@ -84,18 +148,27 @@ pub fn undecided_slos(h: &Histogram, slos: &[Slo]) -> Vec<String> {
     // thresholds (`judge_slos`).
     let bound = slos
         .iter()
-        .map(|s| h.fraction_bound(s.threshold.as_secs_f64()))
+        .filter_map(|s| Some(hs.of(s.metric)?.fraction_bound(s.threshold.as_secs_f64())))
         .filter(|b| b.is_finite())
         .fold(0.0, f64::max);
     slos.iter()
         .filter_map(|slo| {
             let q = slo.quantile?;
+            let h = hs.of(slo.metric)?;
+            if h.count.is_nan() || h.count <= 0.0 {
+                return None;
+            }
             let x = slo.threshold.as_secs_f64();
             let a = h.fraction_at_most(x);
             let (lo, hi) = binomial::attainment_bounds(a, bound, h.count);
+            let what = if slo.metric == SloMetric::Itl {
+                "gaps"
+            } else {
+                "requests"
+            };
             (lo < q && hi >= q).then(|| {
                 format!(
-                    "{slo} undecided at 95% after {} requests: {:.2}% within, bounds {:.2}%–{:.2}% straddle {:.0}%",
+                    "{slo} undecided at 95% after {} {what}: {:.2}% within, bounds {:.2}%–{:.2}% straddle {:.0}%",
                     h.count as u64,
                     a * 100.0,
                     lo * 100.0,
@@ -105,6 +178,32 @@ pub fn undecided_slos(h: &Histogram, slos: &[Slo]) -> Vec<String> {
             })
         })
         .collect()
+}
+
+/// A row's token columns from the tally of its streamed requests over `secs` (pure):
+/// output tokens and their rate, time to first token, inter-token latency and time per
+/// output token (mean and percentiles, in the fine buckets: ±2.2%).
+pub fn set_token_columns(row: &mut CellRecord, t: &TokenTally, secs: f64) {
+    row.output_tokens = Some(t.output_tokens);
+    row.output_tokens_per_s = t.tokens_per_s(secs);
+    let ttft = t.ttft.histogram();
+    let itl = t.itl.histogram();
+    let tpot = t.tpot.histogram();
+    let q = |h: &Histogram, q: f64| if h.count > 0.0 { finite(h.quantile(q)) } else { None };
+    let mean = |h: &Histogram| if h.count > 0.0 { finite(h.mean()) } else { None };
+    (row.ttft_mean_s, row.ttft_p50_s, row.ttft_p90_s, row.ttft_p99_s) =
+        (mean(&ttft), q(&ttft, 0.5), q(&ttft, 0.9), q(&ttft, 0.99));
+    (row.itl_mean_s, row.itl_p50_s, row.itl_p90_s, row.itl_p99_s) =
+        (mean(&itl), q(&itl, 0.5), q(&itl, 0.9), q(&itl, 0.99));
+    row.itl_count = Some(itl.count as u64);
+    (row.tpot_mean_s, row.tpot_p99_s) = (mean(&tpot), q(&tpot, 0.99));
+    row.tpot_count = Some(tpot.count as u64);
+}
+
+/// The tally of a pod's streamed requests, each judged against the objectives `slos`
+/// set on it (pure; `verify` recomputes rows with it).
+pub fn tally_streamed(records: &[TokenRecord], slos: &[Slo]) -> TokenTally {
+    TokenTally::of(records, &RequestObjectives::from_slos(slos))
 }
 
 /// The most a pod's backlog may grow over its measurement and still count as kept up
@@ -251,6 +350,8 @@ pub struct Tracked {
     pub problem: Option<String>,
     /// Its backlog at the first snapshot and after each window, where it reports one.
     pub backlog: Vec<f64>,
+    /// Streamed answers (`--stream`): the requests that ended while measured.
+    pub streamed: Option<Vec<TokenRecord>>,
 }
 
 /// The value when it is a finite number.
@@ -368,6 +469,8 @@ pub fn cell_rows(
     // Per pod row: its histogram delta (its inferences per second of the cell are in
     // `effective`, row for row).
     let mut deltas: Vec<Option<Histogram>> = Vec::new();
+    // Streamed answers: every pod's token tallies pooled.
+    let mut total_tokens: Option<TokenTally> = None;
     for name in order {
         let t = &tracked[name];
         let (status, exit_code, note) = pod_status(&t.state, &t.problem);
@@ -398,9 +501,22 @@ pub fn cell_rows(
                 let why = labels
                     .offered_per_pod
                     .and_then(|o| fell_behind(o, d.count / secs, secs, &t.backlog, errs.max(0.0)));
+                let tally = t.streamed.as_deref().map(|r| tally_streamed(r, &labels.slos));
+                if let Some(tally) = &tally {
+                    set_token_columns(&mut row, tally, secs);
+                    match total_tokens.as_mut() {
+                        Some(all) => all.merge(tally),
+                        None => total_tokens = Some(tally.clone()),
+                    }
+                }
+                let hs = match &tally {
+                    Some(tally) => SloHistograms::with_tally(&d, tally),
+                    None => SloHistograms::latency(&d),
+                };
                 if why.is_none() {
-                    judge_slos(&mut row, &d, d.count / secs, &labels.slos);
-                    let open = undecided_slos(&d, &labels.slos);
+                    let good = tally.as_ref().and_then(|t| t.goodput_per_s(secs));
+                    judge_slos(&mut row, &hs, d.count / secs, &labels.slos, good);
+                    let open = undecided_slos(&hs, &labels.slos);
                     if !open.is_empty() {
                         undecided.push(name.clone());
                     }
@@ -539,9 +655,17 @@ pub fn cell_rows(
             total_tput
         });
         set_quantiles(&mut agg, &h);
+        let secs = if cell_secs > 0.0 { cell_secs } else { 1.0 };
+        if let Some(tokens) = &total_tokens {
+            set_token_columns(&mut agg, tokens, secs);
+        }
         if short.is_empty() {
             let tput = agg.throughput_per_s.unwrap_or(0.0);
-            judge_slos(&mut agg, &h, tput, &labels.slos);
+            let (hs, good) = match &total_tokens {
+                Some(t) => (SloHistograms::with_tally(&h, t), t.goodput_per_s(secs)),
+                None => (SloHistograms::latency(&h), None),
+            };
+            judge_slos(&mut agg, &hs, tput, &labels.slos, good);
         }
         agg.fairness = jain_index(&effective);
         agg.duration_s = Some(cell_secs);
@@ -662,7 +786,7 @@ fn gpu_rows(
                 let shares: Vec<f64> = members.iter().map(|&i| effective[i]).collect();
                 row.fairness = jain_index(&shares);
                 if !members.iter().any(|&i| short.contains(&pod_rows[i].pod)) {
-                    judge_slos(&mut row, &h, tput, &labels.slos);
+                    judge_slos(&mut row, &SloHistograms::latency(&h), tput, &labels.slos, None);
                 }
             }
             row
@@ -728,6 +852,8 @@ mod tests {
             load_seed: Some(7),
             device_uuid: None,
             last_error: None,
+            streamed: None,
+            tokens: None,
         }
     }
 
@@ -745,6 +871,7 @@ mod tests {
                         state: PodState::Running,
                         problem: None,
                         backlog: Vec::new(),
+                        streamed: None,
                     },
                 )
             })
@@ -792,12 +919,18 @@ mod tests {
             DeviceKind::Cpu,
         );
         // At bucket bounds: exact (bound 0).
-        judge_slos(&mut row, &h, 50.0, &[slo("p50=10ms"), slo("p90=20ms")]);
+        judge_slos(
+            &mut row,
+            &SloHistograms::latency(&h),
+            50.0,
+            &[slo("p50=10ms"), slo("p90=20ms")],
+            None,
+        );
         assert_eq!((row.slo_p50_attainment, row.slo_p90_attainment), (Some(0.6), Some(0.9)));
         assert_eq!((row.slo_attainment_bound, row.slo_met), (Some(0.0), Some(true)));
         assert_eq!(row.goodput_per_s, Some(30.0), "50/s × 60% within 10 ms");
         // 15 ms is halfway through the 10–20 ms bucket: 75%, ± the bucket's 30%.
-        judge_slos(&mut row, &h, 50.0, &[slo("p99=15ms")]);
+        judge_slos(&mut row, &SloHistograms::latency(&h), 50.0, &[slo("p99=15ms")], None);
         assert_eq!(row.slo_p99_attainment, Some(0.75));
         assert_eq!(row.slo_attainment_bound, Some(0.3));
         assert_eq!(row.slo_met, Some(false));
@@ -838,14 +971,14 @@ mod tests {
             count: n,
         };
         // Every request within: 200 cannot show p99 at 95%, 299 can.
-        let open = undecided_slos(&clean(200.0), &[slo("p99=20ms")]);
+        let open = undecided_slos(&SloHistograms::latency(&clean(200.0)), &[slo("p99=20ms")]);
         assert_eq!(open.len(), 1);
         assert!(
             open[0].starts_with("p99=20ms undecided at 95% after 200 requests"),
             "{open:?}"
         );
-        assert!(undecided_slos(&clean(299.0), &[slo("p99=20ms")]).is_empty());
-        assert!(undecided_slos(&clean(0.0), &[slo("p99=20ms")]).is_empty());
+        assert!(undecided_slos(&SloHistograms::latency(&clean(299.0)), &[slo("p99=20ms")]).is_empty());
+        assert!(undecided_slos(&SloHistograms::latency(&clean(0.0)), &[slo("p99=20ms")]).is_empty());
     }
 
     #[test]

@@ -15,11 +15,28 @@ use crate::error::Result;
 use crate::metrics::{MetricsSource, Target};
 use crate::results::raw::{CellWindows, RawCell, RawPod};
 use crate::results::record::CellRecord;
+use crate::results::requests::RequestLine;
 use crate::shutdown::Shutdown;
 use crate::stats::{Histogram, WindowStat, stable};
-use crate::sweep::cell::{CellLabels, Measured, Tracked, cell_rows, fell_behind, undecided_slos};
+use crate::sweep::cell::{CellLabels, Measured, SloHistograms, Tracked, cell_rows, fell_behind, undecided_slos};
 use crate::sweep::progress::Progress;
 use crate::telemetry::{Sampler, Telemetry, TelemetrySummary, summarise};
+
+/// The histograms a pod's objectives are judged on between two snapshots: latency's
+/// increment `d`, and each token metric's where the answers are streamed.
+fn slo_histograms(a: &crate::metrics::PodSnapshot, b: &crate::metrics::PodSnapshot, d: Histogram) -> SloHistograms {
+    let tokens = match (&a.tokens, &b.tokens) {
+        (Some(x), Some(y)) => (|| {
+            Some(crate::metrics::requests::TokenHistograms {
+                ttft: y.ttft.delta(&x.ttft)?,
+                itl: y.itl.delta(&x.itl)?,
+                tpot: y.tpot.delta(&x.tpot)?,
+            })
+        })(),
+        _ => None,
+    };
+    SloHistograms { latency: d, tokens }
+}
 
 /// Measures the launched cell. `baseline` is the strategy's 1-pod aggregate row.
 #[allow(clippy::too_many_arguments)]
@@ -47,6 +64,7 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
                     state: p.state.clone(),
                     problem: None,
                     backlog: Vec::new(),
+                    streamed: None,
                 },
             )
         })
@@ -172,12 +190,13 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
                 now_alive.iter().all(|target| {
                     tracked.get(&target.pod).is_none_or(|t| match (&t.first, &t.last) {
                         (Some(a), Some(b)) => b.latency.delta(&a.latency).is_none_or(|d| {
+                            let hs = slo_histograms(a, b, d.clone());
                             let secs = (b.at - a.at).as_secs_f64();
                             let behind = labels.offered_per_pod.is_some_and(|o| {
                                 let errors = (b.errors - a.errors).max(0.0);
                                 fell_behind(o, d.count / secs.max(1e-9), secs, &t.backlog, errors).is_some()
                             });
-                            behind || undecided_slos(&d, &labels.slos).is_empty()
+                            behind || undecided_slos(&hs, &labels.slos).is_empty()
                         }),
                         _ => true,
                     })
@@ -190,9 +209,26 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
                 break;
             }
         }
+        // Streamed answers: the requests each pod ended while measured.
+        for (name, t) in tracked.iter_mut() {
+            if let (Some(a), Some(b)) = (&t.first, &t.last)
+                && let (Some(from), Some(to)) = (a.streamed, b.streamed)
+            {
+                t.streamed = Some(source.streamed(name, from, to));
+            }
+        }
         let gpu_samples = sampler.finish(telemetry.clone()).await;
         summary = summarise(&gpu_samples);
         let (series, bounds): (Vec<RawPod>, Vec<Vec<f64>>) = order.iter().filter_map(|name| raw.remove(name)).unzip();
+        let requests = order
+            .iter()
+            .filter_map(|name| Some((name, tracked.get(name)?.streamed.as_ref()?)))
+            .flat_map(|(name, records)| {
+                records
+                    .iter()
+                    .map(|r| RequestLine::new(labels.repeat, labels.arm, labels.pods, name, r.clone()))
+            })
+            .collect();
         raw_cell = Some(CellWindows {
             cell: RawCell {
                 repeat: labels.repeat,
@@ -207,6 +243,7 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
                 gpu_samples,
             },
             bounds,
+            requests,
         });
     }
 

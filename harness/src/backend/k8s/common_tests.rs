@@ -71,6 +71,8 @@ impl MetricsSource for SteadyMetrics {
                         load_seed: None,
                         device_uuid: self.device_of.as_ref().and_then(|f| f(&t.pod)),
                         last_error: None,
+                        streamed: None,
+                        tokens: None,
                     }),
                 )
             })

@@ -118,6 +118,8 @@ pub fn snapshots_from_series(
                     .filter(|s| inst(s) == instance)
                     .find_map(|s| crate::metrics::device_uuid(s.metric.get("device_uuid").map(String::as_str))),
                 last_error: None,
+                streamed: None,
+                tokens: None,
             }),
         );
     }
