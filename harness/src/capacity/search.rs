@@ -311,6 +311,33 @@ mod tests {
     }
 
     #[test]
+    fn an_inter_token_objective_counts_gaps_and_a_first_token_one_requests() {
+        let slos: Vec<Slo> = ["ttft:p99=500ms", "itl:p99=50ms"]
+            .iter()
+            .map(|t| t.parse().expect("slo"))
+            .collect();
+        // 400 requests, all first tokens within; 99.5% of 40,000 gaps within.
+        let mut r = of("pod-1", None, 0.0, 400);
+        r.slo_met = Some(true);
+        r.slo_attainment_bound = Some(0.0);
+        (r.ttft_slo_attainment, r.itl_slo_attainment) = (Some(1.0), Some(0.995));
+        r.itl_count = Some(40_000);
+        assert_eq!(judge(&agg(CellStatus::Ok), &[&r], &slos), Verdict::Fits);
+        // The same share of 400 gaps cannot show 99%.
+        r.itl_count = Some(400);
+        match judge(&agg(CellStatus::Ok), &[&r], &slos) {
+            Verdict::Marginal(why) => assert!(why.starts_with("pod-1: 99.50% of 400 itl gaps within 50ms"), "{why}"),
+            v => panic!("{v:?}"),
+        }
+        // A row without the column (not streamed) has no attainment for it.
+        r.itl_slo_attainment = None;
+        match judge(&agg(CellStatus::Ok), &[&r], &slos) {
+            Verdict::Misses(why) => assert_eq!(why, "pod-1 has no attainment for itl:p99=50ms"),
+            v => panic!("{v:?}"),
+        }
+    }
+
+    #[test]
     fn an_attainment_above_the_percentile_by_a_few_requests_is_not_a_fit() {
         // 13 of 1,817 requests over the threshold: 99.28%, above 99%, but seeing ≤ 13
         // misses is 13% likely when the true miss rate is exactly 1%.

@@ -49,7 +49,7 @@ impl Bodies {
         // Apart from the arrival gaps drawn from the same seed.
         Self {
             plan,
-            rng: SplitMix::new(seed ^ 0x5EED_B0D1_E5),
+            rng: SplitMix::new(seed ^ 0x005E_EDB0_D1E5),
         }
     }
 

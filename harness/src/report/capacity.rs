@@ -30,18 +30,24 @@ pub fn table(data: &RunData, notes: &mut Vec<(usize, String)>) -> Option<Table> 
     let recs = records(&data.run, &data.cells);
     let slos = recs.first().map(|r| r.slos.clone()).unwrap_or_default();
     let rate = data.run.plan.load.per_pod_rate(1);
-    Some(Table {
-        title: format!(
-            "Capacity: pods per GPU at {} per pod, {slos}",
-            rate.map_or("?".into(), |r| format!("{r} requests/s"))
-        ),
-        unit: format!("searched 1 to {} pods", cap.max_pods),
-        corner: "Strategy".into(),
-        columns: [
-            "Pods that fit",
-            "Offered (req/s)",
-            "Goodput (req/s)",
-            "p99 (ms)",
+    let streamed = data.run.plan.request.as_ref().is_some_and(|r| r.stream.is_some());
+    let mut columns: Vec<String> = [
+        "Pods that fit",
+        "Offered (req/s)",
+        "Goodput (req/s)",
+        if streamed { "p99 end to end (ms)" } else { "p99 (ms)" },
+    ]
+    .map(String::from)
+    .to_vec();
+    if streamed {
+        columns.extend(
+            ["TTFT p99 (ms)", "ITL p99 (ms)", "Output tokens/s"]
+                .map(String::from)
+                .to_vec(),
+        );
+    }
+    columns.extend(
+        [
             "Attainment, 95% lower bound (%)",
             "GPU utilisation (%)",
             "Energy per request (J)",
@@ -49,21 +55,33 @@ pub fn table(data: &RunData, notes: &mut Vec<(usize, String)>) -> Option<Table> 
         ]
         .map(String::from)
         .to_vec(),
-        rows: recs.iter().map(|r| (r.arm().title(), row(r, notes))).collect(),
+    );
+    Some(Table {
+        title: format!(
+            "Capacity: pods per GPU at {} per pod, {slos}",
+            rate.map_or("?".into(), |r| format!("{r} requests/s"))
+        ),
+        unit: format!("searched 1 to {} pods", cap.max_pods),
+        corner: "Strategy".into(),
+        rows: recs
+            .iter()
+            .map(|r| (r.arm().title(), row(r, streamed, columns.len(), notes)))
+            .collect(),
+        columns,
     })
 }
 
-fn row(r: &CapacityRecord, notes: &mut Vec<(usize, String)>) -> Vec<Cell> {
+fn row(r: &CapacityRecord, streamed: bool, width: usize, notes: &mut Vec<(usize, String)>) -> Vec<Cell> {
     let Some(fits) = r.pods_fit else {
         if r.note.is_empty() {
             // Never reached: a run that stopped before this strategy.
             return std::iter::once(Cell::Missing)
-                .chain(std::iter::repeat_n(Cell::Empty, 7))
+                .chain(std::iter::repeat_n(Cell::Empty, width - 1))
                 .collect();
         }
         let n = note_number(notes, format!("{} — unavailable: {}", r.arm().title(), r.note));
         return std::iter::once(Cell::Status(CellStatus::Unavailable, n))
-            .chain(std::iter::repeat_n(Cell::Empty, 7))
+            .chain(std::iter::repeat_n(Cell::Empty, width - 1))
             .collect();
     };
     // A run that stopped before its first miss: the capacity may be higher.
@@ -81,16 +99,26 @@ fn row(r: &CapacityRecord, notes: &mut Vec<(usize, String)>) -> Vec<Cell> {
         None if r.finished && fits == r.searched_to => Cell::Value(format!("none (searched to {})", r.searched_to)),
         None => Cell::Empty,
     };
-    vec![
+    let mut cells = vec![
         Cell::Value(fits_text),
         num(r.offered_per_s, 0),
         num(r.goodput_per_s, 1),
         num(r.p99_s.map(|v| v * 1e3), 2),
+    ];
+    if streamed {
+        cells.extend([
+            num(r.ttft_p99_s.map(|v| v * 1e3), 2),
+            num(r.itl_p99_s.map(|v| v * 1e3), 2),
+            num(r.output_tokens_per_s, 0),
+        ]);
+    }
+    cells.extend([
         num(r.attainment_lower_bound.map(|v| v * 100.0), 2),
         num(r.gpu_util_pct, 0),
         num(r.energy_j_per_request, 3),
         miss,
-    ]
+    ]);
+    cells
 }
 
 /// The reading lines of a capacity run: the rule, and what exclusive's row means.

@@ -901,6 +901,86 @@ mod tests {
         }
     }
 
+    fn streamed(ttft: f64, gaps: &[f64]) -> TokenRecord {
+        let e2e = ttft + gaps.iter().sum::<f64>();
+        let tokens = gaps.len() as u64 + 1;
+        TokenRecord {
+            arrival_s: 0.0,
+            send_delay_s: 0.0,
+            ttft_s: Some(ttft),
+            e2e_s: Some(e2e),
+            itl_s: gaps.to_vec(),
+            output_tokens: tokens,
+            tokens_from_usage: true,
+            prompt_tokens: Some(8),
+            tpot_s: (tokens > 1).then(|| (e2e - ttft) / (tokens - 1) as f64),
+            error: None,
+            prompt_len: Some(8),
+            max_tokens: Some(tokens),
+        }
+    }
+
+    #[test]
+    fn token_objectives_are_judged_on_their_own_histograms_and_goodput_per_request() {
+        let slo = |t: &str| t.parse::<Slo>().expect("slo");
+        // Four requests: first tokens at 0.1, 0.2, 0.3 and 0.9 s; gaps of 10 ms but for
+        // one request's three of 80 ms.
+        let records = [
+            streamed(0.1, &[0.01, 0.01, 0.01]),
+            streamed(0.2, &[0.01, 0.01, 0.01]),
+            streamed(0.3, &[0.08, 0.08, 0.08]),
+            streamed(0.9, &[0.01, 0.01, 0.01]),
+        ];
+        let slos = [slo("ttft:p50=0.5s"), slo("itl:p50=20ms"), slo("p99=10s")];
+        let tally = tally_streamed(&records, &slos);
+        let latency = tally.e2e.histogram();
+        let mut row = CellRecord::unmeasured(
+            Strategy::Mps,
+            1,
+            "pod-0",
+            CellStatus::Ok,
+            Source::Client,
+            DeviceKind::Cpu,
+        );
+        set_token_columns(&mut row, &tally, 2.0);
+        assert_eq!(
+            (row.output_tokens, row.itl_count, row.tpot_count),
+            (Some(16), Some(12), Some(4))
+        );
+        assert_eq!(row.output_tokens_per_s, Some(8.0));
+        let hs = SloHistograms::with_tally(&latency, &tally);
+        judge_slos(&mut row, &hs, 2.0, &slos, tally.goodput_per_s(2.0));
+        // 3 of 4 first tokens within 0.5 s; 9 of 12 gaps within 20 ms: both p50s hold.
+        let near = |a: Option<f64>, b: f64| a.is_some_and(|a| (a - b).abs() < 0.03);
+        assert!(near(row.ttft_slo_attainment, 0.75), "{:?}", row.ttft_slo_attainment);
+        assert!(near(row.itl_slo_attainment, 0.75), "{:?}", row.itl_slo_attainment);
+        assert_eq!(row.slo_p99_attainment, Some(1.0));
+        assert_eq!(row.slo_met, Some(true));
+        // Goodput counts the requests that met every objective on their own numbers:
+        // not the slow first token, not the one of 80 ms per token.
+        assert_eq!(row.goodput_per_s, Some(1.0), "2 good requests over 2 s");
+        // A p90 on first tokens fails where the p50 held.
+        judge_slos(&mut row, &hs, 2.0, &[slo("ttft:p90=0.5s")], None);
+        assert_eq!(row.slo_met, Some(false));
+        // Undecided at 4 requests: named by its metric and counted in its own units.
+        let open = undecided_slos(&hs, &[slo("itl:p50=20ms")]);
+        assert_eq!(open.len(), 1, "{open:?}");
+        assert!(
+            open[0].starts_with("itl:p50=20ms undecided at 95% after 12 gaps"),
+            "{}",
+            open[0]
+        );
+        // An objective on tokens of answers that were not streamed cannot hold.
+        judge_slos(
+            &mut row,
+            &SloHistograms::latency(&latency),
+            2.0,
+            &[slo("ttft:p50=1s")],
+            None,
+        );
+        assert_eq!(row.slo_met, Some(false));
+    }
+
     #[test]
     fn slo_attainment_from_a_hand_computed_histogram() {
         // 100 requests: 60 within 10 ms, 90 within 20 ms, all within 40 ms.

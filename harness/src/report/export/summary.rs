@@ -80,6 +80,30 @@ pub struct SummaryRecord {
     pub goodput_per_s: Option<f64>,
     /// Its 95% half-width.
     pub goodput_per_s_ci95: Option<f64>,
+    /// Streamed answers: p50 time to first token, seconds, mean over repeats.
+    pub ttft_p50_s: Option<f64>,
+    /// p99 time to first token, seconds, mean over repeats.
+    pub ttft_p99_s: Option<f64>,
+    /// Its 95% half-width.
+    pub ttft_p99_s_ci95: Option<f64>,
+    /// p50 inter-token latency, seconds, mean over repeats.
+    pub itl_p50_s: Option<f64>,
+    /// p99 inter-token latency, seconds, mean over repeats.
+    pub itl_p99_s: Option<f64>,
+    /// Its 95% half-width.
+    pub itl_p99_s_ci95: Option<f64>,
+    /// Mean time per output token, seconds, mean over repeats.
+    pub tpot_mean_s: Option<f64>,
+    /// Output tokens per second of the cell's pods, mean over repeats.
+    pub output_tokens_per_s: Option<f64>,
+    /// Its 95% half-width.
+    pub output_tokens_per_s_ci95: Option<f64>,
+    /// `--slo ttft:…` attainment, mean over repeats.
+    pub ttft_slo_attainment: Option<f64>,
+    /// `--slo itl:…` attainment, mean over repeats.
+    pub itl_slo_attainment: Option<f64>,
+    /// `--slo tpot:…` attainment, mean over repeats.
+    pub tpot_slo_attainment: Option<f64>,
     /// The combined note.
     pub note: String,
     /// What to read with care in the cell's numbers, and in its speed-up the 1-pod
@@ -118,6 +142,9 @@ pub fn records(data: &RunData) -> Vec<SummaryRecord> {
             let (energy_j_per_inference, energy_j_per_inference_ci95) = with_ci(&rows, |r| r.energy_j_per_inference);
             let (gpu_util_pct, gpu_util_pct_ci95) = with_ci(&rows, |r| r.gpu_util_pct);
             let (goodput_per_s, goodput_per_s_ci95) = with_ci(&rows, |r| r.goodput_per_s);
+            let (ttft_p99_s, ttft_p99_s_ci95) = with_ci(&rows, |r| r.ttft_p99_s);
+            let (itl_p99_s, itl_p99_s_ci95) = with_ci(&rows, |r| r.itl_p99_s);
+            let (output_tokens_per_s, output_tokens_per_s_ci95) = with_ci(&rows, |r| r.output_tokens_per_s);
             let judged: Vec<bool> = rows.iter().filter_map(|r| r.slo_met).collect();
             let mut care = data.flags(s, p);
             if p != 1 && speedup_vs_1pod.is_some() {
@@ -161,6 +188,18 @@ pub fn records(data: &RunData) -> Vec<SummaryRecord> {
                 slo_met: (!judged.is_empty()).then(|| judged.iter().all(|m| *m)),
                 goodput_per_s,
                 goodput_per_s_ci95,
+                ttft_p50_s: with_ci(&rows, |r| r.ttft_p50_s).0,
+                ttft_p99_s,
+                ttft_p99_s_ci95,
+                itl_p50_s: with_ci(&rows, |r| r.itl_p50_s).0,
+                itl_p99_s,
+                itl_p99_s_ci95,
+                tpot_mean_s: with_ci(&rows, |r| r.tpot_mean_s).0,
+                output_tokens_per_s,
+                output_tokens_per_s_ci95,
+                ttft_slo_attainment: with_ci(&rows, |r| r.ttft_slo_attainment).0,
+                itl_slo_attainment: with_ci(&rows, |r| r.itl_slo_attainment).0,
+                tpot_slo_attainment: with_ci(&rows, |r| r.tpot_slo_attainment).0,
                 note: combined.note.clone(),
                 read_with_care: care.join("; "),
                 timeslice: s.timeslice,

@@ -1,0 +1,324 @@
+//! Streamed answers (`--stream`) end to end against `tests/fixtures/stream_server.py`,
+//! an OpenAI-compatible server with known token timings (first token 30 ms after it
+//! takes a request up, then one every 5 ms, one request at a time): every token metric
+//! of the rows against the script, every request in `requests.jsonl`, `verify` equal
+//! and naming a tampered request, the report's token tables, and a capacity search
+//! decided by objectives on tokens.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use gpushare_bench::results::requests::{REQUESTS_FILE, read_requests};
+use gpushare_bench::results::store::read_cells;
+
+const BENCH: &str = env!("CARGO_BIN_EXE_gpushare-bench");
+const TTFT_S: f64 = 0.030;
+const ITL_S: f64 = 0.005;
+
+fn server() -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/stream_server.py");
+    format!("python3 {} {{port}} 30 5", script.display())
+}
+
+fn run(command: &str, out: &Path, run_id: &str, api: &str, extra: &[&str]) -> Output {
+    let path = if api == "chat" {
+        "chat/completions"
+    } else {
+        "completions"
+    };
+    Command::new(BENCH)
+        .args([
+            command,
+            "--device",
+            "cpu",
+            "--quiet",
+            "--warmup",
+            "1s",
+            "--window",
+            "1s",
+            "--max-cell",
+            if command == "capacity" { "8s" } else { "4s" },
+            "--strategies",
+            "time-slicing",
+            "--workload-cmd",
+            &server(),
+            "--ready-path",
+            "/health",
+            "--request",
+            &format!("http://127.0.0.1:{{port}}/v1/{path}"),
+            "--stream",
+            api,
+            "--run-id",
+            run_id,
+        ])
+        .arg("--out")
+        .arg(out)
+        .args(extra)
+        .output()
+        .expect("run")
+}
+
+fn ms(v: Option<f64>) -> f64 {
+    v.expect("a value") * 1e3
+}
+
+#[test]
+fn every_token_is_timed_kept_and_verified() {
+    let out = tempfile::tempdir().expect("tempdir");
+    let o = run(
+        "sweep",
+        out.path(),
+        "tokens",
+        "completions",
+        &[
+            "--pods",
+            "1,2",
+            "--prompt-tokens",
+            "16-32",
+            "--output-tokens",
+            "10",
+            "--slo",
+            "ttft:p90=2s,itl:p90=1s",
+        ],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let dir = out.path().join("tokens");
+    let cells = read_cells(&dir.join("cells.jsonl")).expect("cells");
+    let requests = read_requests(&dir).expect("requests.jsonl");
+    for row in cells.iter().filter(|c| c.is_pod()) {
+        let what = format!("{} × {}", row.pod, row.pods);
+        let n = row.inferences.expect("requests");
+        assert!(n >= 5, "{what}: {n}");
+        // Exactly the tokens asked for, and one gap fewer per request.
+        assert_eq!(row.output_tokens, Some(10 * n), "{what}");
+        assert_eq!(row.itl_count, Some(9 * n), "{what}");
+        assert_eq!(row.tpot_count, Some(n), "{what}");
+        assert_eq!(row.errors, Some(0), "{what}");
+        // The script's timings, from below exactly (the server sleeps them) and from
+        // above with room for a busy host; quantiles are ±2.2% (their buckets).
+        let ttft = ms(row.ttft_p50_s);
+        assert!(
+            (TTFT_S * 1e3 * 0.978..TTFT_S * 1e3 + 60.0).contains(&ttft),
+            "{what}: ttft p50 {ttft} ms"
+        );
+        let itl = ms(row.itl_p50_s);
+        assert!(
+            (ITL_S * 1e3 * 0.9..ITL_S * 1e3 + 20.0).contains(&itl),
+            "{what}: itl p50 {itl} ms"
+        );
+        let tpot = ms(row.tpot_mean_s);
+        assert!(
+            (ITL_S * 1e3 * 0.97..ITL_S * 1e3 + 20.0).contains(&tpot),
+            "{what}: tpot {tpot} ms"
+        );
+        // End to end is the first token and nine gaps.
+        let e2e = ms(row.mean_s);
+        assert!(e2e >= (TTFT_S + 9.0 * ITL_S) * 1e3 * 0.99, "{what}: e2e {e2e} ms");
+        // The tokens' rate is the requests' times ten.
+        let (tokens, tput) = (
+            row.output_tokens_per_s.expect("rate"),
+            row.throughput_per_s.expect("rate"),
+        );
+        assert!(
+            (tokens / tput - 10.0).abs() < 1e-9,
+            "{what}: {tokens} tokens/s at {tput} requests/s"
+        );
+        // Every objective met by every request: goodput is the throughput.
+        assert_eq!(row.slo_met, Some(true), "{what}: {}", row.note);
+        assert_eq!(
+            (row.ttft_slo_attainment, row.itl_slo_attainment),
+            (Some(1.0), Some(1.0))
+        );
+        assert!((row.goodput_per_s.expect("goodput") - tput).abs() < 1e-9, "{what}");
+        // Its requests, each as asked and as the server counted them.
+        let mine: Vec<_> = requests
+            .iter()
+            .filter(|r| r.pods == row.pods && r.pod == row.pod)
+            .map(|r| &r.request)
+            .collect();
+        assert_eq!(mine.len() as u64, n, "{what}: one line per request measured");
+        for r in mine {
+            assert_eq!(
+                (r.error.as_deref(), r.output_tokens, r.max_tokens),
+                (None, 10, Some(10))
+            );
+            assert!(r.tokens_from_usage);
+            let asked = r.prompt_len.expect("prompt length");
+            assert!((16..=32).contains(&asked), "{asked}");
+            assert_eq!(
+                r.prompt_tokens,
+                Some(asked),
+                "the server read the prompt the harness wrote"
+            );
+            assert_eq!(r.itl_s.len(), 9);
+            assert!(r.ttft_s.expect("ttft") >= TTFT_S, "{r:?}");
+        }
+    }
+    let two = cells
+        .iter()
+        .find(|c| c.pods == 2 && c.is_aggregate())
+        .expect("2-pod cell");
+    let pods_tokens: u64 = cells
+        .iter()
+        .filter(|c| c.pods == 2 && c.is_pod())
+        .filter_map(|c| c.output_tokens)
+        .sum();
+    assert_eq!(two.output_tokens, Some(pods_tokens), "the GPU's tokens are its pods'");
+
+    // verify recomputes every token column from requests.jsonl ...
+    let verify = || Command::new(BENCH).arg("verify").arg(&dir).output().expect("verify");
+    let v = verify();
+    let said = String::from_utf8_lossy(&v.stdout).to_string() + &String::from_utf8_lossy(&v.stderr);
+    assert_eq!(v.status.code(), Some(0), "{said}");
+    assert!(said.contains("all equal"), "{said}");
+    // ... and names a request changed after the fact.
+    let path = dir.join(REQUESTS_FILE);
+    let text = std::fs::read_to_string(&path).expect("requests");
+    let first = text.lines().next().expect("a line");
+    let mut line: serde_json::Value = serde_json::from_str(first).expect("json");
+    line["request"]["ttft_s"] = serde_json::json!(9.0);
+    std::fs::write(&path, text.replacen(first, &line.to_string(), 1)).expect("write");
+    let v = verify();
+    let said = String::from_utf8_lossy(&v.stdout).to_string() + &String::from_utf8_lossy(&v.stderr);
+    assert_ne!(v.status.code(), Some(0), "{said}");
+    assert!(said.contains("ttft_"), "{said}");
+    std::fs::write(&path, text).expect("restore");
+
+    // The report shows the token tables.
+    let report = out.path().join("report");
+    let r = Command::new(BENCH)
+        .arg("report")
+        .arg(&dir)
+        .arg("--out")
+        .arg(&report)
+        .output()
+        .expect("report");
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let page = std::fs::read_to_string(report.join("tokens/index.html")).expect("page");
+    for title in [
+        "Time to first token, p99",
+        "Inter-token latency, p99",
+        "Output tokens per second",
+        "SLO attainment, time to first token",
+    ] {
+        assert!(page.contains(title), "{title}");
+    }
+}
+
+#[test]
+fn capacity_is_decided_by_the_objectives_on_tokens() {
+    let out = tempfile::tempdir().expect("tempdir");
+    // Chat, at 8 requests/s per pod of 75 ms each: both counts fit a p90 TTFT of 1 s and
+    // a p90 gap of 50 ms (29 requests and their gaps, all within, show it at 95%; the
+    // cell runs on to 8 s until they have).
+    let fits = run(
+        "capacity",
+        out.path(),
+        "fits",
+        "chat",
+        &[
+            "--max-pods",
+            "2",
+            "--load",
+            "poisson:8",
+            "--prompt-tokens",
+            "8",
+            "--output-tokens",
+            "10",
+            "--slo",
+            "ttft:p90=1s,itl:p90=50ms",
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&fits.stdout);
+    assert_eq!(
+        fits.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&fits.stderr)
+    );
+    assert!(stdout.contains("Time-slicing: 2 pods fit; searched to 2"), "{stdout}");
+    let csv = std::fs::read_to_string(out.path().join("fits/report/capacity.csv")).expect("capacity.csv");
+    let header = csv.lines().next().expect("header");
+    assert!(
+        header.contains("ttft_p99_s") && header.contains("output_tokens_per_s"),
+        "{header}"
+    );
+
+    // Gaps of 5 ms cannot meet 2 ms at p90: the first count misses, named by its metric.
+    let misses = run(
+        "capacity",
+        out.path(),
+        "misses",
+        "chat",
+        &[
+            "--max-pods",
+            "2",
+            "--load",
+            "poisson:8",
+            "--prompt-tokens",
+            "8",
+            "--output-tokens",
+            "10",
+            "--slo",
+            "ttft:p90=1s,itl:p90=2ms",
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&misses.stdout);
+    assert_eq!(
+        misses.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&misses.stderr)
+    );
+    assert!(stdout.contains("Time-slicing: 0 pods fit"), "{stdout}");
+    assert!(stdout.contains("itl gaps within 2ms"), "{stdout}");
+}
+
+#[test]
+fn streamed_settings_without_a_stream_are_refused_with_one_line() {
+    let out = tempfile::tempdir().expect("tempdir");
+    let cmd = server();
+    for (args, says) in [
+        (
+            vec!["--workload-cmd", &cmd, "--slo", "ttft:p99=1s"],
+            "bad --slo `ttft:p99=1s`: an objective on tokens needs streamed answers",
+        ),
+        (
+            vec!["--workload-cmd", &cmd, "--stream", "chat"],
+            "bad --stream `chat`: streams the answers of --request",
+        ),
+        (
+            vec!["--output-tokens", "64"],
+            "bad --output-tokens `64`: a setting of streamed requests",
+        ),
+        (
+            vec!["--prompt-tokens", "0"],
+            "bad --prompt-tokens `0`: 0 tokens: give 1 to",
+        ),
+        (
+            vec![
+                "--workload-cmd",
+                &cmd,
+                "--request",
+                "http://127.0.0.1:{port}/v1/completions",
+                "--stream",
+                "completions",
+                "--slo",
+                "ttft:p99=1s,ttft:p90=2s",
+            ],
+            "bad --slo `ttft:p90=2s`: one objective on ttft",
+        ),
+    ] {
+        let o = Command::new(BENCH)
+            .args(["sweep", "--device", "cpu"])
+            .args(&args)
+            .arg("--out")
+            .arg(out.path())
+            .output()
+            .expect("sweep");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
