@@ -361,3 +361,77 @@ fn the_example_teaches_its_endpoints_and_modes_without_torch() {
         "{help}"
     );
 }
+
+#[test]
+fn the_llm_example_streams_every_token_the_harness_asks_for() {
+    // The decoder's steps are the stand-in's 3 ms each: a prompt's prefill and each
+    // later token one step, served one request at a time.
+    let out = tempfile::tempdir().expect("tempdir");
+    let server = repo().join("workload/examples/pytorch/llm_server.py");
+    let cmd = format!(
+        "python3 {} --port {{port}} --device cpu --shape tiny --warmup 1",
+        server.display()
+    );
+    for (api, path) in [("completions", "completions"), ("chat", "chat/completions")] {
+        let o = Command::new(BENCH)
+            .args([
+                "sweep",
+                "--device",
+                "cpu",
+                "--quiet",
+                "--warmup",
+                "1s",
+                "--window",
+                "1s",
+                "--max-cell",
+                "3s",
+                "--strategies",
+                "time-slicing",
+                "--pods",
+                "1",
+                "--workload-cmd",
+                &cmd,
+                "--request",
+                &format!("http://127.0.0.1:{{port}}/v1/{path}"),
+                "--stream",
+                api,
+                "--prompt-tokens",
+                "12",
+                "--output-tokens",
+                "5",
+                "--run-id",
+                api,
+            ])
+            .arg("--out")
+            .arg(out.path())
+            .env("PYTHONPATH", python_path())
+            .env("FAKE_TORCH_MS", "3")
+            .output()
+            .expect("sweep");
+        assert_eq!(o.status.code(), Some(0), "{api}: {}", String::from_utf8_lossy(&o.stderr));
+        let dir = out.path().join(api);
+        let cells = read_cells(&dir.join("cells.jsonl")).expect("cells");
+        let pod = cells.iter().find(|c| c.is_pod()).expect("a pod row");
+        assert_eq!(pod.status, CellStatus::Ok, "{api}: {}", pod.note);
+        let n = pod.inferences.expect("requests");
+        assert!(n >= 10, "{api}: {n}");
+        assert_eq!(pod.output_tokens, Some(5 * n), "{api}");
+        assert_eq!(pod.errors, Some(0), "{api}");
+        let ttft = pod.ttft_p50_s.expect("ttft");
+        assert!((0.0029..0.05).contains(&ttft), "{api}: ttft {ttft}");
+        let tpot = pod.tpot_mean_s.expect("tpot");
+        assert!((0.0029..0.05).contains(&tpot), "{api}: tpot {tpot}");
+        let requests = gpushare_bench::results::requests::read_requests(&dir).expect("requests");
+        assert_eq!(requests.len() as u64, n, "{api}");
+        for r in &requests {
+            // The server counted the harness's prompt: ids for completions, words for chat.
+            assert_eq!((r.request.prompt_tokens, r.request.output_tokens), (Some(12), 5), "{api}: {r:?}");
+        }
+        let log = std::fs::read_to_string(dir.join("logs/time-slicing-1p-pod-0.log")).expect("pod-0's log");
+        assert!(log.contains("Llama-style decoder tiny"), "{log}");
+    }
+    // Its --help works without torch.
+    let o = Command::new("python3").arg(&server).arg("--help").output().expect("help");
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("POST /v1/completions"));
+}
