@@ -51,6 +51,8 @@ class Job:
     def __init__(self, prompt: list, max_tokens: int):
         self.prompt, self.max_tokens = prompt, max_tokens
         self.tokens = queue.Queue()  # ids, then None at the end, or an exception
+        # Set when the client went away: the worker stops generating for it.
+        self.cancelled = threading.Event()
 
 
 class Server:
@@ -68,8 +70,12 @@ class Server:
                 job = self.jobs.get(timeout=0.2)
             except queue.Empty:
                 continue
+            if job.cancelled.is_set():
+                continue
             try:
                 for token in self.generate(job.prompt, job.max_tokens):
+                    if job.cancelled.is_set():
+                        break
                     job.tokens.put(token)
                 job.tokens.put(None)
             except Exception as e:  # handed to the request's thread, which streams it
@@ -143,6 +149,16 @@ def handler_for(server: Server, max_len: int, vocab: int):
             usage = bool((req.get("stream_options") or {}).get("include_usage"))
             job = Job(prompt, max_tokens)
             server.jobs.put(job)
+            try:
+                self.stream(job, chat, usage)
+            except (BrokenPipeError, ConnectionResetError):
+                # The client went away (a benchmark ends its cell mid-answer): nothing to
+                # answer, nothing more to generate.
+                job.cancelled.set()
+                self.close_connection = True
+
+        def stream(self, job: Job, chat: bool, usage: bool) -> None:
+            prompt, max_tokens = job.prompt, job.max_tokens
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Transfer-Encoding", "chunked")
