@@ -11,8 +11,14 @@ use std::process::Command;
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     // Described again when HEAD moves, the index changes or a source file is edited.
-    for p in [".git/HEAD", ".git/index"] {
+    for p in [".git/HEAD", ".git/index", ".git/packed-refs"] {
         println!("cargo:rerun-if-changed={}", root.join(p).display());
+    }
+    // A commit moves the branch HEAD names, not HEAD itself.
+    if let Ok(head) = std::fs::read_to_string(root.join(".git/HEAD"))
+        && let Some(branch) = head.trim().strip_prefix("ref: ")
+    {
+        println!("cargo:rerun-if-changed={}", root.join(".git").join(branch).display());
     }
     println!("cargo:rerun-if-changed=src");
     let described = Command::new("git")
