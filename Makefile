@@ -68,6 +68,20 @@ bench-pytorch: ## (GPU machine with PyTorch) the default sweep of the PyTorch ex
 	PYTHONPATH=$(DEPS)/py$${PYTHONPATH:+:$$PYTHONPATH} $(BENCH_BIN) sweep $(if $(RESUME),--resume $(RESUME),$(if $(RUN_ID),--run-id $(RUN_ID))) \
 	  --workload-cmd '$(PYTHON) $(PYTORCH_SERVER) --port {port} --precision $(PYTORCH_PRECISION) --mode $(PYTORCH_MODE)' $(PYTORCH_FLAGS)
 
+# bench-llm: the PyTorch example's language-model server, searched with streamed requests.
+LLM_STRATEGIES ?= time-slicing,mps
+LLM_LOAD ?= poisson:2.4
+LLM_SLO ?= ttft:p90=1s,itl:p90=25ms
+LLM_FLAGS ?= --prompt-tokens 128 --output-tokens 16 --max-pods 8 --warmup 5s --window 3s --max-cell 40s
+
+.PHONY: bench-llm
+bench-llm: ## (GPU machine with PyTorch) capacity of the PyTorch example's LLM server (workload/examples/pytorch/llm_server.py) at TTFT/ITL objectives (LLM_LOAD, LLM_SLO, LLM_FLAGS; RESUME=<run-id> continues one), streamed requests, and its report
+	@if [ ! -x $(BUNDLE)/gpushare-bench ] && [ ! -x target/release/gpushare-bench ]; then $(MAKE) --no-print-directory build; fi
+	$(BENCH_BIN) capacity --workload-cmd '$(PYTHON) workload/examples/pytorch/llm_server.py --port {port}' \
+	  $(if $(RESUME),--resume $(RESUME),$(if $(RUN_ID),--run-id $(RUN_ID)) --ready-timeout 240s \
+	  --request 'http://127.0.0.1:{port}/v1/completions' --stream completions \
+	  --strategies $(LLM_STRATEGIES) --load $(LLM_LOAD) --slo $(LLM_SLO) $(LLM_FLAGS))
+
 # compare-check: does `compare` cry wolf on this machine, and does it see a slowdown?
 COMPARE_CHECK_OUT ?= runs/compare-check-$(shell date -u +%Y%m%dT%H%M%SZ)
 COMPARE_CHECK_FLAGS ?= --strategies exclusive,mps --pods 1,3 --repeat 2 --warmup 3s --window 2s --max-cell 12s --quiet
