@@ -408,7 +408,12 @@ fn the_llm_example_streams_every_token_the_harness_asks_for() {
             .env("FAKE_TORCH_MS", "3")
             .output()
             .expect("sweep");
-        assert_eq!(o.status.code(), Some(0), "{api}: {}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{api}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         let dir = out.path().join(api);
         let cells = read_cells(&dir.join("cells.jsonl")).expect("cells");
         let pod = cells.iter().find(|c| c.is_pod()).expect("a pod row");
@@ -425,13 +430,21 @@ fn the_llm_example_streams_every_token_the_harness_asks_for() {
         assert_eq!(requests.len() as u64, n, "{api}");
         for r in &requests {
             // The server counted the harness's prompt: ids for completions, words for chat.
-            assert_eq!((r.request.prompt_tokens, r.request.output_tokens), (Some(12), 5), "{api}: {r:?}");
+            assert_eq!(
+                (r.request.prompt_tokens, r.request.output_tokens),
+                (Some(12), 5),
+                "{api}: {r:?}"
+            );
         }
         let log = std::fs::read_to_string(dir.join("logs/time-slicing-1p-pod-0.log")).expect("pod-0's log");
         assert!(log.contains("Llama-style decoder tiny"), "{log}");
     }
     // Its --help works without torch.
-    let o = Command::new("python3").arg(&server).arg("--help").output().expect("help");
+    let o = Command::new("python3")
+        .arg(&server)
+        .arg("--help")
+        .output()
+        .expect("help");
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stdout).contains("POST /v1/completions"));
 }

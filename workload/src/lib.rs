@@ -6,6 +6,9 @@
 //! attention, layer norm and the rest, the whole pass replayed as one CUDA graph), and
 //! on the CPU by a plain-Rust reference with the same math.
 //!
+//! [`decoder`] holds a Llama-style decoder for language-model experiments: its shape,
+//! seeded weights and the CPU reference (prefill, decode against a KV cache, greedy).
+//!
 //! The binary serves Prometheus metrics over HTTP while it runs inferences in a closed
 //! or open (Poisson) loop; the metric names are the only contract with the harness.
 
@@ -16,6 +19,7 @@ pub mod config;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod decoder;
 pub mod error;
 pub mod input;
 pub mod load;
