@@ -110,19 +110,19 @@ impl DecoderConfig {
         {
             return Some("every size must be at least 1".into());
         }
-        if self.hidden % self.heads != 0 {
+        if !self.hidden.is_multiple_of(self.heads) {
             return Some(format!(
                 "hidden {} is not a multiple of heads {}",
                 self.hidden, self.heads
             ));
         }
-        if self.heads % self.kv_heads != 0 {
+        if !self.heads.is_multiple_of(self.kv_heads) {
             return Some(format!(
                 "heads {} is not a multiple of kv_heads {}",
                 self.heads, self.kv_heads
             ));
         }
-        if self.head_dim() % 2 != 0 {
+        if !self.head_dim().is_multiple_of(2) {
             return Some(format!(
                 "head width {} is odd: rotary embeddings turn pairs",
                 self.head_dim()
