@@ -11,14 +11,16 @@ use std::process::Command;
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     // Described again when HEAD moves, the index changes or a source file is edited.
-    for p in [".git/HEAD", ".git/index", ".git/packed-refs"] {
-        println!("cargo:rerun-if-changed={}", root.join(p).display());
-    }
-    // A commit moves the branch HEAD names, not HEAD itself.
+    // A commit moves the branch HEAD names, not HEAD itself. Only paths that exist are
+    // watched: cargo takes a missing one as changed and would rerun this every build.
+    let mut watched = vec![".git/HEAD".to_string(), ".git/index".into(), ".git/packed-refs".into()];
     if let Ok(head) = std::fs::read_to_string(root.join(".git/HEAD"))
         && let Some(branch) = head.trim().strip_prefix("ref: ")
     {
-        println!("cargo:rerun-if-changed={}", root.join(".git").join(branch).display());
+        watched.push(format!(".git/{branch}"));
+    }
+    for p in watched.iter().map(|p| root.join(p)).filter(|p| p.exists()) {
+        println!("cargo:rerun-if-changed={}", p.display());
     }
     println!("cargo:rerun-if-changed=src");
     let described = Command::new("git")

@@ -3,7 +3,10 @@
 //! takes a request up, then one every 5 ms, one request at a time): every token metric
 //! of the rows against the script, every request in `requests.jsonl`, `verify` equal
 //! and naming a tampered request, the report's token tables, and a capacity search
-//! decided by objectives on tokens.
+//! decided by objectives on tokens; and gpushare-workload's own decoder (`llm --shape
+//! tiny`, the CPU reference) swept the same way.
+
+mod common;
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -272,7 +275,10 @@ fn capacity_is_decided_by_the_objectives_on_tokens() {
         String::from_utf8_lossy(&misses.stderr)
     );
     assert!(stdout.contains("Time-slicing: 0 pods fit"), "{stdout}");
-    assert!(stdout.contains("itl gaps within 2ms"), "{stdout}");
+    assert!(
+        stdout.contains("itl gaps of") && stdout.contains("requests within 2ms"),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -309,6 +315,21 @@ fn streamed_settings_without_a_stream_are_refused_with_one_line() {
             ],
             "bad --slo `ttft:p90=2s`: one objective on ttft",
         ),
+        (
+            vec![
+                "--workload-cmd",
+                &cmd,
+                "--request",
+                "http://127.0.0.1:{port}/v1/completions",
+                "--stream",
+                "completions",
+                "--output-tokens",
+                "1",
+                "--slo",
+                "itl:p99=1s",
+            ],
+            "bad --slo `itl:p99=1s`: answers of one token have no gap between tokens",
+        ),
     ] {
         let o = Command::new(BENCH)
             .args(["sweep", "--device", "cpu"])
@@ -317,6 +338,110 @@ fn streamed_settings_without_a_stream_are_refused_with_one_line() {
             .arg(out.path())
             .output()
             .expect("sweep");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn gpushare_workloads_decoder_is_swept_through_its_streaming_api() {
+    let out = tempfile::tempdir().expect("tempdir");
+    let workload = common::workload_beside(BENCH);
+    let cmd = format!(
+        "{} llm --shape tiny --device cpu --listen 127.0.0.1:{{port}}",
+        workload.display()
+    );
+    let o = Command::new(BENCH)
+        .args([
+            "sweep",
+            "--device",
+            "cpu",
+            "--quiet",
+            "--warmup",
+            "1s",
+            "--window",
+            "1s",
+            "--max-cell",
+            "3s",
+            "--strategies",
+            "time-slicing",
+            "--pods",
+            "1,2",
+            "--workload-cmd",
+            &cmd,
+            "--request",
+            "http://127.0.0.1:{port}/v1/chat/completions",
+            "--stream",
+            "chat",
+            "--prompt-tokens",
+            "24",
+            "--output-tokens",
+            "8",
+            "--load",
+            "poisson:20",
+            "--slo",
+            "ttft:p90=1s,itl:p90=1s",
+            "--run-id",
+            "decoder",
+        ])
+        .arg("--out")
+        .arg(out.path())
+        .output()
+        .expect("sweep");
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let dir = out.path().join("decoder");
+    let cells = read_cells(&dir.join("cells.jsonl")).expect("cells");
+    for row in cells.iter().filter(|c| c.is_pod()) {
+        let n = row.inferences.expect("requests");
+        assert!(n >= 20, "{}: {n}", row.pod);
+        assert_eq!(
+            (row.output_tokens, row.errors),
+            (Some(8 * n), Some(0)),
+            "{}: {}",
+            row.pod,
+            row.note
+        );
+        assert_eq!(row.slo_met, Some(true), "{}: {}", row.pod, row.note);
+    }
+    for r in read_requests(&dir).expect("requests") {
+        // The server counted the harness's 24 words and made the 8 tokens asked.
+        assert_eq!(
+            (r.request.prompt_tokens, r.request.output_tokens),
+            (Some(24), 8),
+            "{r:?}"
+        );
+        assert_eq!(
+            r.request.itl_s.len(),
+            8,
+            "a role-only first event, then 8 tokens: {r:?}"
+        );
+    }
+    let v = Command::new(BENCH).arg("verify").arg(&dir).output().expect("verify");
+    assert_eq!(v.status.code(), Some(0), "{}", String::from_utf8_lossy(&v.stderr));
+}
+
+#[test]
+fn isolation_refuses_what_it_cannot_judge_on_tokens() {
+    let out = tempfile::tempdir().expect("tempdir");
+    let cmd = server();
+    for (args, says) in [
+        (
+            vec!["--slo", "ttft:p99=1s"],
+            "bad --slo `ttft:p99=1s`: isolation judges the victim's request latency",
+        ),
+        (
+            vec!["--stream", "chat"],
+            "bad --stream `chat`: isolation does not stream answers yet",
+        ),
+    ] {
+        let o = Command::new(BENCH)
+            .args(["isolation", "--device", "cpu", "--workload-cmd", &cmd])
+            .args(&args)
+            .arg("--out")
+            .arg(out.path())
+            .output()
+            .expect("isolation");
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(says), "{args:?}: {err}");

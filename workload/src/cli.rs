@@ -35,6 +35,10 @@ pub struct Cli {
 pub enum Command {
     /// Measure latency and TFLOP/s per model and precision (and, on the GPU, per kernel).
     Bench(BenchArgs),
+    /// Serve a Llama-style decoder behind an OpenAI-compatible streaming API (POST
+    /// /v1/completions and /v1/chat/completions with "stream": true; GET /healthz), greedy
+    /// decoding at batch 1, one request at a time: for gpushare-bench's --stream.
+    Llm(LlmArgs),
     /// Write a bf16 copy of a safetensors weights directory (half the size, for GPU machines).
     ConvertWeights {
         /// Directory with model.safetensors, config.json and tokenizer.json.
@@ -142,6 +146,26 @@ pub struct ServeArgs {
     /// Open loop: most requests waiting; later arrivals are dropped and counted in inference_errors_total{kind="dropped"}.
     #[arg(long, default_value_t = 10_000)]
     pub max_queue: usize,
+}
+
+/// Options of the decoder's server.
+#[derive(Debug, Clone, Args)]
+pub struct LlmArgs {
+    /// The decoder's shape: llm (1.1 B parameters, Llama 3.2 1B's body) or tiny.
+    #[arg(long, default_value = "tiny")]
+    pub shape: String,
+    /// cpu (the GPU kernels are not built yet).
+    #[arg(long, default_value = "cpu", value_parser = clap::value_parser!(DeviceArg))]
+    pub device: DeviceArg,
+    /// Address to serve on.
+    #[arg(long, default_value = "127.0.0.1:9400")]
+    pub listen: String,
+    /// Seed of the random weights.
+    #[arg(long, default_value_t = DEFAULT_SEED)]
+    pub seed: u64,
+    /// Requests of 16 tokens run before /healthz answers 200.
+    #[arg(long, default_value_t = 2)]
+    pub warmup: usize,
 }
 
 /// Bench options.

@@ -44,6 +44,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         None => gpushare_workload::serve::run(&cli.serve),
         Some(Command::Bench(args)) => gpushare_workload::bench::run(args),
+        Some(Command::Llm(args)) => gpushare_workload::decoder::serve::run(args),
         Some(Command::ConvertWeights { src, dst }) => {
             gpushare_workload::weights::write_bf16_copy(src, dst).map(|out| {
                 println!("wrote {}", out.display());

@@ -49,9 +49,11 @@ impl Verdict {
     }
 }
 
-/// The attainment a row records for an objective, and the observations it is the share
-/// of (requests; the gaps between tokens for `itl:`). None: no such objective on the
-/// row.
+/// The attainment a row records for an objective, and the number of independent
+/// observations its confidence is judged on: its requests. An `itl:` attainment is a
+/// share of gaps, but the gaps of one request share its contention, so they count as
+/// one request's worth of evidence, not as many (the judgement is then conservative).
+/// None: no such objective on the row.
 pub fn attainment(row: &CellRecord, slo: &Slo) -> Option<(f64, f64)> {
     let q = slo.quantile?;
     let requests = row.inferences.map(|n| n as f64);
@@ -66,7 +68,7 @@ pub fn attainment(row: &CellRecord, slo: &Slo) -> Option<(f64, f64)> {
             Some((a, requests?))
         }
         SloMetric::Ttft => Some((row.ttft_slo_attainment?, requests?)),
-        SloMetric::Itl => Some((row.itl_slo_attainment?, row.itl_count? as f64)),
+        SloMetric::Itl => Some((row.itl_slo_attainment?, requests?)),
         SloMetric::Tpot => Some((row.tpot_slo_attainment?, row.tpot_count? as f64)),
     }
 }
@@ -113,25 +115,19 @@ pub fn judge(aggregate: &CellRecord, pods: &[&CellRecord], slos: &[Slo]) -> Verd
             let Some((a, n)) = attainment(row, slo) else {
                 return Verdict::Misses(format!("{} has no attainment for {slo}", row.pod));
             };
-            let what = if slo.metric == SloMetric::Itl {
-                "gaps"
-            } else {
-                "requests"
-            };
-            let on = if slo.metric.is_token() {
-                format!("{} ", slo.metric.prefix())
-            } else {
-                String::new()
+            let of = match (slo.metric, row.itl_count) {
+                (SloMetric::Itl, Some(gaps)) => format!("{gaps} itl gaps of {} requests", n as u64),
+                (m, _) if m.is_token() => format!("{} {} requests", n as u64, m.prefix()),
+                _ => format!("{} requests", n as u64),
             };
             let (lo, hi) = binomial::attainment_bounds(a, bound, n);
             if lo >= q {
                 continue;
             }
             let what = format!(
-                "{}: {:.2}% of {} {on}{what} within {} (needs {:.0}%; 95% bounds {:.2}%–{:.2}%)",
+                "{}: {:.2}% of {of} within {} (needs {:.0}%; 95% bounds {:.2}%–{:.2}%)",
                 row.pod,
                 a * 100.0,
-                n as u64,
                 humantime::format_duration(slo.threshold),
                 q * 100.0,
                 lo * 100.0,
@@ -311,22 +307,26 @@ mod tests {
     }
 
     #[test]
-    fn an_inter_token_objective_counts_gaps_and_a_first_token_one_requests() {
+    fn an_inter_token_objective_is_judged_over_requests_not_gaps() {
         let slos: Vec<Slo> = ["ttft:p99=500ms", "itl:p99=50ms"]
             .iter()
             .map(|t| t.parse().expect("slo"))
             .collect();
-        // 400 requests, all first tokens within; 99.5% of 40,000 gaps within.
-        let mut r = of("pod-1", None, 0.0, 400);
+        // 20,000 requests, all first tokens within; 99.5% of 200,000 gaps within.
+        let mut r = of("pod-1", None, 0.0, 20_000);
         r.slo_met = Some(true);
         r.slo_attainment_bound = Some(0.0);
         (r.ttft_slo_attainment, r.itl_slo_attainment) = (Some(1.0), Some(0.995));
-        r.itl_count = Some(40_000);
+        r.itl_count = Some(200_000);
         assert_eq!(judge(&agg(CellStatus::Ok), &[&r], &slos), Verdict::Fits);
-        // The same share of 400 gaps cannot show 99%.
-        r.itl_count = Some(400);
+        // 400 requests of 100 gaps each: 40,000 gaps would show 99%, 400 requests cannot.
+        r.inferences = Some(400);
+        r.itl_count = Some(40_000);
         match judge(&agg(CellStatus::Ok), &[&r], &slos) {
-            Verdict::Marginal(why) => assert!(why.starts_with("pod-1: 99.50% of 400 itl gaps within 50ms"), "{why}"),
+            Verdict::Marginal(why) => assert!(
+                why.starts_with("pod-1: 99.50% of 40000 itl gaps of 400 requests within 50ms"),
+                "{why}"
+            ),
             v => panic!("{v:?}"),
         }
         // A row without the column (not streamed) has no attainment for it.

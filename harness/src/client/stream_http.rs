@@ -61,7 +61,11 @@ pub async fn send(client: &StreamClient, req: StreamRequest) -> TokenRecord {
     let answer = async {
         let resp = client.request(request).await.map_err(|e| format!("no answer: {e}"))?;
         if !resp.status().is_success() {
-            return Err(format!("HTTP {}", resp.status()));
+            let status = resp.status();
+            return Err(match first_bytes(resp.into_body()).await {
+                Some(text) => format!("HTTP {status}: {text}"),
+                None => format!("HTTP {status}"),
+            });
         }
         let mut body = resp.into_body();
         let mut splitter = EventSplitter::default();
@@ -93,6 +97,25 @@ pub async fn send(client: &StreamClient, req: StreamRequest) -> TokenRecord {
         timer.fail(why);
     }
     timer.finish()
+}
+
+/// The first 200 bytes of an error answer, on one line (None: empty or unreadable):
+/// what a server says is wrong (vLLM: "The model `x` does not exist").
+async fn first_bytes(mut body: hyper::body::Incoming) -> Option<String> {
+    let mut held = Vec::new();
+    while held.len() < 200 {
+        match body.frame().await {
+            Some(Ok(f)) => held.extend(f.data_ref().map(|d| d.to_vec()).unwrap_or_default()),
+            _ => break,
+        }
+    }
+    let text: String = String::from_utf8_lossy(&held)
+        .chars()
+        .take(200)
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let text = text.trim();
+    (!text.is_empty()).then(|| text.to_string())
 }
 
 /// The most streamed requests in flight per pod; an arrival beyond it is dropped and
@@ -241,7 +264,11 @@ mod tests {
                 return;
             }
             if status != 200 {
-                let head = format!("HTTP/1.1 {status} Busy\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+                let says = "{\"message\": \"The model `m` does not exist.\"}\n";
+                let head = format!(
+                    "HTTP/1.1 {status} Busy\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{says}",
+                    says.len()
+                );
                 let _ = sock.write_all(head.as_bytes()).await;
                 return;
             }
@@ -351,7 +378,7 @@ mod tests {
         let url = server(503, vec![], false).await;
         assert_eq!(
             one(&url, Duration::ZERO).await.error.as_deref(),
-            Some("HTTP 503 Service Unavailable")
+            Some("HTTP 503 Service Unavailable: {\"message\": \"The model `m` does not exist.\"}")
         );
 
         let url = server(200, vec![(0, STEP), (10, STEP)], true).await;

@@ -865,6 +865,7 @@ fn strategies_and_pods(o: &SweepOptions) -> Result<(Vec<Strategy>, Vec<u32>)> {
 /// `--slo`: a percentile each, one threshold per percentile of the latency, one
 /// objective per token metric, and those only on streamed answers (`--stream`).
 fn slos(o: &SweepOptions) -> Result<Vec<Slo>> {
+    use crate::config::values::SloMetric;
     let slos: Vec<Slo> = o.slo.iter().flat_map(|l| l.0.iter().copied()).collect();
     for (i, s) in slos.iter().enumerate() {
         let text = s.to_string();
@@ -888,6 +889,13 @@ fn slos(o: &SweepOptions) -> Result<Vec<Slo>> {
                     "--slo",
                     &text,
                     format!("one objective on {} (its attainment is one column)", s.metric.prefix()),
+                ));
+            }
+            if s.metric != SloMetric::Ttft && o.output_tokens.is_some_and(|l| l.high < 2) {
+                return Err(BenchError::flag(
+                    "--slo",
+                    &text,
+                    "answers of one token have no gap between tokens: give --output-tokens of 2 or more",
                 ));
             }
         }

@@ -34,6 +34,20 @@ pub fn plan(args: IsolationArgs) -> Result<SweepPlan> {
         .into_iter()
         .flat_map(|l| l.0)
         .collect();
+    if let Some(token) = slos.iter().find(|s| s.metric.is_token()) {
+        return Err(BenchError::flag(
+            "--slo",
+            &token.to_string(),
+            "isolation judges the victim's request latency: give a target without a metric, e.g. 20ms",
+        ));
+    }
+    if let Some(api) = args.options.stream {
+        return Err(BenchError::flag(
+            "--stream",
+            &api.to_string(),
+            "isolation does not stream answers yet: its victim's requests are timed whole",
+        ));
+    }
     let slo = match slos.as_slice() {
         [] => None,
         [one] => Some(one.threshold.as_secs_f64()),

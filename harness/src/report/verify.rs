@@ -20,7 +20,7 @@ use crate::error::{BenchError, Result};
 use crate::metrics::requests::TokenRecord;
 use crate::results::raw::{Layouts, RAW_FILE, RawCell, RawPod, read_layouts, read_raw};
 use crate::results::record::CellRecord;
-use crate::results::requests::{RequestLine, read_requests};
+use crate::results::requests::{REQUESTS_FILE, RequestLine, read_requests};
 use crate::stats::{Histogram, relative_spread};
 use crate::sweep::cell::{
     SloHistograms, fell_behind, finite, judge_slos, set_telemetry, set_token_columns, shortfall, tally_streamed,
@@ -49,6 +49,8 @@ fn agree(a: f64, b: f64) -> bool {
 struct Checker<'a> {
     out: &'a mut Verification,
     what: String,
+    /// The raw file the numbers are recomputed from.
+    from: &'static str,
 }
 
 impl Checker<'_> {
@@ -62,10 +64,11 @@ impl Checker<'_> {
         if !same {
             let show = |v: Option<f64>| v.map_or("nothing".to_string(), |v| format!("{v}"));
             self.out.mismatches.push(format!(
-                "{}: {field} is {} in cells.jsonl, {} from {RAW_FILE}",
+                "{}: {field} is {} in cells.jsonl, {} from {}",
                 self.what,
                 show(recorded),
-                show(computed)
+                show(computed),
+                self.from
             ));
         }
     }
@@ -102,6 +105,13 @@ pub fn verify_dir(dir: &Path) -> Result<Verification> {
     let raw = read_raw(dir)?;
     let layouts = read_layouts(dir)?;
     let requests = read_requests(dir)?;
+    let streamed = data.run.plan.request.as_ref().is_some_and(|r| r.stream.is_some());
+    if streamed && !dir.join(REQUESTS_FILE).is_file() && !raw.is_empty() {
+        return Err(BenchError::RunDir {
+            path: dir.join(REQUESTS_FILE),
+            reason: "missing: a run of streamed answers keeps every request measured there, and its token columns are recomputed from them".into(),
+        });
+    }
     Ok(verify(&data, &raw, &layouts, &requests))
 }
 
@@ -170,7 +180,11 @@ pub fn verify(data: &RunData, raw: &[RawCell], layouts: &Layouts, requests: &[Re
             };
             match rows.iter().find(|r| r.pod == series.pod) {
                 Some(row) => pod_row(
-                    &mut Checker { out: &mut out, what },
+                    &mut Checker {
+                        out: &mut out,
+                        what,
+                        from: RAW_FILE,
+                    },
                     row,
                     series,
                     (&h, tally.as_ref()),
@@ -198,6 +212,7 @@ pub fn verify(data: &RunData, raw: &[RawCell], layouts: &Layouts, requests: &[Re
         let mut c = Checker {
             out: &mut out,
             what: format!("{title}, all pods"),
+            from: RAW_FILE,
         };
         if let Some(h) = pooled.filter(|h| h.count > 0.0) {
             c.count("inferences", agg.inferences, Some(inferences));
@@ -365,6 +380,9 @@ fn pod_row(
 
 /// A row's token columns against the tally of its streamed requests over `secs`.
 fn tokens(c: &mut Checker, row: &CellRecord, t: &TokenTally, secs: f64) {
+    let from = std::mem::replace(&mut c.from, REQUESTS_FILE);
+    // The requests that completed are the ones the latency windows counted.
+    c.count("inferences", row.inferences, Some(t.completed));
     let mut expect = row.clone();
     set_token_columns(&mut expect, t, secs);
     c.count("output_tokens", row.output_tokens, expect.output_tokens);
@@ -389,6 +407,7 @@ fn tokens(c: &mut Checker, row: &CellRecord, t: &TokenTally, secs: f64) {
     ] {
         c.number(field, recorded, computed);
     }
+    c.from = from;
 }
 
 /// The cell's windows: their count and the spreads of throughput, mean and median.

@@ -945,6 +945,39 @@ impl PlanRecord {
                     "the harness's requests need a readiness path and are recorded with source client, no Prometheus and the default metric",
                 ));
             }
+            if let Some(st) = &r.stream {
+                if r.body.is_some() {
+                    return Err(bad_field(
+                        path,
+                        "plan.request.body",
+                        "streamed requests are written by the harness: no body",
+                    ));
+                }
+                if st.model.trim().is_empty() {
+                    return Err(bad_field(path, "plan.request.stream.model", "empty"));
+                }
+                if !self.gpus.is_empty() {
+                    return Err(bad_field(path, "plan.gpus", "streamed answers are measured on one GPU"));
+                }
+            }
+        }
+        let streamed = self.request.as_ref().is_some_and(|r| r.stream.is_some());
+        for (i, slo) in self.slos.iter().enumerate() {
+            let m = slo.metric;
+            if m.is_token() && !streamed {
+                return Err(bad_field(
+                    path,
+                    "plan.slos",
+                    format!("{slo} is an objective on tokens: the plan streams no answers"),
+                ));
+            }
+            if m.is_token() && self.slos[..i].iter().any(|o| o.metric == m) {
+                return Err(bad_field(
+                    path,
+                    "plan.slos",
+                    format!("two objectives on {}", m.prefix()),
+                ));
+            }
         }
         if self.strategies.is_empty() {
             return Err(bad_field(
@@ -1450,6 +1483,49 @@ mod tests {
         let mut ok = fixture_run();
         requests(&mut ok);
         assert!(ok.validate(path).is_ok(), "{:?}", ok.validate(path));
+        let stream = |r: &mut RunRecord| {
+            if let Some(q) = r.plan.request.as_mut() {
+                q.stream = Some(crate::config::request::StreamPlan {
+                    api: crate::config::request::Api::Completions,
+                    model: "m".into(),
+                    prompt_tokens: "8".parse().expect("lengths"),
+                    output_tokens: "8".parse().expect("lengths"),
+                });
+            }
+            r.plan.slos = vec!["ttft:p90=1s".parse().expect("slo")];
+        };
+        let mut streamed = fixture_run();
+        requests(&mut streamed);
+        stream(&mut streamed);
+        assert!(streamed.validate(path).is_ok(), "{:?}", streamed.validate(path));
+        let token_cases: [(&str, Tamper); 4] = [
+            ("is an objective on tokens: the plan streams no answers", |r| {
+                if let Some(q) = r.plan.request.as_mut() {
+                    q.stream = None
+                }
+            }),
+            ("two objectives on ttft", |r| {
+                r.plan.slos.push("ttft:p99=2s".parse().expect("slo"))
+            }),
+            ("plan.request.stream.model", |r| {
+                if let Some(st) = r.plan.request.as_mut().and_then(|q| q.stream.as_mut()) {
+                    st.model = " ".into()
+                }
+            }),
+            ("streamed requests are written by the harness", |r| {
+                if let Some(q) = r.plan.request.as_mut() {
+                    q.body = Some("/tmp/b.json".into())
+                }
+            }),
+        ];
+        for (want, tamper) in token_cases {
+            let mut run = fixture_run();
+            requests(&mut run);
+            stream(&mut run);
+            tamper(&mut run);
+            let e = run.validate(path).expect_err(want).to_string();
+            assert!(e.contains(want), "{want:?} not in {e:?}");
+        }
         let cases: [(&str, Tamper); 5] = [
             ("plan.request: requests go to a server of your own", |r| {
                 r.plan.workload_cmd = None

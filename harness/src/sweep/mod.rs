@@ -183,11 +183,15 @@ pub(crate) fn check_resume(plan: &SweepPlan, id: &str) -> Result<()> {
     {
         let recorded = run.plan.request.as_ref().map_or("no --request".to_string(), |r| {
             format!(
-                "--request {:?}{}",
+                "--request {:?}{}{}",
                 r.url,
                 r.body
                     .as_ref()
-                    .map_or(String::new(), |b| format!(" --body {}", b.display()))
+                    .map_or(String::new(), |b| format!(" --body {}", b.display())),
+                r.stream.as_ref().map_or(String::new(), |st| format!(
+                    " --stream {} --served-model {:?} --prompt-tokens {} --output-tokens {}",
+                    st.api, st.model, st.prompt_tokens, st.output_tokens
+                ))
             )
         });
         return Err(BenchError::flag(

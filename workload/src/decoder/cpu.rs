@@ -200,8 +200,13 @@ impl CpuDecoder {
     }
 
     /// Greedy generation of `n` tokens after `prompt`, from an empty cache; `each` is
-    /// told every token as it is known.
-    pub fn generate(&mut self, prompt: &[u32], n: usize, mut each: impl FnMut(u32)) -> Result<Vec<u32>, String> {
+    /// told every token as it is known, and stops the generation by answering false.
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        n: usize,
+        mut each: impl FnMut(u32) -> bool,
+    ) -> Result<Vec<u32>, String> {
         self.reset();
         if n == 0 {
             return Ok(Vec::new());
@@ -213,9 +218,8 @@ impl CpuDecoder {
         let mut logits = self.forward(prompt)?;
         loop {
             let token = argmax(&logits);
-            each(token);
             out.push(token);
-            if out.len() == n {
+            if !each(token) || out.len() == n {
                 return Ok(out);
             }
             logits = self.forward(&[token])?;
@@ -328,11 +332,21 @@ mod tests {
     #[test]
     fn greedy_generation_is_deterministic_and_streams_each_token() {
         let mut seen = Vec::new();
-        let out = tiny(5).generate(&[10, 20, 30], 6, |t| seen.push(t)).expect("generate");
+        let out = tiny(5)
+            .generate(&[10, 20, 30], 6, |t| {
+                seen.push(t);
+                true
+            })
+            .expect("generate");
         assert_eq!(out.len(), 6);
         assert_eq!(seen, out);
         assert!(out.iter().all(|t| (*t as usize) < DecoderConfig::tiny().vocab));
-        assert_eq!(tiny(5).generate(&[10, 20, 30], 6, |_| {}).expect("again"), out);
+        assert_eq!(tiny(5).generate(&[10, 20, 30], 6, |_| true).expect("again"), out);
+        // Told to stop, it stops.
+        assert_eq!(
+            tiny(5).generate(&[10, 20, 30], 6, |_| false).expect("stopped"),
+            out[..1]
+        );
         // The first token is the argmax after the prompt.
         let first = argmax(&tiny(5).forward(&[10, 20, 30]).expect("prefill"));
         assert_eq!(out[0], first);
@@ -349,10 +363,10 @@ mod tests {
         );
         let long = vec![1; 250];
         assert!(
-            d.generate(&long, 10, |_| {})
+            d.generate(&long, 10, |_| true)
                 .expect_err("too long")
                 .contains("exceed the longest sequence, 256")
         );
-        assert_eq!(d.generate(&[1], 0, |_| {}), Ok(Vec::new()));
+        assert_eq!(d.generate(&[1], 0, |_| true), Ok(Vec::new()));
     }
 }

@@ -11,6 +11,7 @@
 //! an untied output projection. Linear layers have no bias.
 
 pub mod cpu;
+pub mod serve;
 
 use crate::rng::SplitMix64;
 
