@@ -228,10 +228,12 @@ pub struct TokenTimer {
 impl TokenTimer {
     /// A request due at `arrival` and sent at `sent`.
     pub fn new(api: Api, arrival: f64, sent: f64) -> Self {
+        // Every time on the microsecond grid the record keeps, so its gaps add up to
+        // exactly its last token's time less its first's.
         Self {
             api,
-            arrival,
-            sent,
+            arrival: micros(arrival),
+            sent: micros(sent),
             first: None,
             last: None,
             gaps: Vec::new(),
@@ -248,6 +250,7 @@ impl TokenTimer {
         if self.done || self.error.is_some() {
             return;
         }
+        let at = micros(at);
         let data = match e {
             Event::Done => {
                 self.done = true;
@@ -259,7 +262,7 @@ impl TokenTimer {
             Ok(Chunk::Step { text }) => {
                 match self.last {
                     None => self.first = Some(at),
-                    Some(prev) => self.gaps.push((at - prev).max(0.0)),
+                    Some(prev) => self.gaps.push(micros((at - prev).max(0.0))),
                 }
                 self.last = Some(at);
                 if text {
@@ -314,7 +317,7 @@ impl TokenTimer {
             send_delay_s: micros((self.sent - self.arrival).max(0.0)),
             ttft_s: ttft,
             e2e_s: e2e,
-            itl_s: self.gaps.into_iter().map(micros).collect(),
+            itl_s: self.gaps,
             output_tokens,
             tokens_from_usage,
             prompt_tokens,

@@ -370,7 +370,10 @@ mod tests {
         assert_eq!(r.itl_s.len(), 2);
         assert!(r.itl_s.iter().all(|g| (0.0..2.0).contains(g)), "{:?}", r.itl_s);
         let gaps: f64 = r.itl_s.iter().sum();
-        assert!((gaps - (e2e - ttft)).abs() < 1e-9, "the gaps span first to last token");
+        assert!(
+            (gaps - (e2e - ttft)).abs() < 1e-9,
+            "the gaps span first to last token: {r:?}"
+        );
     }
 
     #[tokio::test]
