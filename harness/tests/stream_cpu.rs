@@ -215,24 +215,27 @@ fn capacity_is_decided_by_the_objectives_on_tokens() {
     // Chat, at 8 requests/s per pod of 75 ms each: both counts fit a p90 TTFT of 1 s and
     // a p90 gap of 50 ms (29 requests and their gaps, all within, show it at 95%; the
     // cell runs on to 8 s until they have).
-    let fits = run(
-        "capacity",
-        out.path(),
-        "fits",
-        "chat",
-        &[
-            "--max-pods",
-            "2",
-            "--load",
-            "poisson:8",
-            "--prompt-tokens",
-            "8",
-            "--output-tokens",
-            "10",
-            "--slo",
-            "ttft:p90=1s,itl:p90=50ms",
-        ],
-    );
+    let capacity = |id: &str, slo: &str| {
+        run(
+            "capacity",
+            out.path(),
+            id,
+            "chat",
+            &[
+                "--max-pods",
+                "2",
+                "--load",
+                "poisson:8",
+                "--prompt-tokens",
+                "8",
+                "--output-tokens",
+                "10",
+                "--slo",
+                slo,
+            ],
+        )
+    };
+    let fits = capacity("fits", "ttft:p90=1s,itl:p90=50ms");
     let stdout = String::from_utf8_lossy(&fits.stdout);
     assert_eq!(
         fits.status.code(),
@@ -249,24 +252,7 @@ fn capacity_is_decided_by_the_objectives_on_tokens() {
     );
 
     // Gaps of 5 ms cannot meet 2 ms at p90: the first count misses, named by its metric.
-    let misses = run(
-        "capacity",
-        out.path(),
-        "misses",
-        "chat",
-        &[
-            "--max-pods",
-            "2",
-            "--load",
-            "poisson:8",
-            "--prompt-tokens",
-            "8",
-            "--output-tokens",
-            "10",
-            "--slo",
-            "ttft:p90=1s,itl:p90=2ms",
-        ],
-    );
+    let misses = capacity("misses", "ttft:p90=1s,itl:p90=2ms");
     let stdout = String::from_utf8_lossy(&misses.stdout);
     assert_eq!(
         misses.status.code(),
