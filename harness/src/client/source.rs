@@ -49,23 +49,31 @@ impl Sink for StreamSink {
 
     fn ended(&self, r: TokenRecord) {
         let mut p = locked(&self.0);
-        // An open loop's dropped arrival never counted as arrived.
-        let dropped = r.error.as_deref().is_some_and(|e| e.starts_with("dropped:"));
-        if let Some(b) = p.backlog.as_mut().filter(|_| !dropped) {
+        if let Some(b) = p.backlog.as_mut() {
             *b = b.saturating_sub(1);
         }
-        match (&r.error, r.e2e_s) {
-            (None, Some(e2e)) => p.tally.observe(e2e),
-            (Some(why), _) => {
-                p.tally.errors += 1;
-                p.last_error = Some(why.clone());
-            }
-            (None, None) => {}
-        }
-        let (records, tally) = p.streamed.get_or_insert_with(Default::default);
-        tally.add(&r, &RequestObjectives::default());
-        records.push(r);
+        record_streamed(&mut p, r);
     }
+
+    fn dropped(&self, r: TokenRecord) {
+        record_streamed(&mut locked(&self.0), r);
+    }
+}
+
+/// Keeps an ended streamed request: its end to end observed as the pod's latency (or
+/// its failure counted), its token metrics tallied, the record kept.
+fn record_streamed(p: &mut PodLoad, r: TokenRecord) {
+    match (&r.error, r.e2e_s) {
+        (None, Some(e2e)) => p.tally.observe(e2e),
+        (Some(why), _) => {
+            p.tally.errors += 1;
+            p.last_error = Some(why.clone());
+        }
+        (None, None) => {}
+    }
+    let (records, tally) = p.streamed.get_or_insert_with(Default::default);
+    tally.add(&r, &RequestObjectives::default());
+    records.push(r);
 }
 
 /// What every request is.

@@ -126,9 +126,13 @@ pub const MAX_STREAMS_IN_FLIGHT: usize = 256;
 pub trait Sink: Send + Sync + 'static {
     /// A request arrived and was sent (an open loop's backlog grows by one).
     fn arrived(&self) {}
-    /// A request ended: its record (a dropped arrival's too, without a call to
-    /// `arrived`).
+    /// A request that was sent ended: its record.
     fn ended(&self, r: TokenRecord);
+    /// An arrival was dropped unsent (too many in flight): its failed record. It never
+    /// `arrived`.
+    fn dropped(&self, r: TokenRecord) {
+        self.ended(r);
+    }
 }
 
 /// The records of one pod's streamed load, in the order they ended.
@@ -212,7 +216,7 @@ pub async fn open_loop<S: Sink>(
             let mut r = t.finish();
             r.prompt_len = body.as_ref().map(|b| u64::from(b.prompt_len));
             r.max_tokens = body.as_ref().map(|b| u64::from(b.max_tokens));
-            sink.ended(r);
+            sink.dropped(r);
             continue;
         }
         sink.arrived();

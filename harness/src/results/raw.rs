@@ -254,17 +254,22 @@ impl RawPod {
     }
 }
 
-/// The raw cells as JSON lines (pure).
-pub fn raw_jsonl(cells: &[RawCell]) -> Vec<u8> {
+/// Records as JSON lines (pure).
+pub fn to_jsonl<T: Serialize>(records: &[T]) -> Vec<u8> {
     let mut out = Vec::new();
-    for c in cells {
-        // A struct of numbers, strings and enums always serializes.
-        if let Ok(line) = serde_json::to_vec(c) {
+    for r in records {
+        // Structs of numbers, strings and enums always serialize.
+        if let Ok(line) = serde_json::to_vec(r) {
             out.extend(line);
             out.push(b'\n');
         }
     }
     out
+}
+
+/// The raw cells as JSON lines (pure).
+pub fn raw_jsonl(cells: &[RawCell]) -> Vec<u8> {
+    to_jsonl(cells)
 }
 
 /// Reads a run's `bucket-layouts.json` (missing: none yet).
@@ -287,13 +292,18 @@ pub fn read_layouts(dir: &Path) -> Result<Layouts> {
 /// one that measured nothing yet: none). A line that does not parse is an error
 /// naming the file and line.
 pub fn read_raw(dir: &Path) -> Result<Vec<RawCell>> {
-    let path = dir.join(RAW_FILE);
-    let text = match std::fs::read_to_string(&path) {
+    read_jsonl(&dir.join(RAW_FILE))
+}
+
+/// Reads a JSON-lines file of records (missing: none); blank lines are skipped, and a
+/// line that does not parse is an error naming the file and line.
+pub fn read_jsonl<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
+    let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => {
             return Err(BenchError::RunDir {
-                path,
+                path: path.to_path_buf(),
                 reason: e.to_string(),
             });
         }
@@ -302,8 +312,8 @@ pub fn read_raw(dir: &Path) -> Result<Vec<RawCell>> {
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, l)| {
-            serde_json::from_str::<RawCell>(l).map_err(|e| BenchError::RunDir {
-                path: path.clone(),
+            serde_json::from_str::<T>(l).map_err(|e| BenchError::RunDir {
+                path: path.to_path_buf(),
                 reason: format!("line {}: {e}", i + 1),
             })
         })

@@ -15,7 +15,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::{Arm, MpsMemory, MpsThreads, Strategy, TimeSliceInterval};
-use crate::error::{BenchError, Result};
+use crate::error::Result;
 use crate::metrics::requests::TokenRecord;
 
 /// The file beside windows.jsonl.
@@ -76,42 +76,14 @@ impl RequestLine {
 
 /// The lines as JSON lines (pure).
 pub fn requests_jsonl(lines: &[RequestLine]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for l in lines {
-        // Numbers, strings and enums: always serializes.
-        if let Ok(line) = serde_json::to_vec(l) {
-            out.extend(line);
-            out.push(b'\n');
-        }
-    }
-    out
+    crate::results::raw::to_jsonl(lines)
 }
 
 /// Reads a run's `requests.jsonl` (missing: a run whose answers were not streamed, or
 /// that measured nothing yet: none). A line that does not parse is an error naming the
 /// file and line.
 pub fn read_requests(dir: &Path) -> Result<Vec<RequestLine>> {
-    let path = dir.join(REQUESTS_FILE);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => {
-            return Err(BenchError::RunDir {
-                path,
-                reason: e.to_string(),
-            });
-        }
-    };
-    text.lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, l)| {
-            serde_json::from_str::<RequestLine>(l).map_err(|e| BenchError::RunDir {
-                path: path.clone(),
-                reason: format!("line {}: {e}", i + 1),
-            })
-        })
-        .collect()
+    crate::results::raw::read_jsonl(&dir.join(REQUESTS_FILE))
 }
 
 #[cfg(test)]
