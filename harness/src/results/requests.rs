@@ -76,14 +76,14 @@ impl RequestLine {
 
 /// The lines as JSON lines (pure).
 pub fn requests_jsonl(lines: &[RequestLine]) -> Vec<u8> {
-    crate::results::raw::to_jsonl(lines)
+    crate::results::jsonl::to_jsonl(lines)
 }
 
 /// Reads a run's `requests.jsonl` (missing: a run whose answers were not streamed, or
 /// that measured nothing yet: none). A line that does not parse is an error naming the
 /// file and line.
 pub fn read_requests(dir: &Path) -> Result<Vec<RequestLine>> {
-    crate::results::raw::read_jsonl(&dir.join(REQUESTS_FILE))
+    crate::results::jsonl::read_jsonl(&dir.join(REQUESTS_FILE))
 }
 
 #[cfg(test)]
