@@ -151,11 +151,13 @@ pub struct ServeArgs {
 /// Options of the decoder's server.
 #[derive(Debug, Clone, Args)]
 pub struct LlmArgs {
-    /// The decoder's shape: llm (1.1 B parameters, Llama 3.2 1B's body) or tiny.
-    #[arg(long, default_value = "tiny")]
+    /// The decoder's shape: llm (1.1 B parameters, Llama 3.2 1B's body) or tiny (for
+    /// the CPU and tests).
+    #[arg(long, default_value = "llm")]
     pub shape: String,
-    /// cpu (the GPU kernels are not built yet).
-    #[arg(long, default_value = "cpu", value_parser = clap::value_parser!(DeviceArg))]
+    /// cuda (our kernels, on GPU 0 of CUDA_VISIBLE_DEVICES) or cpu (the f32 reference
+    /// the kernels are tested against; labelled a CPU run wherever its numbers appear).
+    #[arg(long, default_value = "cuda", value_parser = clap::value_parser!(DeviceArg))]
     pub device: DeviceArg,
     /// Address to serve on.
     #[arg(long, default_value = "127.0.0.1:9400")]
@@ -166,6 +168,10 @@ pub struct LlmArgs {
     /// Requests of 16 tokens run before /healthz answers 200.
     #[arg(long, default_value_t = 2)]
     pub warmup: usize,
+    /// Runs each decode step's kernels one by one instead of replaying them as one CUDA
+    /// graph (GPU only; to measure what the graph saves).
+    #[arg(long)]
+    pub no_graph: bool,
 }
 
 /// Bench options.

@@ -566,3 +566,98 @@ fn the_device_uuid_is_the_one_nvidia_smi_names() {
         assert_eq!(uuid, v);
     }
 }
+
+/// A decoder's GPU kernels against the CPU reference on the same (bf16-rounded) weights,
+/// teacher-forced: the prompt's prefill, then `steps` decode steps of the reference's
+/// greedy tokens, comparing the logits after each (tolerance as a whole forward pass in
+/// bf16: activations are rounded to bf16 between products, the KV cache is bf16).
+fn compare_decoder(
+    name: &str,
+    config: gpushare_workload::decoder::DecoderConfig,
+    prompt_len: usize,
+    steps: usize,
+    graphs: bool,
+) -> Vec<Vec<f32>> {
+    use gpushare_workload::cuda::decoder::CudaDecoder;
+    use gpushare_workload::decoder::DecoderWeights;
+    use gpushare_workload::decoder::cpu::{CpuDecoder, argmax};
+    let weights = DecoderWeights::seeded(config, 11).map(|v| half::bf16::from_f32(v).to_f32());
+    let mut cpu = CpuDecoder::new(weights.clone());
+    let mut gpu = CudaDecoder::new(CudaRuntime::new(0).expect("a GPU"), &weights, graphs).expect("decoder on the GPU");
+    let prompt: Vec<u32> = (0..prompt_len)
+        .map(|i| ((i * 7919 + 13) % config.vocab) as u32)
+        .collect();
+    let mut want = cpu.forward(&prompt).expect("cpu prefill");
+    let got = gpu.forward(&prompt).expect("gpu prefill");
+    check(&format!("{name}: prefill of {prompt_len}"), &got, &want, 3e-2);
+    let mut all = vec![got];
+    for step in 0..steps {
+        let token = argmax(&want);
+        want = cpu.forward(&[token]).expect("cpu step");
+        let got = gpu.forward(&[token]).expect("gpu step");
+        check(
+            &format!("{name}: decode step {} (graph {graphs})", step + 1),
+            &got,
+            &want,
+            3e-2,
+        );
+        all.push(got);
+    }
+    assert_eq!(gpu.cached(), prompt_len + steps);
+    all
+}
+
+#[test]
+#[ignore = "needs GPU"]
+fn the_tiny_decoder_matches_the_cpu_reference() {
+    use gpushare_workload::decoder::DecoderConfig;
+    compare_decoder("decoder tiny", DecoderConfig::tiny(), 5, 8, true);
+}
+
+#[test]
+#[ignore = "needs GPU"]
+fn a_prompt_longer_than_a_chunk_and_graph_or_not_give_the_same_logits() {
+    use gpushare_workload::decoder::DecoderConfig;
+    // Head width 64 and rows of 2,048 (the llm shape's), a prompt of two prefill chunks
+    // (256 + 44 positions, the second padded to 64 rows).
+    let mid = DecoderConfig {
+        vocab: 1000,
+        hidden: 512,
+        layers: 2,
+        heads: 8,
+        kv_heads: 2,
+        ffn: 2048,
+        rope_theta: 500_000.0,
+        eps: 1e-5,
+        max_len: 400,
+    };
+    let graphed = compare_decoder("decoder mid", mid, 300, 4, true);
+    let eager = compare_decoder("decoder mid", mid, 300, 4, false);
+    assert_eq!(
+        graphed, eager,
+        "a replayed graph computes what its kernels do one by one"
+    );
+}
+
+#[test]
+#[ignore = "needs GPU"]
+fn the_llm_decoder_matches_the_cpu_reference_and_its_step_is_timed() {
+    use gpushare_workload::cuda::decoder::CudaDecoder;
+    use gpushare_workload::decoder::{DecoderConfig, DecoderWeights};
+    let c = DecoderConfig::llm();
+    compare_decoder("decoder llm", c, 6, 2, true);
+    // The decode step on the GPU alone at 128 positions, against reading every weight once.
+    let weights = DecoderWeights::seeded(c, 11);
+    let mut gpu = CudaDecoder::new(CudaRuntime::new(0).expect("a GPU"), &weights, true).expect("decoder");
+    let name = gpu.runtime().gpu().info().name.clone();
+    let prompt: Vec<u32> = (1..=128).collect();
+    let first = gpu.generate(&prompt, 1, |_| true).expect("prefill");
+    assert_eq!(first.len(), 1);
+    let ms = gpu.time_step_ms(200).expect("timing");
+    let bytes = (c.parameters() * 2) as f64;
+    println!(
+        "decoder llm on {name}: decode step {ms:.3} ms at 128-328 positions (fastest of 200), {:.0} GB/s of weights read",
+        bytes / (ms as f64 * 1e-3) / 1e9
+    );
+    assert!(ms > 0.0);
+}

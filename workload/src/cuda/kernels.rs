@@ -28,11 +28,13 @@ pub enum Family {
     Norm,
     /// `attention.cu`: fused attention.
     Attention,
+    /// `decoder.cu`: the language-model decoder's kernels.
+    Decoder,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 3] = [Family::Elementwise, Family::Norm, Family::Attention];
+    pub const ALL: [Family; 4] = [Family::Elementwise, Family::Norm, Family::Attention, Family::Decoder];
 
     /// The source file's name.
     pub fn file(self) -> &'static str {
@@ -40,6 +42,7 @@ impl Family {
             Family::Elementwise => "elementwise.cu",
             Family::Norm => "norm.cu",
             Family::Attention => "attention.cu",
+            Family::Decoder => "decoder.cu",
         }
     }
 
@@ -49,6 +52,7 @@ impl Family {
             Family::Elementwise => include_str!("kernels/elementwise.cu"),
             Family::Norm => include_str!("kernels/norm.cu"),
             Family::Attention => include_str!("kernels/attention.cu"),
+            Family::Decoder => include_str!("kernels/decoder.cu"),
         };
         format!("{PRELUDE}\n{body}")
     }
@@ -124,6 +128,56 @@ pub enum Kernel {
     AttentionWgmmaTf32,
     /// A write through an invalid address (`--inject-fault-after`).
     InjectFault,
+    /// One of the decoder's kernels.
+    Decoder(DecoderKernel),
+}
+
+/// The decoder's kernels (`decoder.cu`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DecoderKernel {
+    /// Token embeddings of a row of token ids.
+    Embed,
+    /// RMSNorm of rows, to bf16.
+    RmsNorm,
+    /// One token's matrix-vector product, RMSNorm and residual add or SwiGLU fused.
+    Gemv,
+    /// Rotary embeddings and the KV cache's write.
+    RopeCache,
+    /// Causal grouped-query attention against the KV cache.
+    Attention,
+    /// A bf16 residual added to the f32 stream.
+    Add,
+    /// SwiGLU of interleaved gate/up rows.
+    Swiglu,
+    /// Greedy sampling into the decoder's state.
+    Argmax,
+}
+
+impl DecoderKernel {
+    /// Every decoder kernel.
+    pub const ALL: [DecoderKernel; 8] = [
+        DecoderKernel::Embed,
+        DecoderKernel::RmsNorm,
+        DecoderKernel::Gemv,
+        DecoderKernel::RopeCache,
+        DecoderKernel::Attention,
+        DecoderKernel::Add,
+        DecoderKernel::Swiglu,
+        DecoderKernel::Argmax,
+    ];
+
+    fn entry(self) -> &'static str {
+        match self {
+            DecoderKernel::Embed => "dec_embed",
+            DecoderKernel::RmsNorm => "dec_rms_norm",
+            DecoderKernel::Gemv => "dec_gemv",
+            DecoderKernel::RopeCache => "dec_rope_cache",
+            DecoderKernel::Attention => "dec_attention",
+            DecoderKernel::Add => "dec_add",
+            DecoderKernel::Swiglu => "dec_swiglu",
+            DecoderKernel::Argmax => "dec_argmax",
+        }
+    }
 }
 
 impl Kernel {
@@ -131,6 +185,7 @@ impl Kernel {
     pub fn family(self) -> Family {
         match self {
             Kernel::AddLayerNorm(_) => Family::Norm,
+            Kernel::Decoder(_) => Family::Decoder,
             Kernel::Attention(..) | Kernel::AttentionWgmma | Kernel::AttentionWgmmaTf32 => Family::Attention,
             _ => Family::Elementwise,
         }
@@ -158,6 +213,7 @@ impl Kernel {
             }
             Kernel::AttentionWgmma => "attention_wgmma_bf16_d64".into(),
             Kernel::AttentionWgmmaTf32 => "attention_wgmma_tf32_d64".into(),
+            Kernel::Decoder(k) => k.entry().into(),
         }
     }
 
@@ -193,6 +249,7 @@ impl Kernel {
     /// Every entry point the sources define (for the compile test).
     pub fn all() -> Vec<Kernel> {
         let mut all = vec![Kernel::EmbedText, Kernel::MeanPoolNormalize, Kernel::InjectFault];
+        all.extend(DecoderKernel::ALL.map(Kernel::Decoder));
         for d in [Dtype::F32, Dtype::Bf16] {
             all.extend([
                 Kernel::Im2col(d),

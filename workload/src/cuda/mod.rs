@@ -1,6 +1,7 @@
 //! The CUDA backend: cudarc over the driver API, cuBLASLt for matrix products, NVRTC
 //! for our kernels (`kernels/*.cu`).
 
+pub mod decoder;
 pub mod gemm;
 pub mod gpu;
 pub mod kernels;

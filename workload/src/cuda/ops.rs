@@ -159,7 +159,14 @@ impl CudaRuntime {
         }
     }
 
-    fn kernel_step(&mut self, name: &str, kind: StepKind, kernel: Kernel, launch: Launch, args: Args) -> Result<Step> {
+    pub(crate) fn kernel_step(
+        &mut self,
+        name: &str,
+        kind: StepKind,
+        kernel: Kernel,
+        launch: Launch,
+        args: Args,
+    ) -> Result<Step> {
         Ok(Step {
             name: name.to_string(),
             kind,

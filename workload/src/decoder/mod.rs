@@ -156,6 +156,14 @@ impl Matrix {
     pub fn row(&self, r: usize) -> &[f32] {
         &self.data[r * self.cols..(r + 1) * self.cols]
     }
+
+    fn map(&self, f: impl Fn(f32) -> f32) -> Self {
+        Self {
+            rows: self.rows,
+            cols: self.cols,
+            data: self.data.iter().map(|v| f(*v)).collect(),
+        }
+    }
 }
 
 /// One block's weights.
@@ -229,6 +237,33 @@ impl DecoderWeights {
             blocks,
             norm: gains(h, &mut r),
             lm_head: Matrix::random(v, h, scale(h), &mut r),
+        }
+    }
+
+    /// Every weight passed through `f` (e.g. rounded to bf16, as the GPU stores them, so
+    /// that the CPU reference computes with the very weights the GPU reads).
+    pub fn map(&self, f: impl Fn(f32) -> f32 + Copy) -> Self {
+        let gains = |g: &[f32]| g.iter().map(|v| f(*v)).collect();
+        Self {
+            config: self.config,
+            embed: self.embed.map(f),
+            blocks: self
+                .blocks
+                .iter()
+                .map(|b| BlockWeights {
+                    attn_norm: gains(&b.attn_norm),
+                    wq: b.wq.map(f),
+                    wk: b.wk.map(f),
+                    wv: b.wv.map(f),
+                    wo: b.wo.map(f),
+                    mlp_norm: gains(&b.mlp_norm),
+                    gate: b.gate.map(f),
+                    up: b.up.map(f),
+                    down: b.down.map(f),
+                })
+                .collect(),
+            norm: gains(&self.norm),
+            lm_head: self.lm_head.map(f),
         }
     }
 }

@@ -304,10 +304,12 @@ pub fn run(args: &crate::cli::LlmArgs) -> crate::error::Result<()> {
     use crate::error::WorkloadError;
     let config = shape(&args.shape)
         .ok_or_else(|| WorkloadError::BadArgument(format!("unknown --shape `{}`: expected llm or tiny", args.shape)))?;
-    if args.device.0 != crate::config::Device::Cpu {
-        return Err(WorkloadError::BadArgument(
-            "the decoder runs on the CPU for now (--device cpu): its GPU kernels are not built yet".into(),
-        ));
+    let on_gpu = args.device.0 != crate::config::Device::Cpu;
+    if on_gpu && let Some(p) = crate::cuda::decoder::gpu_problem(&config) {
+        return Err(WorkloadError::BadArgument(format!(
+            "--shape {} cannot run on the GPU: {p}",
+            args.shape
+        )));
     }
     let listener = crate::server::bind(&args.listen)?;
     let ready = Arc::new(AtomicBool::new(false));
@@ -337,26 +339,66 @@ pub fn run(args: &crate::cli::LlmArgs) -> crate::error::Result<()> {
         });
     }
     tracing::info!(shape = %args.shape, parameters = config.parameters(), listen = %args.listen, "building the decoder");
-    let mut decoder = super::cpu::CpuDecoder::new(super::DecoderWeights::seeded(config, args.seed));
+    let weights = super::DecoderWeights::seeded(config, args.seed);
+    let mut engine = if on_gpu {
+        let rt = crate::cuda::CudaRuntime::new(0)?;
+        tracing::info!(gpu = %rt.gpu().info().name, "uploading the weights");
+        Engine::Gpu(Box::new(crate::cuda::decoder::CudaDecoder::new(
+            rt,
+            &weights,
+            !args.no_graph,
+        )?))
+    } else {
+        Engine::Cpu(Box::new(super::cpu::CpuDecoder::new(weights)))
+    };
     let warm: Vec<u32> = (1..=16).collect();
     for _ in 0..args.warmup {
-        decoder
-            .generate(&warm, 16, |_| true)
-            .map_err(WorkloadError::BadArgument)?;
+        engine.generate(&warm, 16, &mut |_| true)?;
     }
     ready.store(true, Ordering::SeqCst);
-    tracing::info!(shape = %args.shape, "ready");
-    while !stop.load(Ordering::SeqCst) {
+    tracing::info!(shape = %args.shape, device = if on_gpu { "cuda" } else { "cpu" }, "ready");
+    // A request the decoder cannot run is answered with its reason; any other failure
+    // (the GPU's) ends the server with it.
+    let mut fatal = None;
+    while !stop.load(Ordering::SeqCst) && fatal.is_none() {
         match jobs.recv_timeout(std::time::Duration::from_millis(200)) {
-            Ok(job) => run_job(job, |prompt, n, each| {
-                decoder.generate(prompt, n, each).map(|t| t.len())
+            Ok(job) => run_job(job, |prompt, n, each| match engine.generate(prompt, n, each) {
+                Ok(t) => Ok(t.len()),
+                Err(WorkloadError::BadArgument(why)) => Err(why),
+                Err(e) => {
+                    let why = e.to_string();
+                    fatal = Some(e);
+                    Err(why)
+                }
             }),
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
         }
     }
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
-    Ok(())
+    fatal.map_or(Ok(()), Err)
+}
+
+/// The decoder a server runs: the CPU reference or the GPU kernels.
+enum Engine {
+    Cpu(Box<super::cpu::CpuDecoder>),
+    Gpu(Box<crate::cuda::decoder::CudaDecoder>),
+}
+
+impl Engine {
+    fn generate(
+        &mut self,
+        prompt: &[u32],
+        n: usize,
+        each: &mut dyn FnMut(u32) -> bool,
+    ) -> crate::error::Result<Vec<u32>> {
+        match self {
+            Engine::Cpu(d) => d
+                .generate(prompt, n, each)
+                .map_err(crate::error::WorkloadError::BadArgument),
+            Engine::Gpu(d) => d.generate(prompt, n, each),
+        }
+    }
 }
 
 #[cfg(test)]
