@@ -68,19 +68,48 @@ bench-pytorch: ## (GPU machine with PyTorch) the default sweep of the PyTorch ex
 	PYTHONPATH=$(DEPS)/py$${PYTHONPATH:+:$$PYTHONPATH} $(BENCH_BIN) sweep $(if $(RESUME),--resume $(RESUME),$(if $(RUN_ID),--run-id $(RUN_ID))) \
 	  --workload-cmd '$(PYTHON) $(PYTORCH_SERVER) --port {port} --precision $(PYTORCH_PRECISION) --mode $(PYTORCH_MODE)' $(PYTORCH_FLAGS)
 
-# bench-llm: the PyTorch example's language-model server, searched with streamed requests.
+# bench-llm: a language-model server's capacity, searched with streamed requests:
+# LLM_SERVER=gpushare (our decoder, gpushare-workload llm), pytorch (the PyTorch example,
+# eager) or pytorch-compiled (its static cache and CUDA-graphed decode step).
+LLM_SERVER ?= gpushare
 LLM_STRATEGIES ?= time-slicing,mps
 LLM_LOAD ?= poisson:2.4
 LLM_SLO ?= ttft:p90=1s,itl:p90=25ms
 LLM_FLAGS ?= --prompt-tokens 128 --output-tokens 16 --max-pods 8 --warmup 5s --window 3s --max-cell 40s
+LLM_PYTORCH := $(PYTHON) workload/examples/pytorch/llm_server.py --port {port}
+LLM_CMD_gpushare = $(abspath $(WORKLOAD_BIN)) llm --device cuda --listen 127.0.0.1:{port}
+LLM_CMD_pytorch = $(LLM_PYTORCH)
+LLM_CMD_pytorch-compiled = $(LLM_PYTORCH) --runner compiled --max-len 512
+LLM_CMD = $(or $(LLM_CMD_$(LLM_SERVER)),$(error LLM_SERVER=$(LLM_SERVER): use gpushare, pytorch or pytorch-compiled))
 
 .PHONY: bench-llm
-bench-llm: ## (GPU machine with PyTorch) capacity of the PyTorch example's LLM server (workload/examples/pytorch/llm_server.py) at TTFT/ITL objectives (LLM_LOAD, LLM_SLO, LLM_FLAGS; RESUME=<run-id> continues one), streamed requests, and its report
+bench-llm: ## (GPU machine) capacity of a language-model server (LLM_SERVER=gpushare|pytorch|pytorch-compiled) at TTFT/ITL objectives (LLM_LOAD, LLM_SLO, LLM_FLAGS; RESUME=<run-id> continues one), streamed requests
 	@if [ ! -x $(BUNDLE)/gpushare-bench ] && [ ! -x target/release/gpushare-bench ]; then $(MAKE) --no-print-directory build; fi
-	$(BENCH_BIN) capacity --workload-cmd '$(PYTHON) workload/examples/pytorch/llm_server.py --port {port}' \
+	$(GPU_ENV) $(BENCH_BIN) capacity --workload-cmd '$(LLM_CMD)' \
 	  $(if $(RESUME),--resume $(RESUME),$(if $(RUN_ID),--run-id $(RUN_ID)) --ready-timeout 240s \
 	  --request 'http://127.0.0.1:{port}/v1/completions' --stream completions \
 	  --strategies $(LLM_STRATEGIES) --load $(LLM_LOAD) --slo $(LLM_SLO) $(LLM_FLAGS))
+
+# bench-llm-itl: time to first token and inter-token latency of one server alone, closed
+# loop, for each of LLM_ITL_SERVERS in turn on the same GPU (run ids $(LLM_ITL_ID)-<server>).
+LLM_ITL_SERVERS ?= gpushare pytorch-compiled
+LLM_ITL_ID ?= llm-itl-$(shell date -u +%Y%m%dT%H%M%SZ)
+LLM_ITL_FLAGS ?= --prompt-tokens 128 --output-tokens 128 --warmup 3s --window 2s --max-cell 8s
+
+.PHONY: bench-llm-itl
+bench-llm-itl: ## (GPU machine) TTFT and ITL of our decoder and PyTorch's fastest runner, one pod alone each, 128-token prompts and answers (their summary rows)
+	@if [ ! -x $(BUNDLE)/gpushare-bench ] && [ ! -x target/release/gpushare-bench ]; then $(MAKE) --no-print-directory build; fi
+	@for s in $(LLM_ITL_SERVERS); do \
+	  $(MAKE) --no-print-directory LLM_SERVER=$$s llm-itl-one RUN_ID=$(LLM_ITL_ID)-$$s || exit 1; \
+	  sleep 3; \
+	done
+	@for s in $(LLM_ITL_SERVERS); do $(BENCH_BIN) export --format summary runs/$(LLM_ITL_ID)-$$s; done
+
+.PHONY: llm-itl-one
+llm-itl-one:
+	$(GPU_ENV) $(BENCH_BIN) sweep --workload-cmd '$(LLM_CMD)' --run-id $(RUN_ID) --ready-timeout 240s \
+	  --request 'http://127.0.0.1:{port}/v1/completions' --stream completions \
+	  --strategies exclusive --pods 1 $(LLM_ITL_FLAGS)
 
 # compare-check: does `compare` cry wolf on this machine, and does it see a slowdown?
 COMPARE_CHECK_OUT ?= runs/compare-check-$(shell date -u +%Y%m%dT%H%M%SZ)
@@ -215,7 +244,7 @@ fault-check: ## (GPU machine) an injected GPU fault beside a serving neighbour: 
 	$(GPU_ENV) workload/fault-check.sh $(WORKLOAD_BIN)
 
 .PHONY: test-gpu
-test-gpu: ## (GPU machine) every kernel and forward pass against the CPU reference
+test-gpu: ## (GPU machine) every kernel, forward pass and the decoder against the CPU reference
 	@if [ ! -x $(BUNDLE)/workload-gpu-tests ]; then $(MAKE) gpu-bundle; fi
 	$(GPU_ENV) GPUSHARE_MINILM_DIR=$(BUNDLE)/minilm-bf16 $(BUNDLE)/workload-gpu-tests --ignored --test-threads=1 --nocapture
 

@@ -7,10 +7,18 @@ Shapes (--shape):
         attention), SwiGLU MLP 8192, vocabulary 32,000, untied output: 1.1 B parameters,
         2.2 GB in bf16 (Llama 3.2 1B's body with Llama 2's vocabulary)
   tiny  hidden 64, 2 layers, 4 and 2 heads, MLP 128, vocabulary 32,000: for a CPU
+
+Runners (--runner):
+  eager     a DynamicCache and one eager forward per token: what a plain service runs,
+            bound by the host launching each of its kernels
+  compiled  PyTorch's fastest at batch 1: a StaticCache of --max-len positions and the
+            decode step under torch.compile(mode="reduce-overhead", fullgraph=True),
+            replayed as a CUDA graph; the prompt's prefill runs eagerly (its length
+            varies); compiling takes a while on the first requests (warm-up)
 """
 
 import torch
-from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, StaticCache
 
 PRECISIONS = ("fp32", "bf16")
 SHAPES = {
@@ -58,3 +66,54 @@ def generate(model, prompt_ids, max_tokens: int, device: str):
             out = model(input_ids=token.view(1, 1), past_key_values=cache, use_cache=True)
             token = out.logits[0, -1].argmax()
             yield int(token.item())
+
+
+class CompiledGenerator:
+    """Greedy generation with a static KV cache and the decode step compiled and replayed
+    as a CUDA graph (the transformers/gpt-fast recipe)."""
+
+    def __init__(self, model, max_len: int, device: str):
+        self.model, self.device, self.max_len = model, device, max_len
+        try:
+            self.cache = StaticCache(config=model.config, max_cache_len=max_len)
+        except TypeError:  # transformers before 4.56 wants the batch, device and dtype
+            self.cache = StaticCache(
+                config=model.config,
+                max_batch_size=1,
+                max_cache_len=max_len,
+                device=device,
+                dtype=next(model.parameters()).dtype,
+            )
+        self.step = torch.compile(self._step, mode="reduce-overhead", fullgraph=True)
+
+    def _step(self, token, pos):
+        out = self.model(
+            input_ids=token,
+            position_ids=pos.view(1, 1),
+            cache_position=pos,
+            past_key_values=self.cache,
+            use_cache=True,
+        )
+        return out.logits[0, -1].argmax().view(1, 1)
+
+    def __call__(self, prompt_ids, max_tokens: int):
+        if len(prompt_ids) + max_tokens > self.max_len:
+            raise ValueError(f"{len(prompt_ids)} prompt tokens and {max_tokens} to generate exceed --max-len {self.max_len}")
+        with torch.inference_mode():
+            self.cache.reset()
+            n = len(prompt_ids)
+            ids = torch.tensor([prompt_ids], device=self.device)
+            out = self.model(
+                input_ids=ids,
+                cache_position=torch.arange(n, device=self.device),
+                past_key_values=self.cache,
+                use_cache=True,
+            )
+            token = out.logits[0, -1].argmax().view(1, 1)
+            yield int(token.item())
+            pos = torch.tensor([n], device=self.device)
+            for _ in range(max_tokens - 1):
+                torch.compiler.cudagraph_mark_step_begin()
+                token = self.step(token, pos).clone()
+                pos += 1
+                yield int(token.item())

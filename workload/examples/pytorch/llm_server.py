@@ -198,17 +198,27 @@ def main() -> int:
     p.add_argument("--device", default="cuda", help="torch device (default cuda)")
     p.add_argument("--max-len", type=int, default=4096, help="the longest prompt plus answer, tokens (default 4096)")
     p.add_argument("--warmup", type=int, default=3, help="requests of 16 tokens run before /healthz answers 200 (default 3)")
+    p.add_argument(
+        "--runner",
+        default="eager",
+        choices=["eager", "compiled"],
+        help="eager (DynamicCache) or compiled (StaticCache, torch.compile reduce-overhead): llm_model.py",
+    )
     a = p.parse_args()
 
     # Imported here so --help works without torch.
     import torch
 
-    from llm_model import build, generate
+    from llm_model import CompiledGenerator, build, generate
 
     pod = os.environ.get("POD") or socket.gethostname()
     model, config = build(a.shape, a.precision, a.device, a.max_len)
     name = torch.cuda.get_device_name() if a.device.startswith("cuda") else a.device
-    server = Server(lambda prompt, n: generate(model, prompt, n, a.device))
+    if a.runner == "compiled":
+        gen = CompiledGenerator(model, a.max_len, a.device)
+    else:
+        gen = lambda prompt, n: generate(model, prompt, n, a.device)  # noqa: E731
+    server = Server(gen)
     httpd = Listener((a.host, a.port), handler_for(server, a.max_len, config.vocab_size))
     threading.Thread(target=httpd.serve_forever, name="http", daemon=True).start()
     stop = threading.Event()
@@ -217,12 +227,12 @@ def main() -> int:
 
     start = time.perf_counter()
     for _ in range(a.warmup):
-        for _token in generate(model, list(range(100, 116)), 16, a.device):
+        for _token in gen(list(range(100, 116)), 16):
             pass
     server.is_ready.set()
     params = sum(t.numel() for t in model.parameters())
     print(
-        f"{pod}: Llama-style decoder {a.shape} ({params / 1e9:.2f} B parameters) {a.precision} on {name}, "
+        f"{pod}: Llama-style decoder {a.shape} ({params / 1e9:.2f} B parameters) {a.precision} {a.runner} on {name}, "
         f"torch {torch.__version__}, warm in {time.perf_counter() - start:.1f} s, listening on {a.host}:{a.port}",
         flush=True,
     )

@@ -661,3 +661,31 @@ impl CudaDecoder {
         Ok(ms)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_shapes_run_on_the_gpu_and_a_shape_that_cannot_is_named() {
+        assert_eq!(gpu_problem(&DecoderConfig::llm()), None);
+        assert_eq!(gpu_problem(&DecoderConfig::tiny()), None);
+        // The llm shape's attention: 64 + 32 + 4096 + 1024 floats, within 48 KiB.
+        assert_eq!(attention_smem(&DecoderConfig::llm()), 20_864);
+        let with = |f: fn(&mut DecoderConfig)| {
+            let mut c = DecoderConfig::llm();
+            f(&mut c);
+            gpu_problem(&c)
+        };
+        assert!(with(|c| c.heads = 8).is_some_and(|p| p.contains("head width 256")));
+        assert!(with(|c| c.ffn = 8196).is_some_and(|p| p.contains("multiples of 8")));
+        assert!(with(|c| c.ffn = 16_384).is_some_and(|p| p.contains("shared memory")));
+        assert!(with(|c| c.max_len = 16_384).is_some_and(|p| p.contains("max_len 16384")));
+        assert!(with(|c| c.kv_heads = 3).is_some_and(|p| p.contains("kv_heads")));
+    }
+
+    #[test]
+    fn a_chunk_is_padded_to_the_next_multiple_of_32_rows() {
+        assert_eq!([1, 31, 32, 33, 128, 256].map(padded_rows), [32, 32, 32, 64, 128, 256]);
+    }
+}
