@@ -331,6 +331,124 @@ fn streamed_settings_without_a_stream_are_refused_with_one_line() {
 }
 
 #[test]
+fn the_servers_own_histograms_are_read_beside_the_clients_view() {
+    let out = tempfile::tempdir().expect("tempdir");
+    let server_flags = [
+        "--pods",
+        "1",
+        "--output-tokens",
+        "8",
+        "--server-ttft-metric",
+        "vllm:time_to_first_token_seconds",
+        "--server-itl-metric",
+        "vllm:inter_token_latency_seconds",
+    ];
+    let o = run("sweep", out.path(), "server", "completions", &server_flags);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let dir = out.path().join("server");
+    let cells = read_cells(&dir.join("cells.jsonl")).expect("cells");
+    for row in &cells {
+        // One pod alone, closed loop: the server's first token 30 ms after it takes a
+        // request up, in vLLM's bucket from 20 to 40 ms; its 5 ms gaps in the first
+        // bucket, up to 10 ms.
+        let p50 = row.server_ttft_p50_s.expect("server ttft");
+        assert!((0.02..=0.04).contains(&p50), "{}: {p50}", row.pod);
+        assert!(row.server_itl_p50_s.expect("server itl") <= 0.01, "{row:?}");
+        // The server counts the requests whose first token it sent between the two
+        // reads; the client those that ended: they differ by the one in flight at most.
+        let (server, client) = (row.server_ttft_count.expect("count"), row.inferences.expect("requests"));
+        assert!(server.abs_diff(client) <= 1, "{}: {server} vs {client}", row.pod);
+        let gaps = row.server_itl_count.expect("gaps");
+        assert!(
+            gaps.abs_diff(server * 7) <= 7,
+            "{}: {gaps} gaps of {server} requests",
+            row.pod
+        );
+    }
+    let v = Command::new(BENCH).arg("verify").arg(&dir).output().expect("verify");
+    assert_eq!(v.status.code(), Some(0), "{}", String::from_utf8_lossy(&v.stderr));
+    let reports = common::report(BENCH, &dir, &out.path().join("reports"));
+    let md = std::fs::read_to_string(reports.join("summary.md")).expect("summary.md");
+    assert!(
+        md.contains("## Time to first token, p50, the server's own histogram"),
+        "{md}"
+    );
+
+    for (flags, says) in [
+        (
+            vec!["--server-ttft-metric", "vllm:time_to_first_token_seconds"],
+            "--server-ttft-metric",
+        ),
+        (
+            vec!["--stream", "completions", "--server-itl-metric", "vllm itl"],
+            "a Prometheus metric name",
+        ),
+    ] {
+        let o = Command::new(BENCH)
+            .args(["sweep", "--device", "cpu", "--workload-cmd", &server(), "--request"])
+            .arg("http://127.0.0.1:{port}/v1/completions")
+            .args(&flags)
+            .arg("--out")
+            .arg(out.path())
+            .output()
+            .expect("sweep");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{flags:?}: {err}");
+        assert!(err.contains(says), "{flags:?}: {err}");
+    }
+}
+
+#[test]
+fn lengths_from_a_trace_file_are_sent_and_kept() {
+    let out = tempfile::tempdir().expect("tempdir");
+    let trace = out.path().join("trace.txt");
+    std::fs::write(&trace, "# prompt output\n24 4\n40,2\n").expect("trace");
+    let trace = trace.display().to_string();
+    let o = run(
+        "sweep",
+        out.path(),
+        "trace",
+        "completions",
+        &["--pods", "1", "--lengths", &trace],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let dir = out.path().join("trace");
+    let mut seen = std::collections::BTreeSet::new();
+    for r in read_requests(&dir).expect("requests") {
+        let pair = (r.request.prompt_tokens.expect("usage"), r.request.output_tokens);
+        assert!([(24, 4), (40, 2)].contains(&pair), "{pair:?}");
+        seen.insert(pair);
+    }
+    assert_eq!(seen.len(), 2, "both lines are drawn: {seen:?}");
+    let run_json = std::fs::read_to_string(dir.join("run.json")).expect("run.json");
+    assert!(
+        run_json.contains("\"lengths\": [") && run_json.contains(&trace),
+        "{run_json}"
+    );
+    let v = Command::new(BENCH).arg("verify").arg(&dir).output().expect("verify");
+    assert_eq!(v.status.code(), Some(0), "{}", String::from_utf8_lossy(&v.stderr));
+
+    let bad = out.path().join("bad.txt");
+    std::fs::write(&bad, "24 4\n40\n").expect("bad");
+    for (flags, says) in [
+        (
+            vec!["--lengths".to_string(), bad.display().to_string()],
+            "line 2: `40`: give two token counts".to_string(),
+        ),
+        (
+            vec!["--lengths".into(), trace.clone(), "--prompt-tokens".into(), "8".into()],
+            "drop --prompt-tokens and --output-tokens".into(),
+        ),
+    ] {
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let o = run("sweep", out.path(), "refused", "completions", &flags);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{flags:?}: {err}");
+        assert!(err.contains(&says), "{flags:?}: {err}");
+    }
+}
+
+#[test]
 fn gpushare_workloads_decoder_is_swept_through_its_streaming_api() {
     let out = tempfile::tempdir().expect("tempdir");
     let workload = common::workload_beside(BENCH);

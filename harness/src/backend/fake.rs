@@ -366,6 +366,7 @@ impl MetricsSource for ScriptedMetrics {
                         last_error: None,
                         streamed: None,
                         tokens: None,
+                        server: None,
                     }),
                     _ => Err(BenchError::Scrape {
                         pod: t.pod.clone(),

@@ -56,8 +56,15 @@ impl Bodies {
     /// The next request's body.
     pub fn next_body(&mut self) -> Body {
         let p = &self.plan;
-        let prompt_len = self.rng.between(p.prompt_tokens.low, p.prompt_tokens.high);
-        let max_tokens = self.rng.between(p.output_tokens.low, p.output_tokens.high);
+        let (prompt_len, max_tokens) = if p.lengths.is_empty() {
+            (
+                self.rng.between(p.prompt_tokens.low, p.prompt_tokens.high),
+                self.rng.between(p.output_tokens.low, p.output_tokens.high),
+            )
+        } else {
+            let [prompt, output] = p.lengths[self.rng.between(0, p.lengths.len() as u32 - 1) as usize];
+            (prompt, output)
+        };
         let common = json!({
             "model": p.model,
             "max_tokens": max_tokens,
@@ -97,6 +104,10 @@ mod tests {
             model: "m".into(),
             prompt_tokens: prompt.parse().expect("lengths"),
             output_tokens: output.parse().expect("lengths"),
+            lengths: Vec::new(),
+            lengths_file: None,
+            server_ttft_metric: None,
+            server_itl_metric: None,
         }
     }
 
@@ -138,6 +149,24 @@ mod tests {
         assert_eq!(text.split(' ').count(), 5);
         assert_eq!(v["messages"][0]["role"], "user");
         assert!(v.get("prompt").is_none());
+    }
+
+    #[test]
+    fn lengths_from_a_trace_are_drawn_pair_by_pair() {
+        let mut p = plan(Api::Completions, "1-512", "1-64");
+        p.lengths = vec![[512, 64], [8, 1], [100, 20]];
+        let mut bodies = Bodies::new(p, 3);
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..300 {
+            let b = parsed(&bodies.next_body());
+            let pair = [
+                b["prompt"].as_array().expect("ids").len() as u32,
+                b["max_tokens"].as_u64().expect("max_tokens") as u32,
+            ];
+            assert!([[512, 64], [8, 1], [100, 20]].contains(&pair), "{pair:?}");
+            seen.insert(pair);
+        }
+        assert_eq!(seen.len(), 3, "every pair is drawn");
     }
 
     #[test]

@@ -23,7 +23,7 @@ use crate::config::values::Load;
 use crate::domain::Source;
 use crate::error::{BenchError, Result};
 use crate::metrics::requests::{TokenHistograms, TokenRecord};
-use crate::metrics::{MetricsSource, PodSnapshot, Target};
+use crate::metrics::{MetricsSource, PodSnapshot, ServerHistograms, Target};
 use crate::shutdown::Shutdown;
 
 type PostClient = Client<HttpConnector, Full<Bytes>>;
@@ -106,6 +106,8 @@ pub struct RequestSource {
     load: Load,
     client: PostClient,
     running: Mutex<Running>,
+    /// Reads the server's own histograms (`--server-ttft-metric`, `--server-itl-metric`).
+    server_metrics: Option<Box<crate::metrics::scrape::ScrapeSource>>,
 }
 
 /// The longest a streamed answer may take before it counts as failed: below the
@@ -145,7 +147,33 @@ impl RequestSource {
                 Client::builder(TokioExecutor::new()).build(connector)
             },
             running: Mutex::new(Running::default()),
+            server_metrics: plan
+                .stream
+                .as_ref()
+                .filter(|s| s.server_ttft_metric.is_some() || s.server_itl_metric.is_some())
+                .map(|_| Box::new(crate::metrics::scrape::ScrapeSource::default())),
         })
+    }
+
+    /// Each target's server histograms, where they are asked for (None otherwise).
+    async fn server_histograms(&self, targets: &[Target]) -> Vec<Option<ServerHistograms>> {
+        let (Some(scraper), Some(stream)) = (&self.server_metrics, &self.plan.stream) else {
+            return vec![None; targets.len()];
+        };
+        let (ttft, itl) = (
+            stream.server_ttft_metric.as_deref(),
+            stream.server_itl_metric.as_deref(),
+        );
+        let reads = targets.iter().map(|t| async move {
+            Some(match scraper.get(&t.url).await {
+                Ok(text) => ServerHistograms::from_text(&text, ttft, itl),
+                Err(why) => ServerHistograms {
+                    problem: Some(format!("its /metrics could not be read: {why}")),
+                    ..ServerHistograms::default()
+                },
+            })
+        });
+        futures_util::future::join_all(reads).await
     }
 
     fn running(&self) -> std::sync::MutexGuard<'_, Running> {
@@ -339,11 +367,15 @@ impl MetricsSource for RequestSource {
     }
 
     async fn snapshot(&self, targets: &[Target]) -> Result<Vec<(String, Result<PodSnapshot>)>> {
+        // The server's counters are read first, within milliseconds of the client's: a
+        // cell compares the two over the same seconds.
+        let mut servers = self.server_histograms(targets).await.into_iter();
         let at = Instant::now();
         let running = self.running();
         Ok(targets
             .iter()
             .map(|t| {
+                let server = servers.next().flatten();
                 let snap = match running.pods.get(&t.pod) {
                     Some(p) => {
                         let p = locked(p);
@@ -361,6 +393,7 @@ impl MetricsSource for RequestSource {
                                 itl: t.itl.histogram(),
                                 tpot: t.tpot.histogram(),
                             }),
+                            server,
                         })
                     }
                     None => Err(BenchError::Scrape {

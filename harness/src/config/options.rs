@@ -102,6 +102,15 @@ pub struct SweepOptions {
     /// Output tokens of each streamed request (max_tokens, with ignore_eos so the server does not stop early): N or A-B [default: 128].
     #[arg(long)]
     pub output_tokens: Option<crate::config::values::Lengths>,
+    /// Prompt and output lengths from a trace: FILE holds one request's `PROMPT OUTPUT` token counts per line (whitespace or a comma between; `#` comments), and each request draws a line uniformly from the pod's recorded seed; the pairs are kept in run.json. Instead of --prompt-tokens and --output-tokens.
+    #[arg(long, value_parser = utf8_path)]
+    pub lengths: Option<PathBuf>,
+    /// The streaming server's own time-to-first-token histogram, read from its /metrics at the start and end of each cell (vLLM: vllm:time_to_first_token_seconds): rows gain server_ttft_* beside the client's ttft_*, and the report sets them side by side.
+    #[arg(long)]
+    pub server_ttft_metric: Option<String>,
+    /// The streaming server's own inter-token histogram, read as --server-ttft-metric is (vLLM: vllm:inter_token_latency_seconds; before vLLM 0.11, vllm:time_per_output_token_seconds): rows gain server_itl_*.
+    #[arg(long)]
+    pub server_itl_metric: Option<String>,
     /// Extra argument for every workload pod (repeatable), e.g. --workload-arg=--weights --workload-arg=DIR; with --server-image, the arguments of your server's entrypoint.
     #[arg(long = "workload-arg", allow_hyphen_values = true)]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -389,6 +389,18 @@ struct StreamFlags {
     model: Option<String>,
     prompt_tokens: Option<crate::config::values::Lengths>,
     output_tokens: Option<crate::config::values::Lengths>,
+    server_ttft_metric: Option<String>,
+    server_itl_metric: Option<String>,
+    lengths: Option<PathBuf>,
+}
+
+/// Why `name` cannot name a Prometheus histogram (None: it can): letters, digits, `_`
+/// and `:`, not starting with a digit.
+fn metric_name_problem(name: &str) -> Option<String> {
+    let ok = !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
+    (!ok).then(|| "a Prometheus metric name: letters, digits, _ and :, e.g. vllm:time_to_first_token_seconds".into())
 }
 
 impl StreamFlags {
@@ -399,6 +411,15 @@ impl StreamFlags {
         }
         if let Some(p) = self.prompt_tokens {
             return Some(("--prompt-tokens", p.to_string()));
+        }
+        if let Some(m) = &self.server_ttft_metric {
+            return Some(("--server-ttft-metric", m.clone()));
+        }
+        if let Some(l) = &self.lengths {
+            return Some(("--lengths", l.display().to_string()));
+        }
+        if let Some(m) = &self.server_itl_metric {
+            return Some(("--server-itl-metric", m.clone()));
         }
         self.output_tokens.map(|o| ("--output-tokens", o.to_string()))
     }
@@ -414,12 +435,58 @@ impl StreamFlags {
                 "give the name the server serves its model under (vLLM: --served-model-name)",
             ));
         }
+        for (flag, name) in [
+            ("--server-ttft-metric", &self.server_ttft_metric),
+            ("--server-itl-metric", &self.server_itl_metric),
+        ] {
+            if let Some(name) = name
+                && let Some(why) = metric_name_problem(name)
+            {
+                return Err(BenchError::flag(flag, name, why));
+            }
+        }
         let default = crate::config::values::Lengths { low: 128, high: 128 };
+        let (lengths, lengths_file) = match &self.lengths {
+            None => (Vec::new(), None),
+            Some(path) => {
+                let shown = path.display().to_string();
+                if self.prompt_tokens.is_some() || self.output_tokens.is_some() {
+                    return Err(BenchError::flag(
+                        "--lengths",
+                        &shown,
+                        "gives each request's prompt and output lengths: drop --prompt-tokens and --output-tokens",
+                    ));
+                }
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| BenchError::flag("--lengths", &shown, format!("cannot be read: {e}")))?;
+                let pairs = crate::config::values::parse_length_pairs(&text)
+                    .map_err(|why| BenchError::flag("--lengths", &shown, why))?;
+                (pairs, Some(shown))
+            }
+        };
+        let range = |i: usize| {
+            let (lo, hi) = lengths
+                .iter()
+                .fold((u32::MAX, 0), |(lo, hi), p: &[u32; 2]| (lo.min(p[i]), hi.max(p[i])));
+            crate::config::values::Lengths { low: lo, high: hi }
+        };
+        let (prompt_tokens, output_tokens) = if lengths.is_empty() {
+            (
+                self.prompt_tokens.unwrap_or(default),
+                self.output_tokens.unwrap_or(default),
+            )
+        } else {
+            (range(0), range(1))
+        };
         Ok(Some(crate::config::request::StreamPlan {
             api,
             model,
-            prompt_tokens: self.prompt_tokens.unwrap_or(default),
-            output_tokens: self.output_tokens.unwrap_or(default),
+            prompt_tokens,
+            output_tokens,
+            lengths,
+            lengths_file,
+            server_ttft_metric: self.server_ttft_metric.clone(),
+            server_itl_metric: self.server_itl_metric.clone(),
         }))
     }
 }
@@ -790,6 +857,9 @@ impl SweepPlan {
                 model: o.served_model.clone(),
                 prompt_tokens: o.prompt_tokens,
                 output_tokens: o.output_tokens,
+                server_ttft_metric: o.server_ttft_metric.clone(),
+                server_itl_metric: o.server_itl_metric.clone(),
+                lengths: o.lengths.clone(),
             },
         };
         let (workload_cmd, metric, ready_path, request) = own_workload(own, backend, load, &prometheus)?;

@@ -56,6 +56,19 @@ pub struct StreamPlan {
     /// `max_tokens` per request, with `ignore_eos`, so each answer has that many
     /// (`--output-tokens`).
     pub output_tokens: crate::config::values::Lengths,
+    /// `--lengths`: each request's prompt and output token counts, drawn from these
+    /// pairs (then `prompt_tokens` and `output_tokens` give their ranges).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lengths: Vec<[u32; 2]>,
+    /// The file the pairs were read from, as given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lengths_file: Option<String>,
+    /// The server's own time-to-first-token histogram (`--server-ttft-metric`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_ttft_metric: Option<String>,
+    /// The server's own inter-token histogram (`--server-itl-metric`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_itl_metric: Option<String>,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -545,6 +545,48 @@ impl fmt::Display for Lengths {
 
 serde_via_str!(Lengths);
 
+/// The most lines `--lengths` may hold (each is kept in run.json).
+pub const MAX_LENGTH_PAIRS: usize = 100_000;
+
+/// Prompt and answer lengths from a file (`--lengths FILE`, pure): one request's
+/// `PROMPT OUTPUT` token counts per line, as a trace of real traffic gives them
+/// (whitespace or a comma between them; blank lines and `#` comments skipped). The
+/// error names the line.
+pub fn parse_length_pairs(text: &str) -> Result<Vec<[u32; 2]>, String> {
+    let mut pairs = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or_default().trim();
+        if line.is_empty() {
+            continue;
+        }
+        let at = |why: String| format!("line {}: {why}", i + 1);
+        let fields: Vec<&str> = line
+            .split(|c: char| c == ',' || c.is_whitespace())
+            .filter(|f| !f.is_empty())
+            .collect();
+        let [prompt, output] = fields[..] else {
+            return Err(at(format!(
+                "`{line}`: give two token counts, the prompt's and the answer's (e.g. `512 128`)"
+            )));
+        };
+        let count = |f: &str| -> Result<u32, String> {
+            let l: Lengths = f.parse().map_err(at)?;
+            if l.low != l.high {
+                return Err(at(format!("`{f}`: one count, not a range")));
+            }
+            Ok(l.low)
+        };
+        pairs.push([count(prompt)?, count(output)?]);
+        if pairs.len() > MAX_LENGTH_PAIRS {
+            return Err(format!("more than {MAX_LENGTH_PAIRS} lines: sample the trace"));
+        }
+    }
+    if pairs.is_empty() {
+        return Err("no lengths in it: one `PROMPT OUTPUT` pair of token counts per line".into());
+    }
+    Ok(pairs)
+}
+
 /// How the pods get their requests (`--load`).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub enum Load {
@@ -889,6 +931,20 @@ mod tests {
 
     #[test]
     fn lengths_are_a_count_or_a_range() {
+        assert_eq!(
+            parse_length_pairs("# prompt output\n512 128\n\n 64,16 # short\n"),
+            Ok(vec![[512, 128], [64, 16]])
+        );
+        for (bad, says) in [
+            ("512\n", "line 1: `512`: give two token counts"),
+            ("1 2\n3 4 5\n", "line 2"),
+            ("1 0\n", "line 1: 0 tokens"),
+            ("1 2-3\n", "line 1: `2-3`: one count"),
+            ("# nothing\n", "no lengths"),
+        ] {
+            let err = parse_length_pairs(bad).expect_err(bad);
+            assert!(err.contains(says), "{bad:?}: {err}");
+        }
         assert_eq!("128".parse::<Lengths>(), Ok(Lengths { low: 128, high: 128 }));
         assert_eq!("64-256".parse::<Lengths>(), Ok(Lengths { low: 64, high: 256 }));
         assert_eq!("64-256".parse::<Lengths>().map(|l| l.to_string()), Ok("64-256".into()));

@@ -64,6 +64,65 @@ pub struct PodSnapshot {
     pub streamed: Option<usize>,
     /// Streamed answers: the token histograms so far.
     pub tokens: Option<requests::TokenHistograms>,
+    /// Streamed answers with `--server-ttft-metric` or `--server-itl-metric`: the
+    /// server's own histograms so far.
+    pub server: Option<ServerHistograms>,
+}
+
+/// A streaming server's own histograms, cumulative, as its `/metrics` exposes them
+/// (vLLM's `vllm:time_to_first_token_seconds` and `vllm:inter_token_latency_seconds`):
+/// the server's view of what the client times, beside the client's.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ServerHistograms {
+    /// Time to first token.
+    pub ttft: Option<Histogram>,
+    /// Inter-token latency.
+    pub itl: Option<Histogram>,
+    /// Why one that was asked for is missing, in words.
+    pub problem: Option<String>,
+}
+
+impl ServerHistograms {
+    /// Reads the histograms `ttft` and `itl` (where named) from a server's exposition text
+    /// (pure); one that cannot be read is left out with its reason.
+    pub fn from_text(text: &str, ttft: Option<&str>, itl: Option<&str>) -> Self {
+        let mut out = Self::default();
+        let mut problems = Vec::new();
+        let exp = match exposition::parse(text) {
+            Ok(exp) => exp,
+            Err(e) => {
+                out.problem = Some(format!("its /metrics does not parse: line {}: {}", e.line, e.reason));
+                return out;
+            }
+        };
+        let mut read = |name: Option<&str>| {
+            let name = name?;
+            match latency(&exp, name) {
+                Ok(h) => Some(h),
+                Err(e) => {
+                    problems.push(e.reason().to_string());
+                    None
+                }
+            }
+        };
+        out.ttft = read(ttft);
+        out.itl = read(itl);
+        if !problems.is_empty() {
+            out.problem = Some(problems.join("; "));
+        }
+        out
+    }
+
+    /// The observations between `earlier` and this (None where either lacks one, or the
+    /// counters went back).
+    pub fn delta(&self, earlier: &ServerHistograms) -> ServerHistograms {
+        let d = |a: &Option<Histogram>, b: &Option<Histogram>| a.as_ref()?.delta(b.as_ref()?);
+        ServerHistograms {
+            ttft: d(&self.ttft, &earlier.ttft),
+            itl: d(&self.itl, &earlier.itl),
+            problem: self.problem.clone().or_else(|| earlier.problem.clone()),
+        }
+    }
 }
 
 /// Why a pod's metrics give no latency histogram, in words.
@@ -143,6 +202,7 @@ pub fn snapshot_from_text(pod: &str, text: &str, at: Instant, metric: &str) -> R
         last_error: None,
         streamed: None,
         tokens: None,
+        server: None,
     })
 }
 

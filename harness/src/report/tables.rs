@@ -38,7 +38,7 @@ const P50_TITLE: &str = "Median (p50) latency";
 const SPEEDUP_TITLE: &str = "Speed-up vs 1 pod";
 
 /// The report's tables, in order: mean latency first, as in the reference study.
-pub const METRICS: [Metric; 33] = [
+pub const METRICS: [Metric; 35] = [
     Metric {
         title: "Mean inference latency",
         unit: "ms",
@@ -127,6 +127,20 @@ pub const METRICS: [Metric; 33] = [
         title: "Inter-token latency, p99",
         unit: "ms, every gap between two tokens",
         value: |c| c.itl_p99_s.map(|v| v * 1e3),
+        decimals: 2,
+        optional: true,
+    },
+    Metric {
+        title: "Time to first token, p50, the server's own histogram",
+        unit: "ms from the server taking the request, interpolated within its buckets (--server-ttft-metric); beside the client's p50 above",
+        value: |c| c.server_ttft_p50_s.map(|v| v * 1e3),
+        decimals: 2,
+        optional: true,
+    },
+    Metric {
+        title: "Inter-token latency, p50, the server's own histogram",
+        unit: "ms, interpolated within its buckets (--server-itl-metric); beside the client's p50 above",
+        value: |c| c.server_itl_p50_s.map(|v| v * 1e3),
         decimals: 2,
         optional: true,
     },

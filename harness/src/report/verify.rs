@@ -17,13 +17,15 @@ use std::path::Path;
 
 use crate::client::tokens::TokenTally;
 use crate::error::{BenchError, Result};
+use crate::metrics::ServerHistograms;
 use crate::metrics::requests::TokenRecord;
-use crate::results::raw::{Layouts, RAW_FILE, RawCell, RawPod, read_layouts, read_raw};
+use crate::results::raw::{Layouts, RAW_FILE, RawCell, RawPod, RawServer, read_layouts, read_raw};
 use crate::results::record::CellRecord;
 use crate::results::requests::{REQUESTS_FILE, RequestLine, read_requests};
 use crate::stats::{Histogram, relative_spread};
 use crate::sweep::cell::{
-    SloHistograms, fell_behind, finite, judge_slos, set_telemetry, set_token_columns, shortfall, tally_streamed,
+    SloHistograms, add_server, fell_behind, finite, judge_slos, set_server_columns, set_telemetry, set_token_columns,
+    shortfall, tally_streamed,
 };
 use crate::telemetry::summarise;
 
@@ -153,6 +155,7 @@ pub fn verify(data: &RunData, raw: &[RawCell], layouts: &Layouts, requests: &[Re
         }
         let mut pooled: Option<Histogram> = None;
         let mut pooled_tokens: Option<TokenTally> = None;
+        let mut pooled_server: Option<ServerHistograms> = None;
         let mut inferences = 0u64;
         for series in &cell.series {
             let what = format!("{title}, {}", series.pod);
@@ -192,6 +195,25 @@ pub fn verify(data: &RunData, raw: &[RawCell], layouts: &Layouts, requests: &[Re
                 ),
                 None => out.mismatches.push(format!("{what}: windows for a pod without a row")),
             }
+            if let Some(server) = series
+                .server
+                .as_ref()
+                .map(RawServer::histograms)
+                .filter(|_| h.count > 0.0)
+            {
+                if let Some(row) = rows.iter().find(|r| r.pod == series.pod) {
+                    server_columns(
+                        &mut Checker {
+                            out: &mut out,
+                            what: format!("{title}, {}", series.pod),
+                            from: RAW_FILE,
+                        },
+                        row,
+                        &server,
+                    );
+                }
+                add_server(&mut pooled_server, &server);
+            }
             if let Some(t) = tally.filter(|_| h.count > 0.0) {
                 match pooled_tokens.as_mut() {
                     Some(p) => p.merge(&t),
@@ -225,6 +247,9 @@ pub fn verify(data: &RunData, raw: &[RawCell], layouts: &Layouts, requests: &[Re
             spreads(&mut c, agg, cell, layouts);
             if let Some(t) = &pooled_tokens {
                 tokens(&mut c, agg, t, if secs > 0.0 { secs } else { 1.0 });
+            }
+            if let Some(s) = &pooled_server {
+                server_columns(&mut c, agg, s);
             }
         }
         if !cell.gpu_samples.is_empty() {
@@ -408,6 +433,24 @@ fn tokens(c: &mut Checker, row: &CellRecord, t: &TokenTally, secs: f64) {
         c.number(field, recorded, computed);
     }
     c.from = from;
+}
+
+/// A row's server columns against the server's histograms' increments.
+fn server_columns(c: &mut Checker, row: &CellRecord, s: &ServerHistograms) {
+    let mut expect = row.clone();
+    set_server_columns(&mut expect, s);
+    c.count("server_ttft_count", row.server_ttft_count, expect.server_ttft_count);
+    c.count("server_itl_count", row.server_itl_count, expect.server_itl_count);
+    for (field, recorded, computed) in [
+        ("server_ttft_mean_s", row.server_ttft_mean_s, expect.server_ttft_mean_s),
+        ("server_ttft_p50_s", row.server_ttft_p50_s, expect.server_ttft_p50_s),
+        ("server_ttft_p99_s", row.server_ttft_p99_s, expect.server_ttft_p99_s),
+        ("server_itl_mean_s", row.server_itl_mean_s, expect.server_itl_mean_s),
+        ("server_itl_p50_s", row.server_itl_p50_s, expect.server_itl_p50_s),
+        ("server_itl_p99_s", row.server_itl_p99_s, expect.server_itl_p99_s),
+    ] {
+        c.number(field, recorded, computed);
+    }
 }
 
 /// The cell's windows: their count and the spreads of throughput, mean and median.

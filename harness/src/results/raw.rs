@@ -128,6 +128,88 @@ pub struct RawPod {
     pub backlog_start: Option<f64>,
     /// Its windows, in order.
     pub windows: Vec<RawWindow>,
+    /// Streamed answers with `--server-ttft-metric` or `--server-itl-metric`: the
+    /// increments of the server's own histograms over the pod's measurement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<RawServer>,
+}
+
+/// The increments of a streaming server's own histograms over a pod's measurement.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawServer {
+    /// Time to first token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft: Option<RawHistogram>,
+    /// Inter-token latency.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub itl: Option<RawHistogram>,
+    /// Why one that was asked for is missing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+}
+
+/// A histogram in JSON: its finite bucket bounds and cumulative counts at each, its
+/// count (the +Inf bucket's) and sum.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHistogram {
+    /// Finite upper bounds, seconds, increasing.
+    pub bounds: Vec<f64>,
+    /// Observations at most each bound.
+    pub cumulative: Vec<f64>,
+    /// Observations.
+    pub count: f64,
+    /// Their sum, seconds.
+    pub sum: f64,
+}
+
+impl RawHistogram {
+    /// The JSON form of `h` (pure).
+    pub fn of(h: &Histogram) -> Self {
+        let finite: Vec<&(f64, f64)> = h.buckets.iter().filter(|b| b.0.is_finite()).collect();
+        Self {
+            bounds: finite.iter().map(|b| b.0).collect(),
+            cumulative: finite.iter().map(|b| b.1).collect(),
+            count: h.count,
+            sum: h.sum,
+        }
+    }
+
+    /// The histogram again (None: bounds and counts of different lengths).
+    pub fn histogram(&self) -> Option<Histogram> {
+        (self.bounds.len() == self.cumulative.len()).then(|| Histogram {
+            buckets: self
+                .bounds
+                .iter()
+                .copied()
+                .zip(self.cumulative.iter().copied())
+                .chain([(f64::INFINITY, self.count)])
+                .collect(),
+            sum: self.sum,
+            count: self.count,
+        })
+    }
+}
+
+impl RawServer {
+    /// The JSON form of a server's increments (pure).
+    pub fn of(s: &crate::metrics::ServerHistograms) -> Self {
+        Self {
+            ttft: s.ttft.as_ref().map(RawHistogram::of),
+            itl: s.itl.as_ref().map(RawHistogram::of),
+            problem: s.problem.clone(),
+        }
+    }
+
+    /// The increments again (a histogram whose form is broken is left out).
+    pub fn histograms(&self) -> crate::metrics::ServerHistograms {
+        crate::metrics::ServerHistograms {
+            ttft: self.ttft.as_ref().and_then(RawHistogram::histogram),
+            itl: self.itl.as_ref().and_then(RawHistogram::histogram),
+            problem: self.problem.clone(),
+        }
+    }
 }
 
 /// A pod's increments over one window (since its previous snapshot that was read).
@@ -177,6 +259,7 @@ impl RawPod {
             layout: 0,
             backlog_start,
             windows: Vec::new(),
+            server: None,
         }
     }
 

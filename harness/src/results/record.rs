@@ -286,6 +286,31 @@ pub struct CellRecord {
     /// With a `tpot:` objective: the share of requests within its threshold.
     #[serde(default)]
     pub tpot_slo_attainment: Option<f64>,
+    /// With `--server-ttft-metric`: the server's own time to first token over the cell
+    /// (from its histogram's increments, interpolated within its buckets), seconds: mean.
+    #[serde(default)]
+    pub server_ttft_mean_s: Option<f64>,
+    /// Its median.
+    #[serde(default)]
+    pub server_ttft_p50_s: Option<f64>,
+    /// Its 99th percentile.
+    #[serde(default)]
+    pub server_ttft_p99_s: Option<f64>,
+    /// The requests it counted.
+    #[serde(default)]
+    pub server_ttft_count: Option<u64>,
+    /// With `--server-itl-metric`: the server's own inter-token latency, seconds: mean.
+    #[serde(default)]
+    pub server_itl_mean_s: Option<f64>,
+    /// Its median.
+    #[serde(default)]
+    pub server_itl_p50_s: Option<f64>,
+    /// Its 99th percentile.
+    #[serde(default)]
+    pub server_itl_p99_s: Option<f64>,
+    /// The gaps it counted.
+    #[serde(default)]
+    pub server_itl_count: Option<u64>,
 }
 
 /// The repeat of a row or plan recorded before `--repeat` existed: the only one.
@@ -417,6 +442,14 @@ impl CellRecord {
             ttft_slo_attainment: None,
             itl_slo_attainment: None,
             tpot_slo_attainment: None,
+            server_ttft_mean_s: None,
+            server_ttft_p50_s: None,
+            server_ttft_p99_s: None,
+            server_ttft_count: None,
+            server_itl_mean_s: None,
+            server_itl_p50_s: None,
+            server_itl_p99_s: None,
+            server_itl_count: None,
         }
     }
 
@@ -956,6 +989,19 @@ impl PlanRecord {
                 if st.model.trim().is_empty() {
                     return Err(bad_field(path, "plan.request.stream.model", "empty"));
                 }
+                let max = crate::config::values::MAX_TOKENS;
+                if st.lengths.len() > crate::config::values::MAX_LENGTH_PAIRS
+                    || st.lengths.iter().flatten().any(|n| *n == 0 || *n > max)
+                {
+                    return Err(bad_field(
+                        path,
+                        "plan.request.stream.lengths",
+                        format!(
+                            "token counts from 1 to {max}, at most {} pairs",
+                            crate::config::values::MAX_LENGTH_PAIRS
+                        ),
+                    ));
+                }
                 if !self.gpus.is_empty() {
                     return Err(bad_field(path, "plan.gpus", "streamed answers are measured on one GPU"));
                 }
@@ -1490,6 +1536,10 @@ mod tests {
                     model: "m".into(),
                     prompt_tokens: "8".parse().expect("lengths"),
                     output_tokens: "8".parse().expect("lengths"),
+                    lengths: Vec::new(),
+                    lengths_file: None,
+                    server_ttft_metric: None,
+                    server_itl_metric: None,
                 });
             }
             r.plan.slos = vec!["ttft:p90=1s".parse().expect("slo")];

@@ -12,8 +12,8 @@ use crate::clock::now_rfc3339;
 use crate::config::plan::{MeasureSettings, Slo};
 use crate::config::values::SloMetric;
 use crate::domain::{Arm, CellStatus, DeviceKind, MpsMemory, MpsThreads, Source};
-use crate::metrics::PodSnapshot;
 use crate::metrics::requests::{TokenHistograms, TokenRecord};
+use crate::metrics::{PodSnapshot, ServerHistograms};
 use crate::results::record::{ALL_PODS, CellRecord, GPU_ROW_PREFIX};
 use crate::stats::{Histogram, WindowStat, binomial, jain_index, relative_spread, stable};
 use crate::telemetry::TelemetrySummary;
@@ -198,6 +198,48 @@ pub fn set_token_columns(row: &mut CellRecord, t: &TokenTally, secs: f64) {
     row.itl_count = Some(itl.count as u64);
     (row.tpot_mean_s, row.tpot_p99_s) = (mean(&tpot), q(&tpot, 0.99));
     row.tpot_count = Some(tpot.count as u64);
+}
+
+/// A row's server columns from the increments of the streaming server's own histograms
+/// over the cell (pure; `verify` recomputes them): quantiles interpolated within the
+/// server's buckets, as Prometheus' `histogram_quantile` does.
+pub fn set_server_columns(row: &mut CellRecord, s: &ServerHistograms) {
+    let q = |h: &Histogram, q: f64| if h.count > 0.0 { finite(h.quantile(q)) } else { None };
+    let mean = |h: &Histogram| if h.count > 0.0 { finite(h.mean()) } else { None };
+    if let Some(h) = &s.ttft {
+        (row.server_ttft_mean_s, row.server_ttft_p50_s, row.server_ttft_p99_s) = (mean(h), q(h, 0.5), q(h, 0.99));
+        row.server_ttft_count = Some(h.count as u64);
+    }
+    if let Some(h) = &s.itl {
+        (row.server_itl_mean_s, row.server_itl_p50_s, row.server_itl_p99_s) = (mean(h), q(h, 0.5), q(h, 0.99));
+        row.server_itl_count = Some(h.count as u64);
+    }
+}
+
+/// Adds `s`'s histograms into `total` (a layout that differs leaves that histogram out
+/// of the total).
+pub fn add_server(total: &mut Option<ServerHistograms>, s: &ServerHistograms) {
+    let Some(t) = total else {
+        *total = Some(s.clone());
+        return;
+    };
+    let add = |a: &mut Option<Histogram>, b: &Option<Histogram>| {
+        let added = match (a.as_mut(), b) {
+            (Some(x), Some(y)) => x.add(y),
+            _ => false,
+        };
+        if !added {
+            *a = None;
+        }
+    };
+    add(&mut t.ttft, &s.ttft);
+    add(&mut t.itl, &s.itl);
+}
+
+/// The server's histograms' increments over a pod's measurement (None: not read).
+pub fn server_delta(t: &Tracked) -> Option<ServerHistograms> {
+    let first = t.first.as_ref()?.server.as_ref()?;
+    Some(t.last.as_ref()?.server.as_ref()?.delta(first))
 }
 
 /// The tally of a pod's streamed requests, each judged against the objectives `slos`
@@ -471,6 +513,7 @@ pub fn cell_rows(
     let mut deltas: Vec<Option<Histogram>> = Vec::new();
     // Streamed answers: every pod's token tallies pooled.
     let mut total_tokens: Option<TokenTally> = None;
+    let mut total_server: Option<ServerHistograms> = None;
     for name in order {
         let t = &tracked[name];
         let (status, exit_code, note) = pod_status(&t.state, &t.problem);
@@ -507,6 +550,13 @@ pub fn cell_rows(
                     match total_tokens.as_mut() {
                         Some(all) => all.merge(tally),
                         None => total_tokens = Some(tally.clone()),
+                    }
+                }
+                if let Some(server) = server_delta(t) {
+                    set_server_columns(&mut row, &server);
+                    add_server(&mut total_server, &server);
+                    if let Some(p) = &server.problem {
+                        add_note(&mut row.note, &format!("the server's own histograms: {p}"));
                     }
                 }
                 let hs = match &tally {
@@ -658,6 +708,9 @@ pub fn cell_rows(
         let secs = if cell_secs > 0.0 { cell_secs } else { 1.0 };
         if let Some(tokens) = &total_tokens {
             set_token_columns(&mut agg, tokens, secs);
+        }
+        if let Some(server) = &total_server {
+            set_server_columns(&mut agg, server);
         }
         if short.is_empty() {
             let tput = agg.throughput_per_s.unwrap_or(0.0);
@@ -854,6 +907,7 @@ mod tests {
             last_error: None,
             streamed: None,
             tokens: None,
+            server: None,
         }
     }
 

@@ -150,14 +150,14 @@ pub enum DirectSource {
     /// The direct scrape.
     Scrape(ScrapeSource),
     /// The harness's requests.
-    Requests(RequestSource),
+    Requests(Box<RequestSource>),
 }
 
 impl DirectSource {
     /// The source a recorded plan names (a Prometheus is refused with `--gpus`).
     pub fn for_plan(plan: &PlanRecord) -> Result<Self> {
         match &plan.request {
-            Some(r) => RequestSource::new(r, plan.load).map(Self::Requests),
+            Some(r) => RequestSource::new(r, plan.load).map(|s| Self::Requests(Box::new(s))),
             None => Ok(Self::Scrape(ScrapeSource::default().reading(&plan.metric))),
         }
     }

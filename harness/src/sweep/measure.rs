@@ -13,7 +13,7 @@ use crate::clock::now_rfc3339;
 use crate::config::plan::MeasureSettings;
 use crate::error::Result;
 use crate::metrics::{MetricsSource, Target};
-use crate::results::raw::{CellWindows, RawCell, RawPod};
+use crate::results::raw::{CellWindows, RawCell, RawPod, RawServer};
 use crate::results::record::CellRecord;
 use crate::results::requests::RequestLine;
 use crate::shutdown::Shutdown;
@@ -216,6 +216,13 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
             {
                 t.streamed = Some(source.streamed(name, from, to));
             }
+        }
+        // The streaming server's own histograms over the same measurement.
+        for (name, (pod, _)) in raw.iter_mut() {
+            pod.server = tracked
+                .get(name)
+                .and_then(crate::sweep::cell::server_delta)
+                .map(|d| RawServer::of(&d));
         }
         let gpu_samples = sampler.finish(telemetry.clone()).await;
         summary = summarise(&gpu_samples);

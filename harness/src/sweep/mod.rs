@@ -188,10 +188,18 @@ pub(crate) fn check_resume(plan: &SweepPlan, id: &str) -> Result<()> {
                 r.body
                     .as_ref()
                     .map_or(String::new(), |b| format!(" --body {}", b.display())),
-                r.stream.as_ref().map_or(String::new(), |st| format!(
-                    " --stream {} --served-model {:?} --prompt-tokens {} --output-tokens {}",
-                    st.api, st.model, st.prompt_tokens, st.output_tokens
-                ))
+                r.stream.as_ref().map_or(String::new(), |st| match &st.lengths_file {
+                    Some(file) => format!(
+                        " --stream {} --served-model {:?} --lengths {file} ({} pairs)",
+                        st.api,
+                        st.model,
+                        st.lengths.len()
+                    ),
+                    None => format!(
+                        " --stream {} --served-model {:?} --prompt-tokens {} --output-tokens {}",
+                        st.api, st.model, st.prompt_tokens, st.output_tokens
+                    ),
+                })
             )
         });
         return Err(BenchError::flag(

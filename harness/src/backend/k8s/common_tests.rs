@@ -73,6 +73,7 @@ impl MetricsSource for SteadyMetrics {
                         last_error: None,
                         streamed: None,
                         tokens: None,
+                        server: None,
                     }),
                 )
             })

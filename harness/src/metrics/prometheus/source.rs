@@ -120,6 +120,7 @@ pub fn snapshots_from_series(
                 last_error: None,
                 streamed: None,
                 tokens: None,
+                server: None,
             }),
         );
     }
