@@ -27,6 +27,8 @@ pub fn plan(args: CapacityArgs) -> Result<SweepPlan> {
     let sweep_only = [
         ("--pods", o.pods.as_ref().map(ToString::to_string)),
         ("--repeat", o.repeat.map(|r| r.to_string())),
+        ("--target", o.target.clone()),
+        ("--budget", o.budget.as_ref().map(|b| b.text.clone())),
     ];
     if let Some((flag, Some(value))) = sweep_only.into_iter().find(|(_, v)| v.is_some()) {
         return Err(BenchError::flag(

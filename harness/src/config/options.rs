@@ -53,6 +53,12 @@ pub struct SweepOptions {
     /// Passes over the whole plan, each in a rotated strategy order; every cell then reports the mean over passes ± a 95% interval [default: 1].
     #[arg(long)]
     pub repeat: Option<u32>,
+    /// A precision target instead of a fixed number of passes, e.g. 1%: passes go on (each in a rotated strategy order, as --repeat's) over the cells whose 95% interval on mean latency or throughput is still wider than ± that share of their mean, until every cell is within it, --repeat passes were made (then the most; default 10) or --budget is spent; the sweep then names the cells that did not get there. Every cell gets at least two passes.
+    #[arg(long)]
+    pub target: Option<String>,
+    /// With --target: the most wall time the sweep may take, e.g. 10m; it stops before the next cell once spent (a resumed sweep counts from its resume).
+    #[arg(long)]
+    pub budget: Option<Span>,
     /// Requests: closed (each pod back to back, the reference study), poisson:RATE (Poisson arrivals, RATE per pod per second), or total:RATE (RATE per cell, split equally over its pods) [default: closed]. Open-loop latency runs from each request's scheduled arrival.
     #[arg(long)]
     pub load: Option<Load>,

@@ -71,8 +71,13 @@ pub struct SweepPlan {
     pub device: DeviceChoice,
     /// Samples per inference.
     pub batch: u32,
-    /// Passes over the whole plan (1 to 100).
+    /// Passes over the whole plan (1 to 100); with a precision target, the most.
     pub repeat: u32,
+    /// `--target`: the relative 95% half-width on mean latency and throughput each
+    /// cell's passes go on until (a fraction: 0.01 for 1%).
+    pub target: Option<f64>,
+    /// `--budget`: the most wall time of a sweep with a precision target.
+    pub budget: Option<Duration>,
     /// How the pods get their requests.
     pub load: Load,
     /// Latency objectives each row is judged against.
@@ -283,6 +288,22 @@ pub const DEFAULT_IMAGE: &str = env!("GPUSHARE_DEFAULT_IMAGE");
 /// The GPU node's name in the committed manifests, which `gpushare-bench manifests
 /// --node` replaces (a valid node name, so that they validate as they are).
 pub const NODE_PLACEHOLDER: &str = "replace-with-the-gpu-node";
+/// The most passes a sweep with `--target` makes unless `--repeat` says.
+pub const DEFAULT_TARGET_PASSES: u32 = 10;
+
+/// A precision target, `1%` or `0.5%` (pure): the fraction, from 0.01% to 50%.
+pub fn parse_target(s: &str) -> std::result::Result<f64, String> {
+    let pct: f64 = s
+        .trim()
+        .strip_suffix('%')
+        .and_then(|n| n.trim().parse().ok())
+        .ok_or_else(|| "give a share of the mean, e.g. 1%".to_string())?;
+    if !(0.01..=50.0).contains(&pct) {
+        return Err(format!("{pct}%: give 0.01% to 50%"));
+    }
+    Ok(pct / 100.0)
+}
+
 /// The most `--repeat` accepts.
 pub const MAX_REPEAT: u32 = 100;
 
@@ -793,7 +814,27 @@ impl SweepPlan {
         if !(1..=4096).contains(&batch) {
             return Err(BenchError::flag("--batch", &batch.to_string(), "expected 1 to 4096"));
         }
-        let repeat = o.repeat.unwrap_or(1);
+        let target = match &o.target {
+            Some(t) => Some(parse_target(t).map_err(|why| BenchError::flag("--target", t, why))?),
+            None => None,
+        };
+        if let (Some(b), None) = (&o.budget, target) {
+            return Err(BenchError::flag(
+                "--budget",
+                &b.text,
+                "bounds a sweep with a precision target: give --target too, e.g. --target 1%",
+            ));
+        }
+        let repeat = o
+            .repeat
+            .unwrap_or(if target.is_some() { DEFAULT_TARGET_PASSES } else { 1 });
+        if target.is_some() && repeat < 2 {
+            return Err(BenchError::flag(
+                "--repeat",
+                &repeat.to_string(),
+                "with --target, the most passes: an interval needs at least 2",
+            ));
+        }
         if !(1..=MAX_REPEAT).contains(&repeat) {
             return Err(BenchError::flag(
                 "--repeat",
@@ -894,6 +935,8 @@ impl SweepPlan {
             device,
             batch,
             repeat,
+            target,
+            budget: o.budget.as_ref().map(|b| b.duration),
             load,
             slos,
             mps_threads,
@@ -1816,5 +1859,27 @@ mod tests {
         let file_only =
             SweepPlan::from_options(toml::from_str("slo = \"p90=1s,p99=2s\"\n").expect("file")).expect("plan");
         assert_eq!(file_only.slos.len(), 2);
+    }
+
+    #[test]
+    fn a_precision_target_is_a_share_with_passes_to_spend_and_a_budget_needs_one() {
+        let plan = |toml_text: &str| SweepPlan::from_options(toml::from_str(toml_text).expect("file"));
+        let p = plan("target = \"1%\"\nbudget = \"10m\"\n").expect("plan");
+        assert_eq!((p.target, p.repeat), (Some(0.01), DEFAULT_TARGET_PASSES));
+        assert_eq!(p.budget, Some(Duration::from_secs(600)));
+        assert_eq!(plan("target = \"0.5%\"\nrepeat = 4\n").expect("plan").repeat, 4);
+        for (text, says) in [
+            (
+                "target = \"1\"\n",
+                "bad --target `1`: give a share of the mean, e.g. 1%",
+            ),
+            ("target = \"0%\"\n", "0%: give 0.01% to 50%"),
+            ("target = \"60%\"\n", "60%: give 0.01% to 50%"),
+            ("target = \"1%\"\nrepeat = 1\n", "an interval needs at least 2"),
+            ("budget = \"5m\"\n", "give --target too"),
+        ] {
+            let err = plan(text).expect_err(text).to_string();
+            assert!(err.contains(says), "{text}: {err}");
+        }
     }
 }

@@ -77,6 +77,13 @@ pub fn plan(args: EqualLoadArgs) -> Result<EqualLoadRun> {
             "(the flag or the --config file's load) an equal-load run sets each sweep's load itself: closed, then total:RATE per --levels",
         ));
     }
+    if let Some(t) = &options.target {
+        return Err(BenchError::flag(
+            "--target",
+            t,
+            "a sweep option (gpushare-bench sweep --target): an equal-load run's sweeps make a fixed number of passes",
+        ));
+    }
     let workload_bin = options.workload_bin.take();
     let out = options.out.take().unwrap_or_else(|| PathBuf::from(DEFAULT_OUT));
     let run_id = match options.run_id.take() {

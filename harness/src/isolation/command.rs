@@ -65,6 +65,8 @@ pub fn plan(args: IsolationArgs) -> Result<SweepPlan> {
         ("--window", o.window.as_ref().map(|s| s.text.clone())),
         ("--max-cell", o.max_cell.as_ref().map(|s| s.text.clone())),
         ("--repeat", o.repeat.map(|r| r.to_string())),
+        ("--target", o.target.clone()),
+        ("--budget", o.budget.as_ref().map(|b| b.text.clone())),
         ("--load", o.load.map(|l| l.to_string())),
         ("--mps-threads", o.mps_threads.as_ref().map(ToString::to_string)),
         ("--mps-memory", o.mps_memory.as_ref().map(ToString::to_string)),

@@ -530,9 +530,17 @@ pub struct PlanRecord {
     pub prometheus: String,
     /// Extra arguments given to every workload pod.
     pub workload_args: Vec<String>,
-    /// Passes over the whole plan (`--repeat`), each in a rotated strategy order.
+    /// Passes over the whole plan (`--repeat`), each in a rotated strategy order; with a
+    /// precision target, the most.
     #[serde(default = "first_repeat")]
     pub repeat: u32,
+    /// `--target`: passes go on over the cells whose 95% interval on mean latency or
+    /// throughput is wider than this share of their mean (0.01: ±1%).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<f64>,
+    /// `--budget`: the most wall time of such a sweep, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_s: Option<f64>,
     /// How the pods got their requests (`--load`: closed, poisson:RATE, total:RATE).
     #[serde(default)]
     pub load: crate::config::values::Load,
@@ -650,6 +658,8 @@ impl PlanRecord {
             prometheus: plan.prometheus.to_string(),
             workload_args: plan.workload_args.clone(),
             repeat: plan.repeat,
+            target: plan.target,
+            budget_s: plan.budget.map(|b| b.as_secs_f64()),
             load: plan.load,
             slos: plan.slos.clone(),
             workload_cmd: plan.workload_cmd.clone(),
@@ -1105,6 +1115,24 @@ impl PlanRecord {
                 path,
                 "plan.repeat",
                 format!("{} is outside 1 to {MAX_REPEAT}", self.repeat),
+            ));
+        }
+        if let Some(t) = self.target
+            && !((0.0001..=0.5).contains(&t) && self.repeat >= 2)
+        {
+            return Err(bad_field(
+                path,
+                "plan.target",
+                format!("{t} is not a share from 0.0001 to 0.5 with plan.repeat of 2 or more"),
+            ));
+        }
+        if let Some(b) = self.budget_s
+            && !(b.is_finite() && b > 0.0 && self.target.is_some())
+        {
+            return Err(bad_field(
+                path,
+                "plan.budget_s",
+                format!("{b} is not a positive number of seconds of a run with plan.target"),
             ));
         }
         if !(self.tolerance > 0.0 && self.tolerance < 1.0) {

@@ -77,6 +77,22 @@ pub fn interval(rows: &[&CellRecord], metric: impl Fn(&CellRecord) -> Option<f64
     Interval::of(&xs)
 }
 
+/// The widest relative 95% half-width of a cell's mean latency and throughput over its
+/// passes (pure): what a precision target (`--target`) judges. None with fewer than two
+/// measured passes or without values.
+pub fn widest_relative(rows: &[&CellRecord]) -> Option<f64> {
+    let mean = interval(rows, |r| r.mean_s)?.relative()?;
+    let throughput = interval(rows, |r| r.throughput_per_s)?.relative()?;
+    Some(mean.max(throughput))
+}
+
+/// Whether a cell needs no further pass under a precision target (pure): its passes pin
+/// mean latency and throughput within `target`, or one of them did not measure it `ok`
+/// (an unavailable strategy, a failed cell: another pass would not tighten it).
+pub fn settled(rows: &[&CellRecord], target: f64) -> bool {
+    rows.iter().any(|r| r.status != CellStatus::Ok) || widest_relative(rows).is_some_and(|w| w <= target)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

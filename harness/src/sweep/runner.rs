@@ -6,6 +6,7 @@
 use std::borrow::BorrowMut;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use crate::backend::{Backend, Prepared, Session};
 use crate::client::source::RequestSource;
@@ -260,20 +261,56 @@ pub(crate) async fn run_cells<B: Backend, S: MetricsSource, T: BorrowMut<RunStor
                 .collect()
         })
     };
+    // A precision target: after two passes, a cell is measured again only while its
+    // interval is wider than the target; the budget stops the sweep before a cell.
+    let started = tokio::time::Instant::now();
+    let budget = plan.budget_s.map(Duration::from_secs_f64);
+    let unsettled = |repeat: u32, arm: Arm, pods: u32| -> bool {
+        match plan.target {
+            Some(target) if repeat > 2 => shared.with(|s| {
+                let rows: Vec<&CellRecord> = (1..repeat).filter_map(|r| s.aggregate(r, arm, pods)).collect();
+                !crate::results::repeats::settled(&rows, target)
+            }),
+            _ => true,
+        }
+    };
     let mut ran = 0;
-    for repeat in 1..=repeats {
+    'passes: for repeat in 1..=repeats {
         let order = rotated(arms, repeat);
-        if repeats > 1 && order.iter().any(|a| !missing(repeat, *a).is_empty()) {
+        let wanted: Vec<(Arm, Vec<u32>)> = order
+            .iter()
+            .map(|a| {
+                let pods = missing(repeat, *a)
+                    .into_iter()
+                    .filter(|p| unsettled(repeat, *a, *p))
+                    .collect();
+                (*a, pods)
+            })
+            .collect();
+        let count: usize = wanted.iter().map(|(_, p)| p.len()).sum();
+        if count == 0 {
+            continue;
+        }
+        if let Some(target) = plan.target {
+            cells.progress.message(&format!(
+                "pass {repeat} (at most {repeats}): {count} cell{} {}",
+                if count == 1 { "" } else { "s" },
+                if repeat <= 2 {
+                    "(every cell gets two)".to_string()
+                } else {
+                    format!("wider than ±{}", percent(target))
+                }
+            ));
+        } else if repeats > 1 {
             cells.progress.message(&format!(
                 "repeat {repeat} of {repeats}: {}",
                 order.iter().map(|a| a.name()).collect::<Vec<_>>().join(", ")
             ));
         }
-        for arm in order {
+        for (arm, to_measure) in wanted {
             if shutdown.is_requested() {
                 return Err(shutdown.interrupted());
             }
-            let to_measure = missing(repeat, arm);
             if to_measure.is_empty() {
                 continue;
             }
@@ -284,6 +321,15 @@ pub(crate) async fn run_cells<B: Backend, S: MetricsSource, T: BorrowMut<RunStor
             for pods in to_measure {
                 if shared.abort.load(Ordering::SeqCst) {
                     return Ok(ran);
+                }
+                if let Some(b) = budget
+                    && started.elapsed() >= b
+                {
+                    cells.progress.message(&format!(
+                        "the budget of {} s is spent: no further cell",
+                        b.as_secs_f64().round()
+                    ));
+                    break 'passes;
                 }
                 let (labels, load, baseline) = shared.with(|s| {
                     let labels = labels(s, arm, pods, repeat);
@@ -312,7 +358,60 @@ pub(crate) async fn run_cells<B: Backend, S: MetricsSource, T: BorrowMut<RunStor
             }
         }
     }
+    if let Some(target) = plan.target {
+        let wide = shared.with(|s| wider_than(s, arms, &plan.pods, target));
+        cells.progress.message(&if wide.is_empty() {
+            format!(
+                "every cell is within ±{} (95% interval on mean latency and throughput)",
+                percent(target)
+            )
+        } else {
+            format!(
+                "not within ±{}: {}",
+                percent(target),
+                wide.iter()
+                    .map(|(name, w)| match w {
+                        Some(w) => format!("{name} (±{})", percent(*w)),
+                        None => format!("{name} (one pass)"),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        });
+    }
     Ok(ran)
+}
+
+/// A share as a percentage for people: `1%`, `0.35%`.
+fn percent(share: f64) -> String {
+    let p = share * 100.0;
+    if p >= 10.0 {
+        format!("{p:.0}%")
+    } else if p >= 1.0 {
+        format!("{p:.1}%").replace(".0%", "%")
+    } else {
+        format!("{p:.2}%")
+    }
+}
+
+/// The cells of `arms` measured `ok` whose passes do not pin mean latency and throughput
+/// within `target`, with their widest relative half-width (None: a single pass).
+pub(crate) fn wider_than(store: &RunStore, arms: &[Arm], pods: &[u32], target: f64) -> Vec<(String, Option<f64>)> {
+    let repeats = store.run().plan.repeat;
+    let mut out = Vec::new();
+    for arm in arms {
+        for &p in pods {
+            let rows: Vec<&CellRecord> = (1..=repeats).filter_map(|r| store.aggregate(r, *arm, p)).collect();
+            if rows.is_empty() || crate::results::repeats::settled(&rows, target) {
+                continue;
+            }
+            out.push((
+                format!("{} × {p}", arm.name()),
+                crate::results::repeats::widest_relative(&rows),
+            ));
+        }
+    }
+    out
 }
 
 /// How many other GPUs ran a cell, on average, over `own` (pure): the summed overlap of

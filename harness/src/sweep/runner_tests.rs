@@ -54,6 +54,7 @@ fn session(plan: &SweepPlan, backend: FakeBackend, resume: bool) -> Session<Fake
 struct Recorder {
     done: Mutex<Vec<String>>,
     stop_after: Option<(usize, Shutdown)>,
+    messages: Mutex<Vec<String>>,
 }
 
 impl Progress for Recorder {
@@ -70,7 +71,9 @@ impl Progress for Recorder {
             s.request(libc::SIGINT);
         }
     }
-    fn message(&self, _: &str) {}
+    fn message(&self, m: &str) {
+        self.messages.lock().expect("lock").push(m.to_string());
+    }
     fn finish(&self) {}
 }
 
@@ -473,6 +476,97 @@ async fn repeats_rotate_the_strategies_resume_midway_and_keep_their_own_baseline
     assert!(tables.reading.iter().any(|r| r.contains("3 passes over the plan")));
 }
 
+/// A plan with `--target` (and `--budget`), at most `repeat` passes.
+fn targeted(dir: &std::path::Path, repeat: u32, target: &str, budget: Option<&str>) -> SweepPlan {
+    let mut p = repeated(dir, "time-slicing,mps", "1,2", repeat);
+    p.target = Some(crate::config::plan::parse_target(target).expect("target"));
+    p.budget = budget.map(|b| b.parse::<crate::config::values::Span>().expect("budget").duration);
+    p
+}
+
+/// Time-slicing's pods serve the same every pass; MPS's alternate between 50 and 60
+/// requests/s from one pass of a cell to the next.
+fn one_noisy_strategy() -> FakeBackend {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let launches: Arc<[AtomicU32; 3]> = Arc::new(Default::default());
+    FakeBackend::new(move |s: Strategy, n: u32| {
+        let rate = match s {
+            Strategy::Mps => {
+                let k = launches[n.min(2) as usize].fetch_add(1, Ordering::SeqCst);
+                50.0 + 10.0 * f64::from(k % 2)
+            }
+            _ => 50.0,
+        };
+        (0..n).map(|_| PodScript::steady(rate, 0.004)).collect()
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_precision_target_gives_passes_only_to_the_cells_still_wide_and_names_them() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let plan = targeted(tmp.path(), 4, "1%", None);
+    let progress = Recorder::default();
+    let out = sweep(&plan, &one_noisy_strategy(), false, &progress, &Shutdown::new())
+        .await
+        .expect("sweep");
+    // Two passes of all four cells, then two more of MPS's two only.
+    assert_eq!(out.cells_run, 12);
+    let rows = cells(&plan);
+    let passes = |s: Strategy, p: u32| {
+        rows.iter()
+            .filter(|r| r.strategy == s && r.pods == p && r.is_aggregate())
+            .count()
+    };
+    assert_eq!(
+        [
+            passes(Strategy::TimeSlicing, 1),
+            passes(Strategy::TimeSlicing, 2),
+            passes(Strategy::Mps, 1),
+            passes(Strategy::Mps, 2)
+        ],
+        [2, 2, 4, 4]
+    );
+    let messages = progress.messages.lock().expect("lock").clone();
+    assert!(
+        messages
+            .iter()
+            .any(|m| m == "pass 3 (at most 4): 2 cells wider than ±1%"),
+        "{messages:?}"
+    );
+    let last = messages.last().expect("a verdict");
+    assert!(
+        last.starts_with("not within ±1%: mps × 1 (±") && last.contains("mps × 2"),
+        "{last}"
+    );
+    assert!(!last.contains("time-slicing"), "{last}");
+    assert_eq!(state(&plan), "complete");
+    let run = crate::results::store::read_run(&plan.out.join("fake/run.json")).expect("run");
+    assert_eq!((run.plan.target, run.plan.repeat), (Some(0.01), 4));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_budget_stops_the_sweep_before_the_next_cell() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    // A cell takes at least its 2 s warm-up and three 1 s windows.
+    let plan = targeted(tmp.path(), 4, "1%", Some("8s"));
+    let progress = Recorder::default();
+    let out = sweep(&plan, &one_noisy_strategy(), false, &progress, &Shutdown::new())
+        .await
+        .expect("sweep");
+    assert!((1..4).contains(&out.cells_run), "{}", out.cells_run);
+    let messages = progress.messages.lock().expect("lock").clone();
+    assert!(
+        messages
+            .iter()
+            .any(|m| m == "the budget of 8 s is spent: no further cell"),
+        "{messages:?}"
+    );
+    assert!(
+        messages.last().is_some_and(|m| m.starts_with("not within ±1%")),
+        "{messages:?}"
+    );
+}
+
 /// A capacity run of `strategies` at 100 requests/s per pod, p99 ≤ `slo`, up to 5 pods.
 fn capacity_plan(dir: &std::path::Path, strategies: &str, slo: &str) -> SweepPlan {
     let mut p = plan(dir, strategies, "1");
@@ -519,8 +613,8 @@ async fn capacity_walks_up_to_the_first_miss_and_resume_replays_the_search_from_
     // Stopped after three cells: exclusive × 1, time-slicing × 1 and × 2.
     let shutdown = Shutdown::new();
     let progress = Recorder {
-        done: Mutex::default(),
         stop_after: Some((3, shutdown.clone())),
+        ..Recorder::default()
     };
     let err = capacity(&plan, &b, false, &progress, &shutdown)
         .await
