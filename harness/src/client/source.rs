@@ -151,7 +151,8 @@ impl RequestSource {
                 .stream
                 .as_ref()
                 .filter(|s| s.server_ttft_metric.is_some() || s.server_itl_metric.is_some())
-                .map(|_| Box::new(crate::metrics::scrape::ScrapeSource::default())),
+                // Short: the client's snapshot waits for it.
+                .map(|_| Box::new(crate::metrics::scrape::ScrapeSource::new(Duration::from_secs(1)))),
         })
     }
 

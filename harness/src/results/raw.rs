@@ -149,8 +149,8 @@ pub struct RawServer {
     pub problem: Option<String>,
 }
 
-/// A histogram in JSON: its finite bucket bounds and cumulative counts at each, its
-/// count (the +Inf bucket's) and sum.
+/// A histogram in JSON: its finite bucket bounds and cumulative counts at each, its +Inf
+/// bucket, count and sum.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawHistogram {
@@ -158,7 +158,9 @@ pub struct RawHistogram {
     pub bounds: Vec<f64>,
     /// Observations at most each bound.
     pub cumulative: Vec<f64>,
-    /// Observations.
+    /// Observations in all (the +Inf bucket).
+    pub inf: f64,
+    /// Observations (`_count`).
     pub count: f64,
     /// Their sum, seconds.
     pub sum: f64,
@@ -171,6 +173,7 @@ impl RawHistogram {
         Self {
             bounds: finite.iter().map(|b| b.0).collect(),
             cumulative: finite.iter().map(|b| b.1).collect(),
+            inf: h.buckets.last().map_or(h.count, |b| b.1),
             count: h.count,
             sum: h.sum,
         }
@@ -184,7 +187,7 @@ impl RawHistogram {
                 .iter()
                 .copied()
                 .zip(self.cumulative.iter().copied())
-                .chain([(f64::INFINITY, self.count)])
+                .chain([(f64::INFINITY, self.inf)])
                 .collect(),
             sum: self.sum,
             count: self.count,

@@ -206,14 +206,23 @@ pub fn set_token_columns(row: &mut CellRecord, t: &TokenTally, secs: f64) {
 pub fn set_server_columns(row: &mut CellRecord, s: &ServerHistograms) {
     let q = |h: &Histogram, q: f64| if h.count > 0.0 { finite(h.quantile(q)) } else { None };
     let mean = |h: &Histogram| if h.count > 0.0 { finite(h.mean()) } else { None };
-    if let Some(h) = &s.ttft {
-        (row.server_ttft_mean_s, row.server_ttft_p50_s, row.server_ttft_p99_s) = (mean(h), q(h, 0.5), q(h, 0.99));
-        row.server_ttft_count = Some(h.count as u64);
-    }
-    if let Some(h) = &s.itl {
-        (row.server_itl_mean_s, row.server_itl_p50_s, row.server_itl_p99_s) = (mean(h), q(h, 0.5), q(h, 0.99));
-        row.server_itl_count = Some(h.count as u64);
-    }
+    // Every column from `s` alone: a histogram it lacks leaves its columns empty.
+    let of = |h: &Option<Histogram>| match h {
+        Some(h) => (mean(h), q(h, 0.5), q(h, 0.99), Some(h.count as u64)),
+        None => (None, None, None, None),
+    };
+    (
+        row.server_ttft_mean_s,
+        row.server_ttft_p50_s,
+        row.server_ttft_p99_s,
+        row.server_ttft_count,
+    ) = of(&s.ttft);
+    (
+        row.server_itl_mean_s,
+        row.server_itl_p50_s,
+        row.server_itl_p99_s,
+        row.server_itl_count,
+    ) = of(&s.itl);
 }
 
 /// Adds `s`'s histograms into `total` (a layout that differs leaves that histogram out

@@ -314,6 +314,13 @@ pub(crate) async fn run_cells<B: Backend, S: MetricsSource, T: BorrowMut<RunStor
             if to_measure.is_empty() {
                 continue;
             }
+            if budget.is_some_and(|b| started.elapsed() >= b) {
+                cells.progress.message(&format!(
+                    "the budget of {} s is spent: no further cell",
+                    budget.map_or(0.0, |b| b.as_secs_f64().round())
+                ));
+                break 'passes;
+            }
             let prepared = cells.prepare_arm(arm).await?;
             if let Prepared::Unavailable(reason) = &prepared {
                 shared.with(|s| record_unavailable(s, arm, reason))?;
@@ -335,7 +342,10 @@ pub(crate) async fn run_cells<B: Backend, S: MetricsSource, T: BorrowMut<RunStor
                     let labels = labels(s, arm, pods, repeat);
                     // `total:RATE` is split over every pod of the cell, on all its GPUs.
                     let load = s.run().plan.load.workload_args(labels.pods * labels.gpus);
-                    (labels, load, s.aggregate(repeat, arm, 1).cloned())
+                    // This pass's 1-pod cell, or under a precision target the latest one
+                    // (a settled 1-pod cell gets no further pass).
+                    let baseline = (1..=repeat).rev().find_map(|r| s.aggregate(r, arm, 1)).cloned();
+                    (labels, load, baseline)
                 });
                 let title = cell_title(arm, pods, (repeats > 1).then_some((repeat, repeats)));
                 let start = lane.map(|(i, _)| shared.busy(i));
@@ -372,7 +382,7 @@ pub(crate) async fn run_cells<B: Backend, S: MetricsSource, T: BorrowMut<RunStor
                 wide.iter()
                     .map(|(name, w)| match w {
                         Some(w) => format!("{name} (±{})", percent(*w)),
-                        None => format!("{name} (one pass)"),
+                        None => format!("{name} (fewer than two passes)"),
                     })
                     .collect::<Vec<_>>()
                     .join(", ")
@@ -394,15 +404,16 @@ fn percent(share: f64) -> String {
     }
 }
 
-/// The cells of `arms` measured `ok` whose passes do not pin mean latency and throughput
-/// within `target`, with their widest relative half-width (None: a single pass).
+/// The cells of `arms` whose passes do not pin mean latency and throughput within
+/// `target` (a cell not `ok` is left out: its row says why), with their widest relative
+/// half-width (None: fewer than two passes, or none).
 pub(crate) fn wider_than(store: &RunStore, arms: &[Arm], pods: &[u32], target: f64) -> Vec<(String, Option<f64>)> {
     let repeats = store.run().plan.repeat;
     let mut out = Vec::new();
     for arm in arms {
         for &p in pods {
             let rows: Vec<&CellRecord> = (1..=repeats).filter_map(|r| store.aggregate(r, *arm, p)).collect();
-            if rows.is_empty() || crate::results::repeats::settled(&rows, target) {
+            if !rows.is_empty() && crate::results::repeats::settled(&rows, target) {
                 continue;
             }
             out.push((

@@ -61,7 +61,8 @@ pub fn gpu_problem(c: &DecoderConfig) -> Option<String> {
             c.hidden, c.ffn
         ));
     }
-    if c.hidden.max(c.ffn) * 4 > SMEM_LIMIT {
+    // The input in shared memory, and the kernel's 32 floats of reductions.
+    if c.hidden.max(c.ffn) * 4 + 128 > SMEM_LIMIT {
         return Some(format!(
             "an input of {} values does not fit the product kernel's shared memory",
             c.hidden.max(c.ffn)
@@ -79,7 +80,9 @@ pub fn gpu_problem(c: &DecoderConfig) -> Option<String> {
 /// The attention kernel's shared memory: the query, reductions, one score per position
 /// and the partial outputs.
 fn attention_smem(c: &DecoderConfig) -> usize {
-    (c.head_dim() + 32 + c.max_len + ATTENTION_THREADS * 8) * 4
+    // The scores' region is rounded up to four floats, so the partial outputs after it
+    // are 16-byte aligned.
+    (c.head_dim() + 32 + c.max_len.next_multiple_of(4) + ATTENTION_THREADS * 8) * 4
 }
 
 /// Rows padded for a chunk's products.
@@ -518,8 +521,9 @@ impl CudaDecoder {
 
     fn upload_i32(&self, dst: CUdeviceptr, values: &[i32]) -> Result<()> {
         // SAFETY: `dst` holds at least `values.len()` i32s (the callers' buffers); the
-        // copy is ordered on the stream, and the callers wait for the stream before
-        // `values` goes away.
+        // copy is ordered on the stream. `values` is pageable memory, which the driver
+        // stages before cuMemcpyHtoDAsync returns, so it may go away at once (the callers
+        // also wait for the stream on success).
         unsafe { result::memcpy_htod_async(dst, values, self.rt.gpu().stream().cu_stream()) }
             .map_err(cuda_error("uploading tokens"))
     }
@@ -633,7 +637,8 @@ impl CudaDecoder {
     /// around the graph), milliseconds; the cache must hold a prompt, and each round adds
     /// one position.
     pub fn time_step_ms(&mut self, rounds: usize) -> Result<f32> {
-        if self.len == 0 || self.len + rounds > self.config.max_len {
+        // One step to capture the graph, then `rounds`: each adds a position.
+        if self.len == 0 || self.len + rounds + 1 > self.config.max_len {
             return Err(WorkloadError::BadArgument(format!(
                 "timing {rounds} steps needs a prompt in the cache and room after it ({} of {} cached)",
                 self.len, self.config.max_len

@@ -184,8 +184,9 @@ extern "C" __global__ void dec_rope_cache(bf16_t* __restrict__ qkv, bf16_t* __re
 
 // Causal grouped-query attention of `gridDim.y` new positions (state[0] onward) against
 // the layer's cache, one block per (query head, position); d a multiple of 8. Shared
-// memory: the scaled query (d), reductions (32), the scores (up to max_len) and partial
-// outputs (DEC_ATTN_THREADS · 8).
+// memory: the scaled query (d), reductions (32), the scores (max_len rounded up to a
+// multiple of 4, so what follows is 16-byte aligned) and partial outputs
+// (DEC_ATTN_THREADS · 8).
 extern "C" __global__ void __launch_bounds__(DEC_ATTN_THREADS)
     dec_attention(const bf16_t* __restrict__ qkv, const bf16_t* __restrict__ kc, const bf16_t* __restrict__ vc,
                   bf16_t* __restrict__ out, const int* __restrict__ state, int heads, int kv_heads, int d,
@@ -195,7 +196,7 @@ extern "C" __global__ void __launch_bounds__(DEC_ATTN_THREADS)
     float* sq = sm;
     float* red = sq + d;
     float* sc = red + 32;
-    float* part = sc + max_len;
+    float* part = sc + ((max_len + 3) & ~3);
     const int head = blockIdx.x, r = blockIdx.y, tid = threadIdx.x;
     const int seen = state[0] + r + 1;
     const int g = head / (heads / kv_heads);
