@@ -65,6 +65,26 @@ fn ms(v: Option<f64>) -> f64 {
     v.expect("a value") * 1e3
 }
 
+/// `gpushare-bench COMMAND --device cpu ARGS --out OUT`, which must be refused with one
+/// line that says `says` (exit code 2).
+fn assert_refused(command: &str, out: &Path, args: &[&str], says: &str) {
+    let o = Command::new(BENCH)
+        .args([command, "--device", "cpu"])
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .expect("run");
+    assert_said_no(&o, args, says);
+}
+
+/// `o` is a refusal (exit code 2) whose error says `says`.
+fn assert_said_no(o: &Output, args: &[&str], says: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+    assert!(err.contains(says), "{args:?}: {err}");
+}
+
 #[test]
 fn every_token_is_timed_kept_and_verified() {
     let out = tempfile::tempdir().expect("tempdir");
@@ -317,16 +337,7 @@ fn streamed_settings_without_a_stream_are_refused_with_one_line() {
             "bad --slo `itl:p99=1s`: answers of one token have no gap between tokens",
         ),
     ] {
-        let o = Command::new(BENCH)
-            .args(["sweep", "--device", "cpu"])
-            .args(&args)
-            .arg("--out")
-            .arg(out.path())
-            .output()
-            .expect("sweep");
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
-        assert!(err.contains(says), "{args:?}: {err}");
+        assert_refused("sweep", out.path(), &args, says);
     }
 }
 
@@ -384,17 +395,18 @@ fn the_servers_own_histograms_are_read_beside_the_clients_view() {
             "a Prometheus metric name",
         ),
     ] {
-        let o = Command::new(BENCH)
-            .args(["sweep", "--device", "cpu", "--workload-cmd", &server(), "--request"])
-            .arg("http://127.0.0.1:{port}/v1/completions")
-            .args(&flags)
-            .arg("--out")
-            .arg(out.path())
-            .output()
-            .expect("sweep");
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(2), "{flags:?}: {err}");
-        assert!(err.contains(says), "{flags:?}: {err}");
+        let cmd = server();
+        let args = [
+            &[
+                "--workload-cmd",
+                &cmd,
+                "--request",
+                "http://127.0.0.1:{port}/v1/completions",
+            ][..],
+            &flags,
+        ]
+        .concat();
+        assert_refused("sweep", out.path(), &args, says);
     }
 }
 
@@ -442,9 +454,7 @@ fn lengths_from_a_trace_file_are_sent_and_kept() {
     ] {
         let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
         let o = run("sweep", out.path(), "refused", "completions", &flags);
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(2), "{flags:?}: {err}");
-        assert!(err.contains(&says), "{flags:?}: {err}");
+        assert_said_no(&o, &flags, &says);
     }
 }
 
@@ -539,15 +549,7 @@ fn isolation_refuses_what_it_cannot_judge_on_tokens() {
             "bad --stream `chat`: isolation does not stream answers yet",
         ),
     ] {
-        let o = Command::new(BENCH)
-            .args(["isolation", "--device", "cpu", "--workload-cmd", &cmd])
-            .args(&args)
-            .arg("--out")
-            .arg(out.path())
-            .output()
-            .expect("isolation");
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
-        assert!(err.contains(says), "{args:?}: {err}");
+        let args = [&["--workload-cmd", &cmd][..], &args].concat();
+        assert_refused("isolation", out.path(), &args, says);
     }
 }

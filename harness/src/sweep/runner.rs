@@ -265,6 +265,17 @@ pub(crate) async fn run_cells<B: Backend, S: MetricsSource, T: BorrowMut<RunStor
     // interval is wider than the target; the budget stops the sweep before a cell.
     let started = tokio::time::Instant::now();
     let budget = plan.budget_s.map(Duration::from_secs_f64);
+    // Whether the budget is spent (said once, where the sweep stops).
+    let spent = |progress: &dyn Progress| -> bool {
+        let Some(b) = budget.filter(|b| started.elapsed() >= *b) else {
+            return false;
+        };
+        progress.message(&format!(
+            "the budget of {} s is spent: no further cell",
+            b.as_secs_f64().round()
+        ));
+        true
+    };
     let unsettled = |repeat: u32, arm: Arm, pods: u32| -> bool {
         match plan.target {
             Some(target) if repeat > 2 => shared.with(|s| {
@@ -314,11 +325,7 @@ pub(crate) async fn run_cells<B: Backend, S: MetricsSource, T: BorrowMut<RunStor
             if to_measure.is_empty() {
                 continue;
             }
-            if budget.is_some_and(|b| started.elapsed() >= b) {
-                cells.progress.message(&format!(
-                    "the budget of {} s is spent: no further cell",
-                    budget.map_or(0.0, |b| b.as_secs_f64().round())
-                ));
+            if spent(cells.progress) {
                 break 'passes;
             }
             let prepared = cells.prepare_arm(arm).await?;
@@ -329,13 +336,7 @@ pub(crate) async fn run_cells<B: Backend, S: MetricsSource, T: BorrowMut<RunStor
                 if shared.abort.load(Ordering::SeqCst) {
                     return Ok(ran);
                 }
-                if let Some(b) = budget
-                    && started.elapsed() >= b
-                {
-                    cells.progress.message(&format!(
-                        "the budget of {} s is spent: no further cell",
-                        b.as_secs_f64().round()
-                    ));
+                if spent(cells.progress) {
                     break 'passes;
                 }
                 let (labels, load, baseline) = shared.with(|s| {
