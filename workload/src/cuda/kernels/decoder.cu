@@ -69,6 +69,7 @@ __device__ __forceinline__ float dec_silu(float x) { return x / (1.0f + expf(-x)
 extern "C" __global__ void dec_embed(const bf16_t* __restrict__ table, const int* __restrict__ tokens,
                                      float* __restrict__ x, int rows, int hidden) {
     wait_prior_grid();
+    launch_dependents();
     GRID_STRIDE(i, (long)rows * hidden) {
         const long r = i / hidden, c = i % hidden;
         x[i] = bf16_to_f32(table[(long)tokens[r] * hidden + c]);
@@ -79,6 +80,7 @@ extern "C" __global__ void dec_embed(const bf16_t* __restrict__ table, const int
 extern "C" __global__ void dec_rms_norm(const float* __restrict__ x, const bf16_t* __restrict__ gain,
                                         bf16_t* __restrict__ out, int hidden, float eps) {
     wait_prior_grid();
+    launch_dependents();
     __shared__ float red[32];
     const float* row = x + (long)blockIdx.x * hidden;
     float ss = 0.0f;
@@ -108,6 +110,20 @@ __device__ __forceinline__ float row_dot(const bf16_t* __restrict__ row, const f
     return warp_sum(acc);
 }
 
+// Asks L2 for the weights of this warp's first output row (both rows for SwiGLU) while
+// the prior grid finishes: weights are never written by a kernel, and a prefetch has
+// no effect but on the caches, so it may come before wait_prior_grid(). The lanes take
+// the row's 128-byte lines in turn.
+__device__ __forceinline__ void l2_prefetch_first_rows(const bf16_t* w, int n_rows, int k, int mode) {
+    const int per = mode == 2 ? 2 : 1;
+    const int u = blockIdx.x * DEC_GEMV_WARPS + (threadIdx.x >> 5);
+    if (u >= n_rows / per) return;
+    const char* p = (const char*)(w + (long)u * per * k);
+    const long bytes = (long)per * k * 2;
+    for (long off = (long)(threadIdx.x & 31) * 128; off < bytes; off += 32 * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
+}
+
 // A matrix-vector product for one token, bound by reading the weights: w is [n_rows, k]
 // bf16; the input is xf (f32) or, when xf is null, xb (bf16); with a gain, the input is
 // RMS-normalised first (each block normalises its own copy in shared memory, k floats).
@@ -119,7 +135,9 @@ __device__ __forceinline__ float row_dot(const bf16_t* __restrict__ row, const f
 extern "C" __global__ void __launch_bounds__(DEC_GEMV_WARPS * 32)
     dec_gemv(const bf16_t* __restrict__ w, const float* __restrict__ xf, const bf16_t* __restrict__ xb,
              const bf16_t* __restrict__ gain, float eps, void* __restrict__ out, int n_rows, int k, int mode) {
+    l2_prefetch_first_rows(w, n_rows, k, mode);
     wait_prior_grid();
+    launch_dependents();
     extern __shared__ float sx[];
     __shared__ float red[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -156,6 +174,7 @@ extern "C" __global__ void dec_rope_cache(bf16_t* __restrict__ qkv, bf16_t* __re
                                           const int* __restrict__ state, int rows, int heads, int kv_heads, int d,
                                           float theta) {
     wait_prior_grid();
+    launch_dependents();
     const int pos0 = state[0];
     const int half = d / 2, hid = heads * d, kvd = kv_heads * d, stride = hid + 2 * kvd;
     const long pairs = (long)rows * (heads + kv_heads) * half;
@@ -192,6 +211,7 @@ extern "C" __global__ void __launch_bounds__(DEC_ATTN_THREADS)
                   bf16_t* __restrict__ out, const int* __restrict__ state, int heads, int kv_heads, int d,
                   int max_len) {
     wait_prior_grid();
+    launch_dependents();
     extern __shared__ float sm[];
     float* sq = sm;
     float* red = sq + d;
@@ -257,12 +277,14 @@ extern "C" __global__ void __launch_bounds__(DEC_ATTN_THREADS)
 // x += y (f32 += bf16), n values.
 extern "C" __global__ void dec_add(float* __restrict__ x, const bf16_t* __restrict__ y, long n) {
     wait_prior_grid();
+    launch_dependents();
     GRID_STRIDE(i, n) x[i] += bf16_to_f32(y[i]);
 }
 
 // act[r, j] = silu(gu[r, 2j]) · gu[r, 2j + 1], for `rows` rows of `ffn`.
 extern "C" __global__ void dec_swiglu(const bf16_t* __restrict__ gu, bf16_t* __restrict__ act, int rows, int ffn) {
     wait_prior_grid();
+    launch_dependents();
     GRID_STRIDE(i, (long)rows * ffn) {
         const long r = i / ffn, j = i % ffn;
         const bf16_t* p = gu + r * 2 * ffn + 2 * j;
@@ -275,6 +297,7 @@ extern "C" __global__ void dec_swiglu(const bf16_t* __restrict__ gu, bf16_t* __r
 extern "C" __global__ void dec_argmax(const float* __restrict__ logits, int vocab, int* __restrict__ state,
                                       int advance) {
     wait_prior_grid();
+    launch_dependents();
     __shared__ float best_v[32];
     __shared__ int best_i[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
