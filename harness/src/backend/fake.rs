@@ -36,6 +36,8 @@ pub struct PodScript {
     /// Its backlog (requests waiting), where it reports one: this many when ready,
     /// growing by the second number per second after.
     pub backlog: Option<(f64, f64)>,
+    /// A warm-up: until this time after launch every inference takes twice `latency`.
+    pub slow_until: Option<Duration>,
 }
 
 impl PodScript {
@@ -49,6 +51,7 @@ impl PodScript {
             exit: None,
             restart_at: None,
             backlog: None,
+            slow_until: None,
         }
     }
 }
@@ -316,13 +319,14 @@ pub fn histogram_at(s: &PodScript, since_launch: Duration) -> Histogram {
         Some(r) if since_launch >= r => r.max(s.ready_after),
         _ => s.ready_after,
     };
-    let count = (since_launch.saturating_sub(start).as_secs_f64() * s.rate).floor();
+    let served = |until: Duration| (until.saturating_sub(start).as_secs_f64() * s.rate).floor();
+    let count = served(since_launch);
+    let slow = s.slow_until.map_or(0.0, |u| served(u.min(since_launch)));
+    let fast = count - slow;
+    let within = |b: f64| (if s.latency <= b { fast } else { 0.0 }) + (if 2.0 * s.latency <= b { slow } else { 0.0 });
     Histogram {
-        buckets: BOUNDS
-            .iter()
-            .map(|&b| (b, if s.latency <= b { count } else { 0.0 }))
-            .collect(),
-        sum: count * s.latency,
+        buckets: BOUNDS.iter().map(|&b| (b, within(b))).collect(),
+        sum: fast * s.latency + slow * 2.0 * s.latency,
         count,
     }
 }

@@ -41,10 +41,14 @@ pub struct SweepOptions {
     /// Samples per inference [default: 1].
     #[arg(long)]
     pub batch: Option<u32>,
-    /// Discarded time after all pods are ready [default: 10s].
+    /// Discarded time after all pods are ready, at most: it ends earlier once the pods are steady, when three 1-s probes in a row agree within 2% on throughput and mean latency (scraped metrics only; at least 3 s) [default: 10s].
     #[arg(long)]
     pub warmup: Option<Span>,
-    /// Measurement window; a cell ends when 3 windows agree within 5% [default: 5s].
+    /// Warm up for the whole of --warmup, steady or not (isolation runs always do: their events are timed from readiness).
+    #[arg(long, action = clap::ArgAction::SetTrue)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fixed_warmup: bool,
+    /// Measurement window; a cell ends when 3 windows agree within 5% [default: 5s; 2s with --target].
     #[arg(long)]
     pub window: Option<Span>,
     /// Most measurement time per cell [default: 30s].

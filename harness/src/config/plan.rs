@@ -15,8 +15,12 @@ use crate::error::{BenchError, Result};
 pub struct MeasureSettings {
     /// Longest wait for pods to become ready.
     pub ready_timeout: Duration,
-    /// Discarded time after readiness.
+    /// Discarded time after readiness: its longest, or its length where
+    /// `steady_warmup` is off.
     pub warmup: Duration,
+    /// Warm-up ends once the pods are steady (see [`crate::stats::steady`]) rather
+    /// than always after `warmup`.
+    pub steady_warmup: bool,
     /// Window length.
     pub window: Duration,
     /// Measurement cap (after warm-up).
@@ -275,6 +279,10 @@ pub const DEFAULT_PODS: [u32; 4] = [1, 3, 5, 7];
 pub const DEFAULT_WARMUP: Duration = Duration::from_secs(10);
 /// Window default.
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(5);
+/// Window default of a sweep with a precision target: its precision comes from the
+/// passes, and within a cell 5-s windows agree to 0.01–0.41% (the H200 reference run,
+/// whose passes differ by up to 0.67%).
+pub const TARGET_WINDOW: Duration = Duration::from_secs(2);
 /// Cap default.
 pub const DEFAULT_MAX_CELL: Duration = Duration::from_secs(30);
 /// The shortest window: shorter ones measure scrape jitter.
@@ -1022,14 +1030,26 @@ fn slos(o: &SweepOptions) -> Result<Vec<Slo>> {
     Ok(slos)
 }
 
-/// `--window` as given, for messages.
-fn window_text(o: &SweepOptions) -> String {
-    o.window.as_ref().map_or("5s".to_string(), |s| s.text.clone())
+/// The window: `--window`, else 2 s with a precision target and 5 s without.
+fn window_of(o: &SweepOptions) -> Duration {
+    match (&o.window, &o.target) {
+        (Some(s), _) => s.duration,
+        (None, Some(_)) => TARGET_WINDOW,
+        (None, None) => DEFAULT_WINDOW,
+    }
 }
 
-/// `--warmup`, `--window`, `--max-cell` and `--ready-timeout`, checked together.
+/// `--window` as given (or its default), for messages.
+fn window_text(o: &SweepOptions) -> String {
+    o.window
+        .as_ref()
+        .map_or_else(|| format!("{}s", window_of(o).as_secs()), |s| s.text.clone())
+}
+
+/// `--warmup`, `--fixed-warmup`, `--window`, `--max-cell` and `--ready-timeout`,
+/// checked together.
 fn measure(o: &SweepOptions) -> Result<MeasureSettings> {
-    let window = o.window.as_ref().map_or(DEFAULT_WINDOW, |s| s.duration);
+    let window = window_of(o);
     if window < MIN_WINDOW {
         return Err(BenchError::flag(
             "--window",
@@ -1049,6 +1069,7 @@ fn measure(o: &SweepOptions) -> Result<MeasureSettings> {
     Ok(MeasureSettings {
         ready_timeout: o.ready_timeout.as_ref().map_or(DEFAULT_READY_TIMEOUT, |s| s.duration),
         warmup: o.warmup.as_ref().map_or(DEFAULT_WARMUP, |s| s.duration),
+        steady_warmup: !o.fixed_warmup,
         window,
         max_cell,
         stable_windows,
@@ -1059,7 +1080,7 @@ fn measure(o: &SweepOptions) -> Result<MeasureSettings> {
 /// An open-loop rate must expect a request in every pod's window: below that a window
 /// measures nothing, and a capacity search would call every count a miss.
 fn load_fits_window(load: Load, pods: &[u32], o: &SweepOptions) -> Result<()> {
-    let window = o.window.as_ref().map_or(DEFAULT_WINDOW, |s| s.duration).as_secs_f64();
+    let window = window_of(o).as_secs_f64();
     let lowest_per_pod = match load {
         Load::Closed => return Ok(()),
         Load::PerPod(r) => r,
@@ -1428,6 +1449,7 @@ mod tests {
         let mut m = MeasureSettings {
             ready_timeout: s(60),
             warmup: s(10),
+            steady_warmup: false,
             window: s(5),
             max_cell: s(30),
             stable_windows: 3,

@@ -84,6 +84,8 @@ pub fn plan(args: IsolationArgs) -> Result<SweepPlan> {
     };
     let mut plan = SweepPlan::from_options(file.overridden_by(args.options)?)?;
     crate::config::plan::one_gpu_only(&plan, "isolation")?;
+    // Its events are timed from readiness: the warm-up is always --warmup.
+    plan.measure.steady_warmup = false;
     if let Some(dra) = plan.dra().filter(|d| d.timeslices.len() > 1) {
         return Err(BenchError::flag(
             "--timeslice",

@@ -255,8 +255,15 @@ pub(super) fn environment(data: &RunData) -> Vec<(String, String)> {
             iso.event_after_s,
         ),
         None => format!(
-            "warm-up {} s, windows of {} s until {} agree within {}% (at most {} s), source {source}",
-            p.warmup_s,
+            "warm-up {}, windows of {} s until {} agree within {}% (at most {} s), source {source}",
+            if p.warmup_steady {
+                format!(
+                    "until three 1-s probes agree within 2% on throughput and mean latency, at most {} s",
+                    p.warmup_s
+                )
+            } else {
+                format!("{} s", p.warmup_s)
+            },
             p.window_s,
             p.stable_windows,
             p.tolerance * 100.0,
@@ -264,6 +271,9 @@ pub(super) fn environment(data: &RunData) -> Vec<(String, String)> {
         ),
     };
     rows.push(("Measurement".into(), measurement));
+    if let Some(spent) = crate::report::tables::time_spent(&data.run, &data.cells) {
+        rows.push(("Time spent".into(), spent));
+    }
     if let Some(d) = &p.dra {
         rows.push((
             "Sharing API".into(),

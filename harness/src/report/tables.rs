@@ -38,7 +38,7 @@ const P50_TITLE: &str = "Median (p50) latency";
 const SPEEDUP_TITLE: &str = "Speed-up vs 1 pod";
 
 /// The report's tables, in order: mean latency first, as in the reference study.
-pub const METRICS: [Metric; 35] = [
+pub const METRICS: [Metric; 37] = [
     Metric {
         title: "Mean inference latency",
         unit: "ms",
@@ -284,7 +284,63 @@ pub const METRICS: [Metric; 35] = [
         decimals: 1,
         optional: true,
     },
+    Metric {
+        title: "Warm-up",
+        unit: "s, after the pods were ready",
+        value: |c| c.warmup_s,
+        decimals: 1,
+        optional: true,
+    },
+    Metric {
+        title: "Pods stopped",
+        unit: "s",
+        value: |c| c.stop_s,
+        decimals: 1,
+        optional: true,
+    },
 ];
+
+/// Where a run's time went, summed over its cells' aggregate rows (pure): switching
+/// strategies, starting pods, warming up, measuring windows and stopping pods, with the
+/// rest of the run's wall time (between cells, a run's own start and end). None for a
+/// run recorded before its cells kept their phases.
+pub fn time_spent(run: &crate::results::record::RunRecord, cells: &[CellRecord]) -> Option<String> {
+    let agg: Vec<&CellRecord> = cells.iter().filter(|c| c.is_aggregate()).collect();
+    if !agg.iter().any(|c| c.warmup_s.is_some() || c.stop_s.is_some()) {
+        return None;
+    }
+    let sum = |f: fn(&CellRecord) -> Option<f64>| agg.iter().filter_map(|c| f(c)).sum::<f64>();
+    let phases = [
+        ("switching", sum(|c| c.switch_s)),
+        ("starting pods", sum(|c| c.pods_ready_s)),
+        ("warm-up", sum(|c| c.warmup_s)),
+        ("windows", sum(|c| c.duration_s)),
+        ("stopping pods", sum(|c| c.stop_s)),
+    ];
+    let counted: f64 = phases.iter().map(|(_, s)| s).sum();
+    let secs = |s: f64| crate::sweep::progress::short_duration(std::time::Duration::from_secs_f64(s.max(0.0)));
+    let wall = run.finished_at.as_deref().and_then(|end| {
+        let a = humantime::parse_rfc3339(&run.started_at).ok()?;
+        let b = humantime::parse_rfc3339(end).ok()?;
+        b.duration_since(a).ok().map(|d| d.as_secs_f64())
+    });
+    let mut parts: Vec<String> = phases
+        .iter()
+        .filter(|(_, s)| *s > 0.0)
+        .map(|(name, s)| format!("{name} {}", secs(*s)))
+        .collect();
+    match wall {
+        Some(w) => {
+            parts.push(format!("other {}", secs((w - counted).max(0.0))));
+            Some(format!("{} of {} over {} cells", parts.join(" · "), secs(w), agg.len()))
+        }
+        None => Some(format!(
+            "{} over {} cells (the run has no end time)",
+            parts.join(" · "),
+            agg.len()
+        )),
+    }
+}
 
 /// The 95% sampling interval a single pass records for the quantile a table shows, in
 /// seconds (the high end None when too few requests bound it); None for other tables.

@@ -98,6 +98,22 @@ pub struct RawCell {
     /// Empty where nothing was read (the CPU, or runs made before samples were kept).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpu_samples: Vec<GpuSample>,
+    /// A steady warm-up's probes, in order: what ended it (or not) before the
+    /// windows. Empty for a fixed warm-up.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warmup: Vec<WarmupProbe>,
+}
+
+/// One probe of a steady warm-up: the cell's pods summed over about a second.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WarmupProbe {
+    /// Seconds since the warm-up began, at the probe's end.
+    pub at_s: f64,
+    /// Requests per second over the probe.
+    pub throughput: f64,
+    /// Mean latency over the probe, seconds (None: no request ended in it).
+    pub mean_s: Option<f64>,
 }
 
 impl RawCell {
@@ -411,6 +427,11 @@ mod tests {
             windows: 2,
             series: vec![pod],
             gpu_samples: Vec::new(),
+            warmup: vec![WarmupProbe {
+                at_s: 1.0,
+                throughput: 3.0,
+                mean_s: None,
+            }],
         };
         let text = raw_jsonl(std::slice::from_ref(&cell));
         assert!(String::from_utf8_lossy(&text).contains(r#""from":0,"counts":[1,0,3,2]"#));

@@ -141,9 +141,17 @@ pub struct CellRecord {
     /// plugin), seconds.
     #[serde(default)]
     pub mig_reconfigure_s: Option<f64>,
-    /// Seconds from launching the cell's pods to all of them ready (Kubernetes).
+    /// Seconds from launching the cell's pods to all of them ready (locally with an
+    /// MPS cell's control daemon; aggregate rows).
     #[serde(default)]
     pub pods_ready_s: Option<f64>,
+    /// Seconds of warm-up before the windows (aggregate rows): `--warmup`, or less where
+    /// the pods were steady sooner.
+    #[serde(default)]
+    pub warmup_s: Option<f64>,
+    /// Seconds to stop the cell's pods (and an MPS cell's daemon; aggregate rows).
+    #[serde(default)]
+    pub stop_s: Option<f64>,
     /// Requests per second offered under `--load poisson:RATE` or `total:RATE`: the
     /// pod's rate on its row, the cell's (rate × pods) on the aggregate row.
     #[serde(default)]
@@ -401,6 +409,8 @@ impl CellRecord {
             switch_s: None,
             mig_reconfigure_s: None,
             pods_ready_s: None,
+            warmup_s: None,
+            stop_s: None,
             offered_per_s: None,
             slo_p50_attainment: None,
             slo_p90_attainment: None,
@@ -514,8 +524,12 @@ pub struct PlanRecord {
     pub device: DeviceKind,
     /// Batch per inference.
     pub batch: u32,
-    /// Warm-up after readiness, seconds.
+    /// Warm-up after readiness, seconds: its longest where `warmup_steady`.
     pub warmup_s: f64,
+    /// The warm-up ended once the pods were steady (`warmup_s` at most); false: always
+    /// `warmup_s` (`--fixed-warmup`, and every run recorded before the rule).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub warmup_steady: bool,
     /// Measurement window, seconds.
     pub window_s: f64,
     /// Measurement cap per cell, seconds.
@@ -650,6 +664,7 @@ impl PlanRecord {
             device,
             batch: plan.batch,
             warmup_s: plan.measure.warmup.as_secs_f64(),
+            warmup_steady: plan.measure.steady_warmup,
             window_s: plan.measure.window.as_secs_f64(),
             max_cell_s: plan.measure.max_cell.as_secs_f64(),
             stable_windows: plan.measure.stable_windows as u32,
@@ -700,6 +715,7 @@ impl PlanRecord {
         MeasureSettings {
             ready_timeout,
             warmup: Duration::from_secs_f64(self.warmup_s),
+            steady_warmup: self.warmup_steady,
             window: Duration::from_secs_f64(self.window_s),
             max_cell: Duration::from_secs_f64(self.max_cell_s),
             stable_windows: self.stable_windows as usize,

@@ -9,4 +9,4 @@ pub mod stability;
 
 pub use fairness::jain_index;
 pub use histogram::Histogram;
-pub use stability::{WindowStat, relative_spread, stable};
+pub use stability::{WindowStat, relative_spread, stable, steady};

@@ -43,6 +43,22 @@ pub fn stable(windows: &[WindowStat], n: usize, tol: f64) -> bool {
     ok(&tput) && ok(&mean)
 }
 
+/// How often a steady warm-up probes the pods.
+pub const WARMUP_PROBE: std::time::Duration = std::time::Duration::from_secs(1);
+/// Probes in a row that must agree for the pods to count as steady.
+pub const WARMUP_PROBES: usize = 3;
+/// How closely they must agree: 2%, tighter than the measurement's 5%, because a
+/// warm-up that ends too early biases every window after it.
+pub const WARMUP_TOLERANCE: f64 = 0.02;
+
+/// Whether a warm-up may end (pure): its last [`WARMUP_PROBES`] probes, each the pods'
+/// summed throughput and mean latency over one [`WARMUP_PROBE`], agree within
+/// [`WARMUP_TOLERANCE`]. A probe that saw no request (NaN mean) is never steady, so
+/// an open load too light to fill a probe warms up for the whole `--warmup`.
+pub fn steady(probes: &[WindowStat]) -> bool {
+    stable(probes, WARMUP_PROBES, WARMUP_TOLERANCE)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,6 +107,27 @@ mod tests {
             3,
             0.05
         ));
+    }
+
+    #[test]
+    fn a_warm_up_ends_on_three_probes_within_two_percent() {
+        // A ramp (first-call compilation, clocks rising) then a plateau.
+        let ramp = [
+            w(300.0, 0.0030),
+            w(850.0, 0.00118),
+            w(893.0, 0.00112),
+            w(896.0, 0.001115),
+        ];
+        assert!(!steady(&ramp[..3]), "the ramp's probes differ by far more than 2%");
+        assert!(!steady(&ramp[..2]), "too few probes");
+        assert!(!steady(&ramp), "850 against 896 is 5% apart");
+        let plateau = [w(893.0, 0.00112), w(896.0, 0.001115), w(890.0, 0.001118)];
+        assert!(steady(&plateau));
+        // 3% apart passes the measurement's 5% but not the warm-up's 2%.
+        let near = [w(100.0, 0.0100), w(103.0, 0.0100), w(100.0, 0.0100)];
+        assert!(stable(&near, 3, 0.05) && !steady(&near));
+        // An open load too light for a probe: never steady.
+        assert!(!steady(&[w(0.0, f64::NAN), w(2.0, 0.01), w(2.0, 0.01)]));
     }
 
     #[test]

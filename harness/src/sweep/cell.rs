@@ -1322,6 +1322,7 @@ mod tests {
         MeasureSettings {
             ready_timeout: Duration::from_secs(1),
             warmup: Duration::ZERO,
+            steady_warmup: false,
             window: Duration::from_secs(1),
             max_cell: Duration::from_secs(10),
             stable_windows: 3,

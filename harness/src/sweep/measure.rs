@@ -13,11 +13,12 @@ use crate::clock::now_rfc3339;
 use crate::config::plan::MeasureSettings;
 use crate::error::Result;
 use crate::metrics::{MetricsSource, Target};
-use crate::results::raw::{CellWindows, RawCell, RawPod, RawServer};
+use crate::results::raw::{CellWindows, RawCell, RawPod, RawServer, WarmupProbe};
 use crate::results::record::CellRecord;
 use crate::results::requests::RequestLine;
 use crate::shutdown::Shutdown;
-use crate::stats::{Histogram, WindowStat, stable};
+use crate::stats::stability::WARMUP_PROBE;
+use crate::stats::{Histogram, WindowStat, stable, steady};
 use crate::sweep::cell::{CellLabels, Measured, SloHistograms, Tracked, cell_rows, fell_behind, undecided_slos};
 use crate::sweep::progress::Progress;
 use crate::telemetry::{Sampler, Telemetry, TelemetrySummary, summarise};
@@ -38,7 +39,78 @@ fn slo_histograms(a: &crate::metrics::PodSnapshot, b: &crate::metrics::PodSnapsh
     SloHistograms { latency: d, tokens }
 }
 
-/// Measures the launched cell. `baseline` is the strategy's 1-pod aggregate row.
+/// The warm-up after readiness. Fixed (`--fixed-warmup`, or a Prometheus source whose
+/// series move at its scrape interval): `settings.warmup`. Steady: a probe of every
+/// pod each [`WARMUP_PROBE`] until [`steady`] says the pods' sums agree, at most
+/// `settings.warmup`. Returns how long it took and the probes (the run keeps them as the
+/// rule's evidence); a pod that cannot be read is left out of a probe and judged later.
+async fn warm_up<S: MetricsSource>(
+    source: &S,
+    targets: &[Target],
+    settings: &MeasureSettings,
+    progress: &dyn Progress,
+    shutdown: &Shutdown,
+) -> Result<(Duration, Vec<WarmupProbe>)> {
+    let start = Instant::now();
+    if !settings.steady_warmup || source.kind() == crate::domain::Source::Prometheus {
+        progress.phase(&format!("warm-up {} s", settings.warmup.as_secs()));
+        shutdown.sleep(settings.warmup).await?;
+        return Ok((start.elapsed(), Vec::new()));
+    }
+    progress.phase(&format!(
+        "warm-up until steady, at most {} s",
+        settings.warmup.as_secs()
+    ));
+    let mut last: HashMap<String, crate::metrics::PodSnapshot> = HashMap::new();
+    let mut stats: Vec<WindowStat> = Vec::new();
+    let mut probes = Vec::new();
+    loop {
+        // Each pod's increment since the last probe, summed.
+        let mut throughput = 0.0;
+        let mut sum: Option<Histogram> = None;
+        for (pod, snap) in shutdown.guard(source.snapshot(targets)).await? {
+            let Ok(snap) = snap else { continue };
+            if let Some(prev) = last.get(&pod)
+                && let Some(d) = snap.latency.delta(&prev.latency)
+            {
+                throughput += d.count / (snap.at - prev.at).as_secs_f64().max(1e-9);
+                match sum.as_mut() {
+                    Some(h) => {
+                        h.add(&d);
+                    }
+                    None => sum = Some(d),
+                }
+            }
+            last.insert(pod, snap);
+        }
+        if let Some(h) = sum {
+            let mean = h.mean();
+            stats.push(WindowStat {
+                throughput,
+                mean,
+                p50: f64::NAN,
+            });
+            probes.push(WarmupProbe {
+                at_s: start.elapsed().as_secs_f64(),
+                throughput,
+                mean_s: Some(mean).filter(|m| m.is_finite()),
+            });
+            if steady(&stats) {
+                break;
+            }
+        }
+        let left = settings.warmup.saturating_sub(start.elapsed());
+        if left < WARMUP_PROBE {
+            shutdown.sleep(left).await?;
+            break;
+        }
+        shutdown.sleep(WARMUP_PROBE).await?;
+    }
+    Ok((start.elapsed(), probes))
+}
+
+/// Measures the launched cell. `baseline` is the strategy's 1-pod aggregate row;
+/// `launched_at`, when its launch began (the aggregate row's `pods_ready_s` counts from it).
 #[allow(clippy::too_many_arguments)]
 pub async fn measure_cell<B: Backend, S: MetricsSource>(
     backend: &mut B,
@@ -47,11 +119,13 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
     settings: &MeasureSettings,
     labels: &CellLabels,
     baseline: Option<&CellRecord>,
+    launched_at: Instant,
     progress: &dyn Progress,
     shutdown: &Shutdown,
 ) -> Result<(Vec<CellRecord>, Option<CellWindows>)> {
     progress.phase("starting pods");
     let pods: Vec<Pod> = backend.wait_ready(settings.ready_timeout, shutdown).await?;
+    let ready_s = launched_at.elapsed().as_secs_f64();
     let order: Vec<String> = pods.iter().map(|p| p.name.clone()).collect();
     let mut tracked: HashMap<String, Tracked> = pods
         .iter()
@@ -90,9 +164,10 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
     let mut measured = Duration::ZERO;
     let mut summary = TelemetrySummary::default();
     let mut raw_cell = None;
+    let mut warmed: Option<(Duration, Vec<WarmupProbe>)> = None;
     if !targets.is_empty() {
-        progress.phase(&format!("warm-up {} s", settings.warmup.as_secs()));
-        shutdown.sleep(settings.warmup).await?;
+        let (took, probes) = warm_up(source, &targets, settings, progress, shutdown).await?;
+        warmed = Some((took, probes));
         let alive = |tracked: &HashMap<String, Tracked>| -> Vec<Target> {
             targets
                 .iter()
@@ -248,6 +323,7 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
                 windows: windows.len() as u32,
                 series,
                 gpu_samples,
+                warmup: warmed.as_ref().map(|(_, p)| p.clone()).unwrap_or_default(),
             },
             bounds,
             requests,
@@ -262,8 +338,10 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
         summary,
         started_at,
     };
-    Ok((
-        cell_rows(&measured, labels, source.kind(), settings, baseline),
-        raw_cell,
-    ))
+    let mut rows = cell_rows(&measured, labels, source.kind(), settings, baseline);
+    for r in rows.iter_mut().filter(|r| r.is_aggregate()) {
+        r.pods_ready_s = Some(ready_s);
+        r.warmup_s = warmed.as_ref().map(|(took, _)| took.as_secs_f64());
+    }
+    Ok((rows, raw_cell))
 }

@@ -605,6 +605,7 @@ impl<B: Backend, S: MetricsSource> CellRunner<'_, B, S> {
         let rows = match prepared {
             Prepared::Unavailable(reason) => unavailable_rows(labels, kind, reason),
             Prepared::Ready => {
+                let launched_at = tokio::time::Instant::now();
                 let launched = self.backend.launch(labels.arm.strategy, pods, load, shutdown).await;
                 let measured = match launched {
                     Ok(_) => {
@@ -615,6 +616,7 @@ impl<B: Backend, S: MetricsSource> CellRunner<'_, B, S> {
                             self.settings,
                             labels,
                             baseline,
+                            launched_at,
                             self.progress,
                             shutdown,
                         )
@@ -623,11 +625,16 @@ impl<B: Backend, S: MetricsSource> CellRunner<'_, B, S> {
                     Err(e) => Err(e),
                 };
                 // Pods stop before anything else happens, whatever the outcome.
+                let stopping = tokio::time::Instant::now();
                 let stopped = self.backend.stop_pods(shutdown).await;
+                let stop_s = stopping.elapsed().as_secs_f64();
                 match measured {
-                    Ok((rows, windows)) => {
+                    Ok((mut rows, windows)) => {
                         stop_error = stopped.err();
                         raw = windows;
+                        for r in rows.iter_mut().filter(|r| r.is_aggregate()) {
+                            r.stop_s = Some(stop_s);
+                        }
                         rows
                     }
                     Err(e) if e.is_interrupt() => {
@@ -653,7 +660,7 @@ impl<B: Backend, S: MetricsSource> CellRunner<'_, B, S> {
             for r in rows.iter_mut().filter(|r| r.is_aggregate()) {
                 r.switch_s = setup.switch_s;
                 r.mig_reconfigure_s = setup.mig_reconfigure_s;
-                r.pods_ready_s = setup.pods_ready_s;
+                r.pods_ready_s = setup.pods_ready_s.or(r.pods_ready_s);
                 if let Some(n) = &setup.note {
                     add_note(&mut r.note, n);
                 }

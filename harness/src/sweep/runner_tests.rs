@@ -1189,3 +1189,76 @@ async fn a_capacity_search_of_two_mps_limits_searches_each_and_its_csv_and_repor
     );
     assert!(text.contains(",100,"), "{text}");
 }
+
+/// A plan of `time-slicing × 2` with a 10-s warm-up, fixed or until steady.
+fn warmup_plan(dir: &std::path::Path, fixed: bool) -> SweepPlan {
+    let o: SweepOptions = toml::from_str(&format!(
+        "strategies = \"time-slicing\"\npods = \"2\"\nwarmup = \"10s\"\nfixed_warmup = {fixed}\nwindow = \"1s\"\nmax_cell = \"10s\"\nready_timeout = \"30s\"\ndevice = \"cpu\"\nrun_id = \"fake\"\nout = \"{}\"\n",
+        dir.display()
+    ))
+    .expect("options");
+    SweepPlan::from_options(o).expect("plan")
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_warm_up_ends_three_steady_probes_after_the_pods_settle_and_its_phases_are_recorded() {
+    // Ready after 1 s; every inference twice as slow until 2.5 s after launch.
+    let slow = || {
+        FakeBackend::new(|_, n| {
+            (0..n)
+                .map(|_| PodScript {
+                    slow_until: Some(Duration::from_millis(2500)),
+                    ..PodScript::steady(100.0, 0.004)
+                })
+                .collect()
+        })
+    };
+    let tmp = tempfile::tempdir().expect("tmp");
+    let plan = warmup_plan(tmp.path(), false);
+    sweep(&plan, &slow(), false, &Recorder::default(), &Shutdown::new())
+        .await
+        .expect("sweep");
+    let row = agg(&cells(&plan), Strategy::TimeSlicing, 2);
+    // Probes at 2 s (slow), 3 s (half slow), 4, 5 and 6 s (settled): steady at the
+    // third settled one, 5 s after readiness.
+    assert_eq!(row.warmup_s, Some(5.0));
+    assert_eq!(row.pods_ready_s, Some(1.0));
+    assert!(row.stop_s.is_some_and(|s| s >= 0.0), "{:?}", row.stop_s);
+    assert!(
+        row.mean_s.is_some_and(|m| (m - 0.004).abs() < 1e-12),
+        "no slow inference is measured: {:?}",
+        row.mean_s
+    );
+    let raw = crate::results::raw::read_raw(&plan.out.join("fake")).expect("raw");
+    let probes: Vec<(f64, f64)> = raw[0]
+        .warmup
+        .iter()
+        .map(|p| (p.at_s, p.mean_s.unwrap_or(f64::NAN)))
+        .collect();
+    assert_eq!(probes.len(), 5, "{probes:?}");
+    assert_eq!(probes[0], (1.0, 0.008));
+    assert!(
+        probes[2..].iter().all(|&(_, m)| (m - 0.004).abs() < 1e-12),
+        "{probes:?}"
+    );
+    let run = crate::results::store::read_run(&plan.out.join("fake/run.json")).expect("run");
+    assert!(run.plan.warmup_steady);
+    let data = crate::report::RunData::load(&plan.out.join("fake")).expect("load");
+    let spent = crate::report::tables::time_spent(&data.run, &data.cells).expect("phases");
+    assert!(
+        spent.starts_with("starting pods 1s · warm-up 5s · windows 3s · ") && spent.ends_with("over 1 cells"),
+        "{spent}"
+    );
+
+    // --fixed-warmup waits the whole 10 s and keeps no probes.
+    let tmp = tempfile::tempdir().expect("tmp");
+    let plan = warmup_plan(tmp.path(), true);
+    sweep(&plan, &slow(), false, &Recorder::default(), &Shutdown::new())
+        .await
+        .expect("sweep");
+    assert_eq!(agg(&cells(&plan), Strategy::TimeSlicing, 2).warmup_s, Some(10.0));
+    let raw = crate::results::raw::read_raw(&plan.out.join("fake")).expect("raw");
+    assert!(raw[0].warmup.is_empty());
+    let run = crate::results::store::read_run(&plan.out.join("fake/run.json")).expect("run");
+    assert!(!run.plan.warmup_steady);
+}

@@ -139,6 +139,7 @@ pub fn measure(speed: f64) -> MeasureSettings {
     MeasureSettings {
         ready_timeout: Duration::from_secs_f64(600.0 / speed),
         warmup: Duration::ZERO,
+        steady_warmup: false,
         window: Duration::from_millis(30),
         max_cell: Duration::from_millis(300),
         stable_windows: 2,

@@ -47,6 +47,7 @@ fn scraped_measure() -> MeasureSettings {
     MeasureSettings {
         ready_timeout: Duration::from_secs(60),
         warmup: Duration::from_secs(2),
+        steady_warmup: false,
         window: Duration::from_secs(3),
         max_cell: Duration::from_secs(12),
         stable_windows: 2,
