@@ -318,6 +318,7 @@ pub fn time_spent(run: &crate::results::record::RunRecord, cells: &[CellRecord])
         ("stopping pods", sum(|c| c.stop_s)),
     ];
     let counted: f64 = phases.iter().map(|(_, s)| s).sum();
+    let measured = agg.iter().filter(|c| c.duration_s.is_some()).count();
     let secs = |s: f64| crate::sweep::progress::short_duration(std::time::Duration::from_secs_f64(s.max(0.0)));
     let wall = run.finished_at.as_deref().and_then(|end| {
         let a = humantime::parse_rfc3339(&run.started_at).ok()?;
@@ -332,12 +333,15 @@ pub fn time_spent(run: &crate::results::record::RunRecord, cells: &[CellRecord])
     match wall {
         Some(w) => {
             parts.push(format!("other {}", secs((w - counted).max(0.0))));
-            Some(format!("{} of {} over {} cells", parts.join(" · "), secs(w), agg.len()))
+            Some(format!(
+                "{} of {} over {measured} measured cells",
+                parts.join(" · "),
+                secs(w)
+            ))
         }
         None => Some(format!(
-            "{} over {} cells (the run has no end time)",
-            parts.join(" · "),
-            agg.len()
+            "{} over {measured} measured cells (the run has no end time)",
+            parts.join(" · ")
         )),
     }
 }

@@ -1246,7 +1246,7 @@ async fn a_warm_up_ends_three_steady_probes_after_the_pods_settle_and_its_phases
     let data = crate::report::RunData::load(&plan.out.join("fake")).expect("load");
     let spent = crate::report::tables::time_spent(&data.run, &data.cells).expect("phases");
     assert!(
-        spent.starts_with("starting pods 1s · warm-up 5s · windows 3s · ") && spent.ends_with("over 1 cells"),
+        spent.starts_with("starting pods 1s · warm-up 5s · windows 3s · ") && spent.ends_with("over 1 measured cells"),
         "{spent}"
     );
 
