@@ -71,7 +71,7 @@ fn a_regression_fails_the_nightly_compare_step() {
 }
 
 #[test]
-fn the_nightly_sweeps_three_repeats_against_a_committed_three_repeat_baseline() {
+fn the_nightly_sweeps_to_a_precision_target_against_a_committed_repeated_baseline() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.github/workflows/nightly-perf.yml");
     let wf: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&path).expect("workflow")).expect("YAML");
     let steps = wf["jobs"]["sweep"]["steps"].as_array().expect("steps");
@@ -80,7 +80,7 @@ fn the_nightly_sweeps_three_repeats_against_a_committed_three_repeat_baseline() 
         .filter_map(|s| s["run"].as_str())
         .find(|r| r.contains("make bench-all"))
         .expect("the sweep step");
-    assert!(sweep.contains("--repeat 3"), "{sweep}");
+    assert!(sweep.contains("--target 1%") && sweep.contains("--budget"), "{sweep}");
     let baseline = wf["jobs"]["sweep"]["env"]["BASELINE"].as_str().expect("BASELINE");
     let default = baseline
         .split("|| '")
@@ -89,6 +89,6 @@ fn the_nightly_sweeps_three_repeats_against_a_committed_three_repeat_baseline() 
         .expect("a default baseline");
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(default);
     let data = gpushare_bench::report::RunData::load(&dir).expect("the committed baseline loads");
-    assert_eq!(data.run.plan.repeat, 3, "{default}");
+    assert!(data.run.plan.repeat >= 2, "{default}: a baseline without intervals");
     assert!(data.run.is_complete(), "{default}: {}", data.run.state);
 }
