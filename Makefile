@@ -258,17 +258,21 @@ bench-kernels: ## criterion benches of the kernels: CPU anywhere, GPU (FLOP/s, b
 	@if [ -x $(BUNDLE)/workload-kernel-bench ]; then $(GPU_ENV) $(BUNDLE)/workload-kernel-bench --bench; \
 	else $(GPU_ENV) $(CARGO) bench --locked -p gpushare-workload --bench kernels; fi
 
+# bench-peer: PEER_PRECISIONS and PEER_RUNNERS (PyTorch's: eager, cuda-graph, max-autotune).
+PEER_PRECISIONS ?= fp32 tf32 bf16
+PEER_RUNNERS ?= eager cuda-graph max-autotune
+
 .PHONY: bench-peer
-bench-peer: ## (GPU machine) our yolos-small against PyTorch, eager and CUDA-graphed, one process per side and precision, same GPU
+bench-peer: ## (GPU machine) our yolos-small against PyTorch eager, CUDA-graphed and torch.compile max-autotune, one process per runner and precision, same GPU; prints our ratio to PyTorch's fastest
 	@if [ ! -x $(WORKLOAD_BIN) ]; then $(CARGO) build --release --locked; fi
 	mkdir -p $(BUNDLE)
 	: > $(BUNDLE)/ours.jsonl
-	for p in fp32 tf32 bf16; do \
+	for p in $(PEER_PRECISIONS); do \
 	  $(GPU_ENV) $(WORKLOAD_BIN) bench --models yolos-small --precisions $$p --iters 200 --json $(BUNDLE)/ours-$$p.jsonl \
 	    && cat $(BUNDLE)/ours-$$p.jsonl >> $(BUNDLE)/ours.jsonl && rm $(BUNDLE)/ours-$$p.jsonl || exit 1; \
 	done
 	: > $(BUNDLE)/pytorch.jsonl
-	for p in fp32 tf32 bf16; do \
-	  $(PYTHON) workload/scripts/pytorch_peer.py --precisions $$p --iters 200 >> $(BUNDLE)/pytorch.jsonl || exit 1; \
-	done
+	for p in $(PEER_PRECISIONS); do for r in $(PEER_RUNNERS); do \
+	  $(PYTHON) workload/scripts/pytorch_peer.py --precisions $$p --runners $$r --iters 200 >> $(BUNDLE)/pytorch.jsonl || exit 1; \
+	done; done
 	$(PYTHON) workload/scripts/compare_peer.py $(BUNDLE)/ours.jsonl $(BUNDLE)/pytorch.jsonl

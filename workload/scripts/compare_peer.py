@@ -3,8 +3,11 @@
 
 Columns: our mean; PyTorch eager's mean and our ratio to it; the lowest and highest
 ratio over PyTorch's rounds (how far PyTorch moved within the run); PyTorch's mean with
-its forward replayed as a CUDA graph, and our ratio to that. A runner missing from the
-file, or one that could not run, shows "-" (with its error below the table).
+its forward replayed as a CUDA graph, and our ratio to that; under
+torch.compile(mode="max-autotune"), and our ratio to that; then PyTorch's fastest runner
+of the precision and our ratio to it, the reference for the workload's speed. A runner
+missing from the file, or one that could not run, shows "-" (with its error below the
+table); each compiled runner's compile time follows the table.
 
 Usage: python compare_peer.py OURS.jsonl PYTORCH.jsonl
 """
@@ -32,33 +35,50 @@ def load(path):
 
 
 def table(ours, theirs):
-    """The printed lines: header, one row per precision both sides have, then errors."""
+    """The printed lines: header, one row per precision both sides have, then errors and
+    compile times."""
     lines = [
         f"{'precision':<10} {'ours_ms':>8} {'eager_ms':>9} {'ratio':>6} {'ratio_rounds':>13}"
-        f" {'graphed_ms':>11} {'ratio':>6}  device"
+        f" {'graphed_ms':>11} {'ratio':>6} {'autotune_ms':>12} {'ratio':>6} {'fastest':>12} {'ratio':>6}  device"
     ]
-    errors = []
+    notes = []
+
+    def timed(r, p):
+        """The runner's mean, or None (its error noted)."""
+        if r is None:
+            return None
+        if "mean_ms" in r:
+            return r["mean_ms"]
+        if "error" in r:
+            notes.append(f"{r['runner']} {p}: {r['error']}")
+        return None
+
     for p in PRECISIONS:
         mine = next((r for (_, q), r in ours.items() if q == p), None)
         eager = theirs.get(("pytorch-eager", p))
-        graphed = theirs.get(("pytorch-cuda-graph", p))
+        runners = {name: theirs.get((f"pytorch-{name}", p)) for name in ("eager", "cuda-graph", "max-autotune")}
         if mine is None or eager is None or "mean_ms" not in eager:
-            for r in (eager, graphed):
-                if r is not None and "error" in r:
-                    errors.append(f"{r['runner']} {p}: {r['error']}")
+            for r in runners.values():
+                timed(r, p)
             continue
-        o, t = mine["mean_ms"], eager["mean_ms"]
+        o = mine["mean_ms"]
+        means = {name: timed(r, p) for name, r in runners.items()}
         rounds = eager.get("round_means_ms") or []
         spread = f"{o / max(rounds):.3f}-{o / min(rounds):.3f}" if rounds else "-"
-        if graphed is not None and "mean_ms" in graphed:
-            g = graphed["mean_ms"]
-            gcols = f"{g:>11.3f} {o / g:>6.3f}"
-        else:
-            gcols = f"{'-':>11} {'-':>6}"
-            if graphed is not None and "error" in graphed:
-                errors.append(f"pytorch-cuda-graph {p}: {graphed['error']}")
-        lines.append(f"{p:<10} {o:>8.3f} {t:>9.3f} {o / t:>6.3f} {spread:>13} {gcols}  {mine['device_name']}")
-    return lines + errors
+
+        def cols(m, width):
+            return f"{m:>{width}.3f} {o / m:>6.3f}" if m is not None else f"{'-':>{width}} {'-':>6}"
+
+        fastest = min((m, name) for name, m in means.items() if m is not None)
+        lines.append(
+            f"{p:<10} {o:>8.3f} {means['eager']:>9.3f} {o / means['eager']:>6.3f} {spread:>13}"
+            f" {cols(means['cuda-graph'], 11)} {cols(means['max-autotune'], 12)}"
+            f" {fastest[1]:>12} {o / fastest[0]:>6.3f}  {mine['device_name']}"
+        )
+        for name, r in runners.items():
+            if r is not None and "compile_s" in r:
+                notes.append(f"pytorch-{name} {p}: compiled in {r['compile_s']:.1f} s")
+    return lines + notes
 
 
 def main() -> None:

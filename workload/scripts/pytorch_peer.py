@@ -12,6 +12,15 @@ Builds transformers' YolosForObjectDetection with the reference study's shape
   This takes the host's launch cost out, as gpushare-workload's graph does; what is
   left is PyTorch's kernels. If the forward cannot be captured, its line carries
   "error" instead of times.
+- pytorch-max-autotune: the model under torch.compile(mode="max-autotune"): Inductor's
+  fused kernels, its GEMMs autotuned (Triton templates against cuBLAS) and the whole
+  replayed as CUDA graphs, PyTorch's fastest mode for a fixed shape. Its line adds
+  compile_s, the time its first calls took to compile and tune. A compile that fails
+  carries "error".
+
+Attention runs through transformers' SDPA path (torch.nn.functional.
+scaled_dot_product_attention, its flash or memory-efficient kernels), the fastest it
+offers for this model; each line records it.
 
 Each runner's timed inferences are split into --rounds consecutive rounds, and each
 round's mean is printed, so a comparison can state how much PyTorch moved within the
@@ -35,7 +44,7 @@ import transformers
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "pytorch"))
 from model import build  # noqa: E402
 
-RUNNERS = ("eager", "cuda-graph")
+RUNNERS = ("eager", "cuda-graph", "max-autotune")
 
 
 def summary(times: list, rounds: int) -> dict:
@@ -92,6 +101,22 @@ def cuda_graph(model, pixels):
     return run
 
 
+def max_autotune(model, pixels):
+    """The model compiled for this shape; its first calls compile and tune. Returns the
+    run and the seconds those calls took."""
+    compiled = torch.compile(model, mode="max-autotune")
+    t0 = time.perf_counter()
+    for _ in range(3):  # compile, then Inductor's CUDA-graph warm-up and recording
+        compiled(pixel_values=pixels).logits.float().cpu()
+    compile_s = time.perf_counter() - t0
+
+    def run():
+        out = compiled(pixel_values=pixels)
+        out.logits.float().cpu()
+
+    return run, compile_s
+
+
 def measure(precision: str, runner: str, iters: int, warmup: int, rounds: int) -> dict:
     model, pixels, config = build(precision)
     line = {
@@ -106,8 +131,13 @@ def measure(precision: str, runner: str, iters: int, warmup: int, rounds: int) -
     }
     with torch.inference_mode():
         try:
-            run = eager(model, pixels) if runner == "eager" else cuda_graph(model, pixels)
-        except RuntimeError as e:  # a forward that cannot be captured
+            if runner == "eager":
+                run = eager(model, pixels)
+            elif runner == "cuda-graph":
+                run = cuda_graph(model, pixels)
+            else:
+                run, line["compile_s"] = max_autotune(model, pixels)
+        except RuntimeError as e:  # a forward that cannot be captured or compiled
             # Ending a failed capture raises again; the first error is the cause.
             first = e.__context__ if isinstance(e.__context__, Exception) else e
             line["error"] = str(first).splitlines()[0] if str(first) else type(first).__name__

@@ -1,6 +1,7 @@
 //! `make bench-peer`'s comparison script (workload/scripts/compare_peer.py), run with
 //! python3 on hand-written JSON lines: the ratios it prints, the spread over PyTorch's
-//! rounds, the CUDA-graph column, files from before the graph runner, and bad input.
+//! rounds, the CUDA-graph and max-autotune columns, the ratio to the fastest runner, files from
+//! before the graph runner, and bad input.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -64,7 +65,8 @@ fn a_file_from_before_the_graph_runner_still_compares() {
     assert!(
         text.lines().any(|l| l.split_whitespace().collect::<Vec<_>>()
             == [
-                "bf16", "1.200", "4.137", "0.290", "-", "-", "-", "NVIDIA", "H100", "80GB", "HBM3"
+                "bf16", "1.200", "4.137", "0.290", "-", "-", "-", "-", "-", "eager", "0.290", "NVIDIA", "H100", "80GB",
+                "HBM3"
             ]),
         "{text}"
     );
@@ -96,4 +98,36 @@ fn a_record_without_its_time_is_one_error_and_a_lone_graph_error_is_shown() {
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).expect("UTF-8 output");
     assert!(text.contains("pytorch-cuda-graph bf16: capture failed"), "{text}");
+}
+
+#[test]
+fn the_max_autotune_column_and_the_ratio_to_the_fastest_runner() {
+    let theirs = r#"{"runner":"pytorch-eager","model":"yolos-small","precision":"bf16","batch":1,"mean_ms":4.0,"round_means_ms":[4.0]}
+{"runner":"pytorch-cuda-graph","model":"yolos-small","precision":"bf16","batch":1,"mean_ms":2.4}
+{"runner":"pytorch-max-autotune","model":"yolos-small","precision":"bf16","batch":1,"mean_ms":1.6,"compile_s":93.25}
+{"runner":"pytorch-eager","model":"yolos-small","precision":"tf32","batch":1,"mean_ms":10.0}
+{"runner":"pytorch-cuda-graph","model":"yolos-small","precision":"tf32","batch":1,"mean_ms":8.0}
+{"runner":"pytorch-max-autotune","model":"yolos-small","precision":"tf32","batch":1,"error":"InductorError: no kernel"}
+"#;
+    let out = compare(OURS, theirs);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).expect("UTF-8 output");
+    let row = |p: &str| {
+        text.lines()
+            .find(|l| l.starts_with(p))
+            .unwrap_or_else(|| panic!("no {p} row in\n{text}"))
+            .split_whitespace()
+            .skip(7)
+            .take(4)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    // bf16: max-autotune 1.6 (1.2 / 1.6) is the fastest; tf32: the graph (2.0 / 8.0), autotune failed.
+    assert_eq!(row("bf16"), "1.600 0.750 max-autotune 0.750");
+    assert_eq!(row("tf32"), "- - cuda-graph 0.250");
+    assert!(text.contains("pytorch-max-autotune bf16: compiled in 93.2 s"), "{text}");
+    assert!(
+        text.contains("pytorch-max-autotune tf32: InductorError: no kernel"),
+        "{text}"
+    );
 }
