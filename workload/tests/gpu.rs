@@ -661,3 +661,47 @@ fn the_llm_decoder_matches_the_cpu_reference_and_its_step_is_timed() {
     );
     assert!(ms > 0.0);
 }
+
+/// Where the llm decode step's time goes (`make test-gpu` prints it): each kernel of the
+/// step repeated 20 times as one graph, its mean, summed by kind and by the step's parts,
+/// against the whole step timed the same way.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn the_llm_decode_step_split_by_kernel() {
+    use gpushare_workload::cuda::decoder::CudaDecoder;
+    use gpushare_workload::decoder::{DecoderConfig, DecoderWeights};
+    let c = DecoderConfig::llm();
+    let weights = DecoderWeights::seeded(c, 11);
+    let mut gpu = CudaDecoder::new(CudaRuntime::new(0).expect("a GPU"), &weights, true).expect("decoder");
+    let prompt: Vec<u32> = (1..=128).collect();
+    gpu.generate(&prompt, 1, |_| true).expect("prefill");
+    let whole = gpu.time_step_ms(50).expect("timing the step") as f64;
+    let kernels = gpu.time_kernels(20).expect("timing the kernels");
+    assert!(kernels.len() > 10, "{} kernels", kernels.len());
+    // By the part of a layer (`layer3.qkv` → `qkv`) or the step's own name.
+    let mut parts: Vec<(String, f64, usize)> = Vec::new();
+    for k in &kernels {
+        let part = k.name.split_once('.').map_or(k.name.as_str(), |(_, p)| p).to_string();
+        let ms = k.time.as_secs_f64() * 1e3;
+        match parts.iter_mut().find(|(p, _, _)| *p == part) {
+            Some(e) => {
+                e.1 += ms;
+                e.2 += 1;
+            }
+            None => parts.push((part, ms, 1)),
+        }
+    }
+    let sum: f64 = parts.iter().map(|p| p.1).sum();
+    println!(
+        "decoder llm step split: {} kernels, their sum {sum:.3} ms, the step {whole:.3} ms",
+        kernels.len()
+    );
+    for (part, ms, n) in &parts {
+        println!(
+            "  {part:<12} {n:>3} × {:>7.4} ms = {ms:>6.3} ms ({:>4.1}%)",
+            ms / *n as f64,
+            100.0 * ms / sum
+        );
+    }
+    assert!(sum > 0.0 && whole > 0.0);
+}

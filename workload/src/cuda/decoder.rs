@@ -665,6 +665,48 @@ impl CudaDecoder {
         self.read_token()?;
         Ok(ms)
     }
+
+    /// Where a decode step's time goes: each of its kernels run `runs` times in a row
+    /// (captured as one graph where the step is, so launches cost what they cost in the
+    /// step), its mean per run, in the step's order. The repeats turn the same values
+    /// over and over (the residual stream, the cache's newest row), so the decoder is
+    /// consumed: its cache means nothing afterwards. Needs a prompt in the cache.
+    pub fn time_kernels(mut self, runs: usize) -> Result<Vec<super::model::StepTiming>> {
+        if self.len == 0 || self.len + 2 > self.config.max_len || runs == 0 {
+            return Err(WorkloadError::BadArgument(format!(
+                "timing the step's kernels needs a prompt in the cache, room for a step and at least one run ({} of {} cached, {runs} runs)",
+                self.len, self.config.max_len
+            )));
+        }
+        self.step_once()?;
+        let what = "timing the decode step's kernels";
+        let stream = self.rt.gpu().stream().clone();
+        let (start, end) = (self.rt.gpu().timing_event()?, self.rt.gpu().timing_event()?);
+        let mut out = Vec::with_capacity(self.step.len());
+        for i in 0..self.step.len() {
+            let graph = if self.graphs {
+                capture_graph(&stream, what, || {
+                    (0..runs).try_for_each(|_| self.rt.run(&mut self.step[i]))
+                })?
+            } else {
+                None
+            };
+            if let Some(g) = &graph {
+                g.launch().map_err(cuda_error(what))?;
+            }
+            let (rt, step) = (&mut self.rt, &mut self.step[i]);
+            let eager = || (0..runs).try_for_each(|_| rt.run(step));
+            let ms = time_min_ms(&stream, (&start, &end), what, graph.as_ref(), eager, 3)? as f64 / runs as f64;
+            let s = &self.step[i];
+            out.push(super::model::StepTiming {
+                name: s.name.clone(),
+                kind: s.kind,
+                time: std::time::Duration::from_secs_f64(ms / 1e3),
+                flops: s.flops,
+            });
+        }
+        Ok(out)
+    }
 }
 
 #[cfg(test)]
