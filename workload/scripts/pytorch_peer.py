@@ -2,7 +2,7 @@
 
 Builds transformers' YolosForObjectDetection with the reference study's shape
 (hidden 384, 12 layers, 6 heads, MLP 1536, 100 detection tokens, 91 classes,
-800x1066 input) and random weights, then times batch-1 inference two ways:
+800x1066 input) and random weights, then times batch-1 inference three ways:
 
 - pytorch-eager: the way a user's eager PyTorch server runs it, one forward pass and
   the result copied to the host per inference. Eager PyTorch issues every kernel from
@@ -27,7 +27,7 @@ round's mean is printed, so a comparison can state how much PyTorch moved within
 run. Prints one JSON line per runner and precision on stdout.
 
 Usage: python pytorch_peer.py [--precisions fp32,tf32,bf16] [--iters 200] [--warmup 20]
-                              [--rounds 5] [--runners eager,cuda-graph]
+                              [--rounds 5] [--runners eager,cuda-graph,max-autotune]
 """
 
 import argparse
@@ -130,14 +130,18 @@ def measure(precision: str, runner: str, iters: int, warmup: int, rounds: int) -
         "attn_implementation": getattr(config, "_attn_implementation", "?"),
     }
     with torch.inference_mode():
-        try:
-            if runner == "eager":
-                run = eager(model, pixels)
-            elif runner == "cuda-graph":
-                run = cuda_graph(model, pixels)
-            else:
+        if runner == "max-autotune":
+            # Inductor fails in many ways (its cache, its CUDA-graph trees, a kernel it
+            # cannot tune), while compiling or on a later call: each is this runner's error.
+            try:
                 run, line["compile_s"] = max_autotune(model, pixels)
-        except RuntimeError as e:  # a forward that cannot be captured or compiled
+                line.update(summary(time_runs(run, iters, warmup), rounds))
+            except Exception as e:  # noqa: BLE001
+                line["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
+            return line
+        try:
+            run = eager(model, pixels) if runner == "eager" else cuda_graph(model, pixels)
+        except RuntimeError as e:  # a forward that cannot be captured
             # Ending a failed capture raises again; the first error is the cause.
             first = e.__context__ if isinstance(e.__context__, Exception) else e
             line["error"] = str(first).splitlines()[0] if str(first) else type(first).__name__

@@ -41,7 +41,7 @@ pub struct SweepOptions {
     /// Samples per inference [default: 1].
     #[arg(long)]
     pub batch: Option<u32>,
-    /// Discarded time after all pods are ready, at most: it ends earlier once the pods are steady, when three 1-s probes in a row agree within 2% on throughput and mean latency (scraped metrics only; at least 3 s) [default: 10s].
+    /// Discarded time after all pods are ready, at most: it ends earlier once the pods are steady, when three 1-s probes in a row agree within 2% on throughput and mean latency (so never before 3 s; not with --prometheus, whose series move at its scrape interval) [default: 10s].
     #[arg(long)]
     pub warmup: Option<Span>,
     /// Warm up for the whole of --warmup, steady or not (isolation runs always do: their events are timed from readiness).

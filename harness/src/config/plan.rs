@@ -1889,6 +1889,13 @@ mod tests {
         let p = plan("target = \"1%\"\nbudget = \"10m\"\n").expect("plan");
         assert_eq!((p.target, p.repeat), (Some(0.01), DEFAULT_TARGET_PASSES));
         assert_eq!(p.budget, Some(Duration::from_secs(600)));
+        // Its windows are 2 s unless --window says; without a target, 5 s.
+        assert_eq!(p.measure.window, TARGET_WINDOW);
+        assert_eq!(
+            plan("target = \"1%\"\nwindow = \"5s\"\n").expect("plan").measure.window,
+            Duration::from_secs(5)
+        );
+        assert_eq!(plan("").expect("plan").measure.window, DEFAULT_WINDOW);
         assert_eq!(plan("target = \"0.5%\"\nrepeat = 4\n").expect("plan").repeat, 4);
         for (text, says) in [
             (

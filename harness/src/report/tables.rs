@@ -330,6 +330,18 @@ pub fn time_spent(run: &crate::results::record::RunRecord, cells: &[CellRecord])
         .filter(|(_, s)| *s > 0.0)
         .map(|(name, s)| format!("{name} {}", secs(*s)))
         .collect();
+    // GPUs measured side by side (`--gpus`): their phases overlap in time.
+    let mut gpus: Vec<u32> = agg.iter().filter_map(|c| c.gpu).collect();
+    gpus.sort_unstable();
+    gpus.dedup();
+    if gpus.len() > 1 {
+        return Some(format!(
+            "{} over {measured} measured cells, summed over {} GPUs measuring side by side{}",
+            parts.join(" · "),
+            gpus.len(),
+            wall.map_or(String::new(), |w| format!(" (wall time {})", secs(w)))
+        ));
+    }
     match wall {
         Some(w) => {
             parts.push(format!("other {}", secs((w - counted).max(0.0))));

@@ -664,7 +664,8 @@ impl PlanRecord {
             device,
             batch: plan.batch,
             warmup_s: plan.measure.warmup.as_secs_f64(),
-            warmup_steady: plan.measure.steady_warmup,
+            // A Prometheus source's series move at its scrape interval: its warm-up is fixed.
+            warmup_steady: plan.measure.steady_warmup && source != Source::Prometheus,
             window_s: plan.measure.window.as_secs_f64(),
             max_cell_s: plan.measure.max_cell.as_secs_f64(),
             stable_windows: plan.measure.stable_windows as u32,

@@ -68,7 +68,15 @@ async fn warm_up<S: MetricsSource>(
         // Each pod's increment since the last probe, summed.
         let mut throughput = 0.0;
         let mut sum: Option<Histogram> = None;
-        for (pod, snap) in shutdown.guard(source.snapshot(targets)).await? {
+        // A probe that cannot finish within the warm-up's cap ends the warm-up there.
+        let cap = settings
+            .warmup
+            .saturating_sub(start.elapsed())
+            .max(Duration::from_millis(200));
+        let Ok(snaps) = tokio::time::timeout(cap, shutdown.guard(source.snapshot(targets))).await else {
+            break;
+        };
+        for (pod, snap) in snaps? {
             let Ok(snap) = snap else { continue };
             if let Some(prev) = last.get(&pod)
                 && let Some(d) = snap.latency.delta(&prev.latency)

@@ -1261,4 +1261,16 @@ async fn a_warm_up_ends_three_steady_probes_after_the_pods_settle_and_its_phases
     assert!(raw[0].warmup.is_empty());
     let run = crate::results::store::read_run(&plan.out.join("fake/run.json")).expect("run");
     assert!(!run.plan.warmup_steady);
+
+    // A load too light to fill a probe (a request every 2 s) is never steady: the whole
+    // 10 s, its probes kept.
+    let tmp = tempfile::tempdir().expect("tmp");
+    let plan = warmup_plan(tmp.path(), false);
+    let sparse = FakeBackend::new(|_, n| (0..n).map(|_| PodScript::steady(0.5, 0.004)).collect());
+    sweep(&plan, &sparse, false, &Recorder::default(), &Shutdown::new())
+        .await
+        .expect("sweep");
+    assert_eq!(agg(&cells(&plan), Strategy::TimeSlicing, 2).warmup_s, Some(10.0));
+    let raw = crate::results::raw::read_raw(&plan.out.join("fake")).expect("raw");
+    assert!(raw[0].warmup.len() >= 8, "{:?}", raw[0].warmup);
 }
