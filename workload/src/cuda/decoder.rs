@@ -679,33 +679,7 @@ impl CudaDecoder {
             )));
         }
         self.step_once()?;
-        let what = "timing the decode step's kernels";
-        let stream = self.rt.gpu().stream().clone();
-        let (start, end) = (self.rt.gpu().timing_event()?, self.rt.gpu().timing_event()?);
-        let mut out = Vec::with_capacity(self.step.len());
-        for i in 0..self.step.len() {
-            let graph = if self.graphs {
-                capture_graph(&stream, what, || {
-                    (0..runs).try_for_each(|_| self.rt.run(&mut self.step[i]))
-                })?
-            } else {
-                None
-            };
-            if let Some(g) = &graph {
-                g.launch().map_err(cuda_error(what))?;
-            }
-            let (rt, step) = (&mut self.rt, &mut self.step[i]);
-            let eager = || (0..runs).try_for_each(|_| rt.run(step));
-            let ms = time_min_ms(&stream, (&start, &end), what, graph.as_ref(), eager, 3)? as f64 / runs as f64;
-            let s = &self.step[i];
-            out.push(super::model::StepTiming {
-                name: s.name.clone(),
-                kind: s.kind,
-                time: std::time::Duration::from_secs_f64(ms / 1e3),
-                flops: s.flops,
-            });
-        }
-        Ok(out)
+        super::model::time_each_step(&mut self.rt, &mut self.step, self.graphs, runs, 3)
     }
 }
 

@@ -80,6 +80,44 @@ pub struct StepTiming {
     pub flops: f64,
 }
 
+/// Each of `steps` run `runs` times in a row (captured as one graph where `graphs`, so
+/// launches cost what they cost in a pass), after one run to warm it: its mean per run,
+/// the fastest of `rounds` timings, in order. Repeating a step repeats its writes, so
+/// the buffers mean nothing afterwards.
+pub(crate) fn time_each_step(
+    rt: &mut CudaRuntime,
+    steps: &mut [Step],
+    graphs: bool,
+    runs: usize,
+    rounds: usize,
+) -> Result<Vec<StepTiming>> {
+    let what = "timing steps";
+    let stream = rt.gpu().stream().clone();
+    let mut out = Vec::with_capacity(steps.len());
+    let start = rt.gpu().timing_event()?;
+    let end = rt.gpu().timing_event()?;
+    for step in steps.iter_mut() {
+        rt.run(step)?;
+        let graph = if graphs {
+            capture_graph(&stream, what, || (0..runs).try_for_each(|_| rt.run(step)))?
+        } else {
+            None
+        };
+        if let Some(g) = &graph {
+            g.launch().map_err(cuda_error(what))?;
+        }
+        let eager = || (0..runs).try_for_each(|_| rt.run(step));
+        let ms = time_min_ms(&stream, (&start, &end), what, graph.as_ref(), eager, rounds)? as f64 / runs as f64;
+        out.push(StepTiming {
+            name: step.name.clone(),
+            kind: step.kind,
+            time: Duration::from_secs_f64(ms / 1e3),
+            flops: step.flops,
+        });
+    }
+    Ok(out)
+}
+
 /// A model ready to infer on one GPU. Field order is drop order: the graph and the
 /// steps go before the buffers they point at, and the runtime (context) last.
 pub struct CudaModel {
@@ -515,34 +553,6 @@ impl CudaModel {
     /// spread over 24% between runs against 12% as graphs
     /// (results/20261126-h100-split-clocks at commit 6358458).
     pub fn time_steps(&mut self, runs: usize) -> Result<Vec<StepTiming>> {
-        let what = "timing steps";
-        let stream = self.rt.gpu().stream().clone();
-        let mut out = Vec::with_capacity(self.steps.len());
-        let start = self.rt.gpu().timing_event()?;
-        let end = self.rt.gpu().timing_event()?;
-        for i in 0..self.steps.len() {
-            self.rt.run(&mut self.steps[i])?;
-            let graph = if self.graph.is_some() {
-                capture_graph(&stream, what, || {
-                    (0..runs).try_for_each(|_| self.rt.run(&mut self.steps[i]))
-                })?
-            } else {
-                None
-            };
-            if let Some(g) = &graph {
-                g.launch().map_err(cuda_error(what))?;
-            }
-            let (rt, step) = (&mut self.rt, &mut self.steps[i]);
-            let eager = || (0..runs).try_for_each(|_| rt.run(step));
-            let ms = time_min_ms(&stream, (&start, &end), what, graph.as_ref(), eager, 1)? as f64 / runs as f64;
-            let s = &self.steps[i];
-            out.push(StepTiming {
-                name: s.name.clone(),
-                kind: s.kind,
-                time: Duration::from_secs_f64(ms / 1e3),
-                flops: s.flops,
-            });
-        }
-        Ok(out)
+        time_each_step(&mut self.rt, &mut self.steps, self.graph.is_some(), runs, 1)
     }
 }
