@@ -230,6 +230,36 @@ pub(crate) fn check_resume(plan: &SweepPlan, id: &str) -> Result<()> {
             ));
         }
     }
+    // A precision target and its budget are the run's: a resume keeps them.
+    if let Some(t) = plan.target
+        && run.plan.target != Some(t)
+    {
+        return Err(BenchError::flag(
+            "--target",
+            &crate::sweep::runner::percent(t),
+            match run.plan.target {
+                Some(r) => format!(
+                    "this run was made with --target {}: resume it with the same, or leave it out",
+                    crate::sweep::runner::percent(r)
+                ),
+                None => "this run was made without a precision target (a fixed number of passes): resume it without --target".into(),
+            },
+        ));
+    }
+    if let Some(b) = plan.budget
+        && run.plan.budget_s != Some(b.as_secs_f64())
+    {
+        return Err(BenchError::flag(
+            "--budget",
+            &format!("{}s", b.as_secs_f64()),
+            match run.plan.budget_s {
+                Some(r) => format!(
+                    "this run was made with --budget {r}s (counted again from the resume): resume it with the same, or leave it out"
+                ),
+                None => "this run was made without a budget: resume it without --budget".into(),
+            },
+        ));
+    }
     if plan.sharing_api() != run.plan.sharing_api {
         return Err(BenchError::flag(
             "--resume",
@@ -323,5 +353,33 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn a_resume_keeps_the_recorded_precision_target_and_budget() {
+        let dir = tempfile::tempdir().expect("tmp");
+        recorded_image_run(dir.path());
+        let path = dir.path().join("img/run.json");
+        let mut run: crate::results::record::RunRecord =
+            serde_json::from_str(&std::fs::read_to_string(&path).expect("run.json")).expect("parse");
+        run.plan.target = Some(0.01);
+        run.plan.budget_s = Some(600.0);
+        std::fs::write(&path, serde_json::to_vec(&run).expect("json")).expect("write");
+        let resume = |target: Option<&str>, budget: Option<&str>| {
+            let o: SweepOptions = toml::from_str(&format!(
+                "backend = \"kubernetes\"\nnode = \"gpu-1\"\nserver_image = \"me/s:1\"\nworkload_args = [\"--port={{port}}\"]\nout = {:?}\n{}{}",
+                dir.path().display().to_string(),
+                target.map_or(String::new(), |t| format!("target = \"{t}\"\n")),
+                budget.map_or(String::new(), |b| format!("budget = \"{b}\"\n")),
+            ))
+            .expect("options");
+            check_resume(&SweepPlan::from_options(o).expect("plan"), "img").map_err(|e| e.to_string())
+        };
+        assert_eq!(resume(None, None), Ok(()));
+        assert_eq!(resume(Some("1%"), Some("10m")), Ok(()));
+        let e = resume(Some("2%"), None).expect_err("another target");
+        assert!(e.contains("--target") && e.contains("made with --target 1%"), "{e}");
+        let e = resume(Some("1%"), Some("5m")).expect_err("another budget");
+        assert!(e.contains("--budget") && e.contains("made with --budget 600s"), "{e}");
     }
 }

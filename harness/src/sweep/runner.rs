@@ -394,7 +394,7 @@ pub(crate) async fn run_cells<B: Backend, S: MetricsSource, T: BorrowMut<RunStor
 }
 
 /// A share as a percentage for people: `1%`, `0.35%`.
-fn percent(share: f64) -> String {
+pub(crate) fn percent(share: f64) -> String {
     let p = share * 100.0;
     if p >= 10.0 {
         format!("{p:.0}%")
