@@ -1717,6 +1717,16 @@ mod tests {
         );
         let json = serde_json::to_value(&plain).expect("json");
         assert!(json.get("sharing_api").is_none() && json.get("dra").is_none(), "{json}");
+        // Read from Prometheus, whose series move at its scrape interval: a fixed warm-up,
+        // though the plan asked for a steady one; scraped directly, the steady one.
+        let steady = SweepPlan::from_options(k8s()).expect("plan");
+        assert!(steady.measure.steady_warmup && !plain.warmup_steady);
+        let scraped = crate::results::record::PlanRecord::from_plan(
+            &steady,
+            crate::domain::DeviceKind::Cuda,
+            crate::domain::Source::Scrape,
+        );
+        assert!(scraped.warmup_steady);
         for (o, says) in [
             (
                 SweepOptions {

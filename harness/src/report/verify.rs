@@ -222,13 +222,8 @@ pub fn verify(data: &RunData, raw: &[RawCell], layouts: &Layouts, requests: &[Re
             }
             if h.count > 0.0 {
                 inferences += h.count as u64;
-                match pooled.as_mut() {
-                    Some(p) => {
-                        // Other bucket bounds are left out of the cell's numbers, as measured.
-                        p.add(&h);
-                    }
-                    None => pooled = Some(h),
-                }
+                // Other bucket bounds are left out of the cell's numbers, as measured.
+                Histogram::pool(&mut pooled, h);
             }
         }
         let mut c = Checker {
@@ -506,12 +501,7 @@ fn spreads(c: &mut Checker, agg: &CellRecord, cell: &RawCell, layouts: &Layouts)
             else {
                 continue;
             };
-            match h.as_mut() {
-                Some(h) => {
-                    h.add(&d);
-                }
-                None => h = Some(d),
-            }
+            Histogram::pool(&mut h, d);
         }
         tputs.push(tput);
         means.push(h.as_ref().map_or(f64::NAN, Histogram::mean));

@@ -37,6 +37,18 @@ impl Histogram {
         })
     }
 
+    /// Adds `h` to a pooled histogram, or starts the pool with it. False when `h`'s
+    /// bucket bounds differ from the pool's: it is left out (the pool is unchanged).
+    pub fn pool(pooled: &mut Option<Histogram>, h: Histogram) -> bool {
+        match pooled {
+            Some(p) => p.add(&h),
+            None => {
+                *pooled = Some(h);
+                true
+            }
+        }
+    }
+
     /// Adds another histogram with the same bounds (several pods → one cell).
     pub fn add(&mut self, other: &Histogram) -> bool {
         if self.buckets.len() != other.buckets.len() || self.buckets.iter().zip(&other.buckets).any(|(a, b)| a.0 != b.0)

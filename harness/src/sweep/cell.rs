@@ -592,19 +592,14 @@ pub fn cell_rows(
                 total_inf += d.count as u64;
                 effective.push(if cell_secs > 0.0 { d.count / cell_secs } else { 0.0 });
                 deltas.push(Some(d.clone()));
-                match total.as_mut() {
-                    Some(h) => {
-                        // Histograms with other bucket bounds cannot be summed: the pod's
-                        // own row keeps its quantiles; the cell's leave it out, and say so.
-                        if !h.add(&d) {
-                            layout_mismatch.push(name.clone());
-                            add_note(
-                                &mut row.note,
-                                "its histogram has other bucket bounds than the cell's first pod: left out of the cell's quantiles and mean",
-                            );
-                        }
-                    }
-                    None => total = Some(d),
+                // Histograms with other bucket bounds cannot be summed: the pod's own row
+                // keeps its quantiles; the cell's leave it out, and say so.
+                if !Histogram::pool(&mut total, d) {
+                    layout_mismatch.push(name.clone());
+                    add_note(
+                        &mut row.note,
+                        "its histogram has other bucket bounds than the cell's first pod: left out of the cell's quantiles and mean",
+                    );
                 }
             }
             _ => {
@@ -823,13 +818,8 @@ fn gpu_rows(
             let errors: u64 = members.iter().filter_map(|&i| pod_rows[i].errors).sum();
             let mut total: Option<Histogram> = None;
             for d in members.iter().filter_map(|&i| deltas[i].as_ref()) {
-                match total.as_mut() {
-                    // Other bucket bounds: left out, as of the cell's aggregate.
-                    Some(h) => {
-                        h.add(d);
-                    }
-                    None => total = Some(d.clone()),
-                }
+                // Other bucket bounds: left out, as of the cell's aggregate.
+                Histogram::pool(&mut total, d.clone());
             }
             if members.iter().any(|&i| pod_rows[i].errors.is_some()) {
                 row.errors = Some(errors);

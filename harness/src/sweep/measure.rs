@@ -39,8 +39,8 @@ fn slo_histograms(a: &crate::metrics::PodSnapshot, b: &crate::metrics::PodSnapsh
     SloHistograms { latency: d, tokens }
 }
 
-/// The warm-up after readiness. Fixed (`--fixed-warmup`, or a Prometheus source whose
-/// series move at its scrape interval): `settings.warmup`. Steady: a probe of every
+/// The warm-up after readiness. Fixed (`--fixed-warmup`, and every run read from
+/// Prometheus, whose recorded plan says so): `settings.warmup`. Steady: a probe of every
 /// pod each [`WARMUP_PROBE`] until [`steady`] says the pods' sums agree, at most
 /// `settings.warmup`. Returns how long it took and the probes (the run keeps them as the
 /// rule's evidence); a pod that cannot be read is left out of a probe and judged later.
@@ -52,7 +52,7 @@ async fn warm_up<S: MetricsSource>(
     shutdown: &Shutdown,
 ) -> Result<(Duration, Vec<WarmupProbe>)> {
     let start = Instant::now();
-    if !settings.steady_warmup || source.kind() == crate::domain::Source::Prometheus {
+    if !settings.steady_warmup {
         progress.phase(&format!("warm-up {} s", settings.warmup.as_secs()));
         shutdown.sleep(settings.warmup).await?;
         return Ok((start.elapsed(), Vec::new()));
@@ -82,12 +82,7 @@ async fn warm_up<S: MetricsSource>(
                 && let Some(d) = snap.latency.delta(&prev.latency)
             {
                 throughput += d.count / (snap.at - prev.at).as_secs_f64().max(1e-9);
-                match sum.as_mut() {
-                    Some(h) => {
-                        h.add(&d);
-                    }
-                    None => sum = Some(d),
-                }
+                Histogram::pool(&mut sum, d);
             }
             last.insert(pod, snap);
         }
@@ -172,10 +167,10 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
     let mut measured = Duration::ZERO;
     let mut summary = TelemetrySummary::default();
     let mut raw_cell = None;
-    let mut warmed: Option<(Duration, Vec<WarmupProbe>)> = None;
+    let mut warmup_took: Option<Duration> = None;
     if !targets.is_empty() {
-        let (took, probes) = warm_up(source, &targets, settings, progress, shutdown).await?;
-        warmed = Some((took, probes));
+        let (took, warmup_probes) = warm_up(source, &targets, settings, progress, shutdown).await?;
+        warmup_took = Some(took);
         let alive = |tracked: &HashMap<String, Tracked>| -> Vec<Target> {
             targets
                 .iter()
@@ -240,12 +235,7 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
                                     series.push(windows.len() as u32 + 1, at, &d, s.errors - errors_before, s.backlog);
                                 }
                                 t.backlog.extend(s.backlog);
-                                match window_hist.as_mut() {
-                                    Some(h) => {
-                                        h.add(&d);
-                                    }
-                                    None => window_hist = Some(d),
-                                }
+                                Histogram::pool(&mut window_hist, d);
                                 t.last = Some(s);
                             }
                             None => t.problem = Some("its counters went back (the process restarted)".into()),
@@ -331,7 +321,7 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
                 windows: windows.len() as u32,
                 series,
                 gpu_samples,
-                warmup: warmed.as_ref().map(|(_, p)| p.clone()).unwrap_or_default(),
+                warmup: warmup_probes,
             },
             bounds,
             requests,
@@ -349,7 +339,7 @@ pub async fn measure_cell<B: Backend, S: MetricsSource>(
     let mut rows = cell_rows(&measured, labels, source.kind(), settings, baseline);
     for r in rows.iter_mut().filter(|r| r.is_aggregate()) {
         r.pods_ready_s = Some(ready_s);
-        r.warmup_s = warmed.as_ref().map(|(took, _)| took.as_secs_f64());
+        r.warmup_s = warmup_took.map(|took| took.as_secs_f64());
     }
     Ok((rows, raw_cell))
 }
