@@ -614,6 +614,46 @@ fn the_tiny_decoder_matches_the_cpu_reference() {
     compare_decoder("decoder tiny", DecoderConfig::tiny(), 5, 8, true);
 }
 
+/// A generation starts each step before the host hands on the token before it: its
+/// tokens are the greedy ones of one forward pass at a time, a stop returns the tokens
+/// so far (after waiting for the step already started), and the next request starts
+/// from an empty cache.
+#[test]
+#[ignore = "needs GPU"]
+fn a_generation_runs_a_step_ahead_and_stops_where_told() {
+    use gpushare_workload::cuda::decoder::CudaDecoder;
+    use gpushare_workload::decoder::cpu::argmax;
+    use gpushare_workload::decoder::{DecoderConfig, DecoderWeights};
+    let weights = DecoderWeights::seeded(DecoderConfig::tiny(), 5);
+    let mut gpu = CudaDecoder::new(CudaRuntime::new(0).expect("a GPU"), &weights, true).expect("decoder");
+    let prompt = [3, 1, 4, 1, 5];
+    let all = gpu.generate(&prompt, 8, |_| true).expect("generation");
+    gpu.reset();
+    let mut logits = gpu.forward(&prompt).expect("prefill");
+    let mut want = Vec::new();
+    while want.len() < 8 {
+        want.push(argmax(&logits));
+        if want.len() < 8 {
+            logits = gpu.forward(&want[want.len() - 1..]).expect("step");
+        }
+    }
+    assert_eq!(all, want);
+    let mut heard = 0;
+    let some = gpu
+        .generate(&prompt, 8, |_| {
+            heard += 1;
+            heard < 3
+        })
+        .expect("stopped generation");
+    assert_eq!(some, all[..3]);
+    assert_eq!(
+        gpu.cached(),
+        prompt.len() + 3,
+        "the step started for a fourth token ran"
+    );
+    assert_eq!(gpu.generate(&prompt, 8, |_| true).expect("again"), all);
+}
+
 #[test]
 #[ignore = "needs GPU"]
 fn a_prompt_longer_than_a_chunk_and_graph_or_not_give_the_same_logits() {

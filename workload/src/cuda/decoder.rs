@@ -4,13 +4,15 @@
 //!
 //! A decode step (one token) is a chain of our own kernels, captured once as a CUDA graph
 //! and replayed for every token: per block, the fused query/key/value product with the
-//! RMSNorm folded in, rotary embeddings and the cache write, attention against the
+//! RMSNorm, rotary embeddings and the cache write folded in, attention against the
 //! cache, the output product adding into the residual stream, the gate/up product with
 //! the norm and SwiGLU folded in, and the down product adding into the stream; then the
 //! final norm with the output projection, and greedy sampling. Each product is one warp
-//! per output row reading the weights once, 16 bytes per lane at a time: a step is bound
-//! by reading every weight once from memory. The position and the last token live on
-//! the device, so the graph takes no parameters.
+//! per output row (or pair of rows) reading the weights once, 16 bytes per lane at a
+//! time, with no more blocks than the GPU holds at once: every block issues its first
+//! weight loads before it waits for the kernel before it, so a step is bound by reading
+//! every weight once from memory. The position and the last token live on the device,
+//! so the graph takes no parameters.
 //!
 //! A prompt is prefilled in chunks of up to [`PREFILL_ROWS`] positions: cuBLASLt
 //! products (tensor cores) on the chunk's rows, padded to a multiple of
@@ -39,7 +41,9 @@ pub const PREFILL_ALIGN: usize = 32;
 /// Warps (output rows in flight) per block of the matrix-vector kernel.
 const GEMV_WARPS: usize = 8;
 /// Threads per block of the attention kernel.
-const ATTENTION_THREADS: usize = 128;
+const ATTENTION_THREADS: usize = 256;
+/// The widest head the attention kernel takes (the widths its GPU tests cover).
+const MAX_HEAD_DIM: usize = 128;
 /// Shared memory a kernel may use without asking for more.
 const SMEM_LIMIT: usize = 48 * 1024;
 
@@ -50,9 +54,9 @@ pub fn gpu_problem(c: &DecoderConfig) -> Option<String> {
         return Some(p);
     }
     let d = c.head_dim();
-    if !d.is_multiple_of(16) || d > ATTENTION_THREADS {
+    if !d.is_multiple_of(16) || d > MAX_HEAD_DIM {
         return Some(format!(
-            "head width {d}: the GPU attention needs a multiple of 16 up to {ATTENTION_THREADS}"
+            "head width {d}: the GPU attention needs a multiple of 16 up to {MAX_HEAD_DIM}"
         ));
     }
     if !c.hidden.is_multiple_of(8) || !c.ffn.is_multiple_of(8) {
@@ -243,7 +247,7 @@ impl CudaDecoder {
 
     fn kernel(&mut self, name: &str, k: DecoderKernel, launch: Launch, args: Args) -> Result<Step> {
         let kind = match k {
-            DecoderKernel::Gemv => StepKind::Gemm,
+            DecoderKernel::Gemv | DecoderKernel::GemvSwiglu | DecoderKernel::QkvRope => StepKind::Gemm,
             DecoderKernel::Attention => StepKind::Attention,
             DecoderKernel::RmsNorm => StepKind::LayerNorm,
             _ => StepKind::Elementwise,
@@ -255,7 +259,23 @@ impl CudaDecoder {
         Launch::elementwise(n, self.rt.gpu().info().sm_count)
     }
 
-    /// `out = W · norm(x)` for one token (see `dec_gemv`).
+    /// A launch of one of the products for one token (`dec_gemv`, `dec_gemv_swiglu`,
+    /// `dec_qkv_rope`): one warp per unit of rows, an input of `k` floats in shared
+    /// memory, and no more blocks than fit on the GPU at once, so that every block's
+    /// first loads are issued while the kernel before it finishes.
+    fn product_launch(&mut self, kernel: DecoderKernel, units: usize, k: usize) -> Result<Launch> {
+        let mut launch = Launch {
+            grid: (1, 1, 1),
+            block: ((GEMV_WARPS * 32) as u32, 1, 1),
+            smem: (k * 4) as u32,
+        };
+        let sms = self.rt.gpu().info().sm_count as usize;
+        let resident = self.rt.resident_blocks(Kernel::Decoder(kernel), &launch)?.max(1) as usize;
+        launch.grid.0 = units.div_ceil(GEMV_WARPS).clamp(1, sms * resident) as u32;
+        Ok(launch)
+    }
+
+    /// `out = W · norm(x)` for one token (see `dec_gemv`); `mode` 0, 1 or 3.
     #[allow(clippy::too_many_arguments)]
     fn gemv(
         &mut self,
@@ -267,13 +287,7 @@ impl CudaDecoder {
         (rows, k): (usize, usize),
         mode: i32,
     ) -> Result<Step> {
-        let units = if mode == 2 { rows / 2 } else { rows };
-        let sms = self.rt.gpu().info().sm_count as usize;
-        let launch = Launch {
-            grid: (units.div_ceil(GEMV_WARPS).clamp(1, sms * 4) as u32, 1, 1),
-            block: ((GEMV_WARPS * 32) as u32, 1, 1),
-            smem: (k * 4) as u32,
-        };
+        let launch = self.product_launch(DecoderKernel::Gemv, rows, k)?;
         let opt = |a: Args, p: Option<CUdeviceptr>| match p {
             Some(p) => a.ptr(p),
             None => a.null(),
@@ -286,6 +300,45 @@ impl CudaDecoder {
             .i32(k as i32)
             .i32(mode);
         self.kernel(name, DecoderKernel::Gemv, launch, args)
+    }
+
+    /// Layer `l`'s gate/up product with its norm and SwiGLU, for the decode step.
+    fn gate_up(&mut self, name: &str, l: usize) -> Result<Step> {
+        let c = self.config;
+        let launch = self.product_launch(DecoderKernel::GemvSwiglu, c.ffn, c.hidden)?;
+        let args = Args::new()
+            .ptr(self.blocks[l].gate_up.ptr())
+            .ptr(self.s.x.ptr())
+            .ptr(self.blocks[l].mlp_norm.ptr())
+            .f32(c.eps)
+            .ptr(self.s.act.ptr())
+            .i32(c.ffn as i32)
+            .i32(c.hidden as i32);
+        self.kernel(name, DecoderKernel::GemvSwiglu, launch, args)
+    }
+
+    /// Layer `l`'s query/key/value product with its norm, rotary embeddings and the
+    /// cache's write, for the decode step.
+    fn qkv_rope(&mut self, name: &str, l: usize) -> Result<Step> {
+        let c = self.config;
+        let units = (c.hidden + 2 * c.kv_dim()) / 2;
+        let launch = self.product_launch(DecoderKernel::QkvRope, units, c.hidden)?;
+        let b = &self.blocks[l];
+        let args = Args::new()
+            .ptr(b.qkv.ptr())
+            .ptr(self.s.x.ptr())
+            .ptr(b.attn_norm.ptr())
+            .f32(c.eps)
+            .ptr(self.s.qkv.ptr())
+            .ptr(b.k_cache.ptr())
+            .ptr(b.v_cache.ptr())
+            .ptr(self.state.ptr())
+            .i32(c.heads as i32)
+            .i32(c.kv_heads as i32)
+            .i32(c.head_dim() as i32)
+            .f32(c.rope_theta)
+            .i32(c.hidden as i32);
+        self.kernel(name, DecoderKernel::QkvRope, launch, args)
     }
 
     fn rope_cache(&mut self, name: &str, l: usize, rows: usize) -> Result<Step> {
@@ -368,41 +421,15 @@ impl CudaDecoder {
     /// One decode step: the token in `state[1]` at position `state[0]`.
     fn decode_steps(&mut self) -> Result<Vec<Step>> {
         let c = self.config;
-        let (h, kv, f) = (c.hidden, c.kv_dim(), c.ffn);
-        let s = (self.s.x.ptr(), self.s.qkv.ptr(), self.s.attn.ptr(), self.s.act.ptr());
-        let (x, qkv, attn, act) = s;
+        let (h, f) = (c.hidden, c.ffn);
+        let (x, attn, act) = (self.s.x.ptr(), self.s.attn.ptr(), self.s.act.ptr());
         let mut steps = vec![self.embed_step(self.state.ptr() + 4, 1)?];
         for l in 0..c.layers {
-            let b = &self.blocks[l];
-            let (qkv_w, an, wo, mn, gu, down) = (
-                b.qkv.ptr(),
-                b.attn_norm.ptr(),
-                b.wo.ptr(),
-                b.mlp_norm.ptr(),
-                b.gate_up.ptr(),
-                b.down.ptr(),
-            );
-            steps.push(self.gemv(
-                &format!("layer{l}.qkv"),
-                qkv_w,
-                (Some(x), None),
-                Some(an),
-                qkv,
-                (h + 2 * kv, h),
-                0,
-            )?);
-            steps.push(self.rope_cache(&format!("layer{l}.rope"), l, 1)?);
+            let (wo, down) = (self.blocks[l].wo.ptr(), self.blocks[l].down.ptr());
+            steps.push(self.qkv_rope(&format!("layer{l}.qkv"), l)?);
             steps.push(self.attention(&format!("layer{l}.attention"), l, 1)?);
             steps.push(self.gemv(&format!("layer{l}.o"), wo, (None, Some(attn)), None, x, (h, h), 1)?);
-            steps.push(self.gemv(
-                &format!("layer{l}.gate_up"),
-                gu,
-                (Some(x), None),
-                Some(mn),
-                act,
-                (2 * f, h),
-                2,
-            )?);
+            steps.push(self.gate_up(&format!("layer{l}.gate_up"), l)?);
             steps.push(self.gemv(&format!("layer{l}.down"), down, (None, Some(act)), None, x, (h, f), 1)?);
         }
         steps.extend(self.head_steps(0, 1)?);
@@ -577,6 +604,13 @@ impl CudaDecoder {
 
     /// One decode step of the token in `state[1]`.
     fn step_once(&mut self) -> Result<u32> {
+        self.launch_step()?;
+        self.read_token()
+    }
+
+    /// Starts one decode step of the token in `state[1]` (the one the step before chose)
+    /// without waiting for it.
+    fn launch_step(&mut self) -> Result<()> {
         if self.graphs && self.step_graph.is_none() {
             let stream = self.rt.gpu().stream().clone();
             let mut steps = std::mem::take(&mut self.step);
@@ -597,7 +631,7 @@ impl CudaDecoder {
             }
         }
         self.len += 1;
-        self.read_token()
+        Ok(())
     }
 
     /// Runs `tokens` after what is cached and returns the logits after the last one (the
@@ -614,6 +648,9 @@ impl CudaDecoder {
 
     /// Greedy generation of `n` tokens after `prompt`, from an empty cache; `each` is
     /// told every token as it is known, and stops the generation by answering false.
+    /// The step that follows a token reads it on the device, so it is started before
+    /// `each` hears of the token: the GPU computes the next token while the host hands
+    /// this one on (a stop then waits for that one step, whose token is dropped).
     pub fn generate(&mut self, prompt: &[u32], n: usize, mut each: impl FnMut(u32) -> bool) -> Result<Vec<u32>> {
         self.reset();
         if n == 0 {
@@ -626,10 +663,18 @@ impl CudaDecoder {
         let mut token = self.advance(prompt)?;
         loop {
             out.push(token);
-            if !each(token) || out.len() == n {
+            let more = out.len() < n;
+            if more {
+                self.launch_step()?;
+            }
+            let go_on = each(token);
+            if !more {
                 return Ok(out);
             }
-            token = self.step_once()?;
+            token = self.read_token()?;
+            if !go_on {
+                return Ok(out);
+            }
         }
     }
 
@@ -691,8 +736,8 @@ mod tests {
     fn both_shapes_run_on_the_gpu_and_a_shape_that_cannot_is_named() {
         assert_eq!(gpu_problem(&DecoderConfig::llm()), None);
         assert_eq!(gpu_problem(&DecoderConfig::tiny()), None);
-        // The llm shape's attention: 64 + 32 + 4096 + 1024 floats, within 48 KiB.
-        assert_eq!(attention_smem(&DecoderConfig::llm()), 20_864);
+        // The llm shape's attention: 64 + 32 + 4096 + 2048 floats, within 48 KiB.
+        assert_eq!(attention_smem(&DecoderConfig::llm()), 24_960);
         let with = |f: fn(&mut DecoderConfig)| {
             let mut c = DecoderConfig::llm();
             f(&mut c);

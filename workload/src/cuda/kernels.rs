@@ -139,8 +139,13 @@ pub enum DecoderKernel {
     Embed,
     /// RMSNorm of rows, to bf16.
     RmsNorm,
-    /// One token's matrix-vector product, RMSNorm and residual add or SwiGLU fused.
+    /// One token's matrix-vector product, RMSNorm and residual add fused.
     Gemv,
+    /// One token's gate/up product with RMSNorm and SwiGLU fused.
+    GemvSwiglu,
+    /// One token's query/key/value product with RMSNorm, rotary embeddings and the KV
+    /// cache's write fused.
+    QkvRope,
     /// Rotary embeddings and the KV cache's write.
     RopeCache,
     /// Causal grouped-query attention against the KV cache.
@@ -155,10 +160,12 @@ pub enum DecoderKernel {
 
 impl DecoderKernel {
     /// Every decoder kernel.
-    pub const ALL: [DecoderKernel; 8] = [
+    pub const ALL: [DecoderKernel; 10] = [
         DecoderKernel::Embed,
         DecoderKernel::RmsNorm,
         DecoderKernel::Gemv,
+        DecoderKernel::GemvSwiglu,
+        DecoderKernel::QkvRope,
         DecoderKernel::RopeCache,
         DecoderKernel::Attention,
         DecoderKernel::Add,
@@ -171,6 +178,8 @@ impl DecoderKernel {
             DecoderKernel::Embed => "dec_embed",
             DecoderKernel::RmsNorm => "dec_rms_norm",
             DecoderKernel::Gemv => "dec_gemv",
+            DecoderKernel::GemvSwiglu => "dec_gemv_swiglu",
+            DecoderKernel::QkvRope => "dec_qkv_rope",
             DecoderKernel::RopeCache => "dec_rope_cache",
             DecoderKernel::Attention => "dec_attention",
             DecoderKernel::Add => "dec_add",

@@ -159,6 +159,15 @@ impl CudaRuntime {
         }
     }
 
+    /// How many blocks of `kernel`, launched as `launch`, fit on one multiprocessor at
+    /// once (registers, shared memory and threads allowing).
+    pub(crate) fn resident_blocks(&mut self, kernel: Kernel, launch: &Launch) -> Result<u32> {
+        let f = self.kernels.get(kernel)?;
+        let threads = launch.block.0 * launch.block.1 * launch.block.2;
+        f.occupancy_max_active_blocks_per_multiprocessor(threads, launch.smem as usize, None)
+            .map_err(cuda_error(format!("asking the occupancy of {}", kernel.entry())))
+    }
+
     pub(crate) fn kernel_step(
         &mut self,
         name: &str,

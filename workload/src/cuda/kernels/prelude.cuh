@@ -58,8 +58,9 @@ __device__ __forceinline__ void wait_prior_grid() {
 
 // Lets the next kernel in the stream launch now (programmatic dependent launch): its
 // blocks are scheduled as this grid's finish, run what comes before their own
-// wait_prior_grid() (only L2 prefetches of weights) and then wait for this grid to
-// complete. Called right after wait_prior_grid(), so at most one grid waits ahead.
+// wait_prior_grid() (only loads of weights, which no kernel writes) and then wait for
+// this grid to complete. Called right after wait_prior_grid(), so at most one grid
+// waits ahead.
 __device__ __forceinline__ void launch_dependents() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;\n" :::);
