@@ -569,6 +569,21 @@ async fn a_budget_stops_the_sweep_before_the_next_cell() {
         messages.last().is_some_and(|m| m.starts_with("not within ±1%")),
         "{messages:?}"
     );
+    // A resume (its budget counted again from the resume) goes on where the budget
+    // stopped: the cells not yet measured twice, then MPS × 2's further passes.
+    let first = out.cells_run;
+    let more = Recorder::default();
+    let resumed = sweep(&plan, &one_noisy_strategy(), true, &more, &Shutdown::new())
+        .await
+        .expect("resume");
+    assert!(resumed.cells_run >= 1, "{}", resumed.cells_run);
+    let rows = cells(&plan);
+    assert_eq!(
+        rows.iter().filter(|r| r.is_aggregate()).count(),
+        first + resumed.cells_run,
+        "no cell measured twice in one pass"
+    );
+    assert_eq!(state(&plan), "complete");
 }
 
 /// A capacity run of `strategies` at 100 requests/s per pod, p99 ≤ `slo`, up to 5 pods.
