@@ -132,6 +132,32 @@ fn hopper_builds_add_the_wgmma_attention_without_spills() {
     }
 }
 
+/// The decode step's products issue their first weight loads before they wait for the
+/// kernel ahead of them (the overlap the step is built on): in their PTX, 16-byte loads
+/// of weights come before `griddepcontrol.wait` (eight chunks of each row of a unit).
+#[test]
+fn the_products_load_their_first_weights_before_they_wait() {
+    let options = cudarc::nvrtc::CompileOptions {
+        arch: Some("compute_90a"),
+        options: vec!["--std=c++17".into(), "--fmad=true".into()],
+        ..Default::default()
+    };
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(Family::Decoder.source(), options)
+        .expect("the decoder compiles to PTX")
+        .to_src();
+    for (entry, rows) in [("dec_gemv", 1), ("dec_gemv_swiglu", 2), ("dec_qkv_rope", 2)] {
+        let at = ptx
+            .find(&format!(".entry {entry}("))
+            .unwrap_or_else(|| panic!("{entry} in the PTX"));
+        let body = &ptx[at..at + ptx[at..].find("\n}\n").expect("the entry's end")];
+        let wait = body
+            .find("griddepcontrol.wait")
+            .unwrap_or_else(|| panic!("{entry} waits"));
+        let ahead = body[..wait].matches("ld.global.nc.L1::no_allocate.v4.u32").count();
+        assert!(ahead >= 8 * rows, "{entry}: {ahead} weight loads before the wait");
+    }
+}
+
 /// Every kernel is launched with programmatic stream serialization on Hopper, so every
 /// entry point must wait for the prior grid before it touches memory: its body starts
 /// with `wait_prior_grid();` (macro bodies included), or with local constants and one
@@ -146,13 +172,13 @@ fn every_entry_point_waits_for_the_prior_grid_first() {
             let body = &src[at..][src[at..].find('{').expect("a body") + 1..];
             let squeezed: String = body.chars().filter(|c| !c.is_whitespace() && *c != '\\').collect();
             // Statements up to the one that calls `weights_ahead` may come first when
-            // they only declare constants (`const` …, no call but the loads').
+            // they only declare constants from the parameters: no call, no index, no
+            // dereference (`=*`, `->`), so nothing is read from memory before the wait
+            // but the weights.
+            let reads_nothing =
+                |st: &str| st.starts_with("const") && !["(", "[", "=*", "->"].iter().any(|x| st.contains(x));
             let rest = match squeezed.find("weights_ahead<") {
-                Some(at)
-                    if squeezed[..at]
-                        .split(';')
-                        .all(|st| st.starts_with("const") && !st.contains('(')) =>
-                {
+                Some(at) if squeezed[..at].split(';').all(reads_nothing) => {
                     let call = &squeezed[at..];
                     &call[call.find(';').map_or(0, |i| i + 1)..]
                 }

@@ -650,7 +650,7 @@ impl CudaDecoder {
     /// told every token as it is known, and stops the generation by answering false.
     /// The step that follows a token reads it on the device, so it is started before
     /// `each` hears of the token: the GPU computes the next token while the host hands
-    /// this one on (a stop then waits for that one step, whose token is dropped).
+    /// this one on (a stop then waits for that one step and drops what it made).
     pub fn generate(&mut self, prompt: &[u32], n: usize, mut each: impl FnMut(u32) -> bool) -> Result<Vec<u32>> {
         self.reset();
         if n == 0 {
@@ -664,17 +664,20 @@ impl CudaDecoder {
         loop {
             out.push(token);
             let more = out.len() < n;
-            if more {
-                self.launch_step()?;
-            }
+            let launched = if more { self.launch_step() } else { Ok(()) };
+            // The token is handed on even when its next step could not start.
             let go_on = each(token);
+            launched?;
             if !more {
                 return Ok(out);
             }
-            token = self.read_token()?;
             if !go_on {
+                // A step nobody asked for: wait for it and keep nothing of it (not even
+                // a failed sampling); a lost GPU still ends the generation.
+                self.rt.gpu().synchronize()?;
                 return Ok(out);
             }
+            token = self.read_token()?;
         }
     }
 
