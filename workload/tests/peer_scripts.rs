@@ -27,6 +27,18 @@ const OURS: &str = r#"{"model":"yolos-small","device":"cuda","device_name":"NVID
 {"model":"yolos-small","device":"cuda","device_name":"NVIDIA H100 80GB HBM3","precision":"tf32","batch":1,"mean_ms":2.0}
 "#;
 
+/// Columns `skip..skip + take` of the printout's row that starts with `precision`.
+fn columns(text: &str, precision: &str, skip: usize, take: usize) -> String {
+    text.lines()
+        .find(|l| l.starts_with(precision))
+        .unwrap_or_else(|| panic!("no {precision} row in\n{text}"))
+        .split_whitespace()
+        .skip(skip)
+        .take(take)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 #[test]
 fn ratios_rounds_and_the_graphed_column() {
     let theirs = r#"{"runner":"pytorch-eager","model":"yolos-small","precision":"bf16","batch":1,"mean_ms":4.0,"round_means_ms":[3.0,4.0,6.0]}
@@ -37,15 +49,7 @@ fn ratios_rounds_and_the_graphed_column() {
     let out = compare(OURS, theirs);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).expect("UTF-8 output");
-    let row = |p: &str| {
-        text.lines()
-            .find(|l| l.starts_with(p))
-            .unwrap_or_else(|| panic!("no {p} row in\n{text}"))
-            .split_whitespace()
-            .take(7)
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
+    let row = |p: &str| columns(&text, p, 0, 7);
     // bf16: 1.2 / 4.0; rounds 1.2/6.0 .. 1.2/3.0; graphed 1.2 / 2.4.
     assert_eq!(row("bf16"), "bf16 1.200 4.000 0.300 0.200-0.400 2.400 0.500");
     assert_eq!(row("tf32"), "tf32 2.000 10.000 0.200 0.200-0.200 - -");
@@ -112,16 +116,7 @@ fn the_max_autotune_column_and_the_ratio_to_the_fastest_runner() {
     let out = compare(OURS, theirs);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).expect("UTF-8 output");
-    let row = |p: &str| {
-        text.lines()
-            .find(|l| l.starts_with(p))
-            .unwrap_or_else(|| panic!("no {p} row in\n{text}"))
-            .split_whitespace()
-            .skip(7)
-            .take(4)
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
+    let row = |p: &str| columns(&text, p, 7, 4);
     // bf16: max-autotune 1.6 (1.2 / 1.6) is the fastest; tf32: the graph (2.0 / 8.0), autotune failed.
     assert_eq!(row("bf16"), "1.600 0.750 max-autotune 0.750");
     assert_eq!(row("tf32"), "- - cuda-graph 0.250");
