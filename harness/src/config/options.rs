@@ -187,9 +187,9 @@ pub struct SweepOptions {
 impl SweepOptions {
     /// Reads a TOML config file; errors name the file, the line and the bad value.
     pub fn from_file(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| BenchError::Config {
+        let text = crate::files::read_text(path, crate::files::limits::INPUT).map_err(|e| BenchError::Config {
             path: path.to_path_buf(),
-            reason: format!("cannot read: {e}"),
+            reason: e.to_string(),
         })?;
         toml::from_str(&text).map_err(|e| BenchError::Config {
             path: path.to_path_buf(),

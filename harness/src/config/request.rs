@@ -115,7 +115,7 @@ impl RequestPlan {
     /// recorded one.
     pub fn read_body(&self) -> Result<Option<Vec<u8>>, String> {
         let Some(path) = &self.body else { return Ok(None) };
-        let bytes = std::fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
+        let bytes = crate::files::read_bytes(path, crate::files::limits::INPUT).map_err(|e| e.to_string())?;
         if bytes.len() as u64 != self.body_bytes {
             return Err(format!(
                 "{} bytes now, {} when the run began: the requests would differ",

@@ -21,26 +21,28 @@ pub fn to_jsonl<T: Serialize>(records: &[T]) -> Vec<u8> {
 }
 
 /// Reads a JSON-lines file of records (missing: none); blank lines are skipped, and a
-/// line that does not parse is an error naming the file and line.
-pub fn read_jsonl<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
-    let text = match std::fs::read_to_string(path) {
+/// line that does not parse, or that `check` refuses, is an error naming the file and
+/// line. The file is read within [`crate::files::limits::ROWS`].
+pub fn read_jsonl<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    check: impl Fn(&T) -> std::result::Result<(), String>,
+) -> Result<Vec<T>> {
+    let text = match crate::files::read_text(path, crate::files::limits::ROWS) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => {
-            return Err(BenchError::RunDir {
-                path: path.to_path_buf(),
-                reason: e.to_string(),
-            });
-        }
+        Err(crate::files::ReadError::Missing) => return Ok(Vec::new()),
+        Err(e) => return Err(crate::files::unreadable(path, e)),
     };
     text.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, l)| {
-            serde_json::from_str::<T>(l).map_err(|e| BenchError::RunDir {
+            let bad = |reason: String| BenchError::RunDir {
                 path: path.to_path_buf(),
-                reason: format!("line {}: {e}", i + 1),
-            })
+                reason: format!("line {}: {reason}", i + 1),
+            };
+            let record = serde_json::from_str::<T>(l).map_err(|e| bad(e.to_string()))?;
+            check(&record).map_err(bad)?;
+            Ok(record)
         })
         .collect()
 }

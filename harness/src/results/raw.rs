@@ -330,8 +330,14 @@ impl RawPod {
     /// The increments of `windows` (all when None) as one cumulative histogram over
     /// `bounds`; None when a bucket index lies outside them.
     pub fn histogram(&self, bounds: &[f64], windows: Option<&[&RawWindow]>) -> Option<Histogram> {
-        let all: Vec<&RawWindow> = self.windows.iter().collect();
-        let windows = windows.unwrap_or(&all);
+        let all: Vec<&RawWindow>;
+        let windows = match windows {
+            Some(w) => w,
+            None => {
+                all = self.windows.iter().collect();
+                &all
+            }
+        };
         let n = bounds.len() + 1;
         let mut own = vec![0.0; n];
         let (mut sum, mut count) = (0.0, 0.0);
@@ -357,6 +363,127 @@ impl RawPod {
     }
 }
 
+/// The most windows one cell may record: 100,000 windows of 1 s are 28 hours.
+pub const MAX_WINDOWS: u32 = 100_000;
+/// The most requests (or errors) one window of one pod may count, and the most a
+/// histogram's bucket may hold: a million a second for eleven days.
+pub const MAX_COUNT: f64 = 1e12;
+/// The most buckets a layout may have (Prometheus' native histograms at schema 8 span
+/// a nanosecond to a day in under 12,000).
+pub const MAX_BUCKETS: usize = 100_000;
+/// The longest time a record may hold, seconds (a year).
+pub const MAX_SECONDS: f64 = 3.2e7;
+
+/// A count read back: a whole number from 0 to [`MAX_COUNT`].
+pub(crate) fn check_count(what: &str, v: f64) -> std::result::Result<(), String> {
+    if v.is_finite() && (0.0..=MAX_COUNT).contains(&v) && v.fract() == 0.0 {
+        Ok(())
+    } else {
+        Err(format!("{what} is {v}: a count is a whole number from 0 to 10^12"))
+    }
+}
+
+/// A time or a duration read back: finite, from 0 to [`MAX_SECONDS`].
+pub(crate) fn check_seconds(what: &str, v: f64) -> std::result::Result<(), String> {
+    if v.is_finite() && (0.0..=MAX_SECONDS).contains(&v) {
+        Ok(())
+    } else {
+        Err(format!("{what} is {v}: seconds from 0 to a year"))
+    }
+}
+
+impl RawCell {
+    /// Whether the record is one a sweep could have written: every count whole and
+    /// bounded, every time finite, windows numbered within the cell and in order (pure).
+    /// What it refuses would make `verify` spin, exhaust memory or compute from
+    /// nonsense.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        if self.windows > MAX_WINDOWS {
+            return Err(format!(
+                "windows is {}: a cell records at most {MAX_WINDOWS}",
+                self.windows
+            ));
+        }
+        check_seconds("measured_s", self.measured_s)?;
+        for s in &self.series {
+            let at = |what: &str| format!("pod {}: {what}", s.pod);
+            if let Some(b) = s.backlog_start {
+                check_count(&at("backlog_start"), b)?;
+            }
+            let (mut last_window, mut last_at) = (0u32, 0.0f64);
+            for w in &s.windows {
+                let here = |what: &str| at(&format!("window {}: {what}", w.window));
+                if w.window <= last_window || w.window > self.windows {
+                    return Err(here(&format!(
+                        "out of order or outside the cell's {} windows",
+                        self.windows
+                    )));
+                }
+                check_seconds(&here("at_s"), w.at_s)?;
+                if w.at_s < last_at {
+                    return Err(here("at_s is earlier than the window before"));
+                }
+                check_count(&here("count"), w.count)?;
+                check_count(&here("errors"), w.errors)?;
+                if let Some(b) = w.backlog {
+                    check_count(&here("backlog"), b)?;
+                }
+                if !w.sum.is_finite() || w.sum < 0.0 {
+                    return Err(here(&format!(
+                        "sum is {}: latencies add up to a finite sum from 0",
+                        w.sum
+                    )));
+                }
+                if w.from as usize + w.counts.len() > MAX_BUCKETS + 1 {
+                    return Err(here("counts reach past the most buckets a layout may have"));
+                }
+                for &c in &w.counts {
+                    check_count(&here("a bucket's count"), c)?;
+                }
+                let in_buckets: f64 = w.counts.iter().sum();
+                if in_buckets > w.count {
+                    return Err(here(&format!(
+                        "its buckets hold {in_buckets} requests, more than its count {}",
+                        w.count
+                    )));
+                }
+                (last_window, last_at) = (w.window, w.at_s);
+            }
+        }
+        for p in &self.warmup {
+            check_seconds("a warm-up probe's at_s", p.at_s)?;
+            if !p.throughput.is_finite() || p.throughput < 0.0 || p.mean_s.is_some_and(|m| !m.is_finite() || m < 0.0) {
+                return Err("a warm-up probe's throughput or mean is not a finite number from 0".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Layouts {
+    /// Whether each layout is finite bounds, positive and increasing, and not absurdly
+    /// many (pure).
+    pub fn check(&self) -> std::result::Result<(), String> {
+        if self.layouts.len() > MAX_BUCKETS {
+            return Err(format!(
+                "{} layouts: a run has at most {MAX_BUCKETS}",
+                self.layouts.len()
+            ));
+        }
+        for (i, l) in self.layouts.iter().enumerate() {
+            if l.len() > MAX_BUCKETS {
+                return Err(format!("layout {i} has {} bounds, more than {MAX_BUCKETS}", l.len()));
+            }
+            if l.iter().any(|b| !b.is_finite() || *b <= 0.0) || l.windows(2).any(|w| w[0] >= w[1]) {
+                return Err(format!(
+                    "layout {i}: bucket bounds are finite seconds above 0, increasing"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The raw cells as JSON lines (pure).
 pub fn raw_jsonl(cells: &[RawCell]) -> Vec<u8> {
     to_jsonl(cells)
@@ -365,16 +492,17 @@ pub fn raw_jsonl(cells: &[RawCell]) -> Vec<u8> {
 /// Reads a run's `bucket-layouts.json` (missing: none yet).
 pub fn read_layouts(dir: &Path) -> Result<Layouts> {
     let path = dir.join(LAYOUTS_FILE);
-    match std::fs::read_to_string(&path) {
-        Ok(t) => serde_json::from_str(&t).map_err(|e| BenchError::RunDir {
-            path,
-            reason: e.to_string(),
-        }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Layouts::default()),
-        Err(e) => Err(BenchError::RunDir {
-            path,
-            reason: e.to_string(),
-        }),
+    match crate::files::read_text(&path, crate::files::limits::RECORD) {
+        Ok(t) => {
+            let layouts: Layouts = serde_json::from_str(&t).map_err(|e| BenchError::RunDir {
+                path: path.clone(),
+                reason: e.to_string(),
+            })?;
+            layouts.check().map_err(|reason| BenchError::RunDir { path, reason })?;
+            Ok(layouts)
+        }
+        Err(crate::files::ReadError::Missing) => Ok(Layouts::default()),
+        Err(e) => Err(crate::files::unreadable(&path, e)),
     }
 }
 
@@ -382,7 +510,24 @@ pub fn read_layouts(dir: &Path) -> Result<Layouts> {
 /// one that measured nothing yet: none). A line that does not parse is an error
 /// naming the file and line.
 pub fn read_raw(dir: &Path) -> Result<Vec<RawCell>> {
-    read_jsonl(&dir.join(RAW_FILE))
+    let path = dir.join(RAW_FILE);
+    let cells: Vec<RawCell> = read_jsonl(&path, RawCell::check)?;
+    // One line a cell: a second would be counted twice.
+    let mut seen = std::collections::HashSet::new();
+    for c in &cells {
+        if !seen.insert((c.repeat, c.arm().to_string(), c.pods)) {
+            return Err(BenchError::RunDir {
+                path,
+                reason: format!(
+                    "two lines for {} × {} (repeat {}): a cell has one",
+                    c.arm(),
+                    c.pods,
+                    c.repeat
+                ),
+            });
+        }
+    }
+    Ok(cells)
 }
 
 #[cfg(test)]

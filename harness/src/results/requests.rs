@@ -74,6 +74,42 @@ impl RequestLine {
     }
 }
 
+/// The most tokens one request may record (a million-token answer).
+pub const MAX_TOKENS: u64 = 1 << 20;
+
+impl RequestLine {
+    /// Whether the line is one a run could have written: times finite and from 0, the
+    /// end no earlier than the first token, token counts bounded (pure).
+    pub fn check(&self) -> std::result::Result<(), String> {
+        use crate::results::raw::check_seconds;
+        let r = &self.request;
+        let at = |what: &str| format!("pod {}: {what}", self.pod);
+        check_seconds(&at("arrival_s"), r.arrival_s)?;
+        check_seconds(&at("send_delay_s"), r.send_delay_s)?;
+        for (what, v) in [("ttft_s", r.ttft_s), ("e2e_s", r.e2e_s), ("tpot_s", r.tpot_s)] {
+            if let Some(v) = v {
+                check_seconds(&at(what), v)?;
+            }
+        }
+        if let (Some(ttft), Some(e2e)) = (r.ttft_s, r.e2e_s)
+            && e2e < ttft
+        {
+            return Err(at(&format!("e2e_s {e2e} is before its first token (ttft_s {ttft})")));
+        }
+        let counts = [Some(r.output_tokens), r.prompt_tokens, r.prompt_len, r.max_tokens];
+        if counts.into_iter().flatten().any(|n| n > MAX_TOKENS) || r.itl_s.len() as u64 > MAX_TOKENS {
+            return Err(at(&format!("a token count above {MAX_TOKENS}")));
+        }
+        if r.itl_s
+            .iter()
+            .any(|&g| !g.is_finite() || !(0.0..=crate::results::raw::MAX_SECONDS).contains(&g))
+        {
+            return Err(at("an inter-token gap that is not seconds from 0"));
+        }
+        Ok(())
+    }
+}
+
 /// The lines as JSON lines (pure).
 pub fn requests_jsonl(lines: &[RequestLine]) -> Vec<u8> {
     crate::results::jsonl::to_jsonl(lines)
@@ -83,7 +119,7 @@ pub fn requests_jsonl(lines: &[RequestLine]) -> Vec<u8> {
 /// that measured nothing yet: none). A line that does not parse is an error naming the
 /// file and line.
 pub fn read_requests(dir: &Path) -> Result<Vec<RequestLine>> {
-    crate::results::jsonl::read_jsonl(&dir.join(REQUESTS_FILE))
+    crate::results::jsonl::read_jsonl(&dir.join(REQUESTS_FILE), RequestLine::check)
 }
 
 #[cfg(test)]

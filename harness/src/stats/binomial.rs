@@ -167,16 +167,17 @@ pub fn quantile_ranks(n: u64, q: f64, confidence: f64) -> (Option<u64>, Option<u
     let nf = n as f64;
     let below = |r: u64| binomial_cdf(r as f64 - 1.0, nf, q);
     // The largest r in 1..=n with P(B ≤ r−1) ≤ tail (P is increasing in r).
+    // Midpoints as lo + half the gap: no sum of two ranks can overflow.
     let (mut lo, mut hi) = (0u64, n);
     while lo < hi {
-        let mid = (lo + hi).div_ceil(2);
+        let mid = lo + (hi - lo).div_ceil(2);
         if below(mid) <= tail { lo = mid } else { hi = mid - 1 }
     }
     let r = (lo >= 1).then_some(lo);
     // The smallest s in 1..=n with P(B ≤ s−1) ≥ 1 − tail.
-    let (mut lo, mut hi) = (1u64, n + 1);
+    let (mut lo, mut hi) = (1u64, n.saturating_add(1));
     while lo < hi {
-        let mid = (lo + hi) / 2;
+        let mid = lo + (hi - lo) / 2;
         if below(mid) >= 1.0 - tail {
             hi = mid
         } else {
@@ -265,6 +266,16 @@ mod tests {
         assert_eq!(quantile_ranks(367, 0.99, 0.95).1, None);
         assert_eq!(quantile_ranks(368, 0.99, 0.95).1, Some(368));
         assert_eq!(quantile_ranks(0, 0.99, 0.95), (None, None));
+    }
+
+    #[test]
+    fn the_largest_count_ends_its_search_with_ranks_inside_it() {
+        // A search of u64's whole range: no rank sum overflows (a debug build panics
+        // on one, a release build wraps and searches for ever).
+        let (r, s) = quantile_ranks(u64::MAX, 0.99, 0.95);
+        if let (Some(r), Some(s)) = (r, s) {
+            assert!(r <= s, "ranks {r} and {s}");
+        }
     }
 
     #[test]

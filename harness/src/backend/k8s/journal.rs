@@ -136,13 +136,13 @@ pub fn path_in(dir: &Path) -> PathBuf {
 
 /// Reads a journal (None: the file does not exist).
 pub fn read(path: &Path) -> Result<Option<Journal>> {
-    let text = match std::fs::read_to_string(path) {
+    let text = match crate::files::read_text(path, crate::files::limits::RECORD) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(crate::files::ReadError::Missing) => return Ok(None),
         Err(e) => {
             return Err(BenchError::Results {
                 path: path.to_path_buf(),
-                reason: format!("cannot read the Kubernetes journal: {e}"),
+                reason: format!("the Kubernetes journal: {e}"),
             });
         }
     };
