@@ -408,3 +408,21 @@ fn sigkill_of_the_harness_stops_a_servers_children_too() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+#[test]
+fn a_server_under_a_shell_gets_its_sigterm_grace() {
+    let out = tempfile::tempdir().expect("tempdir");
+    // `; true`: the shell cannot exec the server and dies of the SIGTERM at once; the
+    // server takes a second to stop and marks that it did.
+    let cmd = format!("{}; true", server("slow-stop"));
+    let o = sweep(
+        out.path(),
+        "grace",
+        &["--pods", "1", "--ready-path", "/ready", "--workload-cmd", &cmd],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        out.path().join("pod-0.stopped").exists(),
+        "the server was killed within its grace"
+    );
+}

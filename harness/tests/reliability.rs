@@ -89,11 +89,12 @@ fn sigkill_of_the_harness_leaves_nothing_running_and_resume_measures_each_cell_o
         "each cell once"
     );
     assert_eq!(read_run(&out.path().join("k/run.json")).expect("run").state, "complete");
+    let journal: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("k/processes.json")).expect("journal"))
+            .expect("json");
     assert_eq!(
-        std::fs::read_to_string(out.path().join("k/processes.json"))
-            .expect("journal")
-            .trim(),
-        "[]",
+        journal["entries"],
+        serde_json::json!([]),
         "nothing left to watch after a clean end"
     );
 }
@@ -136,12 +137,13 @@ fn a_resume_finds_what_a_dead_run_left_and_stops_only_that() {
     let mut orphan = spawn(Some(&token));
     let mut bystander = spawn(None);
     let ticks = |pid: u32| gpushare_bench::process::procfs::stat(pid).expect("stat").start_ticks;
-    let journal = serde_json::json!([
+    let writer = gpushare_bench::process::supervisor::Writer::of(&out.path().join("left")).expect("writer");
+    let journal = serde_json::json!({"writer": writer, "entries": [
         {"kind": "group", "pgid": orphan.id(), "start_ticks": ticks(orphan.id()), "what": "pod-0 of the dead run", "token": token},
         {"kind": "group", "pgid": bystander.id(), "start_ticks": ticks(bystander.id()), "what": "a foreign pid"},
         {"kind": "group", "pgid": bystander.id(), "start_ticks": ticks(bystander.id()), "what": "a forged token", "token": "x"},
         {"kind": "env", "key": "PATH", "value": std::env::var("PATH").unwrap_or_default(), "what": "every process"},
-    ]);
+    ]});
     std::fs::write(out.path().join("left/processes.json"), journal.to_string()).expect("journal");
     let st = Command::new(BENCH)
         .args(["sweep", "--quiet", "--resume", "left", "--out"])

@@ -181,17 +181,18 @@ impl OwnedChild {
         };
         if let Some(status) = waited {
             // What the child started (a shell's server) may still be stopping: it gets
-            // what is left of the grace, then anything left goes too.
-            tokio::select! {
-                _ = self.gone_within(deadline.saturating_duration_since(tokio::time::Instant::now())) => {}
-                _ = shutdown.forced() => {}
-            }
+            // what is left of the grace, then anything left goes too (and the stop
+            // counts as a kill).
+            let gone = tokio::select! {
+                g = self.gone_within(deadline.saturating_duration_since(tokio::time::Instant::now())) => g,
+                _ = shutdown.forced() => false,
+            };
             self.signal_all(libc::SIGKILL);
             tokio::select! {
                 () = self.forget_once_gone(GROUP_EXIT) => {}
                 _ = shutdown.forced() => {}
             }
-            return Some((status, false));
+            return Some((status, !gone));
         }
         self.signal_all(libc::SIGKILL);
         let _ = child.start_kill();

@@ -70,17 +70,69 @@ impl Entry {
     }
 }
 
+/// Where a journal was written: this boot of this machine, and the run directory's
+/// device and inode. A process is provably the run's only where the journal that names
+/// it was written for this very directory on this boot: a copy of a run (`cp -a`, even
+/// to the same path) is another inode, so its journal proves nothing here.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Writer {
+    /// `/proc/sys/kernel/random/boot_id` when written.
+    pub boot_id: String,
+    /// The run directory's device.
+    pub dev: u64,
+    /// The run directory's inode.
+    pub ino: u64,
+}
+
+impl Writer {
+    /// The writer a journal in `run_dir` has now (None: the directory or the boot id
+    /// cannot be read).
+    pub fn of(run_dir: &Path) -> Option<Self> {
+        use std::os::unix::fs::MetadataExt;
+        let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        let m = std::fs::metadata(run_dir).ok()?;
+        Some(Self {
+            boot_id: boot_id.trim().to_string(),
+            dev: m.dev(),
+            ino: m.ino(),
+        })
+    }
+}
+
+/// `processes.json`: who wrote it, and what it watches.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JournalFile {
+    /// Where it was written (None: unknown, nothing in it is provably ours).
+    pub writer: Option<Writer>,
+    /// The processes and daemons watched.
+    pub entries: Vec<Entry>,
+}
+
+/// What a run's journal leaves to stop: its entries when they are provably this run
+/// directory's, else none and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Left {
+    /// Entries to stop.
+    pub entries: Vec<Entry>,
+    /// Why entries were not taken as ours (a copied run, another boot, an old journal).
+    pub foreign: Option<&'static str>,
+}
+
 #[derive(Debug, Default)]
 struct Registry {
     entries: Vec<Entry>,
     supervisor: Option<ChildStdin>,
     journal: Option<PathBuf>,
+    writer: Option<Writer>,
 }
 
 static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
     entries: Vec::new(),
     supervisor: None,
     journal: None,
+    writer: None,
 });
 
 /// The journal file of a run directory.
@@ -104,18 +156,23 @@ fn tell(r: &mut Registry, line: &str) {
     }
 }
 
-/// Writes `value` as JSON to `path` atomically, so a reader never sees half a file.
-fn replace_json(path: &Path, value: &impl Serialize) -> bool {
-    serde_json::to_vec_pretty(value)
+/// Writes the journal atomically (a reader never sees half a file), readable by its
+/// owner alone: its tokens are what proves a process the run's.
+pub fn write_journal_file(path: &Path, journal: &JournalFile) -> bool {
+    serde_json::to_vec_pretty(journal)
         .ok()
-        .is_some_and(|bytes| crate::files::write_atomic(path, &bytes).is_ok())
+        .is_some_and(|bytes| crate::files::write_atomic_mode(path, &bytes, 0o600).is_ok())
 }
 
 fn write_journal(r: &Registry) {
-    if let Some(path) = &r.journal
-        && !replace_json(path, &r.entries)
-    {
-        tracing::warn!("cannot write {}", path.display());
+    if let Some(path) = &r.journal {
+        let journal = JournalFile {
+            writer: r.writer.clone(),
+            entries: r.entries.clone(),
+        };
+        if !write_journal_file(path, &journal) {
+            tracing::warn!("cannot write {}", path.display());
+        }
     }
 }
 
@@ -148,6 +205,7 @@ pub fn unregister(entry: &Entry) {
 pub fn journal_to(run_dir: &Path) {
     with_registry(|r| {
         r.journal = Some(journal_path(run_dir));
+        r.writer = Writer::of(run_dir);
         if let Ok(json) = serde_json::to_string(&run_dir.to_string_lossy()) {
             tell(r, &format!("run{json}"));
         }
@@ -223,12 +281,42 @@ pub fn clean_up(entries: &[Entry], grace: Duration) -> Vec<String> {
     stopped
 }
 
-/// Reads a run's journal (missing: nothing was left).
-pub fn read_journal(run_dir: &Path) -> Result<Vec<Entry>, String> {
+/// Reads a run's journal (missing: nothing was left). Its entries count only when it
+/// was written for this directory on this boot ([`Writer`]).
+pub fn read_journal(run_dir: &Path) -> Result<Left, String> {
     let path = journal_path(run_dir);
-    match std::fs::read_to_string(&path) {
-        Ok(text) => serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+    let text = match crate::files::read_text(&path, crate::files::limits::RECORD) {
+        Ok(text) => text,
+        Err(crate::files::ReadError::Missing) => {
+            return Ok(Left {
+                entries: Vec::new(),
+                foreign: None,
+            });
+        }
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    let none = |why| Left {
+        entries: Vec::new(),
+        foreign: Some(why),
+    };
+    let here = Writer::of(run_dir);
+    match serde_json::from_str::<JournalFile>(&text) {
+        Ok(JournalFile {
+            writer: Some(w),
+            entries,
+        }) if Some(&w) == here.as_ref() => Ok(Left { entries, foreign: None }),
+        // Nothing watched: nothing to prove.
+        Ok(JournalFile { entries, .. }) if entries.is_empty() => Ok(Left { entries, foreign: None }),
+        Ok(JournalFile { writer: Some(w), .. }) if here.as_ref().is_some_and(|h| h.boot_id == w.boot_id) => Ok(none(
+            "its process journal was written for another directory (a copy of a run?): nothing of it was stopped",
+        )),
+        Ok(_) => Ok(none(
+            "its process journal was written before a reboot or on another machine: nothing of it was stopped",
+        )),
+        // A bare list (an older build's) says neither machine nor directory.
+        Err(_) if serde_json::from_str::<Vec<Entry>>(&text).is_ok() => Ok(none(
+            "its process journal, an older build's, says not where it was written: nothing of it was stopped",
+        )),
         Err(e) => Err(format!("{}: {e}", path.display())),
     }
 }
@@ -275,7 +363,7 @@ pub fn reap_main(input: impl BufRead) -> i32 {
 /// change; a run.json that does not parse is left as it is.
 fn mark_interrupted(run_dir: &Path) {
     let path = run_dir.join("run.json");
-    let Ok(text) = std::fs::read_to_string(&path) else {
+    let Ok(text) = crate::files::read_text(&path, crate::files::limits::RECORD) else {
         return;
     };
     // Plain JSON, not the record type: this module sits below `results`.
@@ -288,12 +376,53 @@ fn mark_interrupted(run_dir: &Path) {
     let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     run.insert("state".into(), "interrupted".into());
     run.insert("finished_at".into(), now.into());
-    replace_json(&path, &run);
+    if let Ok(bytes) = serde_json::to_vec_pretty(&run) {
+        let _ = crate::files::write_atomic(&path, &bytes);
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_journal_proves_processes_only_in_the_directory_it_was_written_for() {
+        use std::os::unix::fs::PermissionsExt;
+        let (a, b) = (tempfile::tempdir().expect("a"), tempfile::tempdir().expect("b"));
+        let entry = Entry::Group {
+            pgid: 1,
+            start_ticks: 1,
+            what: "pod-0".into(),
+            token: Some("t".into()),
+        };
+        let journal = JournalFile {
+            writer: Writer::of(a.path()),
+            entries: vec![entry.clone()],
+        };
+        assert!(write_journal_file(&journal_path(a.path()), &journal));
+        let mode = std::fs::metadata(journal_path(a.path()))
+            .expect("journal")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o077, 0, "readable by its owner alone: {mode:o}");
+        assert_eq!(read_journal(a.path()).expect("read").entries, [entry]);
+        // A copy of the run (its journal with it): nothing of it is ours here.
+        std::fs::copy(journal_path(a.path()), journal_path(b.path())).expect("copy");
+        let left = read_journal(b.path()).expect("read");
+        assert!(left.entries.is_empty());
+        assert!(
+            left.foreign.is_some_and(|w| w.contains("another directory")),
+            "{left:?}"
+        );
+        // An older build's bare list proves nothing either.
+        std::fs::write(
+            journal_path(b.path()),
+            serde_json::to_vec(&journal.entries).expect("json"),
+        )
+        .expect("write");
+        let left = read_journal(b.path()).expect("read");
+        assert!(left.entries.is_empty() && left.foreign.is_some_and(|w| w.contains("older build")));
+    }
 
     /// A process in a group of its own, carrying `token` as the harness's children do.
     fn leader(token: &str) -> std::process::Child {

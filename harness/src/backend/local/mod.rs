@@ -213,31 +213,28 @@ impl LocalBackend {
             .map(|_| dirs_for(&self.run_dir, &format!("{}-{pods}p", strategy.name()), self.gpu_uuid()))
     }
 
-    /// SIGTERM to every pod at once, then up to [`POD_GRACE`] for all of them (cut short
-    /// by a forced stop), then SIGKILL to what is left.
+    /// SIGTERM to every pod's group at once, then up to [`POD_GRACE`] for each group to
+    /// be gone, not only its first process (cut short by a forced stop): a shell that
+    /// dies of the signal at once leaves its server the rest of the grace. Then SIGKILL
+    /// to what is left.
     async fn terminate_all(&mut self, shutdown: &Shutdown) {
-        for p in &self.pods {
-            if let Some(c) = &p.child {
-                c.terminate();
-            }
-        }
-        let mut wait = shutdown.poll(EndsOn::Force, Duration::from_millis(50), POD_GRACE);
-        loop {
-            for p in &mut self.pods {
-                p.reap();
-            }
-            if self.pods.iter().all(|p| p.child.is_none()) || wait.next().await.is_err() {
-                break;
-            }
-        }
-        for p in &mut self.pods {
-            if let Some(mut child) = p.child.take()
-                && child.stop(Duration::ZERO, shutdown).await.is_some()
-            {
-                p.state = PodState::Exited {
-                    code: None,
-                    detail: format!("killed: did not stop within {} s of SIGTERM", POD_GRACE.as_secs()),
-                };
+        let mut stopping: Vec<(usize, OwnedChild)> = self
+            .pods
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, p)| p.child.take().map(|c| (i, c)))
+            .collect();
+        let stopped =
+            futures_util::future::join_all(stopping.iter_mut().map(|(_, c)| c.stop(POD_GRACE, shutdown))).await;
+        for ((i, _), r) in stopping.into_iter().zip(stopped) {
+            match r {
+                Some((status, false)) => self.pods[i].exited(status),
+                _ => {
+                    self.pods[i].state = PodState::Exited {
+                        code: None,
+                        detail: format!("killed: did not stop within {} s of SIGTERM", POD_GRACE.as_secs()),
+                    }
+                }
             }
         }
     }

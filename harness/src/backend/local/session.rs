@@ -223,10 +223,14 @@ pub fn open_lanes(
     if resume.is_some() {
         // Whatever a killed run left running (its supervisor killed too) is stopped
         // before anything is measured next to it; only provably ours (see supervisor).
-        let mut left = supervisor::read_journal(store.dir()).map_err(|reason| BenchError::Results {
+        let journal = supervisor::read_journal(store.dir()).map_err(|reason| BenchError::Results {
             path: supervisor::journal_path(store.dir()),
             reason,
         })?;
+        if let Some(why) = journal.foreign {
+            notes.push(why.to_string());
+        }
+        let mut left = journal.entries;
         // Groups prove themselves by their token; a daemon only by a pipe directory
         // this run made.
         left.retain(|e| matches!(e, supervisor::Entry::Group { .. }) || super::mps::is_runs_daemon(store.dir(), e));
