@@ -305,6 +305,7 @@ impl MetricsSource for RequestSource {
                     origin: Instant::now(),
                     due: Instant::now(),
                     timeout: STREAM_TIMEOUT,
+                    max_tokens: None,
                 };
                 let bodies = Some(Bodies::new(stream.clone(), seed));
                 let sink = Arc::new(StreamSink(pod.clone()));

@@ -219,7 +219,12 @@ pub struct TokenTimer {
     first: Option<f64>,
     last: Option<f64>,
     gaps: Vec<f64>,
+    /// Steps that carried text.
     steps: u64,
+    /// Every step, empty ones too.
+    chunks: u64,
+    /// The `max_tokens` the request asked for (None: a body of the user's).
+    max_tokens: Option<u64>,
     usage: Option<(Option<u64>, u64)>,
     done: bool,
     error: Option<String>,
@@ -238,10 +243,24 @@ impl TokenTimer {
             last: None,
             gaps: Vec::new(),
             steps: 0,
+            chunks: 0,
+            max_tokens: None,
             usage: None,
             done: false,
             error: None,
         }
+    }
+
+    /// The `max_tokens` the request asked for: an answer that streams more steps with
+    /// text, or whose `usage` reports more tokens, fails.
+    pub fn asking(mut self, max_tokens: Option<u64>) -> Self {
+        self.max_tokens = max_tokens;
+        self
+    }
+
+    /// Whether nothing more will be read: the answer is whole, or failed.
+    pub fn is_over(&self) -> bool {
+        self.done || self.error.is_some()
     }
 
     /// An event that arrived at `at`. Events after `[DONE]` or after an error are
@@ -265,8 +284,19 @@ impl TokenTimer {
                     Some(prev) => self.gaps.push(micros((at - prev).max(0.0))),
                 }
                 self.last = Some(at);
+                self.chunks += 1;
                 if text {
                     self.steps += 1;
+                }
+                // Each step with text holds a token at least; a role step, a final
+                // empty step and a few keep-alives come on top.
+                if let Some(m) = self.max_tokens
+                    && (self.steps > m || self.chunks > 2 * m + 16)
+                {
+                    self.error = Some(format!(
+                        "the server streamed more than the {m} tokens asked (max_tokens): {} steps, {} with text",
+                        self.chunks, self.steps
+                    ));
                 }
             }
             Ok(Chunk::Usage {
@@ -292,14 +322,31 @@ impl TokenTimer {
         }
     }
 
-    /// The record. A stream that closed without `[DONE]`, or that gave no token, is a
-    /// failure; its timings up to then are kept.
+    /// The record. A stream that closed without `[DONE]`, that gave no token, or whose
+    /// `usage` the stream contradicts (fewer tokens than its steps with text, more than
+    /// `max_tokens`) is a failure; its timings up to then are kept.
     pub fn finish(mut self) -> TokenRecord {
         if self.error.is_none() {
             if self.first.is_none() {
                 self.error = Some("the answer held no token".into());
             } else if !self.done {
                 self.error = Some("the stream ended without data: [DONE]".into());
+            } else if self.steps == 0 {
+                self.error = Some(format!(
+                    "the answer held no token: none of its {} steps carried text",
+                    self.chunks
+                ));
+            } else if let Some((_, c)) = self.usage {
+                if let Some(m) = self.max_tokens.filter(|m| c > *m) {
+                    self.error = Some(format!(
+                        "the server reported {c} output tokens (usage.completion_tokens) for max_tokens {m}"
+                    ));
+                } else if c < self.steps {
+                    self.error = Some(format!(
+                        "the server reported {c} output tokens (usage.completion_tokens) but streamed {} steps with text",
+                        self.steps
+                    ));
+                }
             }
         }
         let (prompt_tokens, output_tokens, tokens_from_usage) = match self.usage {
@@ -445,6 +492,38 @@ data: [DONE]\n\n";
         assert!((r.ttft_s.expect("ttft") - 0.1).abs() < 1e-9);
         assert_eq!(r.itl_s.len(), 2);
         assert!((r.e2e_s.expect("e2e") - 0.25).abs() < 1e-9);
+    }
+
+    #[test]
+    fn token_counts_the_stream_cannot_have_given_fail_the_request() {
+        let step = "data: {\"choices\":[{\"text\":\"a\"}]}\n\n";
+        let usage = |n: u64| format!("data: {{\"choices\":[],\"usage\":{{\"completion_tokens\":{n}}}}}\n\n");
+        let play = |text: String| {
+            let mut t = TokenTimer::new(Api::Completions, 0.0, 0.0).asking(Some(8));
+            for (i, e) in events_in_pieces(text.as_bytes(), 7).iter().enumerate() {
+                t.event(0.1 + i as f64 * 0.01, e);
+            }
+            t.finish()
+        };
+        let fails = |r: &TokenRecord, want: &str| r.error.as_deref().is_some_and(|e| e.contains(want));
+        let r = play(format!("{step}{}data: [DONE]\n\n", usage(1_000_000)));
+        assert!(
+            fails(
+                &r,
+                "reported 1000000 output tokens (usage.completion_tokens) for max_tokens 8"
+            ),
+            "{r:?}"
+        );
+        let r = play(format!("{}{}data: [DONE]\n\n", step.repeat(3), usage(1)));
+        assert!(fails(&r, "streamed 3 steps with text"), "{r:?}");
+        let r = play(format!("{}data: [DONE]\n\n", step.repeat(200)));
+        assert!(fails(&r, "more than the 8 tokens asked"), "{r:?}");
+        assert_eq!(r.itl_s.len(), 8, "nothing read past the ninth token");
+        let null = "data: {\"choices\":[{\"text\":null}]}\n\n";
+        let r = play(format!("{}data: [DONE]\n\n", null.repeat(2)));
+        assert!(fails(&r, "held no token"), "{r:?}");
+        let r = play(format!("{}{}data: [DONE]\n\n", step.repeat(8), usage(8)));
+        assert_eq!((r.error, r.output_tokens), (None, 8));
     }
 
     #[test]

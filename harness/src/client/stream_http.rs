@@ -34,6 +34,8 @@ pub struct StreamRequest {
     pub due: Instant,
     /// The longest the whole answer may take.
     pub timeout: Duration,
+    /// The `max_tokens` the body asks for (None: a body of the user's).
+    pub max_tokens: Option<u64>,
 }
 
 fn secs(origin: Instant, at: Instant) -> f64 {
@@ -44,7 +46,7 @@ fn secs(origin: Instant, at: Instant) -> f64 {
 /// cut, malformed, timed out) is the record's `error`, with the timings up to it.
 pub async fn send(client: &StreamClient, req: StreamRequest) -> TokenRecord {
     let sent = Instant::now();
-    let mut timer = TokenTimer::new(req.api, secs(req.origin, req.due), secs(req.origin, sent));
+    let mut timer = TokenTimer::new(req.api, secs(req.origin, req.due), secs(req.origin, sent)).asking(req.max_tokens);
     let request = hyper::Request::builder()
         .method("POST")
         .uri(&*req.url)
@@ -77,8 +79,8 @@ pub async fn send(client: &StreamClient, req: StreamRequest) -> TokenRecord {
                     timer.event(at, &e);
                 }
             }
-            // The answer is whole: what the server sends after [DONE] is not waited for.
-            if timer.is_done() {
+            // The answer is whole, or failed: what the server sends after is not read.
+            if timer.is_over() {
                 return Ok(());
             }
         }
@@ -169,6 +171,7 @@ fn next_request(template: &StreamRequest, bodies: &mut Option<Bodies>, due: Inst
     let req = StreamRequest {
         due,
         body: body.as_ref().map_or_else(|| template.body.clone(), |b| b.bytes.clone()),
+        max_tokens: body.as_ref().map(|b| u64::from(b.max_tokens)),
         ..template.clone()
     };
     (req, body)
@@ -301,6 +304,7 @@ mod tests {
             origin,
             due: origin,
             timeout,
+            max_tokens: None,
         }
     }
 
