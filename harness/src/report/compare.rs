@@ -186,6 +186,18 @@ pub struct Comparison {
 }
 
 impl Comparison {
+    /// Why nothing could be judged: the baseline measured none of its cells (each failed,
+    /// was unavailable or pending), so no change can pass or fail (None: some was).
+    pub fn nothing_compared(&self) -> Option<String> {
+        let judged = |r: &CellComparison| matches!(r.verdict, Verdict::Ok | Verdict::Regression | Verdict::Missing);
+        (!self.rows.iter().any(judged)).then(|| {
+            format!(
+                "the baseline measured none of its {} cells (each failed, was unavailable or pending): no change can be judged",
+                self.rows.len()
+            )
+        })
+    }
+
     /// Rows that fail (regressions and missing cells).
     pub fn failures(&self) -> usize {
         self.rows.iter().filter(|r| r.is_failure()).count()
@@ -215,7 +227,7 @@ pub fn compare_dirs(
     let threshold = parse_threshold(threshold)?;
     let hosts = match host_noise {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
+            let text = crate::files::read_text(path, crate::files::limits::RECORD)
                 .map_err(|e| BenchError::flag("--host-noise", &path.display().to_string(), e.to_string()))?;
             super::host_noise::parse(&text, &path.display().to_string())?
         }
@@ -228,6 +240,12 @@ pub fn compare_dirs(
         return Err(BenchError::RunDir {
             path: candidate.to_path_buf(),
             reason: format!("shares no cell with {}", baseline.display()),
+        });
+    }
+    if let Some(reason) = cmp.nothing_compared() {
+        return Err(BenchError::RunDir {
+            path: baseline.to_path_buf(),
+            reason,
         });
     }
     Ok(cmp)
@@ -243,16 +261,24 @@ impl Deref for Comparison {
 /// The largest threshold accepted: 1000%.
 pub const MAX_THRESHOLD: f64 = 10.0;
 
-/// Parses "5%", "5" (percent) or "0.05" (a fraction below 1); accepts more than 0% and
+/// Parses "5%" or "0.5%" (a bare number is refused: it could mean a fraction or percent); accepts more than 0% and
 /// at most 1000%.
 pub fn parse_threshold(text: &str) -> Result<f64> {
     let t = text.trim();
-    let v: f64 = t
-        .trim_end_matches('%')
+    // A bare number is refused: 0.5 read as a fraction is 50%, read as percent 0.5%,
+    // and a band a hundred times too loose passes every regression.
+    let Some(number) = t.strip_suffix('%') else {
+        return Err(BenchError::flag(
+            "--threshold",
+            text,
+            format!("write the percent sign, e.g. {t}% (a bare number could mean a fraction or percent)"),
+        ));
+    };
+    let v: f64 = number
         .trim()
         .parse()
         .map_err(|_| BenchError::flag("--threshold", text, "expected a percentage such as 5%"))?;
-    let frac = if t.ends_with('%') || v >= 1.0 { v / 100.0 } else { v };
+    let frac = v / 100.0;
     if !(frac > 0.0 && frac <= MAX_THRESHOLD) {
         return Err(BenchError::flag(
             "--threshold",
@@ -687,8 +713,16 @@ mod tests {
     #[test]
     fn thresholds() {
         assert_eq!(parse_threshold("5%").ok(), Some(0.05));
-        assert_eq!(parse_threshold("0.05").ok(), Some(0.05));
-        assert_eq!(parse_threshold("12.5").ok(), Some(0.125));
+        assert_eq!(parse_threshold("0.5%").ok(), Some(0.005));
+        assert_eq!(parse_threshold("12.5%").ok(), Some(0.125));
+        // A bare number is ambiguous (0.99 meant 99%, 1 meant 1%): refused.
+        for bare in ["0.99", "1", "0.5", "5"] {
+            let e = parse_threshold(bare).map_err(|e| e.to_string()).err();
+            assert!(
+                e.as_deref().is_some_and(|e| e.contains("write the percent sign")),
+                "{bare}: {e:?}"
+            );
+        }
         assert_eq!(parse_threshold("100%").ok(), Some(1.0));
         assert_eq!(parse_threshold("1000%").ok(), Some(10.0));
         for bad in ["-3%", "lots", "0%", "0", "1000.5%", "NaN%", "inf", ""] {
@@ -698,6 +732,20 @@ mod tests {
             parse_threshold("0%").map_err(|e| e.to_string()).err().as_deref(),
             Some("bad --threshold `0%`: expected a percentage above 0% and at most 1000%")
         );
+    }
+
+    #[test]
+    fn runs_whose_cells_all_failed_have_nothing_to_compare() {
+        let mut failed = fixture("h100-run");
+        for r in failed.cells.iter_mut().filter(|r| r.status == CellStatus::Ok) {
+            r.status = CellStatus::Failed;
+        }
+        let c = compare_runs(&failed, &failed, 0.05).expect("comparable");
+        assert_eq!(c.failures(), 0, "nothing fails: the old exit 0");
+        let why = c.nothing_compared().expect("nothing judged");
+        assert!(why.contains("measured none of its"), "{why}");
+        let ok = fixture("h100-run");
+        assert_eq!(compare_runs(&ok, &ok, 0.05).expect("ok").nothing_compared(), None);
     }
 
     #[test]

@@ -175,12 +175,35 @@ pub fn parse(text: &str, source: &str) -> Result<Vec<HostNoise>> {
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, l)| {
-            serde_json::from_str(l).map_err(|e| BenchError::Results {
+            let bad = |reason: String| BenchError::RunDir {
                 path: source.into(),
-                reason: format!("line {}: {e}", i + 1),
-            })
+                reason: format!("line {}: {reason}", i + 1),
+            };
+            let h: HostNoise = serde_json::from_str(l).map_err(|e| bad(e.to_string()))?;
+            h.check().map_err(bad)?;
+            Ok(h)
         })
         .collect()
+}
+
+impl HostNoise {
+    /// Whether the measurement is one `host-noise` could have made: at least three runs
+    /// on cards of their own, a cell measured, and each band a finite share from 0 to 1
+    /// (a band of 1e308 would pass every change as noise).
+    pub fn check(&self) -> std::result::Result<(), String> {
+        if self.runs.len() < 3 {
+            return Err(format!("{} runs: a measurement needs at least three", self.runs.len()));
+        }
+        if self.cells == 0 {
+            return Err("no cell measured on every host".into());
+        }
+        for (what, band) in [("mean", self.mean), ("p99", self.p99), ("throughput", self.throughput)] {
+            if !(band.is_finite() && (0.0..=1.0).contains(&band)) {
+                return Err(format!("{what} is {band}: a band is a share from 0 to 1 (0.01 = ±1%)"));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Whether two runs ran on different cards: each records its GPUs and they share none
@@ -222,6 +245,35 @@ mod tests {
             c.throughput_per_s = c.throughput_per_s.map(|v| v / f);
         }
         d
+    }
+
+    #[test]
+    fn a_measurement_file_with_bands_no_host_noise_could_give_is_bad_input() {
+        let line = COMMITTED
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .expect("a committed line");
+        assert!(parse(line, "f").is_ok());
+        let edited = |field: &str, v: serde_json::Value| {
+            let mut h: serde_json::Value = serde_json::from_str(line).expect("json");
+            h[field] = v;
+            parse(&h.to_string(), "f")
+                .map_err(|e| (e.exit_code(), e.to_string()))
+                .err()
+        };
+        for (field, v, want) in [
+            ("mean", 1e308.into(), "mean is 100000000"),
+            ("p99", (-0.2).into(), "p99 is -0.2"),
+            ("throughput", 1.5.into(), "a band is a share from 0 to 1"),
+            ("cells", 0.into(), "no cell"),
+            ("runs", serde_json::json!([]), "0 runs"),
+        ] {
+            let (code, e) = edited(field, v).expect("refused");
+            assert_eq!(code, 2, "{e}");
+            assert!(e.contains("line 1") && e.contains(want), "{e}");
+        }
+        let garbage = parse("{not json", "f").expect_err("garbage");
+        assert_eq!(garbage.exit_code(), 2, "{garbage}");
     }
 
     #[test]
