@@ -221,6 +221,25 @@ fn capacity_refuses_what_it_cannot_search_with_one_line() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("pods = 1,3: a sweep option"), "{err}");
+    // A precision target and a budget in the file: refused as the flags are.
+    for (line, want) in [
+        ("target = \"1%\"\n", "target = 1%: a sweep option"),
+        ("budget = \"10m\"\n", "budget = 10m: a sweep option"),
+    ] {
+        std::fs::write(&config, line).expect("config");
+        let args = [
+            "--load",
+            "poisson:20",
+            "--slo",
+            "p99=5ms",
+            "--config",
+            config.to_str().expect("utf-8"),
+        ];
+        let o = capacity(out.path(), "refused", &args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains(want), "{err}");
+    }
     let sweep_run = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/h100-run");
     let o = Command::new(BENCH)
         .args(["export", "--format", "capacity"])

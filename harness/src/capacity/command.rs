@@ -54,6 +54,8 @@ pub fn plan(args: CapacityArgs) -> Result<SweepPlan> {
     let from_file = [
         ("pods", file.pods.as_ref().map(ToString::to_string)),
         ("repeat", file.repeat.map(|r| r.to_string())),
+        ("target", file.target.clone()),
+        ("budget", file.budget.as_ref().map(|b| b.text.clone())),
     ];
     if let Some((key, Some(value))) = from_file.into_iter().find(|(_, v)| v.is_some()) {
         return Err(BenchError::Config {
@@ -231,6 +233,10 @@ pub fn summary_line(r: &CapacityRecord) -> String {
                 format!(" ({})", r.note)
             }
         ),
+        // Undecided from the first count: not "0 pods fit", which reads as a verdict.
+        Some(0) if r.first_miss.starts_with("marginal") => {
+            format!("{name}: undecided at 1 pod; {}", r.first_miss)
+        }
         Some(n) => {
             let then = match r.first_miss_pods {
                 Some(m) => format!("; {m} {}", r.first_miss),

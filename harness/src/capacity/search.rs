@@ -137,6 +137,16 @@ pub fn judge(aggregate: &CellRecord, pods: &[&CellRecord], slos: &[Slo]) -> Verd
                 clear.push((a - q, &row.pod, what));
                 continue;
             }
+            // Too few requests to show the percentile met even if all were within it:
+            // the cell, not the strategy, left it open.
+            let needs = binomial::requests_to_show(q, binomial::CONFIDENCE);
+            if n < needs as f64 {
+                marginal.push(format!(
+                    "{what}: undecided, the cell held {} requests where {needs} all within the objective are needed to show it met (a longer --max-cell or a higher rate decides it)",
+                    n as u64
+                ));
+                continue;
+            }
             marginal.push(what);
         }
     }
@@ -304,6 +314,19 @@ mod tests {
             judge(&agg(CellStatus::Ok), &[&a, &d], &p99(25)),
             Verdict::Marginal(_)
         ));
+    }
+
+    #[test]
+    fn a_cell_too_short_for_its_percentile_is_undecided_and_says_why() {
+        // 28 requests, every one within: a p99 needs 299 to be shown met at 95%.
+        let short = of("pod-0", Some(1.0), 0.0, 28);
+        match judge(&agg(CellStatus::Ok), &[&short], &p99(25)) {
+            Verdict::Marginal(why) => assert!(
+                why.contains("undecided, the cell held 28 requests where 299 all within the objective are needed"),
+                "{why}"
+            ),
+            v => panic!("{v:?}"),
+        }
     }
 
     #[test]

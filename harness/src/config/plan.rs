@@ -486,8 +486,8 @@ impl StreamFlags {
                         "gives each request's prompt and output lengths: drop --prompt-tokens and --output-tokens",
                     ));
                 }
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| BenchError::flag("--lengths", &shown, format!("cannot be read: {e}")))?;
+                let text = crate::files::read_text(path, crate::files::limits::INPUT)
+                    .map_err(|e| BenchError::flag("--lengths", &shown, e.to_string()))?;
                 let pairs = crate::config::values::parse_length_pairs(&text)
                     .map_err(|why| BenchError::flag("--lengths", &shown, why))?;
                 (pairs, Some(shown))
@@ -1337,8 +1337,9 @@ pub fn validate_run_id(id: &str) -> Result<()> {
             format!("{} characters: at most 100 (it names a directory)", id.chars().count()),
         ));
     }
-    let ok = !id.is_empty()
-        && !id.starts_with('.')
+    // It starts with a letter or digit: a leading '-' reads as a flag, and a leading
+    // '-' or '+' as a formula where a spreadsheet opens the CSV (its first cell).
+    let ok = id.starts_with(|c: char| c.is_ascii_alphanumeric())
         && id
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
@@ -1348,7 +1349,7 @@ pub fn validate_run_id(id: &str) -> Result<()> {
         Err(BenchError::flag(
             "--run-id",
             id,
-            "use letters, digits, '.', '_' and '-' (it names a directory)",
+            "use letters, digits, '.', '_' and '-', starting with a letter or digit (it names a directory and a spreadsheet's first cell)",
         ))
     }
 }
@@ -1854,6 +1855,10 @@ mod tests {
         assert!(validate_run_id("20261122T141500Z-h100").is_ok());
         assert!(validate_run_id("../x").is_err());
         assert!(validate_run_id("").is_err());
+        // A formula where a spreadsheet opens the CSV, or a flag to a later command.
+        for id in ["-1-1", "_x", ".hidden"] {
+            assert!(validate_run_id(id).is_err(), "{id}");
+        }
         assert_eq!(default_run_id("2026-11-22T14:15:00Z", "h100"), "20261122T141500Z-h100");
     }
 

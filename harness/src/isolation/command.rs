@@ -59,29 +59,34 @@ pub fn plan(args: IsolationArgs) -> Result<SweepPlan> {
             ));
         }
     };
-    let o = &args.options;
-    let sweep_only = [
-        ("--pods", o.pods.as_ref().map(ToString::to_string)),
-        ("--window", o.window.as_ref().map(|s| s.text.clone())),
-        ("--max-cell", o.max_cell.as_ref().map(|s| s.text.clone())),
-        ("--repeat", o.repeat.map(|r| r.to_string())),
-        ("--target", o.target.clone()),
-        ("--budget", o.budget.as_ref().map(|b| b.text.clone())),
-        ("--load", o.load.map(|l| l.to_string())),
-        ("--mps-threads", o.mps_threads.as_ref().map(ToString::to_string)),
-        ("--mps-memory", o.mps_memory.as_ref().map(ToString::to_string)),
-    ];
-    if let Some((flag, Some(value))) = sweep_only.into_iter().find(|(_, v)| v.is_some()) {
-        return Err(BenchError::flag(
-            flag,
-            &value,
-            "a sweep option: isolation trials choose their own pods (--aggressors) and loads (--victim-rate; aggressors closed loop) and follow the victim for --event-after + --observe",
-        ));
+    // Sweep options, given as flags or in the config file: refused, not ignored.
+    let sweep_only = |o: &SweepOptions| {
+        [
+            ("--pods", o.pods.as_ref().map(ToString::to_string)),
+            ("--window", o.window.as_ref().map(|s| s.text.clone())),
+            ("--max-cell", o.max_cell.as_ref().map(|s| s.text.clone())),
+            ("--repeat", o.repeat.map(|r| r.to_string())),
+            ("--target", o.target.clone()),
+            ("--budget", o.budget.as_ref().map(|b| b.text.clone())),
+            ("--load", o.load.map(|l| l.to_string())),
+            ("--mps-threads", o.mps_threads.as_ref().map(ToString::to_string)),
+            ("--mps-memory", o.mps_memory.as_ref().map(ToString::to_string)),
+        ]
+    };
+    const WHY: &str = "a sweep option: isolation trials choose their own pods (--aggressors) and loads (--victim-rate; aggressors closed loop) and follow the victim for --event-after + --observe";
+    if let Some((flag, Some(value))) = sweep_only(&args.options).into_iter().find(|(_, v)| v.is_some()) {
+        return Err(BenchError::flag(flag, &value, WHY));
     }
     let file = match &args.config {
         Some(path) => SweepOptions::from_file(path)?,
         None => SweepOptions::default(),
     };
+    if let Some((flag, Some(value))) = sweep_only(&file).into_iter().find(|(_, v)| v.is_some()) {
+        return Err(BenchError::Config {
+            path: args.config.clone().unwrap_or_default(),
+            reason: format!("{} = {value}: {WHY}", flag.trim_start_matches("--").replace('-', "_")),
+        });
+    }
     let mut plan = SweepPlan::from_options(file.overridden_by(args.options)?)?;
     crate::config::plan::one_gpu_only(&plan, "isolation")?;
     // Its events are timed from readiness: the warm-up is always --warmup.

@@ -230,6 +230,37 @@ pub(crate) fn check_resume(plan: &SweepPlan, id: &str) -> Result<()> {
             ));
         }
     }
+    // A sweep's pod counts and passes are the run's too: other values given again
+    // would be dropped without a word (a value equal to the default cannot be told
+    // from one left out). Capacity and isolation set their own.
+    let sweep = matches!(plan.kind, crate::config::plan::RunKind::Sweep);
+    let default_pods = crate::config::plan::DEFAULT_PODS.to_vec();
+    if sweep && plan.pods != default_pods && plan.pods != run.plan.pods {
+        let list = |p: &[u32]| p.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+        return Err(BenchError::flag(
+            "--pods",
+            &list(&plan.pods),
+            format!(
+                "this run was made with --pods {}: resume it with the same, or leave it out",
+                list(&run.plan.pods)
+            ),
+        ));
+    }
+    let default_repeat = if plan.target.is_some() {
+        crate::config::plan::DEFAULT_TARGET_PASSES
+    } else {
+        1
+    };
+    if sweep && plan.repeat != default_repeat && plan.repeat != run.plan.repeat {
+        return Err(BenchError::flag(
+            "--repeat",
+            &plan.repeat.to_string(),
+            format!(
+                "this run was made with --repeat {}: resume it with the same, or leave it out",
+                run.plan.repeat
+            ),
+        ));
+    }
     // A precision target and its budget are the run's: a resume keeps them.
     if let Some(t) = plan.target
         && run.plan.target != Some(t)
@@ -381,5 +412,32 @@ mod tests {
         assert!(e.contains("--target") && e.contains("made with --target 1%"), "{e}");
         let e = resume(Some("1%"), Some("5m")).expect_err("another budget");
         assert!(e.contains("--budget") && e.contains("made with --budget 600s"), "{e}");
+    }
+
+    #[test]
+    fn a_resume_refuses_other_pods_or_passes_than_the_runs() {
+        let dir = tempfile::tempdir().expect("tmp");
+        recorded_image_run(dir.path());
+        let recorded: crate::results::record::RunRecord =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join("img/run.json")).expect("read"))
+                .expect("run");
+        let resume = |extra: &str| {
+            let o: SweepOptions = toml::from_str(&format!(
+                "backend = \"kubernetes\"\nnode = \"gpu-1\"\nserver_image = \"me/s:1\"\nworkload_args = [\"--port={{port}}\"]\nout = {:?}\n{extra}",
+                dir.path().display().to_string(),
+            ))
+            .expect("options");
+            check_resume(&SweepPlan::from_options(o).expect("plan"), "img").map_err(|e| e.to_string())
+        };
+        let pods: Vec<String> = recorded.plan.pods.iter().map(u32::to_string).collect();
+        assert_eq!(resume(&format!("pods = [{}]\n", pods.join(", "))), Ok(()));
+        assert_eq!(resume(&format!("repeat = {}\n", recorded.plan.repeat)), Ok(()));
+        let e = resume("pods = [2]\n").expect_err("other pods");
+        assert!(
+            e.contains("--pods") && e.contains(&format!("made with --pods {}", pods.join(","))),
+            "{e}"
+        );
+        let e = resume(&format!("repeat = {}\n", recorded.plan.repeat + 2)).expect_err("other passes");
+        assert!(e.contains("--repeat") && e.contains("made with --repeat"), "{e}");
     }
 }
