@@ -223,6 +223,11 @@ async fn run(cli: Cli, shutdown: &Shutdown) -> Result<u8> {
             Ok(0)
         }
         Command::Verify(args) => {
+            if args.rederive {
+                for change in gpushare_bench::report::verify::rederive(&args.run_dir)? {
+                    outln!("rederived {change}");
+                }
+            }
             let v = gpushare_bench::report::verify::verify_dir(&args.run_dir)?;
             for m in &v.mismatches {
                 outln!("{m}");

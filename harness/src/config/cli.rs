@@ -427,6 +427,10 @@ pub struct ExportArgs {
 pub struct VerifyArgs {
     /// The run directory.
     pub run_dir: PathBuf,
+    /// First rewrite each cell's speed-up and slowdown against its own pass's 1-pod cell
+    /// (runs made while a later pass took an earlier pass's), saying what changed.
+    #[arg(long)]
+    pub rederive: bool,
 }
 
 /// `host-noise` flags.
@@ -444,7 +448,7 @@ pub struct CompareArgs {
     pub baseline: PathBuf,
     /// The run to judge.
     pub candidate: PathBuf,
-    /// A change counts when it is worse by more than this, than the noise (between repeats when both runs repeated the cell, else the window-to-window spread) and, for p99, than the quantile resolution.
+    /// A change counts when it is worse by more than this percentage (with its sign: 0.5%, 5%), than the noise (between repeats when both runs repeated the cell, else the window-to-window spread) and, for p99, than the quantile resolution.
     #[arg(long, default_value = "5%")]
     pub threshold: String,
     /// Between-host noise to judge runs made on different GPUs by (JSON lines from

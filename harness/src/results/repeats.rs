@@ -86,11 +86,58 @@ pub fn widest_relative(rows: &[&CellRecord]) -> Option<f64> {
     Some(mean.max(throughput))
 }
 
-/// Whether a cell needs no further pass under a precision target (pure): its passes pin
-/// mean latency and throughput within `target`, or one of them did not measure it `ok`
-/// (an unavailable strategy, a failed cell: another pass would not tighten it).
+/// How many passes of a cell a precision target lets fail before it stops trying: a
+/// failure gets another pass, a second says the cell fails for a reason of its own (out
+/// of memory, never ready) that more passes would not mend.
+pub const FAILED_PASSES_TO_GIVE_UP: usize = 2;
+
+/// Where a cell stands under a precision target (pure), judged on its `ok` passes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Precision {
+    /// Its `ok` passes pin mean latency and throughput within the target, or the
+    /// strategy is unavailable: no further pass.
+    Settled,
+    /// It failed [`FAILED_PASSES_TO_GIVE_UP`] passes: no further pass, and not within.
+    GaveUp {
+        /// Passes not `ok`.
+        failed: usize,
+        /// Passes in all.
+        passes: usize,
+    },
+    /// Another pass would help: its widest relative half-width over its `ok` passes
+    /// (None: fewer than two), and its passes not `ok`.
+    Open {
+        /// The widest half-width.
+        widest: Option<f64>,
+        /// Passes not `ok`.
+        failed: usize,
+    },
+}
+
+/// Where the cell of `rows` (one aggregate row per pass) stands under `target` (pure).
+pub fn precision(rows: &[&CellRecord], target: f64) -> Precision {
+    if rows.iter().any(|r| r.status == CellStatus::Unavailable) {
+        return Precision::Settled;
+    }
+    let ok: Vec<&CellRecord> = rows.iter().copied().filter(|r| r.status == CellStatus::Ok).collect();
+    let failed = rows.len() - ok.len();
+    let widest = widest_relative(&ok);
+    if widest.is_some_and(|w| w <= target) {
+        Precision::Settled
+    } else if failed >= FAILED_PASSES_TO_GIVE_UP {
+        Precision::GaveUp {
+            failed,
+            passes: rows.len(),
+        }
+    } else {
+        Precision::Open { widest, failed }
+    }
+}
+
+/// Whether a cell needs no further pass under a precision target (pure): settled, or
+/// given up after its failures.
 pub fn settled(rows: &[&CellRecord], target: f64) -> bool {
-    rows.iter().any(|r| r.status != CellStatus::Ok) || widest_relative(rows).is_some_and(|w| w <= target)
+    !matches!(precision(rows, target), Precision::Open { .. })
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use crate::config::plan::{SweepPlan, default_run_id, validate_run_id};
 use crate::domain::{Arm, DeviceKind};
 use crate::error::{BenchError, Result};
-use crate::files::write_atomic;
+use crate::files::{ReadError, limits, read_text, unreadable, write_atomic};
 use crate::results::isolation::{IsolationRecord, isolation_csv, isolation_jsonl, parse_isolation_jsonl};
 use crate::results::lock::RunLock;
 use crate::results::raw::{CellWindows, LAYOUTS_FILE, Layouts, RAW_FILE, RawCell, raw_jsonl, read_layouts, read_raw};
@@ -62,15 +62,10 @@ pub fn read_cells(path: &Path) -> Result<Vec<CellRecord>> {
 
 /// Reads `cells.jsonl` (missing: no rows yet), refusing rows outside `plan` when given.
 pub fn read_cells_in(path: &Path, plan: Option<&crate::results::record::PlanRecord>) -> Result<Vec<CellRecord>> {
-    let text = match std::fs::read_to_string(path) {
+    let text = match read_text(path, limits::ROWS) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => {
-            return Err(BenchError::Results {
-                path: path.to_path_buf(),
-                reason: format!("cannot read: {e}"),
-            });
-        }
+        Err(ReadError::Missing) => return Ok(Vec::new()),
+        Err(e) => return Err(unreadable(path, e)),
     };
     parse_cells_jsonl(&text, path, plan)
 }
@@ -81,26 +76,20 @@ pub fn read_isolation(path: &Path, run: &RunRecord) -> Result<Vec<IsolationRecor
     if run.kind.isolation().is_none() {
         return Ok(Vec::new());
     }
-    match std::fs::read_to_string(path) {
+    match read_text(path, limits::ROWS) {
         Ok(text) => parse_isolation_jsonl(&text, path, run),
         // An isolation run writes an empty one when it starts: missing, it was removed.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(BenchError::RunDir {
+        Err(ReadError::Missing) => Err(BenchError::RunDir {
             path: path.to_path_buf(),
             reason: "missing: an isolation run writes isolation.jsonl when it starts, so it was removed".into(),
         }),
-        Err(e) => Err(BenchError::Results {
-            path: path.to_path_buf(),
-            reason: format!("cannot read: {e}"),
-        }),
+        Err(e) => Err(unreadable(path, e)),
     }
 }
 
 /// Reads `run.json`.
 pub fn read_run(path: &Path) -> Result<RunRecord> {
-    let text = std::fs::read_to_string(path).map_err(|e| BenchError::Results {
-        path: path.to_path_buf(),
-        reason: format!("cannot read: {e}"),
-    })?;
+    let text = read_text(path, limits::RECORD).map_err(|e| unreadable(path, e))?;
     serde_json::from_str(&text).map_err(|e| BenchError::RunDir {
         path: path.to_path_buf(),
         reason: format!("not a run record: {e}"),
@@ -373,6 +362,37 @@ impl RunStore {
             reason: e.to_string(),
         })?;
         write_atomic(&self.dir.join("run.json"), &json)
+    }
+
+    /// Recomputes every aggregate's speed-up and slowdown against its own pass's 1-pod
+    /// cell (`sweep::cell::against_one_pod`, the rule `verify` checks) and rewrites the
+    /// rows that change: for runs made while a later pass took an earlier pass's 1-pod
+    /// cell. Returns each change, as `cell: old → new`.
+    pub fn rederive_speedups(
+        &mut self,
+        rule: impl Fn(&[CellRecord], &CellRecord) -> (Option<f64>, Option<f64>),
+    ) -> Result<Vec<String>> {
+        let mut changes = Vec::new();
+        let before = self.cells.clone();
+        for (i, agg) in before.iter().enumerate().filter(|(_, c)| c.is_aggregate()) {
+            let (speedup, slowdown) = rule(&before, agg);
+            if (speedup, slowdown) != (agg.speedup_vs_1pod, agg.slowdown_vs_1pod) {
+                changes.push(format!(
+                    "{} × {} (repeat {}): speed-up {:?} → {speedup:?}, slowdown {:?} → {slowdown:?}",
+                    agg.arm(),
+                    agg.pods,
+                    agg.repeat,
+                    agg.speedup_vs_1pod,
+                    agg.slowdown_vs_1pod
+                ));
+                self.cells[i].speedup_vs_1pod = speedup;
+                self.cells[i].slowdown_vs_1pod = slowdown;
+            }
+        }
+        if !changes.is_empty() {
+            self.write_cells()?;
+        }
+        Ok(changes)
     }
 
     fn write_cells(&self) -> Result<()> {

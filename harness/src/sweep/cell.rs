@@ -329,6 +329,62 @@ pub fn shortfall(offered: f64, achieved: f64, secs: f64) -> Option<String> {
     })
 }
 
+/// The 1-pod aggregate row of a cell's own pass (pure; None for a 1-pod cell): what its
+/// speed-up is against. Never another pass's: passes minutes apart drift.
+pub fn own_baseline(rows: &[CellRecord], repeat: u32, arm: Arm, pods: u32) -> Option<&CellRecord> {
+    if pods == 1 {
+        return None;
+    }
+    rows.iter()
+        .find(|c| c.repeat == repeat && c.arm() == arm && c.pods == 1 && c.is_aggregate())
+}
+
+/// A cell's speed-up (aggregate throughput over its pass's 1-pod cell's) and slowdown
+/// (mean latency over its) against `base`, that 1-pod aggregate row (pure): 1 for a
+/// 1-pod cell; None without a throughput, or without an `ok` base to divide by.
+pub fn against_one_pod(agg: &CellRecord, base: Option<&CellRecord>) -> (Option<f64>, Option<f64>) {
+    if agg.throughput_per_s.is_none() {
+        return (None, None);
+    }
+    if agg.pods == 1 {
+        return (Some(1.0), Some(1.0));
+    }
+    let Some(b) = base.filter(|b| b.status == CellStatus::Ok) else {
+        return (None, None);
+    };
+    let speedup = b
+        .throughput_per_s
+        .filter(|&t| t > 0.0)
+        .zip(agg.throughput_per_s)
+        .map(|(b, t)| t / b);
+    let slowdown = match (agg.mean_s, b.mean_s) {
+        (Some(m), Some(b)) if b > 0.0 => Some(m / b),
+        _ => None,
+    };
+    (speedup, slowdown)
+}
+
+/// The largest share of a pod's measured requests that may fail (errors, drops
+/// included, over completed + errors) before the pod fails: its latency would describe
+/// the few requests that were served, not the service.
+pub const MAX_ERROR_SHARE: f64 = 0.05;
+
+/// Why a pod failed through its errors (pure); None within [`MAX_ERROR_SHARE`].
+pub fn error_share(completed: f64, errors: f64) -> Option<String> {
+    let all = completed + errors;
+    if all.is_nan() || all <= 0.0 {
+        return None;
+    }
+    let share = errors / all;
+    (share > MAX_ERROR_SHARE).then(|| {
+        format!(
+            "{errors} of its {all} requests failed or were dropped ({:.1}%, more than the {:.0}% a pod may lose)",
+            share * 100.0,
+            MAX_ERROR_SHARE * 100.0
+        )
+    })
+}
+
 /// The three quantiles of `h` with their resolution and 95% sampling intervals, into a
 /// row.
 pub fn set_quantiles(row: &mut CellRecord, h: &Histogram) {
@@ -547,6 +603,15 @@ pub fn cell_rows(
                 set_quantiles(&mut row, &d);
                 row.errors = Some(errs.max(0.0) as u64);
                 row.duration_s = Some(secs);
+                if let Some(lost) = error_share(d.count, errs.max(0.0))
+                    && status == CellStatus::Ok
+                {
+                    row.status = CellStatus::Failed;
+                    if let Some(s) = statuses.last_mut() {
+                        *s = CellStatus::Failed;
+                    }
+                    add_note(&mut row.note, &lost);
+                }
                 if labels.offered_per_pod.is_some() && t.backlog.len() >= 2 {
                     row.backlog_growth = Some(t.backlog[t.backlog.len() - 1] - t.backlog[0]);
                 }
@@ -663,7 +728,10 @@ pub fn cell_rows(
             layout_mismatch.join(", ")
         ));
     }
-    if !windows.is_empty() && !stable(windows, settings.stable_windows, settings.tolerance) {
+    // Settling is a measured cell's question: a failed one, or one that completed
+    // nothing, did not "differ by 0%".
+    let measured_ok = status == CellStatus::Ok && total.as_ref().is_some_and(|h| h.count > 0.0);
+    if measured_ok && !windows.is_empty() && !stable(windows, settings.stable_windows, settings.tolerance) {
         notes.push(format!(
             "did not settle within {} s (last {} windows differ by more than {}%)",
             settings.max_cell.as_secs(),
@@ -734,16 +802,7 @@ pub fn cell_rows(
         agg.throughput_spread = finite(relative_spread(&tputs));
         agg.p50_spread = finite(relative_spread(&p50s));
         set_telemetry(&mut agg, summary, total_inf);
-        if let Some(base) = baseline {
-            agg.speedup_vs_1pod = base.throughput_per_s.zip(agg.throughput_per_s).map(|(b, t)| t / b);
-            agg.slowdown_vs_1pod = match (agg.mean_s, base.mean_s) {
-                (Some(m), Some(b)) if b > 0.0 => Some(m / b),
-                _ => None,
-            };
-        } else if labels.pods == 1 {
-            agg.speedup_vs_1pod = Some(1.0);
-            agg.slowdown_vs_1pod = Some(1.0);
-        }
+        (agg.speedup_vs_1pod, agg.slowdown_vs_1pod) = against_one_pod(&agg, baseline);
     }
     rows.extend(per_gpu);
     rows.push(agg);
@@ -1230,6 +1289,51 @@ mod tests {
         let agg = rows.last().expect("aggregate");
         assert_eq!(agg.offered_per_s, Some(200.0));
         assert!(agg.note.contains("b could not keep up"), "{}", agg.note);
+    }
+
+    #[test]
+    fn a_pod_whose_requests_fail_beyond_five_percent_fails_and_so_does_its_cell() {
+        assert_eq!(error_share(95.0, 5.0), None);
+        assert_eq!(error_share(0.0, 0.0), None);
+        let mut m = measured(&[("a", 10.0, 1000.0, &[0.002]), ("b", 10.0, 8.0, &[0.002])]);
+        m.tracked.get_mut("b").and_then(|t| t.last.as_mut()).expect("b").errors = 222.0;
+        let rows = cell_rows(&m, &labels(), Source::Scrape, &settings(), None);
+        assert_eq!((rows[0].status, rows[1].status), (CellStatus::Ok, CellStatus::Failed));
+        assert!(
+            rows[1].note.contains("222 of its 230 requests failed"),
+            "{}",
+            rows[1].note
+        );
+        let agg = rows.last().expect("aggregate");
+        assert_eq!(agg.status, CellStatus::Failed);
+        assert!(agg.note.contains("b failed: 222 of its 230"), "{}", agg.note);
+        // 4% lost: still the pod's measurement.
+        let mut m = measured(&[("a", 10.0, 960.0, &[0.002])]);
+        m.tracked.get_mut("a").and_then(|t| t.last.as_mut()).expect("a").errors = 40.0;
+        assert_eq!(
+            cell_rows(&m, &labels(), Source::Scrape, &settings(), None)[0].status,
+            CellStatus::Ok
+        );
+    }
+
+    #[test]
+    fn a_cell_that_completed_nothing_says_nothing_about_settling() {
+        let mut m = measured(&[("a", 10.0, 0.0, &[0.002])]);
+        let w = crate::stats::WindowStat {
+            throughput: 0.0,
+            mean: f64::NAN,
+            p50: f64::NAN,
+        };
+        m.windows = vec![w; 3];
+        let agg = cell_rows(&m, &labels(), Source::Scrape, &settings(), None)
+            .pop()
+            .expect("aggregate");
+        assert_eq!(agg.status, CellStatus::Failed);
+        assert!(
+            !agg.note.contains("did not settle") && agg.flags().is_empty(),
+            "{}",
+            agg.note
+        );
     }
 
     #[test]

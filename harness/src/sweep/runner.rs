@@ -288,17 +288,23 @@ pub(crate) async fn run_cells<B: Backend, S: MetricsSource, T: BorrowMut<RunStor
     let mut ran = 0;
     'passes: for repeat in 1..=repeats {
         let order = rotated(arms, repeat);
+        // The cells a pass measures; each pass's speed-ups are against its own 1-pod
+        // cell, so a pass that measures any cell of an arm measures its 1-pod cell too,
+        // first (settled or not).
+        let mut count = 0;
         let wanted: Vec<(Arm, Vec<u32>)> = order
             .iter()
             .map(|a| {
-                let pods = missing(repeat, *a)
-                    .into_iter()
-                    .filter(|p| unsettled(repeat, *a, *p))
-                    .collect();
+                let left = missing(repeat, *a);
+                let mut pods: Vec<u32> = left.iter().copied().filter(|p| unsettled(repeat, *a, *p)).collect();
+                count += pods.len();
+                if !pods.is_empty() && left.contains(&1) && !pods.contains(&1) {
+                    pods.push(1);
+                }
+                pods.sort_by_key(|&p| p != 1);
                 (*a, pods)
             })
             .collect();
-        let count: usize = wanted.iter().map(|(_, p)| p.len()).sum();
         if count == 0 {
             continue;
         }
@@ -343,9 +349,8 @@ pub(crate) async fn run_cells<B: Backend, S: MetricsSource, T: BorrowMut<RunStor
                     let labels = labels(s, arm, pods, repeat);
                     // `total:RATE` is split over every pod of the cell, on all its GPUs.
                     let load = s.run().plan.load.workload_args(labels.pods * labels.gpus);
-                    // This pass's 1-pod cell, or under a precision target the latest one
-                    // (a settled 1-pod cell gets no further pass).
-                    let baseline = (1..=repeat).rev().find_map(|r| s.aggregate(r, arm, 1)).cloned();
+                    // This pass's own 1-pod cell (measured first in every pass).
+                    let baseline = s.aggregate(repeat, arm, 1).cloned();
                     (labels, load, baseline)
                 });
                 let title = cell_title(arm, pods, (repeats > 1).then_some((repeat, repeats)));
@@ -381,10 +386,7 @@ pub(crate) async fn run_cells<B: Backend, S: MetricsSource, T: BorrowMut<RunStor
                 "not within ±{}: {}",
                 percent(target),
                 wide.iter()
-                    .map(|(name, w)| match w {
-                        Some(w) => format!("{name} (±{})", percent(*w)),
-                        None => format!("{name} (fewer than two passes)"),
-                    })
+                    .map(|(name, why)| format!("{name} ({why})"))
                     .collect::<Vec<_>>()
                     .join(", ")
             )
@@ -405,22 +407,29 @@ pub(crate) fn percent(share: f64) -> String {
     }
 }
 
-/// The cells of `arms` whose passes do not pin mean latency and throughput within
-/// `target` (a cell not `ok` is left out: its row says why), with their widest relative
-/// half-width (None: fewer than two passes, or none).
-pub(crate) fn wider_than(store: &RunStore, arms: &[Arm], pods: &[u32], target: f64) -> Vec<(String, Option<f64>)> {
+/// The cells of `arms` whose `ok` passes do not pin mean latency and throughput within
+/// `target` (an unavailable strategy is left out: its row says why), each with why: its
+/// widest relative half-width, or too few passes, and its passes that were not `ok`.
+pub(crate) fn wider_than(store: &RunStore, arms: &[Arm], pods: &[u32], target: f64) -> Vec<(String, String)> {
+    use crate::results::repeats::{Precision, precision};
     let repeats = store.run().plan.repeat;
     let mut out = Vec::new();
     for arm in arms {
         for &p in pods {
             let rows: Vec<&CellRecord> = (1..=repeats).filter_map(|r| store.aggregate(r, *arm, p)).collect();
-            if !rows.is_empty() && crate::results::repeats::settled(&rows, target) {
-                continue;
-            }
-            out.push((
-                format!("{} × {p}", arm.name()),
-                crate::results::repeats::widest_relative(&rows),
-            ));
+            let why = match precision(&rows, target) {
+                Precision::Settled => continue,
+                Precision::GaveUp { failed, passes } => format!("{failed} of {passes} passes not ok: given up"),
+                Precision::Open { widest, failed } => {
+                    let mut why =
+                        widest.map_or("fewer than two passes measured".into(), |w| format!("±{}", percent(w)));
+                    if failed > 0 {
+                        why += &format!("; {failed} of {} passes not ok", rows.len());
+                    }
+                    why
+                }
+            };
+            out.push((format!("{} × {p}", arm.name()), why));
         }
     }
     out

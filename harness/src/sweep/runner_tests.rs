@@ -476,6 +476,81 @@ async fn repeats_rotate_the_strategies_resume_midway_and_keep_their_own_baseline
     assert!(tables.reading.iter().any(|r| r.contains("3 passes over the plan")));
 }
 
+#[tokio::test(start_paused = true)]
+async fn each_pass_takes_its_speed_up_against_its_own_1_pod_cell() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let tmp = tempfile::tempdir().expect("tmp");
+    let plan = repeated(tmp.path(), "time-slicing", "1,2", 3);
+    // Every launch serves faster than the one before: a 1-pod cell judged against an
+    // earlier pass's reads above 1.
+    let n = Arc::new(AtomicU32::new(0));
+    let b = FakeBackend::new(move |_, pods| {
+        let k = n.fetch_add(1, Ordering::SeqCst) + 1;
+        (0..pods)
+            .map(|_| PodScript::steady(50.0 * f64::from(k), 0.004))
+            .collect()
+    });
+    sweep(&plan, &b, false, &Recorder::default(), &Shutdown::new())
+        .await
+        .expect("sweep");
+    let rows = cells(&plan);
+    for repeat in 1..=3 {
+        let at = |p: u32| {
+            rows.iter()
+                .find(|r| r.is_aggregate() && r.repeat == repeat && r.pods == p)
+                .expect("row")
+        };
+        assert_eq!(
+            (at(1).speedup_vs_1pod, at(1).slowdown_vs_1pod),
+            (Some(1.0), Some(1.0)),
+            "pass {repeat}"
+        );
+        let want = at(2).throughput_per_s.zip(at(1).throughput_per_s).map(|(t, b)| t / b);
+        assert_eq!(at(2).speedup_vs_1pod, want, "pass {repeat}");
+    }
+    let v = crate::report::verify::verify_dir(&plan.out.join("fake")).expect("verify");
+    assert!(v.mismatches.is_empty(), "{:?}", v.mismatches);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_precision_target_tries_a_failed_cell_again_and_names_it_when_not_within() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let tmp = tempfile::tempdir().expect("tmp");
+    let plan = targeted(tmp.path(), 2, "1%", None);
+    // MPS × 2's first launch crashes mid-cell; every other launch serves steadily.
+    let first = Arc::new(AtomicU32::new(0));
+    let b = FakeBackend::new(move |s: Strategy, n: u32| {
+        let crash = s == Strategy::Mps && n == 2 && first.fetch_add(1, Ordering::SeqCst) == 0;
+        (0..n)
+            .map(|_| PodScript {
+                exit: crash.then_some((Duration::from_millis(4500), 1)),
+                ..PodScript::steady(50.0, 0.004)
+            })
+            .collect()
+    });
+    let progress = Recorder::default();
+    sweep(&plan, &b, false, &progress, &Shutdown::new())
+        .await
+        .expect("sweep");
+    let last = progress
+        .messages
+        .lock()
+        .expect("lock")
+        .last()
+        .cloned()
+        .expect("a verdict");
+    assert!(
+        last.starts_with("not within ±1%: mps × 2 (fewer than two passes measured; 1 of 2 passes not ok)"),
+        "{last}"
+    );
+    let rows = cells(&plan);
+    let failed = rows
+        .iter()
+        .find(|r| r.is_aggregate() && r.strategy == Strategy::Mps && r.pods == 2 && r.repeat == 1)
+        .expect("row");
+    assert_ne!(failed.status, CellStatus::Ok);
+}
+
 /// A plan with `--target` (and `--budget`), at most `repeat` passes.
 fn targeted(dir: &std::path::Path, repeat: u32, target: &str, budget: Option<&str>) -> SweepPlan {
     let mut p = repeated(dir, "time-slicing,mps", "1,2", repeat);
@@ -509,8 +584,9 @@ async fn a_precision_target_gives_passes_only_to_the_cells_still_wide_and_names_
     let out = sweep(&plan, &one_noisy_strategy(), false, &progress, &Shutdown::new())
         .await
         .expect("sweep");
-    // Two passes of all four cells, then two more of MPS × 2 only.
-    assert_eq!(out.cells_run, 10);
+    // Two passes of all four cells, then two more of MPS × 2, each with its own 1-pod
+    // cell to take its speed-up against.
+    assert_eq!(out.cells_run, 12);
     let rows = cells(&plan);
     let passes = |s: Strategy, p: u32| {
         rows.iter()
@@ -524,15 +600,18 @@ async fn a_precision_target_gives_passes_only_to_the_cells_still_wide_and_names_
             passes(Strategy::Mps, 1),
             passes(Strategy::Mps, 2)
         ],
-        [2, 2, 2, 4]
+        [2, 2, 4, 4]
     );
-    // Passes 3 and 4 of MPS × 2 take their speed-up against the latest 1-pod pass.
-    assert!(
-        rows.iter()
-            .filter(|r| r.is_aggregate() && r.strategy == Strategy::Mps && r.pods == 2)
-            .all(|r| r.speedup_vs_1pod.is_some()),
-        "{rows:?}"
-    );
+    // Every pass's speed-ups are against its own 1-pod cell: 1 pod is 1, 2 pods the
+    // ratio to that pass's 1 pod.
+    for r in rows.iter().filter(|r| r.is_aggregate() && r.strategy == Strategy::Mps) {
+        let base = rows
+            .iter()
+            .find(|b| b.is_aggregate() && b.strategy == Strategy::Mps && b.pods == 1 && b.repeat == r.repeat)
+            .expect("the pass's 1-pod cell");
+        let want = r.throughput_per_s.zip(base.throughput_per_s).map(|(t, b)| t / b);
+        assert_eq!(r.speedup_vs_1pod, want, "{} pods, pass {}", r.pods, r.repeat);
+    }
     let messages = progress.messages.lock().expect("lock").clone();
     assert!(
         messages
