@@ -264,7 +264,8 @@ fn a_partial_run_is_marked_by_report_and_export() {
     let out = dir.path().join("reports");
     let o = bench(&["report", "--out"], &[&out, &run]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let html = std::fs::read_to_string(out.join("20261122-h100-yolos-bf16/index.html")).expect("index.html");
+    // Named for its directory (a copy of a run keeps its run.json's id).
+    let html = std::fs::read_to_string(out.join("cut/index.html")).expect("index.html");
     assert!(html.contains(&format!(
         "<div class=\"banner partial\" role=\"alert\">{}</div>",
         banner.replace('"', "&quot;")
@@ -294,7 +295,7 @@ fn compare_fails_on_cells_the_candidate_lacks() {
 #[test]
 fn compare_accepts_thresholds_up_to_1000_percent() {
     let base = fixture("h100-run");
-    for t in ["100%", "1000%", "0.5"] {
+    for t in ["100%", "1000%", "0.5%"] {
         let o = bench(&["compare", "--threshold", t], &[&base, &base]);
         assert_eq!(o.status.code(), Some(0), "{t}: {}", stderr(&o));
     }
@@ -456,4 +457,325 @@ fn html_in_a_label_or_a_note_is_text_in_the_markdown_summary() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(md.contains("CPU RUN &lt;script&gt;alert(1)&lt;/script&gt;"), "{md}");
     assert!(!md.contains("<script>"), "{md}");
+}
+
+/// A copy of the committed run `name` (its every file) under `dir`.
+fn copy_committed(name: &str, dir: &Path) -> PathBuf {
+    let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../results").join(name);
+    let out = dir.join(name);
+    std::fs::create_dir_all(&out).expect("dir");
+    for e in std::fs::read_dir(&from).expect("committed run") {
+        let e = e.expect("entry");
+        std::fs::copy(e.path(), out.join(e.file_name())).expect("copy");
+    }
+    out
+}
+
+/// Rewrites the first line of a JSON-lines file through `f`; `twice` writes it twice.
+fn tamper_first_line(path: &Path, twice: bool, f: impl FnOnce(&mut serde_json::Value)) {
+    let text = std::fs::read_to_string(path).expect("read");
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let mut v: serde_json::Value = serde_json::from_str(&lines[0]).expect("line");
+    f(&mut v);
+    lines[0] = v.to_string();
+    if twice {
+        lines.insert(0, lines[0].clone());
+    }
+    std::fs::write(path, lines.join("\n") + "\n").expect("write");
+}
+
+/// `gpushare-bench ARGS DIR`, killed after `secs`: a run that hangs fails the test.
+fn bench_within(args: &[&str], dir: &Path, secs: u64) -> Output {
+    let mut child = Command::new(BENCH)
+        .args(args)
+        .arg(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let start = std::time::Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if start.elapsed().as_secs() > secs {
+            let _ = child.kill();
+            panic!("{args:?} {} still running after {secs} s", dir.display());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("output")
+}
+
+#[test]
+fn tampered_raw_windows_are_refused_at_once_naming_the_file_and_field() {
+    type Edit = fn(&mut serde_json::Value);
+    let cases: [(&str, bool, Edit, &[&str]); 6] = [
+        (
+            "count 1e20",
+            false,
+            |v| v["series"][0]["windows"][0]["count"] = 1e20.into(),
+            &["line 1", "count is 100000000000000000000"],
+        ),
+        (
+            "count 1e308",
+            false,
+            |v| v["series"][0]["windows"][0]["count"] = 1e308.into(),
+            &["line 1", "count"],
+        ),
+        (
+            "a billion windows",
+            false,
+            |v| v["windows"] = 1_000_000_000u64.into(),
+            &["windows is 1000000000"],
+        ),
+        (
+            "negative errors",
+            false,
+            |v| v["series"][0]["windows"][1]["errors"] = (-3.0).into(),
+            &["window 2: errors is -3"],
+        ),
+        (
+            "windows out of order",
+            false,
+            |v| v["series"][0]["windows"][1]["window"] = 1.into(),
+            &["out of order"],
+        ),
+        (
+            "a line twice",
+            true,
+            |_| {},
+            &["two lines for exclusive × 1 (repeat 1)"],
+        ),
+    ];
+    for (what, twice, edit, wants) in cases {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let run = copy_committed("20261127-h200-sweep-raw", dir.path());
+        tamper_first_line(&run.join("windows.jsonl"), twice, edit);
+        let o = bench_within(&["verify"], &run, 20);
+        let mut wants = wants.to_vec();
+        wants.push("windows.jsonl");
+        assert_refused(&o, &wants);
+        eprintln!("{what}: {}", stderr(&o).trim());
+    }
+    // A bucket bound below zero, or bounds out of order.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = copy_committed("20261127-h200-sweep-raw", dir.path());
+    let path = run.join("bucket-layouts.json");
+    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
+    v["layouts"][0][0] = (-1.0).into();
+    std::fs::write(&path, v.to_string()).expect("write");
+    assert_refused(
+        &bench_within(&["verify"], &run, 20),
+        &["bucket-layouts.json", "layout 0", "increasing"],
+    );
+    // No layouts at all: bad input, not "3 of 0 numbers differ".
+    std::fs::remove_file(&path).expect("rm");
+    assert_refused(
+        &bench_within(&["verify"], &run, 20),
+        &["bucket-layouts.json", "counts in layout 0, and the file is missing"],
+    );
+}
+
+#[test]
+fn tampered_requests_are_refused_naming_the_file_and_field() {
+    type Edit = fn(&mut serde_json::Value);
+    let cases: [(Edit, &[&str]); 3] = [
+        (
+            |v| v["request"]["e2e_s"] = 0.001.into(),
+            &["e2e_s 0.001 is before its first token"],
+        ),
+        (|v| v["request"]["arrival_s"] = (-2.0).into(), &["arrival_s is -2"]),
+        (
+            |v| v["request"]["output_tokens"] = (1u64 << 40).into(),
+            &["token count"],
+        ),
+    ];
+    for (edit, wants) in cases {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let run = copy_committed("20261128-h100-llm-itl-ours", dir.path());
+        tamper_first_line(&run.join("requests.jsonl"), false, edit);
+        let mut wants = wants.to_vec();
+        wants.extend(["requests.jsonl", "line 1"]);
+        assert_refused(&bench_within(&["verify"], &run, 20), &wants);
+    }
+}
+
+#[test]
+fn files_that_are_not_small_regular_files_are_refused_not_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = copy_committed("20261127-h200-sweep-raw", dir.path());
+    // Raw windows of 2 GiB (a sparse file): refused by their size, not read.
+    let f = std::fs::File::create(run.join("windows.jsonl")).expect("create");
+    f.set_len(2 << 30).expect("sparse");
+    let o = bench_within(&["verify"], &run, 20);
+    assert_refused(&o, &["windows.jsonl", "2147483648 bytes, more than the 1073741824"]);
+    // A FIFO with no writer as the config and as the lengths: refused at once.
+    let fifo = dir.path().join("fifo");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let o = bench_within(&["sweep", "--device", "cpu", "--config"], &fifo, 20);
+    assert_refused(&o, &["fifo", "not a regular file (a FIFO)"]);
+    let o = bench_within(
+        &[
+            "capacity",
+            "--device",
+            "cpu",
+            "--workload-cmd",
+            "true {port}",
+            "--request",
+            "http://127.0.0.1:{port}/v1/completions",
+            "--stream",
+            "completions",
+            "--load",
+            "poisson:1",
+            "--slo",
+            "ttft:p90=1s",
+            "--lengths",
+        ],
+        Path::new("/dev/zero"),
+        20,
+    );
+    assert_refused(&o, &["--lengths", "/dev/zero", "not a regular file (a device)"]);
+}
+
+#[test]
+fn compare_of_runs_whose_cells_all_failed_is_refused_not_passed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = copy("h100-run", dir.path(), "all-failed");
+    tamper_cells(&run, |_, v| {
+        if v["status"] == "ok" {
+            v["status"] = "failed".into();
+        }
+        true
+    });
+    let o = bench(&["compare"], &[&run, &run]);
+    assert_refused(&o, &["measured none of its", "no change can be judged"]);
+}
+
+/// Copies the directory tree `from` to `to`.
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("dir");
+    for e in std::fs::read_dir(from).expect("dir") {
+        let e = e.expect("entry");
+        if e.file_type().expect("type").is_dir() {
+            copy_tree(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).expect("copy");
+        }
+    }
+}
+
+/// Rewrites a JSON file through `f`.
+fn edit_json(path: &Path, f: impl FnOnce(&mut serde_json::Value)) {
+    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).expect("read")).expect("json");
+    f(&mut v);
+    std::fs::write(path, serde_json::to_string_pretty(&v).expect("json")).expect("write");
+}
+
+fn committed(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../results").join(name)
+}
+
+#[test]
+fn a_tampered_equal_load_run_is_refused_naming_the_part() {
+    type Edit = fn(&Path);
+    let cases: [(&str, Edit, &[&str]); 7] = [
+        (
+            "closed/ removed",
+            |r| std::fs::remove_dir_all(r.join("closed")).expect("rm"),
+            &["load-50pct/ is there but closed/ is not"],
+        ),
+        (
+            "a level removed",
+            |r| std::fs::remove_dir_all(r.join("load-50pct")).expect("rm"),
+            &["load-90pct/ is there but load-50pct/ is not"],
+        ),
+        (
+            "a level replaced by another",
+            |r| {
+                std::fs::remove_dir_all(r.join("load-90pct")).expect("rm");
+                copy_tree(&r.join("load-50pct"), &r.join("load-90pct"));
+            },
+            &["load-90pct/run.json: run_id \"load-50pct\" is not \"load-90pct\""],
+        ),
+        (
+            "a level replaced by a foreign run",
+            |r| {
+                std::fs::remove_dir_all(r.join("load-90pct")).expect("rm");
+                copy_tree(&committed("20261127-h200-sweep-raw"), &r.join("load-90pct"));
+                edit_json(&r.join("load-90pct/run.json"), |v| v["run_id"] = "load-90pct".into());
+            },
+            &["load-90pct/run.json: load"],
+        ),
+        (
+            "base.per_s edited",
+            |r| edit_json(&r.join("equal-load.json"), |v| v["base"]["per_s"] = 1000.0.into()),
+            &["base is time-slicing × 1 at 1000/s"],
+        ),
+        (
+            "base.strategy edited",
+            |r| edit_json(&r.join("equal-load.json"), |v| v["base"]["strategy"] = "mps".into()),
+            &["base is mps × 1", "closed/ measured time-slicing × 1"],
+        ),
+        (
+            "options.pods edited",
+            |r| edit_json(&r.join("equal-load.json"), |v| v["options"]["pods"] = "1,3".into()),
+            &["options.pods is 1,3"],
+        ),
+    ];
+    for (what, edit, wants) in cases {
+        for cmd in ["verify", "report"] {
+            let d = tempfile::tempdir().expect("tempdir");
+            let run = d.path().join("eq");
+            copy_tree(&committed("20261127-h200-equal-load"), &run);
+            edit(&run);
+            let o = bench_within(&[cmd], &run, 60);
+            let mut wants = wants.to_vec();
+            wants.push("equal-load.json");
+            eprintln!("{what}, {cmd}: {}", stderr(&o).trim());
+            assert_refused(&o, &wants);
+        }
+    }
+    // Untouched, it verifies.
+    let d = tempfile::tempdir().expect("tempdir");
+    let run = d.path().join("eq");
+    copy_tree(&committed("20261127-h200-equal-load"), &run);
+    let o = bench_within(&["verify"], &run, 60);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
+#[test]
+fn verify_names_an_edited_status_and_an_edited_csv() {
+    // An aggregate row turned from ok to failed: its pods say ok.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = copy_committed("20261127-h200-sweep-raw", dir.path());
+    tamper_first_line(&run.join("cells.jsonl"), false, |v| {
+        assert_eq!(v["pod"], "pod-0", "the first row is a pod's");
+        v["status"] = "failed".into();
+    });
+    let o = bench_within(&["verify"], &run, 30);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("pod-0: status failed without a note saying why"), "{out}");
+    assert!(
+        out.contains("all pods: status is ok in cells.jsonl, failed from its pods' rows"),
+        "{out}"
+    );
+    // A number of cells.csv edited by hand.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = copy_committed("20261127-h200-sweep-raw", dir.path());
+    let csv = std::fs::read_to_string(run.join("cells.csv")).expect("csv");
+    let mut lines: Vec<String> = csv.lines().map(str::to_string).collect();
+    let header: Vec<&str> = lines[0].split(',').collect();
+    let col = header.iter().position(|h| *h == "throughput_per_s").expect("column");
+    let mut fields: Vec<String> = lines[1].split(',').map(str::to_string).collect();
+    fields[col] = "1234.5".into();
+    lines[1] = fields.join(",");
+    std::fs::write(run.join("cells.csv"), lines.join("\n") + "\n").expect("write");
+    let o = bench_within(&["verify"], &run, 30);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("cells.csv line 2: throughput_per_s is \"1234.5\""),
+        "{out}"
+    );
 }

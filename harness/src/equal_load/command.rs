@@ -10,7 +10,9 @@ use crate::config::plan::{SweepPlan, default_run_id, one_gpu_only, validate_run_
 use crate::config::values::{Load, LoadLevel, MAX_RATE};
 use crate::domain::Arm;
 use crate::error::{BenchError, Result};
-use crate::results::equal_load::{BASE_STRATEGIES, Base, CLOSED, EqualLoadRecord, FILE, SCHEMA, base_of};
+use crate::results::equal_load::{
+    BASE_STRATEGIES, Base, CLOSED, EqualLoadRecord, FILE, Part, SCHEMA, base_of, check_parts,
+};
 use crate::shutdown::Shutdown;
 use crate::sweep::SweepOutcome;
 use crate::sweep::progress::Progress;
@@ -158,11 +160,13 @@ fn resumed(id: &str, args: EqualLoadArgs) -> Result<EqualLoadRun> {
     let dir = out.join(id);
     let mut record = read(&dir)?;
     if record.run_id != id {
-        return Err(BenchError::Results {
+        return Err(BenchError::RunDir {
             path: dir.join(FILE),
             reason: format!("run_id {:?} is not the directory's name {id:?}", record.run_id),
         });
     }
+    // What was measured must be what the record says: a tampered part would be built on.
+    check_on_disk(&dir, &record)?;
     let same_server = record.options.workload_cmd == given.workload_cmd
         && record.options.server_image == given.server_image
         && record.options.workload_args == given.workload_args;
@@ -220,18 +224,46 @@ fn resumed(id: &str, args: EqualLoadArgs) -> Result<EqualLoadRun> {
     })
 }
 
+/// Checks the sweeps on disk against the record ([`check_parts`]).
+fn check_on_disk(dir: &Path, record: &EqualLoadRecord) -> Result<()> {
+    let levels = std::iter::once(None).chain(record.levels.iter().copied().map(Some));
+    let mut found = Vec::new();
+    for (name, level) in record.sweeps().into_iter().zip(levels) {
+        let sub = dir.join(&name);
+        let run = if sub.join("run.json").is_file() {
+            let run = crate::results::store::read_run(&sub.join("run.json"))?;
+            let cells = crate::results::store::read_cells(&sub.join("cells.jsonl"))?;
+            Some((run, cells))
+        } else {
+            None
+        };
+        found.push((name, level, run));
+    }
+    let parts: Vec<Part> = found
+        .iter()
+        .map(|(name, level, run)| Part {
+            name,
+            level: *level,
+            run: run.as_ref().map(|(r, c)| (r, &c[..])),
+        })
+        .collect();
+    check_parts(record, &parts).map_err(|reason| BenchError::RunDir {
+        path: dir.join(FILE),
+        reason,
+    })
+}
+
 /// Reads and checks `DIR/equal-load.json`.
 pub fn read(dir: &Path) -> Result<EqualLoadRecord> {
     let path = dir.join(FILE);
-    let text = std::fs::read_to_string(&path).map_err(|e| BenchError::RunDir {
-        path: dir.to_path_buf(),
-        reason: if e.kind() == std::io::ErrorKind::NotFound {
-            format!("not an equal-load run (no {FILE})")
-        } else {
-            format!("cannot read {FILE}: {e}")
+    let text = crate::files::read_text(&path, crate::files::limits::RECORD).map_err(|e| match e {
+        crate::files::ReadError::Missing => BenchError::RunDir {
+            path: dir.to_path_buf(),
+            reason: format!("not an equal-load run (no {FILE})"),
         },
+        e => crate::files::unreadable(&path, e),
     })?;
-    let record: EqualLoadRecord = serde_json::from_str(&text).map_err(|e| BenchError::Results {
+    let record: EqualLoadRecord = serde_json::from_str(&text).map_err(|e| BenchError::RunDir {
         path: path.clone(),
         reason: e.to_string(),
     })?;

@@ -9,7 +9,7 @@ use maud::{DOCTYPE, html};
 
 use crate::domain::{Arm, CellStatus, Strategy};
 use crate::error::{BenchError, Result};
-use crate::results::equal_load::{EqualLoadRecord, FILE, Level};
+use crate::results::equal_load::{EqualLoadRecord, FILE, Level, Part, check_parts};
 use crate::results::record::CellRecord;
 
 use super::RunData;
@@ -57,6 +57,18 @@ pub fn load(dir: &Path) -> Result<EqualLoadData> {
         };
         sweeps.push(Sweep { name, level, data });
     }
+    let parts: Vec<Part> = sweeps
+        .iter()
+        .map(|s| Part {
+            name: &s.name,
+            level: s.level,
+            run: s.data.as_ref().map(|d| (&d.run, &d.cells[..])),
+        })
+        .collect();
+    check_parts(&record, &parts).map_err(|reason| BenchError::RunDir {
+        path: dir.join(FILE),
+        reason,
+    })?;
     Ok(EqualLoadData {
         dir: dir.to_path_buf(),
         record,

@@ -64,13 +64,12 @@ impl RunData {
         // A sweep writes an empty cells.jsonl when it creates the run, so a missing one
         // means the directory was tampered with: say so rather than report nothing.
         let cells_path = dir.join("cells.jsonl");
-        let text = std::fs::read_to_string(&cells_path).map_err(|e| BenchError::RunDir {
-            path: cells_path.clone(),
-            reason: if e.kind() == std::io::ErrorKind::NotFound {
-                "no cells.jsonl: the run directory has run.json but no cells file (a sweep writes one when it starts, so it was removed)".into()
-            } else {
-                format!("cannot read: {e}")
+        let text = crate::files::read_text(&cells_path, crate::files::limits::ROWS).map_err(|e| match e {
+            crate::files::ReadError::Missing => BenchError::RunDir {
+                path: cells_path.clone(),
+                reason: "no cells.jsonl: the run directory has run.json but no cells file (a sweep writes one when it starts, so it was removed)".into(),
             },
+            e => crate::files::unreadable(&cells_path, e),
         })?;
         let cells = parse_cells_jsonl(&text, &cells_path, Some(&run.plan))?;
         let isolation = read_isolation(&dir.join("isolation.jsonl"), &run)?;
@@ -363,8 +362,16 @@ pub fn write(run_dir: &Path, out: Option<&Path>) -> Result<PathBuf> {
         ),
     })?;
     let report = render(&data)?;
+    // Under --out, the report is named for the run's directory (a copy of a run keeps
+    // its run.json's id and must not overwrite the original's report).
+    let dir_name = run_dir
+        .canonicalize()
+        .ok()
+        .and_then(|d| d.file_name().and_then(|n| n.to_str()).map(str::to_string))
+        .filter(|n| crate::config::plan::validate_run_id(n).is_ok())
+        .unwrap_or_else(|| data.run.run_id.clone());
     let dir = match out {
-        Some(out) => out.join(&data.run.run_id),
+        Some(out) => out.join(dir_name),
         None => run_dir.join("report"),
     };
     crate::files::refuse_links(&dir)?;

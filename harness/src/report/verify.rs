@@ -11,11 +11,13 @@
 //! are a cell's GPU rows (several GPUs per cell), its fairness, its errors or its
 //! attainments. A cell that kept its GPU samples has its telemetry columns recomputed
 //! from them (utilisation, memory, power, energy per inference, clock slowdowns and
-//! power cap, clocks, temperature).
+//! power cap, clocks, temperature). Every cell's speed-up and slowdown are recomputed
+//! against its own pass's 1-pod cell.
 
 use std::path::Path;
 
 use crate::client::tokens::TokenTally;
+use crate::domain::CellStatus;
 use crate::error::{BenchError, Result};
 use crate::metrics::ServerHistograms;
 use crate::metrics::requests::TokenRecord;
@@ -24,8 +26,8 @@ use crate::results::record::CellRecord;
 use crate::results::requests::{REQUESTS_FILE, RequestLine, read_requests};
 use crate::stats::{Histogram, relative_spread};
 use crate::sweep::cell::{
-    SloHistograms, add_server, fell_behind, finite, judge_slos, set_server_columns, set_telemetry, set_token_columns,
-    shortfall, tally_streamed,
+    SloHistograms, add_server, against_one_pod, aggregate_status, fell_behind, finite, judge_slos, own_baseline,
+    set_server_columns, set_telemetry, set_token_columns, shortfall, tally_streamed,
 };
 use crate::telemetry::summarise;
 
@@ -106,6 +108,7 @@ pub fn verify_dir(dir: &Path) -> Result<Verification> {
     }
     let raw = read_raw(dir)?;
     let layouts = read_layouts(dir)?;
+    check_layouts(dir, &raw, &layouts)?;
     let requests = read_requests(dir)?;
     let streamed = data.run.plan.request.as_ref().is_some_and(|r| r.stream.is_some());
     if streamed && !dir.join(REQUESTS_FILE).is_file() && !raw.is_empty() {
@@ -114,7 +117,39 @@ pub fn verify_dir(dir: &Path) -> Result<Verification> {
             reason: "missing: a run of streamed answers keeps every request measured there, and its token columns are recomputed from them".into(),
         });
     }
-    Ok(verify(&data, &raw, &layouts, &requests))
+    let mut out = verify(&data, &raw, &layouts, &requests);
+    csv_matches(&mut out, dir, &data.cells)?;
+    Ok(out)
+}
+
+/// Refuses raw windows whose bucket layout is not in `bucket-layouts.json` (a missing
+/// file included) or whose buckets reach past it: the numbers would not be recomputed
+/// but skipped.
+fn check_layouts(dir: &Path, raw: &[RawCell], layouts: &Layouts) -> Result<()> {
+    for c in raw {
+        for s in &c.series {
+            let at = format!("{} × {} (repeat {}), {}", c.arm(), c.pods, c.repeat, s.pod);
+            let Some(bounds) = layouts.layouts.get(s.layout as usize) else {
+                let path = dir.join(crate::results::raw::LAYOUTS_FILE);
+                let how = if path.is_file() {
+                    "does not hold it"
+                } else {
+                    "is missing"
+                };
+                return Err(BenchError::RunDir {
+                    path,
+                    reason: format!("{at} counts in layout {}, and the file {how}", s.layout),
+                });
+            };
+            if s.histogram(bounds, None).is_none() {
+                return Err(BenchError::RunDir {
+                    path: dir.join(RAW_FILE),
+                    reason: format!("{at}: a bucket beyond its layout's {} bounds", bounds.len()),
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Recomputes every cell of `data` that `raw` has windows for, and names each measured
@@ -264,7 +299,135 @@ pub fn verify(data: &RunData, raw: &[RawCell], layouts: &Layouts, requests: &[Re
             ));
         }
     }
+    speedups(&mut out, &data.cells);
+    statuses(&mut out, &data.cells);
     out
+}
+
+/// Every cell's status against its pods' rows: the aggregate's is what its pods' give
+/// ([`aggregate_status`]), a pod not `ok` says why in its note, and an `ok` pod completed
+/// requests (a sweep records one that completed none as failed).
+fn statuses(out: &mut Verification, cells: &[CellRecord]) {
+    for agg in cells.iter().filter(|c| c.is_aggregate()) {
+        let pods: Vec<&CellRecord> = cells
+            .iter()
+            .filter(|c| c.is_pod() && c.repeat == agg.repeat && c.arm() == agg.arm() && c.pods == agg.pods)
+            .collect();
+        // A cell that could not start has its aggregate row alone.
+        if pods.is_empty() {
+            continue;
+        }
+        let what = format!("{} × {} (repeat {})", agg.arm(), agg.pods, agg.repeat);
+        out.numbers += 1;
+        let want = aggregate_status(&pods.iter().map(|p| p.status).collect::<Vec<_>>());
+        if agg.status != want {
+            out.mismatches.push(format!(
+                "{what}, all pods: status is {} in cells.jsonl, {want} from its pods' rows",
+                agg.status
+            ));
+        }
+        for p in &pods {
+            if p.status != CellStatus::Ok && p.note.trim().is_empty() {
+                out.mismatches.push(format!(
+                    "{what}, {}: status {} without a note saying why",
+                    p.pod, p.status
+                ));
+            }
+            if p.status == CellStatus::Ok && p.inferences.is_none_or(|n| n == 0) {
+                out.mismatches.push(format!(
+                    "{what}, {}: ok, but completed no request (a sweep records it failed)",
+                    p.pod
+                ));
+            }
+        }
+    }
+}
+
+/// `cells.csv` against `cells.jsonl`: the same bytes a sweep writes from the rows, or,
+/// for a run written with another set of columns, every column equal to its row's
+/// field.
+fn csv_matches(out: &mut Verification, dir: &Path, cells: &[CellRecord]) -> Result<()> {
+    use crate::files::{ReadError, limits, read_bytes, unreadable};
+    let path = dir.join("cells.csv");
+    let got = match read_bytes(&path, limits::ROWS) {
+        Ok(b) => b,
+        Err(ReadError::Missing) => {
+            out.mismatches
+                .push("cells.csv: missing (a sweep writes it beside cells.jsonl)".into());
+            return Ok(());
+        }
+        Err(e) => return Err(unreadable(&path, e)),
+    };
+    out.numbers += 1;
+    let want = crate::results::record::cells_csv(cells)?;
+    if got == want {
+        return Ok(());
+    }
+    let bad = |e: csv::Error| BenchError::RunDir {
+        path: path.clone(),
+        reason: e.to_string(),
+    };
+    let table = |bytes: &[u8]| -> Result<(csv::StringRecord, Vec<csv::StringRecord>)> {
+        let mut r = csv::Reader::from_reader(bytes);
+        let header = r.headers().map_err(bad)?.clone();
+        let rows = r.records().collect::<std::result::Result<Vec<_>, _>>().map_err(bad)?;
+        Ok((header, rows))
+    };
+    let ((gh, gr), (wh, wr)) = (table(&got)?, table(&want)?);
+    if gr.len() != wr.len() {
+        out.mismatches
+            .push(format!("cells.csv has {} rows, cells.jsonl {}", gr.len(), wr.len()));
+        return Ok(());
+    }
+    for (i, name) in gh.iter().enumerate() {
+        let Some(j) = wh.iter().position(|h| h == name) else {
+            out.mismatches
+                .push(format!("cells.csv: column {name} is not a row's field"));
+            continue;
+        };
+        for (n, (a, b)) in gr.iter().zip(&wr).enumerate() {
+            let (a, b) = (a.get(i).unwrap_or(""), b.get(j).unwrap_or(""));
+            let same = a == b || matches!((a.parse::<f64>(), b.parse::<f64>()), (Ok(x), Ok(y)) if agree(x, y));
+            if !same {
+                out.mismatches.push(format!(
+                    "cells.csv line {}: {name} is {a:?}, {b:?} in cells.jsonl",
+                    n + 2
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Rewrites the speed-ups of the run in `dir` by [`against_one_pod`] (its lock held),
+/// returning each change. The run must not be running.
+pub fn rederive(dir: &Path) -> Result<Vec<String>> {
+    let abs = dir
+        .canonicalize()
+        .map_err(BenchError::io(format!("reading {}", dir.display())))?;
+    let (Some(out), Some(id)) = (abs.parent(), abs.file_name().and_then(|n| n.to_str())) else {
+        return Err(BenchError::RunDir {
+            path: dir.to_path_buf(),
+            reason: "not a run directory".into(),
+        });
+    };
+    let mut store = crate::results::store::RunStore::open(out, id)?;
+    store.rederive_speedups(|cells, agg| against_one_pod(agg, own_baseline(cells, agg.repeat, agg.arm(), agg.pods)))
+}
+
+/// Every aggregate's speed-up and slowdown against its own pass's 1-pod cell
+/// ([`against_one_pod`]): a 1-pod cell is 1, a cell whose 1-pod cell failed has none.
+fn speedups(out: &mut Verification, cells: &[CellRecord]) {
+    for agg in cells.iter().filter(|c| c.is_aggregate()) {
+        let (speedup, slowdown) = against_one_pod(agg, own_baseline(cells, agg.repeat, agg.arm(), agg.pods));
+        let mut c = Checker {
+            out: &mut *out,
+            what: format!("{} × {} (repeat {}), all pods", agg.arm(), agg.pods, agg.repeat),
+            from: "its pass's 1-pod row",
+        };
+        c.number("speedup_vs_1pod", agg.speedup_vs_1pod, speedup);
+        c.number("slowdown_vs_1pod", agg.slowdown_vs_1pod, slowdown);
+    }
 }
 
 /// Which quantiles' sampling intervals a run records (runs made before a quantile
@@ -488,7 +651,8 @@ fn spreads(c: &mut Checker, agg: &CellRecord, cell: &RawCell, layouts: &Layouts)
         let mut h: Option<Histogram> = None;
         let mut tput = 0.0;
         for s in &cell.series {
-            let Some(i) = s.windows.iter().position(|w| w.window == k) else {
+            // Windows are in order (`RawCell::check`): a search, not a scan per window.
+            let Ok(i) = s.windows.binary_search_by_key(&k, |w| w.window) else {
                 continue;
             };
             let w = &s.windows[i];

@@ -77,7 +77,7 @@ impl EqualLoadRecord {
     /// Checks what serde cannot: errors name the file and the field.
     pub fn validate(&self, path: &Path) -> Result<()> {
         let bad = |reason: String| {
-            Err(BenchError::Results {
+            Err(BenchError::RunDir {
                 path: path.to_path_buf(),
                 reason,
             })
@@ -107,6 +107,131 @@ impl EqualLoadRecord {
         }
         Ok(())
     }
+}
+
+/// One sweep of an equal-load run as found on disk: its directory's name, its level
+/// (None: the closed loop), and its run record and rows (None: not started).
+#[derive(Debug, Clone, Copy)]
+pub struct Part<'a> {
+    /// `closed`, `load-50pct`, …
+    pub name: &'a str,
+    /// The level.
+    pub level: Option<Level>,
+    /// Its run.json and cells.jsonl.
+    pub run: Option<(&'a crate::results::record::RunRecord, &'a [CellRecord])>,
+}
+
+/// Whether the sweeps on disk are the ones `record` made (pure): run in order with none
+/// removed, each its own (its run id its directory's name), each level at its share of
+/// the base, the base what the closed sweep measured, every sweep of the closed sweep's
+/// plan but for its load, on its machine and GPUs, and the options what the closed
+/// sweep ran. The first problem, naming the sweep and the field.
+pub fn check_parts(record: &EqualLoadRecord, sweeps: &[Part]) -> std::result::Result<(), String> {
+    use crate::config::values::Load;
+    let on_disk: Vec<bool> = sweeps.iter().map(|s| s.run.is_some()).collect();
+    if let Some(i) = (1..sweeps.len()).find(|&i| on_disk[i] && !on_disk[i - 1]) {
+        return Err(format!(
+            "{}/ is there but {}/ is not: the sweeps run in order, so one was removed",
+            sweeps[i].name,
+            sweeps[i - 1].name
+        ));
+    }
+    if record.finished_at.is_some()
+        && let Some(s) = sweeps.iter().find(|s| s.run.is_none())
+    {
+        return Err(format!("{}/ is missing, but the run finished", s.name));
+    }
+    let Some((closed_run, closed_cells)) = sweeps.first().and_then(|s| s.run) else {
+        return match &record.base {
+            Some(_) => Err("closed/ is missing, but base was measured in it".into()),
+            None => Ok(()),
+        };
+    };
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs());
+    // The base is what the closed sweep's rows give.
+    if let (Some(b), Ok(want)) = (&record.base, base_of(closed_cells)) {
+        let same = b.strategy == want.strategy
+            && b.passes == want.passes
+            && close(b.per_s, want.per_s)
+            && match (b.half_width_per_s, want.half_width_per_s) {
+                (Some(x), Some(y)) => close(x, y),
+                (x, y) => x == y,
+            };
+        if !same {
+            return Err(format!(
+                "base is {} × 1 at {}/s over {} passes, but closed/ measured {} × 1 at {}/s over {}",
+                b.strategy, b.per_s, b.passes, want.strategy, want.per_s, want.passes
+            ));
+        }
+    }
+    // The options are what the closed sweep ran.
+    let closed_plan = &closed_run.plan;
+    if let Some(pods) = &record.options.pods {
+        let given: Vec<u32> = pods.0.iter().map(|p| p.0).collect();
+        if given != closed_plan.pods {
+            return Err(format!(
+                "options.pods is {pods}, but closed/ measured {:?}",
+                closed_plan.pods
+            ));
+        }
+    }
+    if let Some(strategies) = &record.options.strategies {
+        // A plan may leave out what cannot run here (the CPU runs time-slicing alone),
+        // never add.
+        let given: Vec<Strategy> = strategies.0.iter().map(|s| s.0).collect();
+        if closed_plan.strategies.iter().any(|s| !given.contains(s)) {
+            return Err(format!(
+                "options.strategies is {strategies}, but closed/ measured {:?}",
+                closed_plan.strategies.iter().map(|s| s.name()).collect::<Vec<_>>()
+            ));
+        }
+    }
+    let without_load = |plan: &crate::results::record::PlanRecord| {
+        let mut v = serde_json::to_value(plan).unwrap_or_default();
+        if let Some(o) = v.as_object_mut() {
+            o.remove("load");
+        }
+        v
+    };
+    for s in sweeps {
+        let Some((run, _)) = s.run else { continue };
+        if run.run_id != s.name {
+            return Err(format!(
+                "{}/run.json: run_id {:?} is not {:?} (another sweep's, or another run's)",
+                s.name, run.run_id, s.name
+            ));
+        }
+        let want = match (s.level, &record.base) {
+            (None, _) => Load::Closed,
+            (Some(l), Some(b)) => Load::Total(l.rate(b.per_s)),
+            (Some(_), None) => return Err(format!("{}/ is there, but no base was measured for its level", s.name)),
+        };
+        let same_load = match (run.plan.load, want) {
+            (Load::Total(a), Load::Total(b)) => close(a, b),
+            (a, b) => a == b,
+        };
+        if !same_load {
+            return Err(format!(
+                "{}/run.json: load {} is not {want} (its level of base.per_s)",
+                s.name, run.plan.load
+            ));
+        }
+        if without_load(&run.plan) != without_load(closed_plan) {
+            return Err(format!(
+                "{}/run.json: its plan is not closed/'s but for the load",
+                s.name
+            ));
+        }
+        let (env, base_env) = (&run.environment, &closed_run.environment);
+        let uuids = |e: &crate::results::record::Environment| e.gpus.iter().map(|g| g.uuid.clone()).collect::<Vec<_>>();
+        if env.hostname != base_env.hostname || uuids(env) != uuids(base_env) {
+            return Err(format!(
+                "{}/run.json: measured on another machine or GPU than closed/",
+                s.name
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The strategies whose 1-pod cell can be the base, in order of preference.
