@@ -9,7 +9,6 @@ use std::process::ExitCode;
 use clap::Parser;
 use gpushare_bench::backend::k8s::manifests;
 use gpushare_bench::config::cli::{CapacityArgs, Cli, Command, EqualLoadArgs, IsolationArgs, SweepArgs};
-use gpushare_bench::config::options::SweepOptions;
 use gpushare_bench::config::plan::SweepPlan;
 use gpushare_bench::config::values::ListItemError;
 use gpushare_bench::error::{BenchError, Result};
@@ -340,11 +339,7 @@ fn closing(dir: &std::path::Path, render: bool) {
 }
 
 async fn run_sweep(args: SweepArgs, shutdown: &Shutdown) -> Result<u8> {
-    let file = match &args.config {
-        Some(path) => SweepOptions::from_file(path)?,
-        None => SweepOptions::default(),
-    };
-    let plan = SweepPlan::from_options(file.overridden_by(args.options)?)?;
+    let plan = SweepPlan::from_file_and_flags(args.config.as_deref(), args.options)?;
     if args.dry_run {
         print_out(sweep::dry_run(&plan)?.as_bytes())?;
         return Ok(0);

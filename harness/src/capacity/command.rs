@@ -66,7 +66,7 @@ pub fn plan(args: CapacityArgs) -> Result<SweepPlan> {
         });
     }
     let load_given = args.options.load.is_some() || file.load.is_some();
-    let mut plan = SweepPlan::from_options(file.overridden_by(args.options)?)?;
+    let mut plan = SweepPlan::from_file_and_flags(args.config.as_deref(), args.options)?;
     crate::config::plan::one_gpu_only(&plan, "capacity")?;
     if args.resume.is_none() {
         match plan.load {

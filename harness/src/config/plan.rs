@@ -530,6 +530,17 @@ type OwnSettled = (
 );
 
 impl SweepPlan {
+    /// The plan of the config file at `file` (when given) with `flags` over it. A value
+    /// the plan refuses that came from the file, not a flag, is named by the file and
+    /// its line, as a file's type errors are.
+    pub fn from_file_and_flags(file: Option<&std::path::Path>, flags: SweepOptions) -> Result<SweepPlan> {
+        let Some(path) = file else {
+            return SweepPlan::from_options(flags);
+        };
+        let merged = SweepOptions::from_file(path)?.overridden_by(flags.clone())?;
+        SweepPlan::from_options(merged).map_err(|e| blame_file(e, path, &flags))
+    }
+
     /// The sweep's arms in order: each strategy, time-slicing once per `--timeslice`
     /// interval (DRA), MPS once per `--mps-threads` and `--mps-memory` value.
     pub fn arms(&self) -> Vec<crate::domain::Arm> {
@@ -1354,6 +1365,31 @@ pub fn validate_run_id(id: &str) -> Result<()> {
     }
 }
 
+/// A flag's error as the config file's, with its line, when the value came from the file
+/// at `path` (the flags did not set it).
+fn blame_file(e: BenchError, path: &std::path::Path, flags: &SweepOptions) -> BenchError {
+    let BenchError::Flag { flag, value, reason } = e else {
+        return e;
+    };
+    let key = flag.trim_start_matches("--").replace('-', "_");
+    let given = serde_json::to_value(flags).is_ok_and(|v| v.get(&key).is_some_and(|v| !v.is_null()));
+    let line = crate::files::read_text(path, crate::files::limits::INPUT)
+        .ok()
+        .and_then(|text| {
+            text.lines().enumerate().find_map(|(i, l)| {
+                let (k, _) = l.split_once('=')?;
+                (k.trim() == key).then(|| (i + 1, l.trim().to_string()))
+            })
+        });
+    match line {
+        Some((n, shown)) if !given => BenchError::Config {
+            path: path.to_path_buf(),
+            reason: format!("line {n} (`{shown}`): {key} `{value}`: {reason}"),
+        },
+        _ => BenchError::Flag { flag, value, reason },
+    }
+}
+
 /// A run id from the time and the device: `20261122T141500Z-h100`.
 pub fn default_run_id(now_rfc3339: &str, device: &str) -> String {
     let stamp: String = now_rfc3339.chars().filter(|c| *c != '-' && *c != ':').collect();
@@ -1829,6 +1865,26 @@ mod tests {
             missing.contains("nope.toml") && missing.contains("cannot read"),
             "{missing}"
         );
+        // A value the plan refuses names the file and line where the file gave it, the
+        // flag where a flag did.
+        std::fs::write(&f, "window = \"5s\"\nmax_cell = \"2s\"\n").expect("write");
+        let e = SweepPlan::from_file_and_flags(Some(&f), SweepOptions::default())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            e.starts_with("config file ") && e.contains("sweep.toml: line 2 (`max_cell = \"2s\"`): max_cell `2s`"),
+            "{e}"
+        );
+        let flags = SweepOptions {
+            max_cell: Some("2s".parse().expect("span")),
+            ..SweepOptions::default()
+        };
+        let e = SweepPlan::from_file_and_flags(Some(&f), flags)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.starts_with("bad --max-cell `2s`"), "{e}");
     }
 
     #[test]

@@ -87,7 +87,7 @@ pub fn plan(args: IsolationArgs) -> Result<SweepPlan> {
             reason: format!("{} = {value}: {WHY}", flag.trim_start_matches("--").replace('-', "_")),
         });
     }
-    let mut plan = SweepPlan::from_options(file.overridden_by(args.options)?)?;
+    let mut plan = SweepPlan::from_file_and_flags(args.config.as_deref(), args.options)?;
     crate::config::plan::one_gpu_only(&plan, "isolation")?;
     // Its events are timed from readiness: the warm-up is always --warmup.
     plan.measure.steady_warmup = false;

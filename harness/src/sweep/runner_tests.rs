@@ -1170,13 +1170,20 @@ async fn verify_names_a_gpu_column_that_its_samples_do_not_give() {
     let edited: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
     std::fs::write(&path, edited.join("\n") + "\n").expect("write");
     let v = crate::report::verify::verify_dir(&plan.out.join("fake")).expect("verify");
-    assert_eq!(v.mismatches.len(), 2, "{:?}", v.mismatches);
+    // Both against the samples, and cells.csv (left as the sweep wrote it) against the
+    // edited rows.
+    assert_eq!(v.mismatches.len(), 4, "{:?}", v.mismatches);
     assert!(
         v.mismatches[0].contains("temp_max_c is 20 in cells.jsonl"),
         "{:?}",
         v.mismatches
     );
     assert!(v.mismatches[1].contains("clock_slowdown"), "{:?}", v.mismatches);
+    assert!(
+        v.mismatches[2..].iter().all(|m| m.starts_with("cells.csv line 3: ")),
+        "{:?}",
+        v.mismatches
+    );
 }
 
 #[tokio::test(start_paused = true)]
