@@ -108,7 +108,7 @@ fn a_gpu_choice_that_cannot_hold_is_refused_with_one_line() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("cannot be used with"), "{err}");
-    // The config file takes the same values.
+    // The config file takes the same values, and a refusal names its line.
     std::fs::write(out.path().join("gpus.toml"), "device = \"cpu\"\ngpus = [0, 1]\n").expect("write");
     let o = run(
         out.path(),
@@ -120,14 +120,17 @@ fn a_gpu_choice_that_cannot_hold_is_refused_with_one_line() {
     );
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("bad --gpus `0,1`: GPUs for a --device cpu run"), "{err}");
+    assert!(
+        err.contains("gpus.toml: line 2 (`gpus = [0, 1]`): gpus `0,1`: GPUs for a --device cpu run"),
+        "{err}"
+    );
     std::fs::remove_file(out.path().join("gpus.toml")).expect("rm");
     let cfg = out.path().join("bench.toml");
     std::fs::write(&cfg, "device = \"cpu\"\ngpu = 3\n").expect("write");
     let o = run(out.path(), &["sweep", "--config", cfg.to_str().expect("utf-8")]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("bad --gpu `3`"), "{err}");
+    assert!(err.contains("bench.toml: line 2 (`gpu = 3`): gpu `3`"), "{err}");
     assert_eq!(
         std::fs::read_dir(out.path()).expect("out").count(),
         1,

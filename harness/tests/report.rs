@@ -127,7 +127,8 @@ fn an_isolation_run_renders_its_matrix_and_exports_its_records() {
     assert!(html.contains("It tore down 2 client contexts and logged that device 0 will be reset"));
     assert!(html.contains("<figure id=\"isolation-latency\">"));
     assert!(!html.contains("CPU run"), "a GPU run carries no CPU label");
-    assert!(dir.path().join("20261122-h100-isolation/isolation.csv").is_file());
+    // Named for the run's directory.
+    assert!(dir.path().join("h100-isolation/isolation.csv").is_file());
 }
 
 fn count(hay: &str, needle: &str) -> usize {

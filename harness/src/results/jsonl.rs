@@ -7,6 +7,30 @@ use serde::Serialize;
 
 use crate::error::{BenchError, Result};
 
+/// The most requests (or errors) one window of one pod may count, and the most a
+/// histogram's bucket may hold: a million a second for eleven days.
+pub const MAX_COUNT: f64 = 1e12;
+/// The longest time a record may hold, seconds (a year).
+pub const MAX_SECONDS: f64 = 3.2e7;
+
+/// A count read back: a whole number from 0 to [`MAX_COUNT`].
+pub(crate) fn check_count(what: &str, v: f64) -> std::result::Result<(), String> {
+    if v.is_finite() && (0.0..=MAX_COUNT).contains(&v) && v.fract() == 0.0 {
+        Ok(())
+    } else {
+        Err(format!("{what} is {v}: a count is a whole number from 0 to 10^12"))
+    }
+}
+
+/// A time or a duration read back: finite, from 0 to [`MAX_SECONDS`].
+pub(crate) fn check_seconds(what: &str, v: f64) -> std::result::Result<(), String> {
+    if v.is_finite() && (0.0..=MAX_SECONDS).contains(&v) {
+        Ok(())
+    } else {
+        Err(format!("{what} is {v}: seconds from 0 to a year"))
+    }
+}
+
 /// Records as JSON lines (pure).
 pub fn to_jsonl<T: Serialize>(records: &[T]) -> Vec<u8> {
     let mut out = Vec::new();

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::{Arm, Strategy, TimeSliceInterval};
 use crate::error::{BenchError, Result};
-use crate::results::jsonl::{read_jsonl, to_jsonl};
+use crate::results::jsonl::{check_count, check_seconds, read_jsonl, to_jsonl};
 use crate::stats::Histogram;
 use crate::telemetry::GpuSample;
 
@@ -365,32 +365,9 @@ impl RawPod {
 
 /// The most windows one cell may record: 100,000 windows of 1 s are 28 hours.
 pub const MAX_WINDOWS: u32 = 100_000;
-/// The most requests (or errors) one window of one pod may count, and the most a
-/// histogram's bucket may hold: a million a second for eleven days.
-pub const MAX_COUNT: f64 = 1e12;
 /// The most buckets a layout may have (Prometheus' native histograms at schema 8 span
 /// a nanosecond to a day in under 12,000).
 pub const MAX_BUCKETS: usize = 100_000;
-/// The longest time a record may hold, seconds (a year).
-pub const MAX_SECONDS: f64 = 3.2e7;
-
-/// A count read back: a whole number from 0 to [`MAX_COUNT`].
-pub(crate) fn check_count(what: &str, v: f64) -> std::result::Result<(), String> {
-    if v.is_finite() && (0.0..=MAX_COUNT).contains(&v) && v.fract() == 0.0 {
-        Ok(())
-    } else {
-        Err(format!("{what} is {v}: a count is a whole number from 0 to 10^12"))
-    }
-}
-
-/// A time or a duration read back: finite, from 0 to [`MAX_SECONDS`].
-pub(crate) fn check_seconds(what: &str, v: f64) -> std::result::Result<(), String> {
-    if v.is_finite() && (0.0..=MAX_SECONDS).contains(&v) {
-        Ok(())
-    } else {
-        Err(format!("{what} is {v}: seconds from 0 to a year"))
-    }
-}
 
 impl RawCell {
     /// Whether the record is one a sweep could have written: every count whole and

@@ -81,7 +81,7 @@ impl RequestLine {
     /// Whether the line is one a run could have written: times finite and from 0, the
     /// end no earlier than the first token, token counts bounded (pure).
     pub fn check(&self) -> std::result::Result<(), String> {
-        use crate::results::raw::check_seconds;
+        use crate::results::jsonl::{MAX_SECONDS, check_seconds};
         let r = &self.request;
         let at = |what: &str| format!("pod {}: {what}", self.pod);
         check_seconds(&at("arrival_s"), r.arrival_s)?;
@@ -102,7 +102,7 @@ impl RequestLine {
         }
         if r.itl_s
             .iter()
-            .any(|&g| !g.is_finite() || !(0.0..=crate::results::raw::MAX_SECONDS).contains(&g))
+            .any(|&g| !g.is_finite() || !(0.0..=MAX_SECONDS).contains(&g))
         {
             return Err(at("an inter-token gap that is not seconds from 0"));
         }
