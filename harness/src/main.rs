@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use gpushare_bench::backend::k8s::manifests;
 use gpushare_bench::config::cli::{CapacityArgs, Cli, Command, EqualLoadArgs, IsolationArgs, SweepArgs};
+use gpushare_bench::config::options::ConfigFile;
 use gpushare_bench::config::plan::SweepPlan;
 use gpushare_bench::config::values::ListItemError;
 use gpushare_bench::error::{BenchError, Result};
@@ -339,7 +340,8 @@ fn closing(dir: &std::path::Path, render: bool) {
 }
 
 async fn run_sweep(args: SweepArgs, shutdown: &Shutdown) -> Result<u8> {
-    let plan = SweepPlan::from_file_and_flags(args.config.as_deref(), args.options)?;
+    let file = args.config.as_deref().map(ConfigFile::read).transpose()?;
+    let plan = SweepPlan::from_file_and_flags(file.as_ref(), args.options)?;
     if args.dry_run {
         print_out(sweep::dry_run(&plan)?.as_bytes())?;
         return Ok(0);

@@ -8,7 +8,7 @@ use crate::backend::{Backend, k8s, local};
 use crate::capacity::record::{CapacityRecord, records};
 use crate::capacity::search::{Step, cell_verdict, limit, next};
 use crate::config::cli::CapacityArgs;
-use crate::config::options::SweepOptions;
+use crate::config::options::ConfigFile;
 use crate::config::plan::{BackendPlan, CapacityPlan, Load, Sharing, SweepPlan};
 use crate::error::{BenchError, Result};
 use crate::metrics::MetricsSource;
@@ -47,10 +47,8 @@ pub fn plan(args: CapacityArgs) -> Result<SweepPlan> {
     }
     let max_pods = args.max_pods.map_or(DEFAULT_MAX_PODS, |p| p.0);
     let capacity = CapacityPlan { max_pods };
-    let file = match &args.config {
-        Some(path) => SweepOptions::from_file(path)?,
-        None => SweepOptions::default(),
-    };
+    let config = args.config.as_deref().map(ConfigFile::read).transpose()?;
+    let file = config.as_ref().map(|c| c.options.clone()).unwrap_or_default();
     let from_file = [
         ("pods", file.pods.as_ref().map(ToString::to_string)),
         ("repeat", file.repeat.map(|r| r.to_string())),
@@ -66,7 +64,7 @@ pub fn plan(args: CapacityArgs) -> Result<SweepPlan> {
         });
     }
     let load_given = args.options.load.is_some() || file.load.is_some();
-    let mut plan = SweepPlan::from_file_and_flags(args.config.as_deref(), args.options)?;
+    let mut plan = SweepPlan::from_file_and_flags(config.as_ref(), args.options)?;
     crate::config::plan::one_gpu_only(&plan, "capacity")?;
     if args.resume.is_none() {
         match plan.load {

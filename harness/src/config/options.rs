@@ -184,14 +184,26 @@ pub struct SweepOptions {
     pub mps_memory: Option<List<MpsMemory>>,
 }
 
-impl SweepOptions {
+/// A config file as read once: its path, its text (which names the line of a value
+/// refused later) and its options.
+#[derive(Debug, Clone)]
+pub struct ConfigFile {
+    /// The file.
+    pub path: std::path::PathBuf,
+    /// Its text.
+    pub text: String,
+    /// What it sets.
+    pub options: SweepOptions,
+}
+
+impl ConfigFile {
     /// Reads a TOML config file; errors name the file, the line and the bad value.
-    pub fn from_file(path: &Path) -> Result<Self> {
+    pub fn read(path: &Path) -> Result<Self> {
         let text = crate::files::read_text(path, crate::files::limits::INPUT).map_err(|e| BenchError::Config {
             path: path.to_path_buf(),
             reason: e.to_string(),
         })?;
-        toml::from_str(&text).map_err(|e| BenchError::Config {
+        let options = toml::from_str(&text).map_err(|e| BenchError::Config {
             path: path.to_path_buf(),
             reason: match e.span() {
                 Some(span) => {
@@ -201,7 +213,19 @@ impl SweepOptions {
                 }
                 None => e.message().to_string(),
             },
+        })?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            text,
+            options,
         })
+    }
+}
+
+impl SweepOptions {
+    /// Reads a TOML config file ([`ConfigFile::read`]).
+    pub fn from_file(path: &Path) -> Result<Self> {
+        ConfigFile::read(path).map(|c| c.options)
     }
 
     /// `self` with every value `over` sets replaced (flags over a file). Both are

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::config::options::SweepOptions;
+use crate::config::options::{ConfigFile, SweepOptions};
 pub use crate::config::values::{BackendKind, DeviceChoice, Load, Model, Precision, PrometheusSetting, Slo};
 use crate::domain::Strategy;
 use crate::error::{BenchError, Result};
@@ -530,15 +530,15 @@ type OwnSettled = (
 );
 
 impl SweepPlan {
-    /// The plan of the config file at `file` (when given) with `flags` over it. A value
-    /// the plan refuses that came from the file, not a flag, is named by the file and
-    /// its line, as a file's type errors are.
-    pub fn from_file_and_flags(file: Option<&std::path::Path>, flags: SweepOptions) -> Result<SweepPlan> {
-        let Some(path) = file else {
+    /// The plan of the config file (when given) with `flags` over it. A value the plan
+    /// refuses that came from the file, not a flag, is named by the file and its line,
+    /// as a file's type errors are.
+    pub fn from_file_and_flags(file: Option<&ConfigFile>, flags: SweepOptions) -> Result<SweepPlan> {
+        let Some(file) = file else {
             return SweepPlan::from_options(flags);
         };
-        let merged = SweepOptions::from_file(path)?.overridden_by(flags.clone())?;
-        SweepPlan::from_options(merged).map_err(|e| blame_file(e, path, &flags))
+        let merged = file.options.clone().overridden_by(flags.clone())?;
+        SweepPlan::from_options(merged).map_err(|e| blame_file(e, file, &flags))
     }
 
     /// The sweep's arms in order: each strategy, time-slicing once per `--timeslice`
@@ -1367,23 +1367,19 @@ pub fn validate_run_id(id: &str) -> Result<()> {
 
 /// A flag's error as the config file's, with its line, when the value came from the file
 /// at `path` (the flags did not set it).
-fn blame_file(e: BenchError, path: &std::path::Path, flags: &SweepOptions) -> BenchError {
+fn blame_file(e: BenchError, file: &ConfigFile, flags: &SweepOptions) -> BenchError {
     let BenchError::Flag { flag, value, reason } = e else {
         return e;
     };
     let key = flag.trim_start_matches("--").replace('-', "_");
     let given = serde_json::to_value(flags).is_ok_and(|v| v.get(&key).is_some_and(|v| !v.is_null()));
-    let line = crate::files::read_text(path, crate::files::limits::INPUT)
-        .ok()
-        .and_then(|text| {
-            text.lines().enumerate().find_map(|(i, l)| {
-                let (k, _) = l.split_once('=')?;
-                (k.trim() == key).then(|| (i + 1, l.trim().to_string()))
-            })
-        });
+    let line = file.text.lines().enumerate().find_map(|(i, l)| {
+        let (k, _) = l.split_once('=')?;
+        (k.trim() == key).then(|| (i + 1, l.trim().to_string()))
+    });
     match line {
         Some((n, shown)) if !given => BenchError::Config {
-            path: path.to_path_buf(),
+            path: file.path.clone(),
             reason: format!("line {n} (`{shown}`): {key} `{value}`: {reason}"),
         },
         _ => BenchError::Flag { flag, value, reason },
@@ -1868,7 +1864,8 @@ mod tests {
         // A value the plan refuses names the file and line where the file gave it, the
         // flag where a flag did.
         std::fs::write(&f, "window = \"5s\"\nmax_cell = \"2s\"\n").expect("write");
-        let e = SweepPlan::from_file_and_flags(Some(&f), SweepOptions::default())
+        let file = ConfigFile::read(&f).expect("a file of known keys");
+        let e = SweepPlan::from_file_and_flags(Some(&file), SweepOptions::default())
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
@@ -1880,7 +1877,7 @@ mod tests {
             max_cell: Some("2s".parse().expect("span")),
             ..SweepOptions::default()
         };
-        let e = SweepPlan::from_file_and_flags(Some(&f), flags)
+        let e = SweepPlan::from_file_and_flags(Some(&file), flags)
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::backend::{Backend, Session, k8s, local};
 use crate::config::cli::IsolationArgs;
-use crate::config::options::SweepOptions;
+use crate::config::options::{ConfigFile, SweepOptions};
 use crate::config::plan::{BackendKind, BackendPlan, Sharing, SweepPlan};
 use crate::config::values::Load;
 use crate::domain::CellStatus;
@@ -77,17 +77,15 @@ pub fn plan(args: IsolationArgs) -> Result<SweepPlan> {
     if let Some((flag, Some(value))) = sweep_only(&args.options).into_iter().find(|(_, v)| v.is_some()) {
         return Err(BenchError::flag(flag, &value, WHY));
     }
-    let file = match &args.config {
-        Some(path) => SweepOptions::from_file(path)?,
-        None => SweepOptions::default(),
-    };
+    let config = args.config.as_deref().map(ConfigFile::read).transpose()?;
+    let file = config.as_ref().map(|c| c.options.clone()).unwrap_or_default();
     if let Some((flag, Some(value))) = sweep_only(&file).into_iter().find(|(_, v)| v.is_some()) {
         return Err(BenchError::Config {
             path: args.config.clone().unwrap_or_default(),
             reason: format!("{} = {value}: {WHY}", flag.trim_start_matches("--").replace('-', "_")),
         });
     }
-    let mut plan = SweepPlan::from_file_and_flags(args.config.as_deref(), args.options)?;
+    let mut plan = SweepPlan::from_file_and_flags(config.as_ref(), args.options)?;
     crate::config::plan::one_gpu_only(&plan, "isolation")?;
     // Its events are timed from readiness: the warm-up is always --warmup.
     plan.measure.steady_warmup = false;

@@ -492,7 +492,7 @@ pub fn read_raw(dir: &Path) -> Result<Vec<RawCell>> {
     // One line a cell: a second would be counted twice.
     let mut seen = std::collections::HashSet::new();
     for c in &cells {
-        if !seen.insert((c.repeat, c.arm().to_string(), c.pods)) {
+        if !seen.insert((c.repeat, c.arm(), c.pods)) {
             return Err(BenchError::RunDir {
                 path,
                 reason: format!(
