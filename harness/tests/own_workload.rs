@@ -426,3 +426,57 @@ fn a_server_under_a_shell_gets_its_sigterm_grace() {
         "the server was killed within its grace"
     );
 }
+
+/// An equal-load run whose base failed (every request answered 404) is a measurement
+/// that failed, not bad input: exit 1 with the cause, the closed sweep kept, and the
+/// same on a resume, which cannot measure the base again.
+#[test]
+fn an_equal_load_run_whose_base_failed_exits_1_on_every_resume() {
+    let out = tempfile::tempdir().expect("tempdir");
+    let cmd = server("ok");
+    let run = |args: &[&str]| {
+        Command::new(BENCH)
+            .args(args)
+            .arg("--out")
+            .arg(out.path())
+            .args(["--workload-cmd", &cmd])
+            .output()
+            .expect("run")
+    };
+    let first = run(&[
+        "equal-load",
+        "--device",
+        "cpu",
+        "--quiet",
+        "--warmup",
+        "1s",
+        "--window",
+        "1s",
+        "--max-cell",
+        "3s",
+        "--strategies",
+        "time-slicing",
+        "--pods",
+        "1",
+        "--ready-path",
+        "/ready",
+        "--request",
+        "http://127.0.0.1:{port}/nothing",
+        "--levels",
+        "50%",
+        "--run-id",
+        "base-failed",
+    ]);
+    let resumed = run(&["equal-load", "--resume", "base-failed"]);
+    for o in [first, resumed] {
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains("measured no throughput") && err.contains("404"), "{err}");
+        assert!(err.contains("the closed sweep is kept"), "{err}");
+    }
+    assert!(out.path().join("base-failed/closed/cells.jsonl").is_file());
+    assert!(
+        !out.path().join("base-failed/load-50pct").exists(),
+        "no level was started"
+    );
+}

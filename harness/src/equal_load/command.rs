@@ -380,11 +380,13 @@ pub async fn run(run: EqualLoadRun, progress: &dyn Progress, shutdown: &Shutdown
         Some(b) => b.clone(),
         None => {
             // The closed sweep ended (complete): its base cell will not be measured
-            // again, so a resume cannot help.
-            let b = base_of(&cells).map_err(|why| BenchError::RunDir {
+            // again, so a resume cannot help. A measurement that failed, not bad input:
+            // exit 1 now and on every resume, which reaches here again.
+            let b = base_of(&cells).map_err(|why| BenchError::Results {
                 path: dir.join(CLOSED),
                 reason: format!(
-                    "{why}: no capacity to set the levels from; the closed sweep is kept, and a new run measures again once the cause is fixed"
+                    "{why}: no capacity to set the levels from; the closed sweep is kept (`gpushare-bench report {}` renders it), and a new run measures again once the cause is fixed",
+                    dir.join(CLOSED).display()
                 ),
             })?;
             record.base = Some(b.clone());

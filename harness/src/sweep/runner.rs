@@ -191,23 +191,31 @@ pub(crate) async fn finish<B: Backend>(
     // still locked, and nothing written after the lock is released touches it.
     crate::process::supervisor::detach_journal();
     let interrupted = matches!(&result, Err(e) if e.is_interrupt());
-    store.update_run(|r| {
+    let recorded = store.update_run(|r| {
         r.state = match (&result, interrupted) {
             (Ok(_), _) => "complete".into(),
             (Err(_), true) => "interrupted".into(),
             (Err(_), false) => "failed".into(),
         };
         r.finished_at = Some(now_rfc3339());
-    })?;
-    if let (Err(_), Err(r)) = (&result, &restored) {
-        // The sweep's error is what the exit reports; the failed restore must not be lost.
-        progress.message(&format!(
-            "restoring failed too, the machine or node may still be changed: {r}"
-        ));
+    });
+    if result.is_err() {
+        // The sweep's error is what the exit reports; a failed restore or a run.json that
+        // could not be updated (a full disk) must not be lost, nor hide it. The report
+        // names a run.json left `running` a partial run.
+        if let Err(r) = &restored {
+            progress.message(&format!(
+                "restoring failed too, the machine or node may still be changed: {r}"
+            ));
+        }
+        if let Err(e) = &recorded {
+            progress.message(&format!("run.json still says running: {e}"));
+        }
     }
     progress.finish();
     let ran = result?;
     restored?;
+    recorded?;
     Ok(Finished { store, ran })
 }
 

@@ -249,6 +249,43 @@ async fn interrupt_during_readiness_stops_pods_and_keeps_the_run() {
     assert_eq!(state(&plan), "interrupted");
 }
 
+/// A run.json that cannot be updated at the end (a full disk; here its temporary name
+/// taken by a directory) neither hides the sweep's own error nor is lost: the exit is
+/// the signal's, the failed update a message, and the run reads as unfinished.
+#[tokio::test(start_paused = true)]
+async fn a_run_record_that_cannot_be_updated_does_not_hide_the_sweeps_error() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let plan = plan(tmp.path(), "time-slicing", "1");
+    let b = FakeBackend::new(|_, n| {
+        (0..n)
+            .map(|_| PodScript {
+                ready_after: Duration::from_secs(25),
+                ..PodScript::steady(10.0, 0.001)
+            })
+            .collect()
+    });
+    let shutdown = Shutdown::new();
+    let s = shutdown.clone();
+    let blocker = plan.out.join("fake/run.json.tmp");
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        std::fs::create_dir_all(blocker.join("full")).expect("block run.json's update");
+        s.request(libc::SIGTERM);
+    });
+    let progress = Recorder::default();
+    let e = sweep(&plan, &b, false, &progress, &shutdown)
+        .await
+        .expect_err("interrupted");
+    assert_eq!(e.exit_code(), 143, "{e}");
+    let messages = progress.messages.lock().expect("lock").clone();
+    assert!(
+        messages.iter().any(|m| m.starts_with("run.json still says running: ")),
+        "{messages:?}"
+    );
+    assert_eq!(state(&plan), "running");
+    assert!(log(&b).ends_with(&["stop".to_string(), "restore".to_string()]));
+}
+
 #[tokio::test(start_paused = true)]
 async fn interrupt_mid_window_keeps_finished_cells_only() {
     let tmp = tempfile::tempdir().expect("tmp");
