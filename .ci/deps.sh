@@ -40,10 +40,18 @@ fi
 mkdir -p "$DEPS/bin"
 ln -sf ../actionlint/bin/actionlint "$DEPS/bin/actionlint"
 
-# Debian packages: a real Prometheus server (PromQL tests) and Chromium (report test).
+# Debian packages: a real Prometheus server (PromQL tests), Chromium (report test), and
+# the real test node's container runtime (containerd, runc, the CNI plugins), iproute2
+# for its network namespace and a C compiler for its pause image.
 missing=()
 command -v prometheus >/dev/null 2>&1 || [ -x /usr/bin/prometheus ] || missing+=(prometheus)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v containerd >/dev/null 2>&1 || missing+=(containerd)
+command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || missing+=(runc)
+[ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
+command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || missing+=(iproute2)
+command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
+command -v gcc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "deps: installing Debian packages: ${missing[*]}"
   SUDO=""
@@ -60,7 +68,7 @@ if [ ! -x "$DEPS/kv/bin/kubernetes-validate" ]; then
 fi
 
 # Kubernetes' control plane for the Kubernetes tests: etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler and kubectl of Kubernetes v1.34.4, built from
+# kube-controller-manager, kube-scheduler, the kubelet and kubectl of Kubernetes v1.34.4, built from
 # their Go modules (harness/k8s-sim/controlplane, pinned by its go.mod and go.sum) into
 # $DEPS/k8s/bin. Rebuilt only when that module changes; Go's own caches keep a rebuild short.
 cp_src=harness/k8s-sim/controlplane
@@ -84,12 +92,22 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 done
 cp_stamp=$( (cd "$cp_src" && cat go.mod go.sum $(find cmd -name '*.go' | sort); go version; echo "$cp_ldflags") | sha256sum | cut -c1-16)
 if [ "$(cat "$cp_bin/.stamp" 2>/dev/null)" != "$cp_stamp" ]; then
-  echo "deps: building Kubernetes v1.34.4's control plane and kubectl from their Go modules into $DEPS/k8s/bin (a cold build takes several minutes)"
+  echo "deps: building Kubernetes v1.34.4's control plane, kubelet and kubectl from their Go modules into $DEPS/k8s/bin (a cold build takes several minutes)"
   mkdir -p "$cp_bin"
   start=$(date +%s)
   (cd "$cp_src" && CGO_ENABLED=0 go build -mod=readonly -buildvcs=false -trimpath -ldflags="$cp_ldflags" -o "$cp_bin/" ./cmd/...)
   echo "$cp_stamp" > "$cp_bin/.stamp"
   echo "deps: control plane built in $(( $(date +%s) - start )) s"
+fi
+
+# The test node's sandbox ("pause") image: Kubernetes' own build/pause/linux/pause.c of
+# the pinned module, compiled as its build/pause/Makefile does (static, -Os).
+k8s_dir=$(cd "$cp_src" && go list -mod=readonly -m -f '{{.Dir}}' k8s.io/kubernetes)
+pause_stamp=$( (cat "$k8s_dir/build/pause/linux/pause.c"; gcc --version | head -1) | sha256sum | cut -c1-16)
+if [ "$(cat "$cp_bin/.pause-stamp" 2>/dev/null)" != "$pause_stamp" ]; then
+  echo "deps: building Kubernetes' pause from $k8s_dir/build/pause/linux/pause.c"
+  gcc -Os -Wall -Werror -static -DVERSION=v3.10.1-gpushare-test -o "$cp_bin/pause" "$k8s_dir/build/pause/linux/pause.c"
+  echo "$pause_stamp" > "$cp_bin/.pause-stamp"
 fi
 
 # Prometheus's server with its Kubernetes service discovery, for the end-to-end

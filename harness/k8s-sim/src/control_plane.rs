@@ -23,6 +23,14 @@ pub fn bin_dir() -> PathBuf {
     }
 }
 
+/// The Services' ClusterIP range: in the benchmarking range (RFC 2544), as every address
+/// a test cluster uses.
+pub const SERVICE_RANGE: &str = "198.18.1.0/24";
+
+/// The `kubernetes` Service's ClusterIP (the range's first address), which the serving
+/// certificate names: a pod on a real test node reaches the API server there.
+pub const KUBERNETES_SERVICE_IP: &str = "198.18.1.1";
+
 /// A running control plane; stopped when dropped.
 #[derive(Debug)]
 pub struct ControlPlane {
@@ -87,7 +95,14 @@ impl ControlPlane {
         let server = format!("https://127.0.0.1:{api_port}");
         let pki = dir.join("pki");
         let out = Command::new(bin.join("gen-pki"))
-            .args(["--dir", &pki.to_string_lossy(), "--server", &server])
+            .args([
+                "--dir",
+                &pki.to_string_lossy(),
+                "--server",
+                &server,
+                "--host",
+                KUBERNETES_SERVICE_IP,
+            ])
             .output()
             .map_err(|e| format!("running gen-pki: {e}"))?;
         if !out.status.success() {
@@ -129,11 +144,14 @@ impl ControlPlane {
                 &format!("--tls-cert-file={}", p("apiserver.crt")),
                 &format!("--tls-private-key-file={}", p("apiserver.key")),
                 &format!("--client-ca-file={}", p("ca.crt")),
-                "--authorization-mode=RBAC",
+                // As kubeadm sets a cluster up: a kubelet may touch only its own node and
+                // the pods bound to it.
+                "--authorization-mode=Node,RBAC",
+                "--enable-admission-plugins=NodeRestriction",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 &format!("--service-account-key-file={}", p("sa.pub")),
                 &format!("--service-account-signing-key-file={}", p("sa.key")),
-                "--service-cluster-ip-range=10.0.0.0/24",
+                &format!("--service-cluster-ip-range={SERVICE_RANGE}"),
                 "--profiling=false",
             ],
         )?;
@@ -245,6 +263,35 @@ impl ControlPlane {
     /// The administrator's kubeconfig (group `system:masters`).
     pub fn admin_kubeconfig(&self) -> PathBuf {
         self.dir.join("pki/admin.kubeconfig")
+    }
+
+    /// A kubeconfig for the kubelet of node `name` (`system:node:NAME`, group
+    /// `system:nodes`), signed by the cluster's CA.
+    pub fn node_kubeconfig(&self, name: &str) -> Result<PathBuf, String> {
+        let pki = self.dir.join("pki");
+        let out = Command::new(self.bin.join("gen-pki"))
+            .args([
+                "--dir",
+                &pki.to_string_lossy(),
+                "--server",
+                &self.server,
+                "--node",
+                name,
+            ])
+            .output()
+            .map_err(|e| format!("running gen-pki: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "gen-pki --node {name}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(pki.join(format!("node-{name}.kubeconfig")))
+    }
+
+    /// The API server's port on loopback.
+    pub fn port(&self) -> u16 {
+        self.server.rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or(0)
     }
 
     /// Runs kubectl as the administrator.

@@ -22,6 +22,7 @@ pub mod gpu;
 pub mod kubelet;
 pub mod node;
 pub mod prometheus;
+pub mod real_node;
 pub mod spec;
 
 pub use self::spec::{ClusterSpec, PodFacts, Timings};

@@ -209,7 +209,7 @@ impl Agent {
         let net = if self.spec.processes.is_some() {
             format!("127.{}", self.loopback_net())
         } else {
-            "10.244".to_string()
+            "198.19".to_string()
         };
         let ip = format!("{net}.{}.{}", self.ips / 250, 2 + self.ips % 250);
         let status = json!({

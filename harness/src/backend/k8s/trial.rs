@@ -386,22 +386,22 @@ mod tests {
                 "w-aggressor-b",
                 "aggressor",
                 "2026-01-01T00:00:01Z",
-                running("10.0.0.3"),
+                running("198.19.0.3"),
             ),
             pod(
                 "w-aggressor-a",
                 "aggressor",
                 "2026-01-01T00:00:02Z",
-                running("10.0.0.4"),
+                running("198.19.0.4"),
             ),
-            pod("w-victim-x", "victim", "2026-01-01T00:00:00Z", running("10.0.0.2")),
+            pod("w-victim-x", "victim", "2026-01-01T00:00:00Z", running("198.19.0.2")),
         ];
         t.name_pods(&pods);
         let cell = t.cell_pods(&pods);
         let names: Vec<&str> = cell.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["victim", "aggressor-1", "aggressor-2"]);
         // The first created aggressor is aggressor-1, whatever the names' order.
-        assert_eq!(cell[1].metrics_url.as_deref(), Some("http://10.0.0.3:9400/metrics"));
+        assert_eq!(cell[1].metrics_url.as_deref(), Some("http://198.19.0.3:9400/metrics"));
         assert!(cell.iter().all(|p| p.state == PodState::Running));
         // The second aggressor's pod failed and its ReplicaSet replaced it: the new pod
         // takes its name; the first keeps its own.
@@ -415,13 +415,13 @@ mod tests {
                 "w-aggressor-c",
                 "aggressor",
                 "2026-01-01T00:01:00Z",
-                running("10.0.0.5"),
+                running("198.19.0.5"),
             ),
         ];
         t.name_pods(&after);
         let cell = t.cell_pods(&after);
-        assert_eq!(cell[1].metrics_url.as_deref(), Some("http://10.0.0.3:9400/metrics"));
-        assert_eq!(cell[2].metrics_url.as_deref(), Some("http://10.0.0.5:9400/metrics"));
+        assert_eq!(cell[1].metrics_url.as_deref(), Some("http://198.19.0.3:9400/metrics"));
+        assert_eq!(cell[2].metrics_url.as_deref(), Some("http://198.19.0.5:9400/metrics"));
         assert!(cell.iter().all(|p| p.state == PodState::Running), "{cell:?}");
     }
 
@@ -433,7 +433,7 @@ mod tests {
         if last_exit {
             cs["lastState"] = json!({ "terminated": { "exitCode": 5, "reason": "Error" } });
         }
-        let status = json!({ "phase": "Running", "podIP": "10.0.0.2",
+        let status = json!({ "phase": "Running", "podIP": "198.19.0.2",
                              "conditions": [{ "type": "Ready", "status": "False" }],
                              "containerStatuses": [cs] });
         pod("w-victim-x", "victim", "2026-01-01T00:00:00Z", status)
@@ -487,11 +487,11 @@ mod tests {
         ));
         let pods = vec![
             rejected,
-            pod("w-victim-b", "victim", "2026-01-01T00:00:05Z", running("10.0.0.9")),
+            pod("w-victim-b", "victim", "2026-01-01T00:00:05Z", running("198.19.0.9")),
         ];
         t.name_pods(&pods);
         let cell = t.cell_pods(&pods);
         assert_eq!(cell[0].state, PodState::Running);
-        assert_eq!(cell[0].metrics_url.as_deref(), Some("http://10.0.0.9:9400/metrics"));
+        assert_eq!(cell[0].metrics_url.as_deref(), Some("http://198.19.0.9:9400/metrics"));
     }
 }

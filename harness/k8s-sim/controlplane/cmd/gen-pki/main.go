@@ -1,9 +1,13 @@
 // Command gen-pki makes what a test control plane on loopback needs: a CA, the API
 // server's serving certificate, the service-account signing key, client certificates for
-// an administrator (group system:masters), the controller manager and the scheduler, and
-// a kubeconfig for each client.
+// an administrator (group system:masters), the controller manager, the scheduler and,
+// a kubeconfig for each client. --host adds an address the serving certificate is valid
+// for (the `kubernetes` Service's ClusterIP). With --node, later, it signs with that CA
+// a kubelet's client certificate (system:node:NAME in system:nodes, as the Node
+// authorizer and NodeRestriction expect) into node-NAME.kubeconfig.
 //
-//	gen-pki --dir DIR --server https://127.0.0.1:PORT
+//	gen-pki --dir DIR --server https://127.0.0.1:PORT [--host IP]...
+//	gen-pki --dir DIR --server https://127.0.0.1:PORT --node NAME
 package main
 
 import (
@@ -121,6 +125,45 @@ current-context: test
 `, server, b64(certPEM(ca)), user, b64(certPEM(client)), b64(keyPEM(client.key)), user))
 }
 
+// readCA loads the CA that an earlier run wrote to dir.
+func readCA(dir string) *keyPair {
+	certPEMBytes, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	if err != nil {
+		fail("reading the CA: %v", err)
+	}
+	keyPEMBytes, err := os.ReadFile(filepath.Join(dir, "ca.key"))
+	if err != nil {
+		fail("reading the CA's key: %v", err)
+	}
+	cb, _ := pem.Decode(certPEMBytes)
+	kb, _ := pem.Decode(keyPEMBytes)
+	if cb == nil || kb == nil {
+		fail("%s holds no PEM CA certificate and key", dir)
+	}
+	cert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		fail("parsing the CA certificate: %v", err)
+	}
+	key, err := x509.ParseECPrivateKey(kb.Bytes)
+	if err != nil {
+		fail("parsing the CA key: %v", err)
+	}
+	return &keyPair{cert: cert, der: cb.Bytes, key: key}
+}
+
+// hostList is a repeatable --host flag.
+type hostList []string
+
+func (h *hostList) String() string { return fmt.Sprint(*h) }
+
+func (h *hostList) Set(v string) error {
+	if net.ParseIP(v) == nil {
+		return fmt.Errorf("%q is not an IP address", v)
+	}
+	*h = append(*h, v)
+	return nil
+}
+
 func fail(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "gen-pki: "+format+"\n", args...)
 	os.Exit(1)
@@ -129,9 +172,18 @@ func fail(format string, args ...any) {
 func main() {
 	dir := flag.String("dir", "", "directory to write into (created)")
 	server := flag.String("server", "", "the API server's URL, e.g. https://127.0.0.1:6443")
+	node := flag.String("node", "", "a node whose kubelet gets node-NAME.kubeconfig, signed by DIR's CA")
+	var hosts hostList
+	flag.Var(&hosts, "host", "an address the serving certificate is valid for (repeatable)")
 	flag.Parse()
 	if *dir == "" || *server == "" {
 		fail("usage: gen-pki --dir DIR --server https://127.0.0.1:PORT")
+	}
+	if *node != "" {
+		ca := readCA(*dir)
+		client := leaf(ca, "system:node:"+*node, []string{"system:nodes"}, x509.ExtKeyUsageClientAuth, nil)
+		write(*dir, "node-"+*node+".kubeconfig", kubeconfig(*server, ca, client, "system:node:"+*node))
+		return
 	}
 	if err := os.MkdirAll(*dir, 0o700); err != nil {
 		fail("creating %s: %v", *dir, err)
@@ -149,10 +201,10 @@ func main() {
 	write(*dir, "ca.crt", certPEM(ca))
 	write(*dir, "ca.key", keyPEM(ca.key))
 
-	serving := leaf(ca, "kube-apiserver", nil, x509.ExtKeyUsageServerAuth, []string{
-		"127.0.0.1", "localhost", "10.0.0.1", "kubernetes", "kubernetes.default",
+	serving := leaf(ca, "kube-apiserver", nil, x509.ExtKeyUsageServerAuth, append([]string{
+		"127.0.0.1", "localhost", "kubernetes", "kubernetes.default",
 		"kubernetes.default.svc", "kubernetes.default.svc.cluster.local",
-	})
+	}, hosts...))
 	write(*dir, "apiserver.crt", certPEM(serving))
 	write(*dir, "apiserver.key", keyPEM(serving.key))
 
