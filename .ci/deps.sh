@@ -110,6 +110,37 @@ if [ "$(cat "$cp_bin/.pause-stamp" 2>/dev/null)" != "$pause_stamp" ]; then
   echo "$pause_stamp" > "$cp_bin/.pause-stamp"
 fi
 
+# NVIDIA's device plugin, GPU feature discovery and config manager for the real test node,
+# from the k8s-device-plugin v0.18.1 module (harness/k8s-sim/nvidia, pinned by its go.mod
+# and go.sum), linked as the release's Makefile links them (`BUILDFLAGS`: the version, and
+# NVML's symbols left for the dynamic loader); and libnvidia-ml.so.1 answering from go-nvml's
+# mock NVML server (harness/k8s-sim/controlplane/nvml) for a node without a GPU. cgo: go-nvml
+# opens the library with dlopen. Into $DEPS/nvidia/{bin,lib}.
+nv_src=harness/k8s-sim/nvidia
+nv_dir="$PWD/$DEPS/nvidia"
+nv_pkg=github.com/NVIDIA/k8s-device-plugin
+nv_ldflags="-s -w '-extldflags=-Wl,--export-dynamic -Wl,--unresolved-symbols=ignore-in-object-files' -X $nv_pkg/internal/info.version=v0.18.1"
+nv_stamp=$( (cat "$nv_src"/go.mod "$nv_src"/go.sum "$nv_src"/tools.go "$cp_src"/go.mod "$cp_src"/go.sum "$cp_src"/nvml/*.go; go version; echo "$nv_ldflags") | sha256sum | cut -c1-16)
+if [ "$(cat "$nv_dir/.stamp" 2>/dev/null)" != "$nv_stamp" ]; then
+  echo "deps: building NVIDIA's device plugin v0.18.1 and the mock libnvidia-ml.so.1 into $DEPS/nvidia (a cold build takes a few minutes)"
+  mkdir -p "$nv_dir/bin" "$nv_dir/lib"
+  start=$(date +%s)
+  # cgo compiles go-nvml's generated bindings, whose deprecation warnings are noise: the
+  # log is shown when the build fails.
+  if ! (cd "$nv_src" && CGO_ENABLED=1 go build -mod=readonly -buildvcs=false -trimpath -ldflags="$nv_ldflags" \
+      -o "$nv_dir/bin/" "$nv_pkg/cmd/nvidia-device-plugin" "$nv_pkg/cmd/gpu-feature-discovery" "$nv_pkg/cmd/config-manager") \
+      > "$nv_dir/build.log" 2>&1 \
+    || ! (cd "$cp_src" && CGO_ENABLED=1 go build -mod=readonly -buildvcs=false -trimpath -ldflags=-s -buildmode=c-shared \
+      -o "$nv_dir/lib/libnvidia-ml.so.1" ./nvml) >> "$nv_dir/build.log" 2>&1; then
+    grep -v -e 'deprecated' -e 'note: declared here' -e '^ *|' -e '^[0-9]* |' -e 'cgo-gcc-prolog' "$nv_dir/build.log" | tail -30 >&2
+    echo "deps: ERROR: building NVIDIA's device plugin or the mock NVML failed (log: $nv_dir/build.log)" >&2
+    exit 1
+  fi
+  rm -f "$nv_dir/lib/libnvidia-ml.so.h"
+  echo "$nv_stamp" > "$nv_dir/.stamp"
+  echo "deps: NVIDIA's device plugin and the mock NVML built in $(( $(date +%s) - start )) s"
+fi
+
 # Prometheus's server with its Kubernetes service discovery, for the end-to-end
 # Kubernetes test (Debian's `prometheus` is built without it), from its Go module
 # (harness/k8s-sim/prometheus, pinned by its go.mod and go.sum) into $DEPS/prometheus/bin.

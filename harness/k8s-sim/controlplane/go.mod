@@ -8,6 +8,7 @@ module gpushare-bench/controlplane
 go 1.24.0
 
 require (
+	github.com/NVIDIA/go-nvml v0.13.4-1
 	go.etcd.io/etcd/server/v3 v3.6.4
 	k8s.io/component-base v0.34.4
 	k8s.io/kubectl v0.34.4
@@ -142,7 +143,7 @@ require (
 	go.uber.org/multierr v1.11.0 // indirect
 	go.uber.org/zap v1.27.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.2 // indirect
-	go.yaml.in/yaml/v3 v3.0.4 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/crypto v0.36.0 // indirect
 	golang.org/x/exp v0.0.0-20240719175910-8a7402abbf56 // indirect
 	golang.org/x/net v0.38.0 // indirect

@@ -148,6 +148,8 @@ impl ControlPlane {
                 // the pods bound to it.
                 "--authorization-mode=Node,RBAC",
                 "--enable-admission-plugins=NodeRestriction",
+                // As kubeadm's API server: NVIDIA's operands run privileged.
+                "--allow-privileged=true",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 &format!("--service-account-key-file={}", p("sa.pub")),
                 &format!("--service-account-signing-key-file={}", p("sa.key")),

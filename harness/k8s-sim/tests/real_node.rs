@@ -7,10 +7,11 @@
 use std::time::{Duration, Instant};
 
 use gpushare_k8s_sim::control_plane::ControlPlane;
-use gpushare_k8s_sim::real_node::{PAUSE_IMAGE, RealNode, RealNodeSpec};
-use k8s_openapi::api::core::v1::Pod;
+use gpushare_k8s_sim::real_node::device_plugin::{self, CONFIG_LABEL, PluginLayout};
+use gpushare_k8s_sim::real_node::{Image, PAUSE_IMAGE, RealNode, RealNodeSpec, SHELL_IMAGE};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 
 async fn wait_for<T>(what: &str, limit: Duration, mut f: impl AsyncFnMut() -> Option<T>) -> T {
     let start = Instant::now();
@@ -42,6 +43,7 @@ async fn a_pod_is_a_container_the_real_kubelet_starts_and_the_node_leaves_nothin
     let spec = RealNodeSpec {
         name: "gpu-1".into(),
         images: Vec::new(),
+        gpus: Vec::new(),
     };
     let mut node = RealNode::start(&cp, &admin, spec, &node_dir)
         .await
@@ -119,5 +121,172 @@ async fn a_pod_is_a_container_the_real_kubelet_starts_and_the_node_leaves_nothin
             "process {:?} outlived the node: {cmd}",
             p.file_name()
         );
+    }
+}
+
+/// The node's `nvidia.com/gpu` allocatable, as the kubelet posts it.
+async fn allocatable_gpus(nodes: &Api<Node>, name: &str) -> Option<String> {
+    let n = nodes.get(name).await.ok()?;
+    n.status?.allocatable?.get("nvidia.com/gpu").map(|q| q.0.clone())
+}
+
+/// Every container log line the kubelet wrote for pods whose name starts with `pod`
+/// (the node's `/var/log/pods`).
+fn container_logs(node: &RealNode, ns: &str, pod: &str) -> String {
+    let mut text = String::new();
+    let root = node.dir().join("var-log/pods");
+    for d in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+        let name = d.file_name().to_string_lossy().into_owned();
+        if !name.starts_with(&format!("{ns}_{pod}")) {
+            continue;
+        }
+        for c in std::fs::read_dir(d.path()).into_iter().flatten().flatten() {
+            for f in std::fs::read_dir(c.path()).into_iter().flatten().flatten() {
+                text.push_str(&std::fs::read_to_string(f.path()).unwrap_or_default());
+            }
+        }
+    }
+    text
+}
+
+/// NVIDIA's device plugin v0.18.1, unmodified, in the operator's DaemonSet on the real
+/// node: its config manager reads the node label the test sets, the plugin finds the
+/// mock NVML's H100 and registers with the real kubelet, which advertises one
+/// `nvidia.com/gpu`, then four replicas once the label names a time-slicing config (the
+/// config manager's SIGHUP); a pod asking for one is given the GPU's UUID by the plugin's
+/// `Allocate`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nvidias_device_plugin_advertises_the_gpus_its_config_manager_chose_through_the_real_kubelet() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cp = ControlPlane::start(&dir.path().join("cp")).unwrap_or_else(|e| panic!("{e}"));
+    let admin = cp
+        .client(&cp.admin_kubeconfig())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let spec = RealNodeSpec {
+        name: "gpu-1".into(),
+        images: vec![Image::device_plugin(), Image::shell()],
+        gpus: vec!["H100_SXM5_80GB".into()],
+    };
+    let node = RealNode::start(&cp, &admin, spec, &dir.path().join("node"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let layout = PluginLayout {
+        namespace: "gpu-operator".into(),
+        configmap: (
+            "plugin-config".into(),
+            vec![
+                ("default".into(), "version: v1\n".into()),
+                (
+                    "ts-4".into(),
+                    "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n"
+                        .into(),
+                ),
+            ],
+        ),
+        default: "default".into(),
+        mig_strategy: "none".into(),
+    };
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": device_plugin::objects(&layout)});
+    let file = dir.path().join("plugin.json");
+    std::fs::write(&file, list.to_string()).expect("write");
+    let out = cp.kubectl(&["apply", "-f", &file.to_string_lossy()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The operator's deploy label, which the operator's reconcile (played) sets.
+    let nodes: Api<Node> = Api::all(admin.clone());
+    let label = |k: &str, v: &str| {
+        let patch = serde_json::json!({"metadata": {"labels": {k: v}}});
+        let nodes = nodes.clone();
+        async move {
+            nodes
+                .patch("gpu-1", &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .expect("label the node");
+        }
+    };
+    label("nvidia.com/gpu.deploy.device-plugin", "true").await;
+    let plugin_log = || container_logs(&node, "gpu-operator", device_plugin::DAEMONSET);
+    let one = wait_for_or("one GPU advertised", Duration::from_secs(120), async || {
+        allocatable_gpus(&nodes, "gpu-1").await.filter(|n| n == "1")
+    })
+    .await;
+    if let Err(e) = one {
+        panic!("{e}\n--- plugin pod ---\n{}\n{}", plugin_log(), node.log());
+    }
+
+    // The harness's label: the config manager writes ts-4 and signals the plugin.
+    label(CONFIG_LABEL, "ts-4").await;
+    let four = wait_for_or("four replicas advertised", Duration::from_secs(120), async || {
+        allocatable_gpus(&nodes, "gpu-1").await.filter(|n| n == "4")
+    })
+    .await;
+    if let Err(e) = four {
+        panic!("{e}\n--- plugin pod ---\n{}\n{}", plugin_log(), node.log());
+    }
+    let log = plugin_log();
+    let registered: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("Registered device plugin for 'nvidia.com/gpu' with Kubelet"))
+        .collect();
+    assert!(
+        registered.len() >= 2,
+        "registered at start and after the SIGHUP:\n{log}"
+    );
+    let kubelet = node.kubelet_log();
+    let kubelet_lines: Vec<&str> = kubelet
+        .lines()
+        .filter(|l| l.contains("nvidia.com/gpu") && l.contains("egistration"))
+        .collect();
+    assert!(
+        !kubelet_lines.is_empty(),
+        "the kubelet's registration lines:\n{kubelet}"
+    );
+    println!(
+        "device plugin: {}\nkubelet: {}",
+        registered.join("\n"),
+        kubelet_lines.join("\n")
+    );
+
+    // A pod asking for one replica: the plugin's Allocate gives it the GPU's UUID.
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "gpu-user"},
+        "spec": {
+            "automountServiceAccountToken": false,
+            "terminationGracePeriodSeconds": 1,
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{
+                "name": "c", "image": SHELL_IMAGE, "imagePullPolicy": "Never",
+                "command": ["/bin/sh", "-c", "env; exec sleep 600"],
+                "resources": {"limits": {"nvidia.com/gpu": "1"}},
+            }],
+        }
+    }))
+    .expect("pod");
+    pods.create(&PostParams::default(), &pod).await.expect("create");
+    let visible = wait_for_or(
+        "NVIDIA_VISIBLE_DEVICES in the container",
+        Duration::from_secs(60),
+        async || {
+            container_logs(&node, "default", "gpu-user")
+                .lines()
+                .find_map(|l| l.split("NVIDIA_VISIBLE_DEVICES=").nth(1).map(str::to_string))
+        },
+    )
+    .await;
+    let visible = visible.unwrap_or_else(|e| panic!("{e}\n{}", node.log()));
+    assert!(visible.starts_with("GPU-") && !visible.contains("::"), "{visible}");
+}
+
+async fn wait_for_or<T>(what: &str, limit: Duration, mut f: impl AsyncFnMut() -> Option<T>) -> Result<T, String> {
+    let start = Instant::now();
+    loop {
+        if let Some(t) = f().await {
+            return Ok(t);
+        }
+        if start.elapsed() > limit {
+            return Err(format!("no {what} after {} s", limit.as_secs()));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }

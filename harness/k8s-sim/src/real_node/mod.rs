@@ -18,6 +18,7 @@
 //! shows as a prepared node has them.
 
 mod cgroups;
+pub mod device_plugin;
 pub mod image;
 mod netns;
 
@@ -47,6 +48,20 @@ pub const POD_RANGE: &str = "198.19.0.0/24";
 /// pinned module, built by `.ci/deps.sh`.
 pub const PAUSE_IMAGE: &str = "localhost/gpushare-test/pause:3.10.1";
 
+/// Where NVIDIA's binaries and the mock NVML are: `$GPUSHARE_NVIDIA_DIR`, else the
+/// workspace's `.deps/nvidia` (`bin/` and `lib/`, built by `.ci/deps.sh`).
+pub fn nvidia_dir() -> PathBuf {
+    match std::env::var_os("GPUSHARE_NVIDIA_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.deps/nvidia"),
+    }
+}
+
+/// The mock `libnvidia-ml.so.1` (go-nvml's mock NVML server behind NVML's C ABI).
+pub fn nvml_mock() -> PathBuf {
+    nvidia_dir().join("lib/libnvidia-ml.so.1")
+}
+
 /// What to start.
 #[derive(Debug, Clone)]
 pub struct RealNodeSpec {
@@ -54,7 +69,56 @@ pub struct RealNodeSpec {
     pub name: String,
     /// Images to load into the runtime before the node is used, beside the pause image.
     pub images: Vec<Image>,
+    /// The node's GPUs, by the mock NVML's model names (`H100_SXM5_80GB`,
+    /// `H200_SXM5_141GB`): with any, the node has a driver root at `/run/nvidia/driver`
+    /// whose `libnvidia-ml.so.1` is the mock, as a driver container installs it.
+    pub gpus: Vec<String>,
 }
+
+impl Image {
+    /// NVIDIA's device plugin, GPU feature discovery and config manager in `/usr/bin`
+    /// ([`device_plugin::IMAGE`]).
+    pub fn device_plugin() -> Self {
+        let bin = nvidia_dir().join("bin");
+        let files = ["nvidia-device-plugin", "gpu-feature-discovery", "config-manager"]
+            .iter()
+            .map(|b| (Path::new("/usr/bin").join(b), bin.join(b)))
+            .collect();
+        Self {
+            name: device_plugin::IMAGE.to_string(),
+            entrypoint: vec!["nvidia-device-plugin".into()],
+            user: None,
+            files,
+        }
+    }
+
+    /// A shell with `env`, `cat` and `sleep`, for a test's own containers.
+    pub fn shell() -> Self {
+        let files = [
+            ("/bin/sh", "sh"),
+            ("/usr/bin/env", "env"),
+            ("/bin/cat", "cat"),
+            ("/bin/sleep", "sleep"),
+        ]
+        .iter()
+        .map(|(inside, name)| {
+            (
+                PathBuf::from(inside),
+                on_path(name).unwrap_or_else(|| PathBuf::from(inside)),
+            )
+        })
+        .collect();
+        Self {
+            name: SHELL_IMAGE.to_string(),
+            entrypoint: vec!["/bin/sh".into()],
+            user: None,
+            files,
+        }
+    }
+}
+
+/// [`Image::shell`]'s name.
+pub const SHELL_IMAGE: &str = "localhost/gpushare-test/shell:1";
 
 /// A running node; everything it started ends, and its cgroups go, when it is dropped.
 pub struct RealNode {
@@ -84,6 +148,10 @@ mkdir -p "$NODE_DIR/var-lib" "$NODE_DIR/var-log" "$NODE_DIR/run" "$NODE_DIR/sys"
 mount --bind "$NODE_DIR/var-lib" /var/lib
 mount --bind "$NODE_DIR/var-log" /var/log
 mount --bind "$NODE_DIR/run" /run
+# Shared within the node (new peer groups, all in this namespace: unshare made every
+# mount private first, so nothing propagates to the machine), as systemd leaves a node's
+# mounts: the kubelet's HostToContainer and Bidirectional mounts need it.
+mount --make-rshared /
 # The kernel tunables the kubelet checks, as a prepared node has them (kubernetes
 # v1.34.4 pkg/kubelet/cm/container_manager_linux.go setupKernelTunables): shown in this
 # mount namespace only, never written to the machine's kernel.
@@ -172,6 +240,9 @@ impl RealNode {
         let programs = Programs::find()?;
         std::fs::create_dir_all(dir.join("cni")).map_err(|e| format!("creating {}: {e}", dir.display()))?;
         let kubeconfig = cp.node_kubeconfig(&spec.name)?;
+        if !spec.gpus.is_empty() {
+            install_driver_root(dir, &spec)?;
+        }
         let cgroup = NodeCgroup::create()?;
         write_configs(dir, &programs, &cgroup.name, &cp.ca_file())?;
         let log = File::create(dir.join("node.log")).map_err(|e| format!("node.log: {e}"))?;
@@ -398,6 +469,22 @@ impl Drop for RealNode {
     }
 }
 
+/// The node's driver root (`/run/nvidia/driver` inside it): the mock NVML and its
+/// `nvml-mock.json` (the node's name, from which the GPUs' UUIDs come, and its GPUs).
+fn install_driver_root(dir: &Path, spec: &RealNodeSpec) -> Result<(), String> {
+    let lib = dir.join("run/nvidia/driver/usr/lib64");
+    std::fs::create_dir_all(&lib).map_err(|e| format!("creating {}: {e}", lib.display()))?;
+    let mock = nvml_mock();
+    std::fs::copy(&mock, lib.join("libnvidia-ml.so.1")).map_err(|e| {
+        format!(
+            "copying {}: {e} (build it with `make deps`, .ci/deps.sh)",
+            mock.display()
+        )
+    })?;
+    let config = serde_json::json!({"node": spec.name, "gpus": spec.gpus});
+    std::fs::write(lib.join("nvml-mock.json"), config.to_string()).map_err(|e| format!("nvml-mock.json: {e}"))
+}
+
 /// PATH for the node: containerd's directory first (its shim is beside it), then the
 /// test's own, then where Debian puts runc.
 fn path_with(containerd: &Path) -> std::ffi::OsString {
@@ -414,7 +501,8 @@ fn write_configs(dir: &Path, programs: &Programs, cgroup: &str, ca: &Path) -> Re
     let d = dir.display();
     // containerd v1.6 (config version 2): its state, socket and runc's root in the
     // node's directory; the native snapshotter (no overlay mounts needed); the CRI's
-    // sandbox image built here. restrict_oom_score_adj: this machine refuses a negative
+    // sandbox image built here; the `nvidia` handler the GPU operator's RuntimeClass names
+    // is plain runc (the NVIDIA container runtime needs a driver). restrict_oom_score_adj: this machine refuses a negative
     // oom_score_adj even to root (the kubelet's own -999 fails too and it carries on),
     // so a container gets no lower score than containerd's, as on a rootless node.
     let containerd = format!(
@@ -431,6 +519,8 @@ state = "{d}/containerd/state"
     snapshotter = "native"
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
       runtime_type = "io.containerd.runc.v2"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{cni}"
