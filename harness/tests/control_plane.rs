@@ -121,6 +121,8 @@ async fn the_real_control_plane_schedules_serves_dra_and_enforces_the_harness_rb
         assert_eq!(harness_may(args), want, "can-i {args:?}");
     }
 
+    // The namespace enforces the restricted Pod Security Standard: the API server refuses
+    // the reader's pod, and the Job controller the Job's, unless they pass it.
     // The in-cluster harness Job and the NetworkPolicy that lets it reach Prometheus
     // (kube-prometheus's own admits only its components): the policy's `from` selects the
     // pod the real Job controller makes and the namespace it runs in.

@@ -334,9 +334,14 @@ pub fn literal(text: &str) -> String {
     text.replace('$', "$$")
 }
 
-/// The workload namespace.
+/// The workload namespace, enforcing the `restricted` Pod Security Standard: every pod
+/// the harness and its manifests make (workload, server of one's own, in-cluster Job,
+/// results reader) passes it, and the API server refuses anything that would not.
 pub fn namespace(ns: &str) -> Value {
-    json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": ns, "labels": { "app.kubernetes.io/part-of": "gpushare-bench" } } })
+    json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": ns, "labels": {
+        "app.kubernetes.io/part-of": "gpushare-bench",
+        "pod-security.kubernetes.io/enforce": "restricted"
+    } } })
 }
 
 /// The workload Deployment of one cell; `extra_args` (the cell's load) follow the run's.
@@ -687,7 +692,7 @@ pub fn results_reader(ns: &str, image: &str) -> Value {
         "kind": "Pod",
         "metadata": { "name": RESULTS_CLAIM, "namespace": ns, "labels": { APP_LABEL: "gpushare-bench-results" } },
         "spec": {
-            "securityContext": { "runAsNonRoot": true, "runAsUser": 10001, "fsGroup": 10001 },
+            "securityContext": { "runAsNonRoot": true, "runAsUser": 10001, "fsGroup": 10001, "seccompProfile": { "type": "RuntimeDefault" } },
             "affinity": { "podAffinity": { "requiredDuringSchedulingIgnoredDuringExecution": [{
                 "labelSelector": { "matchLabels": { APP_LABEL: HARNESS_APP } },
                 "topologyKey": "kubernetes.io/hostname"
@@ -718,7 +723,7 @@ pub fn harness_job(ns: &str, image: &str, node: &str) -> Value {
                 "spec": {
                     "serviceAccountName": "gpushare-bench",
                     "restartPolicy": "Never",
-                    "securityContext": { "runAsNonRoot": true, "runAsUser": 10001, "fsGroup": 10001 },
+                    "securityContext": { "runAsNonRoot": true, "runAsUser": 10001, "fsGroup": 10001, "seccompProfile": { "type": "RuntimeDefault" } },
                     // A run after the first: beside the reader, which holds the claim's node.
                     "affinity": { "podAffinity": { "preferredDuringSchedulingIgnoredDuringExecution": [{
                         "weight": 100,
