@@ -21,5 +21,7 @@ pub mod objects;
 pub mod portforward;
 #[cfg(test)]
 mod process_cluster_tests;
+#[cfg(test)]
+mod real_node_tests;
 pub mod session;
 pub mod trial;
