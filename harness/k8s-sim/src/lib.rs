@@ -14,6 +14,11 @@
 //! [`node::ProcessSpec`] the kubelet runs workload containers as local processes, which
 //! [`prometheus::DiscoveringPrometheus`] (Prometheus's own server, built from its Go
 //! module) discovers through the API server and scrapes.
+//!
+//! [`real_node`] is a node of the real components instead: the pinned kubelet,
+//! containerd, runc and the CNI bridge in namespaces of their own, NVIDIA's device plugin
+//! v0.18.1 in the GPU operator's DaemonSet layout against a `libnvidia-ml.so.1` that
+//! answers from go-nvml's mock NVML server.
 
 pub mod cluster;
 pub mod control_plane;

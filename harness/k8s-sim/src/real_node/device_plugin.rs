@@ -1,21 +1,24 @@
 //! NVIDIA's device plugin on the real test node, laid out as the GPU operator lays it out
-//! (gpu-operator `assets/state-device-plugin/` and `controllers/object_controls.go`, read
-//! at the module proxy's only gpu-operator snapshot, v0.0.0-20250917190837-d73a0086a6ba,
-//! as v25.10.1 is not served): its service account with `get`, `list` and `watch` on
-//! nodes; a DaemonSet on the nodes labelled `nvidia.com/gpu.deploy.device-plugin=true`
-//! whose pod shares its process namespace, runs `config-manager` once as an init container
-//! (the node label `nvidia.com/device-plugin.config` picks a key of the ConfigMap, which
-//! `/config/config.yaml` becomes a link to; `FALLBACK_STRATEGIES=empty`), then `nvidia-device-plugin`
-//! beside a `config-manager` that rewrites the file and sends the plugin SIGHUP when the
-//! label changes; the driver root `/run/nvidia/driver` mounted at `/driver-root`; the
-//! `nvidia` RuntimeClass.
+//! (gpu-operator v25.10.1, commit 846018752b8a: `assets/state-device-plugin/0500_daemonset.yaml`
+//! and `controllers/object_controls.go` `handleDevicePluginConfig`,
+//! `addSharedMountsForPluginConfig`, `setRuntimeClass`): its service account with `get`,
+//! `list` and `watch` on nodes; a DaemonSet on the nodes labelled
+//! `nvidia.com/gpu.deploy.device-plugin=true` whose pod shares its process namespace, runs
+//! `config-manager` once as an init container (the node label
+//! `nvidia.com/device-plugin.config` picks a key of the ConfigMap, which
+//! `/config/config.yaml` becomes a link to; `DEFAULT_CONFIG` the ClusterPolicy's default,
+//! `FALLBACK_STRATEGIES=empty`), then `nvidia-device-plugin` beside a `config-manager` that
+//! relinks the file and sends the plugin SIGHUP when the label changes; the driver root
+//! `/run/nvidia/driver` mounted at `/driver-root`; the `nvidia` RuntimeClass.
 //!
 //! Where the test node differs, and why: the `nvidia` runtime handler is plain runc (the
 //! NVIDIA container runtime needs a driver); `PASS_DEVICE_SPECS` is false (the operator sets
 //! true, which makes the kubelet pass `/dev/nvidia*` device nodes this machine does not
-//! have); the `toolkit-validation` init container and the entrypoint's wait for the
-//! validator's `driver-ready` file are left out (no validator runs here); the driver root
-//! holds the mock `libnvidia-ml.so.1` ([`super::nvml_mock`]).
+//! have); the `toolkit-validation` init container and the entrypoint script's wait for the
+//! validator's `driver-ready` file are left out (no validator runs here), so the plugin is
+//! the container's command itself, as the script's `exec nvidia-device-plugin` leaves it;
+//! the host-root, CDI and MPS mounts are left out (no CDI, no MPS daemon here); the driver
+//! root holds the mock `libnvidia-ml.so.1` ([`super::nvml_mock`]).
 
 use serde_json::{Value, json};
 
