@@ -50,6 +50,9 @@ struct Shared {
     error: Option<String>,
     /// The agent's passes so far, and the node time of the last (a stalled agent shows).
     passes: (u64, Secs),
+    /// Config-manager init containers that start with the label unset lose v0.18.1's race
+    /// (UPSTREAM-RULES.md D5) from now on.
+    race_lost: bool,
 }
 
 /// The running node agent; stops when dropped.
@@ -143,6 +146,16 @@ impl GpuNode {
                 .get(pod)
                 .and_then(|f| f.device_uuid.clone())
         }
+    }
+
+    /// From now on, a config-manager init container that starts while the node has no
+    /// `nvidia.com/device-plugin.config` label loses k8s-device-plugin v0.18.1's race
+    /// (`cmd/config-manager/main.go` `SyncableConfig.Get` waits while `lastRead ==
+    /// current == ""`, fixed in v0.18.2 commit 09d51359c): it blocks until the label gets a
+    /// value, and its pod's plugin never starts. A race is a race: on a real node it is
+    /// lost now and then; a test chooses when.
+    pub fn lose_config_manager_race(&self) {
+        self.shared.lock().expect("node state").race_lost = true;
     }
 
     /// What happened on the node, with node times.

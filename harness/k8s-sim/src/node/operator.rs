@@ -186,6 +186,17 @@ impl Agent {
             return;
         }
         let label = self.label(PLUGIN_LABEL).unwrap_or_default();
+        let init = self.operands[i].linked.is_none();
+        if init && label.is_empty() && self.shared.lock().expect("node state").race_lost {
+            // D5: the informer's first `Set("")` came before `Get`; the init container
+            // waits for a label change that may never come (run again by one).
+            self.note(format!(
+                "{} config-manager-init in {pod}: Waiting for change to '{PLUGIN_LABEL}' label (v0.18.1 race lost: blocked until the label changes)",
+                kind.app()
+            ));
+            self.update_operand_pod(kind, pod);
+            return;
+        }
         let files = self.projected(&self.operands[i]);
         let default = self.spec.plugin_config.1.clone();
         let chosen: Result<String, String> = if files.is_empty() {

@@ -600,9 +600,10 @@ impl RestoreReport {
 
 /// Undoes what a run's journal says the harness changed, and nothing else: deletes the
 /// workload Deployments it applied, puts back each label that still holds the value the harness set
-/// (waiting for the MIG manager when the MIG layout goes back), removes each ConfigMap
-/// key the harness added whose content is still what it added, and marks the journal
-/// restored. A second restore finds nothing to do.
+/// (waiting for the MIG manager when the MIG layout goes back, and only then removing a
+/// device-plugin config label the node did not have), removes each ConfigMap key the
+/// harness added whose content is still what it added, and marks the journal restored. A
+/// second restore finds nothing to do.
 pub async fn restore_from_journal(
     client: &Client,
     path: &std::path::Path,
@@ -647,14 +648,19 @@ pub async fn restore_from_journal(
         .get(&j.node)
         .await
         .map_err(|e| kube_error(&format!("reading node {}", j.node), e))?;
-    let mig_back = restore_labels(&nodes, &node, &j, &mut report).await?;
-    let cm_ns = remove_added_keys(client, &j, &mut report, &mut problems).await;
-    if let Some(layout) = mig_back {
+    let restored = restore_labels(&nodes, &node, &j, &mut report).await?;
+    if let Some(layout) = &restored.mig_back {
+        // The operand pods the MIG manager recreates start with the harness's config
+        // label and its ConfigMap keys still in place: a config-manager that starts on an
+        // unlabelled node can block for ever in k8s-device-plugin v0.18.1 (UPSTREAM-RULES
+        // D5), and one whose label names a removed key fails. Only once the layout is back
+        // is the label removed (the running sidecars take that) and then the keys.
+        let cm_ns = j.configmap.split_once('/').map_or("gpu-operator", |(ns, _)| ns);
         wait_mig_back(
             client,
             cm_ns,
             &node,
-            &layout,
+            layout,
             &j,
             s,
             shutdown,
@@ -663,6 +669,18 @@ pub async fn restore_from_journal(
         )
         .await?;
     }
+    if !restored.deferred.is_empty() {
+        let refs: Vec<(&str, Option<&str>)> = restored.deferred.iter().map(|k| (k.as_str(), None)).collect();
+        nodes
+            .patch(
+                &j.node,
+                &PatchParams::default(),
+                &Patch::Merge(objects::node_label_patch(&refs)),
+            )
+            .await
+            .map_err(|e| kube_error(&format!("removing the labels the harness added to node {}", j.node), e))?;
+    }
+    remove_added_keys(client, &j, &mut report, &mut problems).await;
     if problems.is_empty() {
         j.restored = true;
         journal::write(path, &j)?;
@@ -670,14 +688,24 @@ pub async fn restore_from_journal(
     finish(report, problems, &j.node)
 }
 
-/// Puts back each label the journal says the harness set and still holds its value;
-/// returns the MIG layout going back, if the MIG label is one of them.
+/// What [`restore_labels`] did and left for later.
+struct LabelsRestored {
+    /// The MIG layout going back, if the MIG label is one of the labels put back.
+    mig_back: Option<String>,
+    /// The device-plugin config label, to be removed once the MIG layout is back (it
+    /// had none before the run).
+    deferred: Vec<String>,
+}
+
+/// Puts back each label the journal says the harness set and still holds its value. When
+/// the MIG layout goes back, a device-plugin config label the node did not have before
+/// stays until the layout is back ([`LabelsRestored::deferred`]).
 async fn restore_labels(
     nodes: &Api<Node>,
     node: &Node,
     j: &Journal,
     report: &mut RestoreReport,
-) -> Result<Option<String>> {
+) -> Result<LabelsRestored> {
     let labels = labels_of(node);
     let mut patch: Vec<(&str, Option<String>)> = Vec::new();
     let mut mig_back: Option<String> = None;
@@ -700,6 +728,16 @@ async fn restore_labels(
             patch.push((key.as_str(), target));
         }
     }
+    let mut deferred = Vec::new();
+    if mig_back.is_some() {
+        patch.retain(|(k, v)| {
+            let later = *k == objects::LABEL_PLUGIN_CONFIG && v.is_none();
+            if later {
+                deferred.push(k.to_string());
+            }
+            !later
+        });
+    }
     if !patch.is_empty() {
         let refs: Vec<(&str, Option<&str>)> = patch.iter().map(|(k, v)| (*k, v.as_deref())).collect();
         nodes
@@ -711,17 +749,12 @@ async fn restore_labels(
             .await
             .map_err(|e| kube_error(&format!("restoring the labels of node {}", j.node), e))?;
     }
-    Ok(mig_back)
+    Ok(LabelsRestored { mig_back, deferred })
 }
 
 /// Removes the ConfigMap keys the harness added that still hold what it added; returns
 /// the operator's namespace (the ConfigMap's).
-async fn remove_added_keys<'j>(
-    client: &Client,
-    j: &'j Journal,
-    report: &mut RestoreReport,
-    problems: &mut Vec<String>,
-) -> &'j str {
+async fn remove_added_keys(client: &Client, j: &Journal, report: &mut RestoreReport, problems: &mut Vec<String>) {
     // ConfigMap keys the harness added, still as it added them.
     let (cm_ns, cm_name) = j
         .configmap
@@ -764,7 +797,6 @@ async fn remove_added_keys<'j>(
         Err(kube::Error::Api(st)) if st.code == 404 => {}
         Err(e) => problems.push(kube_error(&format!("reading ConfigMap {}", j.configmap), e).to_string()),
     }
-    cm_ns
 }
 
 /// A MIG layout going back is done when mig-parted says so *after* seeing it (a

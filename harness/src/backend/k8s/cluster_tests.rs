@@ -423,6 +423,58 @@ async fn killed_mid_mig_switch_then_resumed_restores_the_original_labels_from_th
     assert!(report.undone.is_empty(), "{report:?}");
 }
 
+/// A node the user never labelled for the device plugin: restoring after a MIG change
+/// puts the MIG layout back first, with the harness's config label still on the node, so
+/// that the operand pods the MIG manager recreates start with a label; only then is the
+/// label removed. In one patch, those pods' config-manager init containers would start on
+/// an unlabelled node, where v0.18.1's can block for ever (D5), and the node would end up
+/// advertising no GPU.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restore_after_mig_on_an_unlabelled_node_ends_with_its_gpus_advertised() {
+    let c = start(ClusterSpec::h100("gpu-1")).await;
+    let before = state(&c).await;
+    assert!(
+        !before.0.contains_key(objects::LABEL_PLUGIN_CONFIG),
+        "unlabelled: {before:?}"
+    );
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = plan(dir.path(), "mig,exclusive", "1");
+    // Killed once the MIG manager has applied the run's layout.
+    let nodes = Api::<Node>::all(c.admin.clone());
+    let mig_applied = async {
+        loop {
+            let l = node_labels(&c).await;
+            if l.get(objects::LABEL_MIG_STATE).map(String::as_str) == Some("success")
+                && l.get(objects::LABEL_MIG_CONFIG)
+                    .is_some_and(|v| v != objects::MIG_DISABLED)
+                && l.get(objects::LABEL_PRODUCT).is_some_and(|p| p.contains("-MIG-"))
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    tokio::select! {
+        r = sweep(&c, &p, false) => panic!("the sweep ended before MIG was applied: {r:?}\n{}", c.log()),
+        () = mig_applied => {}
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    c.node.lose_config_manager_race();
+    let path = dir.path().join("sim").join(journal::FILE);
+    let client = c.harness_client().await.expect("client");
+    let report = restore_from_journal(&client, &path, &settings(&p), &Shutdown::new())
+        .await
+        .unwrap_or_else(|e| panic!("restore: {e}\n{}", c.log()));
+    assert!(!report.undone.is_empty(), "{report:?}");
+    assert_state(&c, &before, "after restore").await;
+    let node = nodes.get("gpu-1").await.expect("node");
+    let gpus = node
+        .status
+        .and_then(|s| s.allocatable)
+        .and_then(|a| a.get("nvidia.com/gpu").map(|q| q.0.clone()));
+    assert_eq!(gpus.as_deref(), Some("1"), "the GPU is advertised again\n{}", c.log());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_mid_mps_switch_then_restore_node_puts_back_only_what_the_harness_changed() {
     let mut spec = user_labelled(ClusterSpec::h100("gpu-1"));
