@@ -290,3 +290,107 @@ async fn wait_for_or<T>(what: &str, limit: Duration, mut f: impl AsyncFnMut() ->
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
+
+/// Not a test of its own: the process [`a_node_whose_test_process_is_killed_leaves_nothing_running`]
+/// starts and kills. It starts a control plane and a node in `GPUSHARE_NODE_DIR`, says
+/// so in a file there, and waits to be killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by a_node_whose_test_process_is_killed_leaves_nothing_running"]
+async fn node_to_be_killed() {
+    let Some(dir) = std::env::var_os("GPUSHARE_NODE_DIR").map(std::path::PathBuf::from) else {
+        return;
+    };
+    let cp = ControlPlane::start(&dir.join("cp")).unwrap_or_else(|e| panic!("{e}"));
+    let admin = cp
+        .client(&cp.admin_kubeconfig())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let spec = RealNodeSpec {
+        name: "gpu-1".into(),
+        images: Vec::new(),
+        gpus: Vec::new(),
+    };
+    let node = RealNode::start(&cp, &admin, spec, &dir.join("node"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let facts = format!("{} {}", node.init_pid(), node.cgroup_name().unwrap_or_default());
+    std::fs::write(dir.join("started"), facts).expect("write");
+    tokio::time::sleep(Duration::from_secs(300)).await;
+}
+
+/// A test process killed with SIGKILL (no destructor runs) takes its node with it: the
+/// node's namespaces die with their first process, and the next node removes the dead
+/// test's cgroup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_test_process_is_killed_leaves_nothing_running() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = std::process::Command::new(std::env::current_exe().expect("this test binary"))
+        .args(["--exact", "node_to_be_killed", "--ignored", "--nocapture"])
+        .env("GPUSHARE_NODE_DIR", dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start the node's process");
+    let started = dir.path().join("started");
+    let begun = Instant::now();
+    while !started.exists() {
+        assert!(begun.elapsed() < Duration::from_secs(120), "the node never started");
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the node's process ended first: {status}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let facts = std::fs::read_to_string(&started).expect("facts");
+    let (init, cgroup) = facts.split_once(' ').expect("pid and cgroup");
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reap");
+    // The namespace's first process, and with it every process of the node.
+    let gone = Instant::now();
+    while std::path::Path::new(&format!("/proc/{init}")).exists() {
+        assert!(
+            gone.elapsed() < Duration::from_secs(20),
+            "the node outlived its test process"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Nor does any process of its control plane or node (all name the test's directory).
+    let test_dir = dir.path().to_string_lossy().into_owned();
+    let settle = Instant::now();
+    loop {
+        let left: Vec<String> = std::fs::read_dir("/proc")
+            .expect("/proc")
+            .flatten()
+            .map(|p| String::from_utf8_lossy(&std::fs::read(p.path().join("cmdline")).unwrap_or_default()).into_owned())
+            .filter(|cmd| cmd.contains(&test_dir))
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            settle.elapsed() < Duration::from_secs(10),
+            "outlived the test process: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The next node removes the dead test's cgroup before making its own.
+    let cp = ControlPlane::start(&dir.path().join("cp2")).unwrap_or_else(|e| panic!("{e}"));
+    let admin = cp
+        .client(&cp.admin_kubeconfig())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let spec = RealNodeSpec {
+        name: "gpu-2".into(),
+        images: Vec::new(),
+        gpus: Vec::new(),
+    };
+    let mut next = RealNode::start(&cp, &admin, spec, &dir.path().join("node2"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    for line in mounts.lines().filter(|l| l.contains(" cgroup")) {
+        let at = line.split_whitespace().nth(1).expect("mount point");
+        let d = std::path::Path::new(at).join(cgroup);
+        assert!(!d.exists(), "{} is left", d.display());
+    }
+    next.stop().unwrap_or_else(|e| panic!("{e}"));
+}
