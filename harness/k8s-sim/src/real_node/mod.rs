@@ -300,7 +300,8 @@ impl RealNode {
         }
         node.wait_until("containerd's socket", Duration::from_secs(60), || {
             dir.join("containerd.sock").exists()
-        })?;
+        })
+        .await?;
         let mut images = vec![Image::of_program(PAUSE_IMAGE, &programs.pause)];
         images.extend(spec.images.iter().cloned());
         for image in &images {
@@ -356,9 +357,9 @@ impl RealNode {
         }
     }
 
-    /// Polls `done` every 100 ms for at most `limit`; fails early when the node's first
-    /// process has exited.
-    fn wait_until(&mut self, what: &str, limit: Duration, mut done: impl FnMut() -> bool) -> Result<(), String> {
+    /// Polls `done` every 100 ms for at most `limit` (the forwarders run meanwhile); fails
+    /// early when the node's first process has exited.
+    async fn wait_until(&mut self, what: &str, limit: Duration, mut done: impl FnMut() -> bool) -> Result<(), String> {
         let start = Instant::now();
         loop {
             if done() {
@@ -370,7 +371,7 @@ impl RealNode {
             if start.elapsed() > limit {
                 return Err(format!("no {what} after {} s:\n{}", limit.as_secs(), self.log()));
             }
-            std::thread::sleep(Duration::from_millis(100));
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
