@@ -6,9 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use gpushare_k8s_sim::control_plane::ControlPlane;
 use gpushare_k8s_sim::real_node::device_plugin::{self, CONFIG_LABEL, PluginLayout};
-use gpushare_k8s_sim::real_node::{Image, PAUSE_IMAGE, RealNode, RealNodeSpec, SHELL_IMAGE};
+use gpushare_k8s_sim::real_node::{Image, PAUSE_IMAGE, RealCluster, RealNode, RealNodeSpec, SHELL_IMAGE};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -24,6 +23,15 @@ async fn wait_for<T>(what: &str, limit: Duration, mut f: impl AsyncFnMut() -> Op
     }
 }
 
+/// A node with no GPU and no image but the pause image.
+fn bare(name: &str) -> RealNodeSpec {
+    RealNodeSpec {
+        name: name.into(),
+        images: Vec::new(),
+        gpus: Vec::new(),
+    }
+}
+
 /// Every line of the machine's mount table naming `dir`.
 fn mounts_under(dir: &std::path::Path) -> Vec<String> {
     let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
@@ -34,20 +42,11 @@ fn mounts_under(dir: &std::path::Path) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_is_a_container_the_real_kubelet_starts_and_the_node_leaves_nothing_behind() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let cp = ControlPlane::start(&dir.path().join("cp")).unwrap_or_else(|e| panic!("{e}"));
-    let admin = cp
-        .client(&cp.admin_kubeconfig())
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
     let node_dir = dir.path().join("node");
-    let spec = RealNodeSpec {
-        name: "gpu-1".into(),
-        images: Vec::new(),
-        gpus: Vec::new(),
-    };
-    let mut node = RealNode::start(&cp, &admin, spec, &node_dir)
+    let mut c = RealCluster::start(dir.path(), bare("gpu-1"))
         .await
         .unwrap_or_else(|e| panic!("{e}"));
+    let (node, admin) = (&mut c.node, c.admin.clone());
     let log = node.kubelet_log();
     assert!(
         log.contains("\"Successfully registered node\" node=\"gpu-1\""),
@@ -158,19 +157,15 @@ fn container_logs(node: &RealNode, ns: &str, pod: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nvidias_device_plugin_advertises_the_gpus_its_config_manager_chose_through_the_real_kubelet() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let cp = ControlPlane::start(&dir.path().join("cp")).unwrap_or_else(|e| panic!("{e}"));
-    let admin = cp
-        .client(&cp.admin_kubeconfig())
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
     let spec = RealNodeSpec {
         name: "gpu-1".into(),
         images: vec![Image::device_plugin(), Image::shell()],
         gpus: vec!["H100_SXM5_80GB".into()],
     };
-    let node = RealNode::start(&cp, &admin, spec, &dir.path().join("node"))
+    let c = RealCluster::start(dir.path(), spec)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
+    let (node, admin) = (&c.node, c.admin.clone());
     let layout = PluginLayout {
         namespace: "gpu-operator".into(),
         configmap: (
@@ -187,11 +182,8 @@ async fn nvidias_device_plugin_advertises_the_gpus_its_config_manager_chose_thro
         default: "default".into(),
         mig_strategy: "none".into(),
     };
-    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": device_plugin::objects(&layout)});
-    let file = dir.path().join("plugin.json");
-    std::fs::write(&file, list.to_string()).expect("write");
-    let out = cp.kubectl(&["apply", "-f", &file.to_string_lossy()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    c.apply(device_plugin::objects(&layout))
+        .unwrap_or_else(|e| panic!("{e}"));
     // The operator's deploy label, which the operator's reconcile (played) sets.
     let nodes: Api<Node> = Api::all(admin.clone());
     let label = |k: &str, v: &str| {
@@ -205,7 +197,7 @@ async fn nvidias_device_plugin_advertises_the_gpus_its_config_manager_chose_thro
         }
     };
     label("nvidia.com/gpu.deploy.device-plugin", "true").await;
-    let plugin_log = || container_logs(&node, "gpu-operator", device_plugin::DAEMONSET);
+    let plugin_log = || container_logs(node, "gpu-operator", device_plugin::DAEMONSET);
     let one = wait_for_or("one GPU advertised", Duration::from_secs(120), async || {
         allocatable_gpus(&nodes, "gpu-1").await.filter(|n| n == "1")
     })
@@ -268,7 +260,7 @@ async fn nvidias_device_plugin_advertises_the_gpus_its_config_manager_chose_thro
         "NVIDIA_VISIBLE_DEVICES in the container",
         Duration::from_secs(60),
         async || {
-            container_logs(&node, "default", "gpu-user")
+            container_logs(node, "default", "gpu-user")
                 .lines()
                 .find_map(|l| l.split("NVIDIA_VISIBLE_DEVICES=").nth(1).map(str::to_string))
         },
@@ -300,20 +292,10 @@ async fn node_to_be_killed() {
     let Some(dir) = std::env::var_os("GPUSHARE_NODE_DIR").map(std::path::PathBuf::from) else {
         return;
     };
-    let cp = ControlPlane::start(&dir.join("cp")).unwrap_or_else(|e| panic!("{e}"));
-    let admin = cp
-        .client(&cp.admin_kubeconfig())
+    let c = RealCluster::start(&dir, bare("gpu-1"))
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let spec = RealNodeSpec {
-        name: "gpu-1".into(),
-        images: Vec::new(),
-        gpus: Vec::new(),
-    };
-    let node = RealNode::start(&cp, &admin, spec, &dir.join("node"))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let facts = format!("{} {}", node.init_pid(), node.cgroup_name().unwrap_or_default());
+    let facts = format!("{} {}", c.node.init_pid(), c.node.cgroup_name().unwrap_or_default());
     std::fs::write(dir.join("started"), facts).expect("write");
     tokio::time::sleep(Duration::from_secs(300)).await;
 }
@@ -373,17 +355,7 @@ async fn a_node_whose_test_process_is_killed_leaves_nothing_running() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // The next node removes the dead test's cgroup before making its own.
-    let cp = ControlPlane::start(&dir.path().join("cp2")).unwrap_or_else(|e| panic!("{e}"));
-    let admin = cp
-        .client(&cp.admin_kubeconfig())
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let spec = RealNodeSpec {
-        name: "gpu-2".into(),
-        images: Vec::new(),
-        gpus: Vec::new(),
-    };
-    let mut next = RealNode::start(&cp, &admin, spec, &dir.path().join("node2"))
+    let mut next = RealCluster::start(&dir.path().join("next"), bare("gpu-2"))
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
@@ -392,5 +364,5 @@ async fn a_node_whose_test_process_is_killed_leaves_nothing_running() {
         let d = std::path::Path::new(at).join(cgroup);
         assert!(!d.exists(), "{} is left", d.display());
     }
-    next.stop().unwrap_or_else(|e| panic!("{e}"));
+    next.node.stop().unwrap_or_else(|e| panic!("{e}"));
 }

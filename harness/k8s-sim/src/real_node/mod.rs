@@ -470,6 +470,46 @@ impl Drop for RealNode {
     }
 }
 
+/// A control plane with one node of real components, in one directory: what a test
+/// starts. The node stops before the control plane.
+pub struct RealCluster {
+    /// The node (dropped first).
+    pub node: RealNode,
+    /// The control plane.
+    pub cp: ControlPlane,
+    /// A cluster-admin client.
+    pub admin: Client,
+    dir: PathBuf,
+}
+
+impl RealCluster {
+    /// Starts the control plane in `dir/cp` and the node of `spec` in `dir/node`.
+    pub async fn start(dir: &Path, spec: RealNodeSpec) -> Result<Self, String> {
+        let cp = ControlPlane::start(&dir.join("cp"))?;
+        let admin = cp.client(&cp.admin_kubeconfig()).await?;
+        let node = RealNode::start(&cp, &admin, spec, &dir.join("node")).await?;
+        Ok(Self {
+            node,
+            cp,
+            admin,
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// `kubectl apply -f` of `objects` (as a `List`), as the administrator.
+    pub fn apply(&self, objects: Vec<serde_json::Value>) -> Result<(), String> {
+        let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects});
+        let file = self.dir.join("apply.json");
+        std::fs::write(&file, list.to_string()).map_err(|e| format!("{}: {e}", file.display()))?;
+        let out = self.cp.kubectl(&["apply", "-f", &file.to_string_lossy()]);
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!("kubectl apply: {}", String::from_utf8_lossy(&out.stderr)))
+        }
+    }
+}
+
 /// The node's driver root (`/run/nvidia/driver` inside it): the mock NVML and its
 /// `nvml-mock.json` (the node's name, from which the GPUs' UUIDs come, and its GPUs).
 fn install_driver_root(dir: &Path, spec: &RealNodeSpec) -> Result<(), String> {

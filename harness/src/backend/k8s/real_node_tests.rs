@@ -15,9 +15,8 @@ use kube::api::{ListParams, Patch, PatchParams};
 
 use super::objects::{self, WorkloadSpec};
 use crate::domain::Strategy;
-use gpushare_k8s_sim::control_plane::ControlPlane;
 use gpushare_k8s_sim::real_node::device_plugin::{self, PluginLayout};
-use gpushare_k8s_sim::real_node::{Image, RealNode, RealNodeSpec};
+use gpushare_k8s_sim::real_node::{Image, RealCluster, RealNode, RealNodeSpec};
 
 /// The workload binary of this build (`make test` builds the workspace first).
 fn workload_binary() -> PathBuf {
@@ -66,11 +65,6 @@ fn status_field(pid: u32, key: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_workload_runs_as_a_restricted_container_the_real_kubelet_started_with_the_plugins_gpu() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let cp = ControlPlane::start(&dir.path().join("cp")).unwrap_or_else(|e| panic!("{e}"));
-    let admin = cp
-        .client(&cp.admin_kubeconfig())
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
     let image = crate::config::plan::DEFAULT_IMAGE;
     let spec = RealNodeSpec {
         name: "gpu-1".into(),
@@ -80,9 +74,10 @@ async fn the_workload_runs_as_a_restricted_container_the_real_kubelet_started_wi
         ],
         gpus: vec!["H100_SXM5_80GB".into()],
     };
-    let node = RealNode::start(&cp, &admin, spec, &dir.path().join("node"))
+    let c = RealCluster::start(dir.path(), spec)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
+    let (node, admin) = (&c.node, c.admin.clone());
     let layout = PluginLayout {
         namespace: "gpu-operator".into(),
         configmap: ("plugin-config".into(), vec![("default".into(), "version: v1\n".into())]),
@@ -109,11 +104,7 @@ async fn the_workload_runs_as_a_restricted_container_the_real_kubelet_started_wi
         "nvidia.com/gpu",
         &[],
     ));
-    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
-    let file = dir.path().join("objects.json");
-    std::fs::write(&file, list.to_string()).expect("write");
-    let out = cp.kubectl(&["apply", "-f", &file.to_string_lossy()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    c.apply(items).unwrap_or_else(|e| panic!("{e}"));
     let nodes: Api<Node> = Api::all(admin.clone());
     let deploy = serde_json::json!({"metadata": {"labels": {"nvidia.com/gpu.deploy.device-plugin": "true"}}});
     nodes
@@ -147,7 +138,7 @@ async fn the_workload_runs_as_a_restricted_container_the_real_kubelet_started_wi
 
     // The container's process, seen from this machine: the image's user, the runtime's
     // default seccomp filter, the device the plugin allocated.
-    let pid = process_of(&node, "gpushare-workload").expect("the workload's process");
+    let pid = process_of(node, "gpushare-workload").expect("the workload's process");
     let uid = status_field(pid, "Uid");
     assert_eq!(uid, "10001", "runs as the pod's runAsUser");
     assert_eq!(
