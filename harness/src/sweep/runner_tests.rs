@@ -217,18 +217,23 @@ async fn a_counter_reset_marks_the_pod_not_the_cell_numbers() {
     assert_eq!(a.status, CellStatus::Failed);
 }
 
-#[tokio::test(start_paused = true)]
-async fn interrupt_during_readiness_stops_pods_and_keeps_the_run() {
-    let tmp = tempfile::tempdir().expect("tmp");
-    let plan = plan(tmp.path(), "time-slicing", "1");
-    let b = FakeBackend::new(|_, n| {
+/// Pods that turn ready only after 25 s (a stop comes first).
+fn slow_to_ready() -> FakeBackend {
+    FakeBackend::new(|_, n| {
         (0..n)
             .map(|_| PodScript {
                 ready_after: Duration::from_secs(25),
                 ..PodScript::steady(10.0, 0.001)
             })
             .collect()
-    });
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn interrupt_during_readiness_stops_pods_and_keeps_the_run() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let plan = plan(tmp.path(), "time-slicing", "1");
+    let b = slow_to_ready();
     let shutdown = Shutdown::new();
     let s = shutdown.clone();
     tokio::spawn(async move {
@@ -256,14 +261,7 @@ async fn interrupt_during_readiness_stops_pods_and_keeps_the_run() {
 async fn a_run_record_that_cannot_be_updated_does_not_hide_the_sweeps_error() {
     let tmp = tempfile::tempdir().expect("tmp");
     let plan = plan(tmp.path(), "time-slicing", "1");
-    let b = FakeBackend::new(|_, n| {
-        (0..n)
-            .map(|_| PodScript {
-                ready_after: Duration::from_secs(25),
-                ..PodScript::steady(10.0, 0.001)
-            })
-            .collect()
-    });
+    let b = slow_to_ready();
     let shutdown = Shutdown::new();
     let s = shutdown.clone();
     let blocker = plan.out.join("fake/run.json.tmp");

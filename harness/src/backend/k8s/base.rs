@@ -671,14 +671,7 @@ pub async fn restore_from_journal(
     }
     if !restored.deferred.is_empty() {
         let refs: Vec<(&str, Option<&str>)> = restored.deferred.iter().map(|k| (k.as_str(), None)).collect();
-        nodes
-            .patch(
-                &j.node,
-                &PatchParams::default(),
-                &Patch::Merge(objects::node_label_patch(&refs)),
-            )
-            .await
-            .map_err(|e| kube_error(&format!("removing the labels the harness added to node {}", j.node), e))?;
+        patch_labels(&nodes, &j.node, &refs, "removing the labels the harness added to").await?;
     }
     remove_added_keys(client, &j, &mut report, &mut problems).await;
     if problems.is_empty() {
@@ -740,16 +733,23 @@ async fn restore_labels(
     }
     if !patch.is_empty() {
         let refs: Vec<(&str, Option<&str>)> = patch.iter().map(|(k, v)| (*k, v.as_deref())).collect();
-        nodes
-            .patch(
-                &j.node,
-                &PatchParams::default(),
-                &Patch::Merge(objects::node_label_patch(&refs)),
-            )
-            .await
-            .map_err(|e| kube_error(&format!("restoring the labels of node {}", j.node), e))?;
+        patch_labels(nodes, &j.node, &refs, "restoring the labels of").await?;
     }
     Ok(LabelsRestored { mig_back, deferred })
+}
+
+/// Sets (`Some`) or removes (`None`) labels of `node` in one merge patch; `what` begins
+/// the error's message ("… node NAME").
+async fn patch_labels(nodes: &Api<Node>, node: &str, labels: &[(&str, Option<&str>)], what: &str) -> Result<()> {
+    nodes
+        .patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(objects::node_label_patch(labels)),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| kube_error(&format!("{what} node {node}"), e))
 }
 
 /// Removes the ConfigMap keys the harness added that still hold what it added; returns
